@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Builds the local control plane from the Go module proxy and caches the binaries per version:
+#   $DTJOB_CACHE/bin/<component>-<version>/<binary>
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl come from k8s.io/kubernetes, whose go.mod
+# replaces its staging modules with ./staging paths; a small local module re-points each of them at its v0.Y.Z tag.
+# A second run finds every binary and builds nothing.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+
+log() { printf '[build-control-plane] %s\n' "$*" >&2; }
+
+build_kubernetes() {
+  local out=$cache/bin/kubernetes-$K8S_VERSION
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=()
+  for b in "${want[@]}"; do [[ -x $out/$b ]] || missing+=("$b"); done
+  [[ ${#missing[@]} -eq 0 ]] && { log "kubernetes $K8S_VERSION cached"; return; }
+  local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  local staging_tag=v0.${K8S_VERSION#v1.}
+  local work=$cache/build/kubernetes-$K8S_VERSION
+  mkdir -p "$work" "$out"
+  cd "$work"
+  local upstream_mod
+  upstream_mod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+  {
+    echo "module dtjob.local/kubernetes-build"
+    echo
+    echo "go 1.24.0"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    # One replace per staging module, taken from this release's own go.mod (the list changes between releases).
+    sed -n 's#^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/src/k8s\.io/.*#\1#p' "$upstream_mod" |
+      while read -r m; do echo "replace $m => $m $staging_tag"; done
+  } > go.mod
+  log "resolving k8s.io/kubernetes $K8S_VERSION ($(grep -c '^replace' go.mod) staging modules at $staging_tag)"
+  local pkgs=()
+  for b in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  go get "${pkgs[@]}"
+  local vpkg=k8s.io/component-base/version cpkg=k8s.io/client-go/pkg/version
+  local ld="-s -w"
+  for p in $vpkg $cpkg; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  for b in "${missing[@]}"; do
+    log "building $b $K8S_VERSION"
+    go build -trimpath -ldflags "$ld" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b"
+    mv "$out/$b.tmp" "$out/$b"
+  done
+}
+
+build_etcd() {
+  local out=$cache/bin/etcd-$ETCD_VERSION
+  [[ -x $out/etcd ]] && { log "etcd $ETCD_VERSION cached"; return; }
+  local work=$cache/build/etcd-$ETCD_VERSION
+  mkdir -p "$work" "$out"
+  cd "$work"
+  printf 'module dtjob.local/etcd-build\n\ngo 1.26.0\n' > go.mod
+  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  log "building etcd $ETCD_VERSION"
+  go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3
+  mv "$out/etcd.tmp" "$out/etcd"
+}
+
+go_install() { # name version package...
+  local name=$1 version=$2; shift 2
+  local out=$cache/bin/$name-$version
+  local need=0
+  for p in "$@"; do [[ -x $out/$(basename "$p") ]] || need=1; done
+  [[ $need -eq 0 ]] && { log "$name $version cached"; return; }
+  mkdir -p "$out"
+  for p in "$@"; do
+    log "building $(basename "$p") $version"
+    GOBIN=$out go install -trimpath -ldflags "-s -w" "$p@$version"
+  done
+}
+
+build_kwok() {
+  go_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
+}
+
+build_helm() {
+  # helm prints its version from ldflags; without them `helm version` says v3.x-unreleased.
+  local out=$cache/bin/helm-$HELM_VERSION
+  [[ -x $out/helm ]] && { log "helm $HELM_VERSION cached"; return; }
+  mkdir -p "$out"
+  log "building helm $HELM_VERSION"
+  GOBIN=$out go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
+targets=("$@")
+[[ ${#targets[@]} -eq 0 ]] && targets=(kubernetes etcd kwok helm)
+for t in "${targets[@]}"; do "build_$t"; done
