@@ -1,0 +1,5 @@
+import sys
+
+from dtjob.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the `dtjob` CLI; each module exposes `register(subparsers)` and sets `func`."""
