@@ -1,0 +1,98 @@
+"""Start and stop Azurite's Blob service on loopback, for tests, benchmarks and the local demo.
+
+Azurite comes from the npm registry via hack/install-azurite.sh (cached). It runs in memory on 127.0.0.1,
+with telemetry off (it would reach the internet) and the API-version check off (current azure-storage-blob
+speaks a newer service version than Azurite 3.35 knows).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Azurite's documented, well-known development account. It exists only inside the emulator.
+DEV_ACCOUNT_NAME = "devstoreaccount1"
+DEV_ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+_REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class Azurite:
+    endpoint: str  # http://127.0.0.1:<port>/devstoreaccount1
+    account_name: str = DEV_ACCOUNT_NAME
+    account_key: str = field(default=DEV_ACCOUNT_KEY, repr=False)
+
+    def container_url(self, container: str) -> str:
+        return f"{self.endpoint}/{container}"
+
+
+def azurite_blob_binary() -> str:
+    """Path of azurite-blob: $DTJOB_AZURITE_BLOB, else the cached install (installed on first use)."""
+    override = os.environ.get("DTJOB_AZURITE_BLOB")
+    if override:
+        return override
+    script = _REPO / "hack" / "install-azurite.sh"
+    out = subprocess.run([str(script)], check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_until_serving(endpoint: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"azurite-blob exited early with status {proc.returncode}")
+        try:
+            urllib.request.urlopen(f"{endpoint}?comp=list", timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return  # any HTTP answer (403 without credentials) means it is serving
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"azurite-blob did not answer on {endpoint} within {timeout_s:.0f}s")
+
+
+@contextmanager
+def run_azurite(workdir: Path, port: int | None = None, timeout_s: float = 30.0) -> Iterator[Azurite]:
+    """Run an in-memory azurite-blob on 127.0.0.1 until the block exits; the process is always reaped."""
+    port = port or free_loopback_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        azurite_blob_binary(),
+        "--blobHost",
+        "127.0.0.1",
+        "--blobPort",
+        str(port),
+        "--inMemoryPersistence",
+        "--disableTelemetry",
+        "--skipApiVersionCheck",
+        "--location",
+        str(workdir),
+    ]
+    endpoint = f"http://127.0.0.1:{port}/{DEV_ACCOUNT_NAME}"
+    with (workdir / "azurite.log").open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+        try:
+            _wait_until_serving(endpoint, proc, timeout_s)
+            yield Azurite(endpoint=endpoint)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
