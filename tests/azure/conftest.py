@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-
 from dtjob.azure.emulator import Azurite, run_azurite
 
 

@@ -80,8 +80,6 @@ def run_azurite(workdir: Path, port: int | None = None, timeout_s: float = 30.0)
         "--inMemoryPersistence",
         "--disableTelemetry",
         "--skipApiVersionCheck",
-        "--location",
-        str(workdir),
     ]
     endpoint = f"http://127.0.0.1:{port}/{DEV_ACCOUNT_NAME}"
     with (workdir / "azurite.log").open("wb") as log:

@@ -1,0 +1,251 @@
+"""Container shared access signatures: minting, rotation timing, and the per-job Secrets that carry them.
+
+Pods never see an account key: the operator signs a container SAS (with the account key from a Secret the user
+names, or with a user delegation key obtained through workload identity) and hands pods only the token and the
+container URL, as files of a mounted Secret. Tokens are short-lived and replaced before they expire; mounted
+Secrets update in place, so consumers re-read the token file instead of caching it.
+
+Nothing here logs a token; `ContainerSas` keeps its token out of repr() so a stray log line cannot leak it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
+
+# Clocks on the operator's node and on the storage front end disagree a little; a start time slightly in
+# the past keeps a freshly minted token from being "not yet valid".
+START_SKEW = timedelta(minutes=5)
+DEFAULT_LIFETIME = timedelta(hours=6)
+# Azure caps user delegation keys at 7 days; a SAS signed with one cannot outlive it.
+MAX_USER_DELEGATION = timedelta(days=7)
+ROTATE_AT_FRACTION = 0.8
+
+SECRET_TOKEN_KEY = "sas-token"
+SECRET_URL_KEY = "container-url"
+SECRET_EXPIRES_KEY = "expires-at"
+ANNOTATION_ISSUED = "dtjob.io/sas-issued-at"
+ANNOTATION_EXPIRES = "dtjob.io/sas-expires-at"
+LABEL_JOB = "dtjob.io/job-name"
+LABEL_ROLE = "dtjob.io/role"
+
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+_SIG_RE = re.compile(r"(?i)(sig=)[^&\s\"']+")
+
+
+class Access(StrEnum):
+    """Which side of a job a SAS serves, and so which permissions it carries."""
+
+    INPUT = "in"  # read + list: the dataset container
+    OUTPUT = "out"  # create + write + list + add: the results container, never read or delete
+
+    @property
+    def permission(self) -> str:
+        # Canonical permission letters, in the order the service expects.
+        return "rl" if self is Access.INPUT else "acwl"
+
+
+@dataclass(frozen=True)
+class ContainerSas:
+    container_url: str
+    token: str = field(repr=False)
+    start: datetime
+    expiry: datetime
+
+    def __repr__(self) -> str:
+        return (
+            f"ContainerSas(container_url={self.container_url!r}, expiry={self.expiry.isoformat()}, token=***)"
+        )
+
+    __str__ = __repr__
+
+
+def redact(text: str) -> str:
+    """The text with every SAS signature blanked, for error messages that may quote a signed URL."""
+    return _SIG_RE.sub(r"\1REDACTED", text)
+
+
+def is_loopback(endpoint: str) -> bool:
+    host = urlsplit(endpoint).hostname or ""
+    return host in _LOOPBACK_HOSTS
+
+
+def allowed_protocol(endpoint: str) -> str:
+    """HTTPS only, except for a local emulator on loopback, which speaks plain HTTP."""
+    return "https,http" if is_loopback(endpoint) else "https"
+
+
+def validity_window(
+    now: datetime,
+    lifetime: timedelta = DEFAULT_LIFETIME,
+    deadline: datetime | None = None,
+    cap: timedelta | None = None,
+) -> tuple[datetime, datetime]:
+    """(start, expiry) for a token minted at `now`: start skewed back, expiry at `now + lifetime`, never past
+    the job's deadline (or `cap` from now). Raises ValueError when nothing valid is left."""
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    if lifetime <= timedelta(0):
+        raise ValueError(f"SAS lifetime must be positive, got {lifetime}")
+    expiry = now + lifetime
+    if deadline is not None:
+        expiry = min(expiry, deadline)
+    if cap is not None:
+        expiry = min(expiry, now + cap)
+    if expiry <= now:
+        raise ValueError(f"the job's deadline {deadline.isoformat() if deadline else ''} has already passed")
+    return now - START_SKEW, expiry.replace(microsecond=0)
+
+
+def rotation_time(
+    issued_at: datetime, expires_at: datetime, fraction: float = ROTATE_AT_FRACTION
+) -> datetime:
+    """When a token issued at `issued_at` should be replaced: after `fraction` of its life."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"rotation fraction must be in (0, 1), got {fraction}")
+    return issued_at + (expires_at - issued_at) * fraction
+
+
+def rotation_due(
+    issued_at: datetime, expires_at: datetime, now: datetime, fraction: float = ROTATE_AT_FRACTION
+) -> bool:
+    return now >= rotation_time(issued_at, expires_at, fraction)
+
+
+def container_url(endpoint: str, container: str) -> str:
+    return f"{endpoint.rstrip('/')}/{container}"
+
+
+def mint_with_account_key(
+    endpoint: str,
+    account_name: str,
+    account_key: str,
+    container: str,
+    access: Access,
+    start: datetime,
+    expiry: datetime,
+) -> ContainerSas:
+    """A service SAS for one container, signed with the account key (the key itself never leaves here)."""
+    from azure.storage.blob import generate_container_sas
+
+    token = generate_container_sas(
+        account_name,
+        container,
+        account_key=account_key,
+        permission=access.permission,
+        start=start,
+        expiry=expiry,
+        protocol=allowed_protocol(endpoint),
+    )
+    return ContainerSas(container_url(endpoint, container), token, start, expiry)
+
+
+def mint_with_user_delegation(
+    endpoint: str,
+    account_name: str,
+    credential: TokenCredential,
+    container: str,
+    access: Access,
+    start: datetime,
+    expiry: datetime,
+) -> ContainerSas:
+    """A user delegation SAS for clusters without account keys: the operator's workload identity (Entra ID)
+    obtains a delegation key and signs with it. Needs the "Storage Blob Delegator" role plus data access."""
+    from azure.storage.blob import BlobServiceClient, generate_container_sas
+
+    expiry = min(expiry, start + MAX_USER_DELEGATION)
+    service = BlobServiceClient(endpoint, credential=credential)
+    key = service.get_user_delegation_key(key_start_time=start, key_expiry_time=expiry)
+    token = generate_container_sas(
+        account_name,
+        container,
+        user_delegation_key=key,
+        permission=access.permission,
+        start=start,
+        expiry=expiry,
+        protocol=allowed_protocol(endpoint),
+    )
+    return ContainerSas(container_url(endpoint, container), token, start, expiry)
+
+
+def workload_identity_credential(client_id: str | None = None) -> TokenCredential:
+    """The credential AKS workload identity injects into the operator pod (federated token file + env)."""
+    from azure.identity import DefaultAzureCredential
+
+    credential: TokenCredential = DefaultAzureCredential(
+        managed_identity_client_id=client_id, workload_identity_client_id=client_id
+    )
+    return credential
+
+
+def sas_secret_name(job_name: str, access: Access) -> str:
+    return f"{job_name}-sas-{access.value}"
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def sas_secret(
+    job_name: str,
+    namespace: str,
+    access: Access,
+    sas: ContainerSas,
+    issued_at: datetime,
+    owner_reference: dict[str, Any],
+    extra_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The `<job>-sas-in` / `<job>-sas-out` Secret. Pods mount it; its files are `sas-token`, `container-url`
+    and `expires-at`. Issue and expiry times are annotations too, so the operator can schedule rotation
+    without reading the token."""
+    labels = {
+        LABEL_JOB: job_name,
+        LABEL_ROLE: f"sas-{access.value}",
+        "app.kubernetes.io/name": "dtjob",
+        "app.kubernetes.io/component": "sas",
+        "app.kubernetes.io/managed-by": "dtjob-operator",
+        **(extra_labels or {}),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": sas_secret_name(job_name, access),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {ANNOTATION_ISSUED: _rfc3339(issued_at), ANNOTATION_EXPIRES: _rfc3339(sas.expiry)},
+            "ownerReferences": [owner_reference],
+        },
+        "stringData": {
+            SECRET_TOKEN_KEY: sas.token,
+            SECRET_URL_KEY: sas.container_url,
+            SECRET_EXPIRES_KEY: _rfc3339(sas.expiry),
+        },
+    }
+
+
+def parse_rfc3339(value: str) -> datetime:
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError(f"timestamp without a timezone: {value!r}")
+    return moment
+
+
+def secret_rotation_due(secret: dict[str, Any], now: datetime, fraction: float = ROTATE_AT_FRACTION) -> bool:
+    """Whether an existing SAS Secret (as read from the API) needs a new token; a Secret without the
+    annotations (hand-edited, or from an older operator) is treated as due."""
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    try:
+        issued = parse_rfc3339(annotations[ANNOTATION_ISSUED])
+        expires = parse_rfc3339(annotations[ANNOTATION_EXPIRES])
+    except (KeyError, ValueError):
+        return True
+    return rotation_due(issued, expires, now, fraction)
