@@ -20,7 +20,7 @@ export PATH := $(DTJOB_CACHE)/bin/kubernetes-$(K8S_VERSION):$(DTJOB_CACHE)/bin/h
 CLUSTER_NAME ?= dtjob
 export CLUSTER_NAME
 
-.PHONY: help deps venv control-plane cluster-up cluster-down cluster-status lint test test-unit test-integration \
+.PHONY: help print-venv deps venv control-plane azurite cluster-up cluster-down cluster-status lint test test-unit test-integration \
         test-training demo bench clean-cache
 
 help:
@@ -29,6 +29,9 @@ help:
 	@echo "make cluster-up     start the local control plane with a simulated AKS GPU pool"
 	@echo "make cluster-down   stop it"
 	@echo "make bench          benchmarks (ratios measured side by side)"
+
+print-venv:
+	@echo $(VENV)
 
 # Debian packages the tests and the training code need (OpenMPI for horovodrun --mpi, ssh for the MPI world).
 deps:
@@ -43,11 +46,17 @@ $(VENV)/.ready:
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt
 	if [ -x training/install.sh ]; then training/install.sh $(PY); fi
 	touch $@
+	@# Drop venvs unused for a week: each holds several GB of torch/TensorFlow.
+	find $(DTJOB_CACHE)/venv -mindepth 1 -maxdepth 1 -type d -atime +7 -exec rm -rf {} +
 
 venv: deps $(VENV)/.ready
 
 control-plane:
 	@hack/build-control-plane.sh
+
+# Azurite (Blob Storage emulator) from the npm registry, for the tests marked `azure`.
+azurite:
+	@hack/install-azurite.sh >/dev/null
 
 cluster-up: control-plane venv
 	@hack/cluster.sh up
@@ -73,7 +82,7 @@ test-training: venv
 	$(PY) -m pytest tests/training
 
 # One pytest run for everything, so CI reads one closing line.
-test: control-plane venv lint
+test: control-plane azurite venv lint
 	$(PY) -m pytest tests
 
 demo: cluster-up

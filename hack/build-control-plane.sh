@@ -39,7 +39,7 @@ build_kubernetes() {
   } > go.mod
   log "resolving k8s.io/kubernetes $K8S_VERSION ($(grep -c '^replace' go.mod) staging modules at $staging_tag)"
   local pkgs=()
-  for b in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  for b in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b@$K8S_VERSION"); done
   go get "${pkgs[@]}"
   local vpkg=k8s.io/component-base/version cpkg=k8s.io/client-go/pkg/version
   local ld="-s -w"

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The local control plane: real etcd, kube-apiserver, kube-controller-manager and kube-scheduler started by
+# kwokctl's binary runtime from the binaries hack/build-control-plane.sh cached, with kwok faking an AKS cluster
+# (a CPU system pool and a GPU pool; see hack/sim_nodes.py and hack/kwok/stages.yaml). All on 127.0.0.1.
+#
+#   hack/cluster.sh up | down | status | kubeconfig
+#
+# `up` is idempotent: a healthy running cluster is kept and only its node pools are reconciled.
+# Pool shape: SYSTEM_POOL_SIZE, GPU_POOL_SIZE, GPU_VM_SIZE, SYSTEM_VM_SIZE (see hack/sim_nodes.py).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
+name=${CLUSTER_NAME:-dtjob}
+k8s_bin=$cache/bin/kubernetes-$K8S_VERSION
+kwokctl=$cache/bin/kwok-$KWOK_VERSION/kwokctl
+export KWOK_WORKDIR=$cache/kwok
+export PATH=$k8s_bin:$PATH
+kubeconfig=$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+kctl() { kubectl --kubeconfig "$kubeconfig" "$@"; }
+
+healthy() {
+  [[ -f $kubeconfig ]] && kctl get --raw /readyz >/dev/null 2>&1
+}
+
+reconcile_nodes() {
+  local nodes
+  nodes=$(python3 "$here/sim_nodes.py")
+  kctl apply -f - <<<"$nodes" >/dev/null
+  # Scale down: remove simulated pool nodes that the current pool sizes no longer name.
+  local wanted
+  wanted=$(python3 -c 'import json,sys; print("\n".join(i["metadata"]["name"] for i in json.load(sys.stdin)["items"]))' <<<"$nodes")
+  for n in $(kctl get nodes -l type=kwok -o name | sed 's#node/##'); do
+    grep -qx "$n" <<<"$wanted" || kctl delete node "$n" --wait=false >/dev/null
+  done
+  kctl wait --for=condition=Ready nodes -l type=kwok --timeout=120s >/dev/null
+  log "nodes: $(kctl get nodes -l kubernetes.azure.com/agentpool=system -o name | wc -l) system," \
+    "$(kctl get nodes -l kubernetes.azure.com/agentpool=gpu -o name | wc -l) gpu (${GPU_VM_SIZE:-Standard_NC24s_v3})"
+}
+
+up() {
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    [[ -x $k8s_bin/$b ]] || { log "missing $k8s_bin/$b: run hack/build-control-plane.sh (make control-plane)"; exit 1; }
+  done
+  if healthy; then
+    log "cluster '$name' already running"
+  else
+    if [[ -d $KWOK_WORKDIR/clusters/$name ]]; then
+      log "removing stale cluster '$name'"
+      "$kwokctl" delete cluster --name "$name" >/dev/null 2>&1 || true
+    fi
+    log "starting cluster '$name' (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
+    # --kubeconfig= keeps the user's ~/.kube/config untouched; the cluster's own kubeconfig is printed below.
+    "$kwokctl" create cluster --name "$name" --runtime binary \
+      --kube-apiserver-binary "$k8s_bin/kube-apiserver" \
+      --kube-controller-manager-binary "$k8s_bin/kube-controller-manager" \
+      --kube-scheduler-binary "$k8s_bin/kube-scheduler" \
+      --etcd-binary "$cache/bin/etcd-$ETCD_VERSION/etcd" \
+      --kwok-controller-binary "$cache/bin/kwok-$KWOK_VERSION/kwok" \
+      --config "$here/kwok/stages.yaml" \
+      --disable-qps-limits \
+      --kubeconfig= \
+      --wait 3m >&2
+  fi
+  reconcile_nodes
+  log "kubeconfig: $kubeconfig"
+}
+
+down() {
+  if [[ -d $KWOK_WORKDIR/clusters/$name ]]; then
+    "$kwokctl" delete cluster --name "$name" >&2
+  else
+    log "no cluster '$name'"
+  fi
+}
+
+status() {
+  if healthy; then
+    kctl get nodes -L kubernetes.azure.com/agentpool,node.kubernetes.io/instance-type
+  else
+    log "cluster '$name' is not running"
+    return 1
+  fi
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  kubeconfig) echo "$kubeconfig" ;;
+  *) echo "usage: $0 up|down|status|kubeconfig" >&2; exit 2 ;;
+esac

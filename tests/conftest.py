@@ -1,0 +1,101 @@
+"""Shared fixtures: a real Kubernetes API server for integration tests.
+
+`kubeconfig` resolves, in this order: $KUBECONFIG (an existing cluster: kind, AKS, ...); the local control plane
+if it is already running (left running afterwards); otherwise it starts the local control plane with
+hack/cluster.sh and stops it when the session ends.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from tests.kube_wait import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER_SCRIPT = REPO / "hack" / "cluster.sh"
+
+
+def _cluster(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CLUSTER_SCRIPT), *args], check=True, text=True, capture_output=True)
+
+
+def _local_cluster_running(kubeconfig: str) -> bool:
+    if not Path(kubeconfig).exists():
+        return False
+    probe = subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, "get", "--raw", "/readyz"], capture_output=True, text=True
+    )
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Iterator[str]:
+    existing = os.environ.get("KUBECONFIG")
+    if existing:
+        yield existing
+        return
+    local = _cluster("kubeconfig").stdout.strip()
+    if _local_cluster_running(local):
+        _cluster("up")  # reconciles the node pools only
+        yield local
+        return
+    _cluster("up")
+    try:
+        yield local
+    finally:
+        subprocess.run([str(CLUSTER_SCRIPT), "down"], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: str) -> client.ApiClient:
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def core_v1(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def namespace(core_v1: client.CoreV1Api) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"dtjob.io/test": "true"})))
+    try:
+        yield name
+    finally:
+        core_v1.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture(scope="session")
+def simulated_pool(core_v1: client.CoreV1Api) -> list[client.V1Node]:
+    """The simulated AKS GPU pool; skips tests that need kwok's simulation on a real cluster."""
+    nodes = core_v1.list_node(label_selector="kubernetes.azure.com/agentpool=gpu,type=kwok").items
+    if not nodes:
+        pytest.skip("needs the simulated AKS GPU pool of the local control plane")
+    wait_for(
+        lambda: all(
+            c.status == "True"
+            for n in core_v1.list_node(label_selector="type=kwok").items
+            for c in n.status.conditions or []
+            if c.type == "Ready"
+        ),
+        timeout=60,
+        what="simulated nodes Ready",
+    )
+    return list(nodes)
+
+
+@pytest.fixture(scope="session")
+def local_control_plane(kubeconfig: str) -> Path:
+    """The working directory of the local control plane; skips when the tests run against another cluster."""
+    local = Path(_cluster("kubeconfig").stdout.strip())
+    if Path(kubeconfig).resolve() != local.resolve():
+        pytest.skip("needs the local control plane (KUBECONFIG points at another cluster)")
+    return local.parent
