@@ -1,0 +1,45 @@
+"""Operator-wide settings read from environment variables, with defaults that fit an AKS cluster."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+FRAMEWORKS = ("pytorch", "tensorflow", "keras")
+DEFAULT_IMAGES = {
+    "pytorch": "ghcr.io/dtjob/horovod-pytorch:0.1.0",
+    # TensorFlow and Keras share one image: Keras 2 (tf_keras) ships beside TensorFlow.
+    "tensorflow": "ghcr.io/dtjob/horovod-tensorflow:0.1.0",
+    "keras": "ghcr.io/dtjob/horovod-tensorflow:0.1.0",
+}
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    images: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
+    gpu_pool: str = "gpu"
+    cpu_pool: str = "system"
+    gpu_taint_key: str = "sku"
+    gpu_taint_value: str = "gpu"
+    # How often every job is reconciled even without events (deadlines, TTLs, drift repair).
+    resync_seconds: float = 60.0
+    # Upper bound on concurrent reconciles; each runs blocking API calls in a worker thread.
+    workers: int = 8
+
+    def image_for(self, framework: str) -> str:
+        return self.images[framework]
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
+    env = os.environ if environ is None else environ
+    images = {fw: env.get(f"DTJOB_IMAGE_{fw.upper()}", DEFAULT_IMAGES[fw]) for fw in FRAMEWORKS}
+    return OperatorConfig(
+        images=images,
+        gpu_pool=env.get("DTJOB_GPU_POOL", "gpu"),
+        cpu_pool=env.get("DTJOB_CPU_POOL", "system"),
+        gpu_taint_key=env.get("DTJOB_GPU_TAINT_KEY", "sku"),
+        gpu_taint_value=env.get("DTJOB_GPU_TAINT_VALUE", "gpu"),
+        resync_seconds=float(env.get("DTJOB_RESYNC_SECONDS", "60")),
+        workers=int(env.get("DTJOB_RECONCILE_WORKERS", "8")),
+    )

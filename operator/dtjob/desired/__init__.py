@@ -1,0 +1,13 @@
+"""Pure builders: a parsed JobSpec -> the Kubernetes objects (plain dicts) that should exist for it."""
+
+from dtjob.desired.pods import launcher_job, worker_pod
+from dtjob.desired.world import hostfile_config_map, hostfile_text, ssh_secret, workers_service
+
+__all__ = [
+    "hostfile_config_map",
+    "hostfile_text",
+    "launcher_job",
+    "ssh_secret",
+    "worker_pod",
+    "workers_service",
+]

@@ -1,0 +1,99 @@
+"""Command lines: the training entry point with its flags, the MPI launcher around it, and worker sshd."""
+
+from __future__ import annotations
+
+import shlex
+
+from dtjob.desired.common import (
+    HOSTFILE,
+    OUTPUT_DIR,
+    PROGRESS_FILE,
+    SSH_DIR,
+    SSH_KEY_FILE,
+    SSH_PORT,
+)
+from dtjob.spec import JobSpec
+
+SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
+
+# sshd in the foreground, trusting only this job's key; host keys are made at start when the image has none.
+WORKER_SSHD_SCRIPT = f"""set -e
+mkdir -p /run/sshd
+ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
+exec /usr/sbin/sshd -D -e -p {SSH_PORT} \\
+  -o AuthorizedKeysFile={SSH_DIR}/authorized_keys -o StrictModes=no \\
+  -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password -o UsePAM=no
+"""
+
+# The launcher's ssh client trusts the workers it reaches by name; their host keys are minted per pod.
+SSH_CLIENT_SETUP = f"""mkdir -p "$HOME/.ssh"
+cat > "$HOME/.ssh/config" <<'CONFIG'
+Host *
+  IdentityFile {SSH_KEY_PATH}
+  Port {SSH_PORT}
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  LogLevel ERROR
+CONFIG
+"""
+
+
+def training_command(spec: JobSpec) -> list[str]:
+    """What each rank runs: `python -m dtjob_train.<framework>` and flags, or the user's override."""
+    program = list(spec.command) if spec.command else ["python", "-m", f"dtjob_train.{spec.framework}"]
+    return program + (list(spec.args) if spec.args is not None else training_flags(spec))
+
+
+def training_flags(spec: JobSpec) -> list[str]:
+    hp = spec.hyperparameters
+    flags = [
+        "--data", spec.dataset.source,
+        "--batch-size", str(hp.batch_size_per_gpu),
+        "--epochs", str(hp.epochs),
+        "--base-lr", _num(hp.learning_rate),
+        "--warmup-epochs", _num(hp.warmup_epochs),
+        "--momentum", _num(hp.momentum),
+        "--weight-decay", _num(hp.weight_decay),
+        "--label-smoothing", _num(hp.label_smoothing),
+        "--image-size", str(hp.image_size),
+        "--log-interval", str(hp.log_interval),
+        "--seed", str(hp.seed),
+        "--output-dir", OUTPUT_DIR,
+        "--checkpoint-dir", f"{OUTPUT_DIR}/checkpoints",
+        "--progress-file", PROGRESS_FILE,
+    ]  # fmt: skip
+    if spec.dataset.source == "imagenet":
+        flags += ["--data-dir", spec.dataset.data_dir]
+    if hp.steps_per_epoch is not None:
+        flags += ["--steps-per-epoch", str(hp.steps_per_epoch)]
+    flags += [flag for flag, on in (("--amp", hp.amp), ("--fp16-allreduce", hp.fp16_allreduce),
+                                    ("--channels-last", hp.channels_last)) if on]  # fmt: skip
+    return flags
+
+
+def _num(value: float) -> str:
+    return repr(float(value))
+
+
+def mpi_command(spec: JobSpec) -> list[str]:
+    """horovodrun or mpirun with -np = every slot of every MPI host, hosts from the mounted hostfile."""
+    np = str(spec.total_slots)
+    if spec.launcher.runner == "horovodrun":
+        cmd = ["horovodrun", "-np", np, "--hostfile", HOSTFILE, "--ssh-port", str(SSH_PORT),
+               "--ssh-identity-file", SSH_KEY_PATH]  # fmt: skip
+        if spec.launcher.mpi_args:
+            cmd.append("--mpi-args=" + shlex.join(spec.launcher.mpi_args))
+        return cmd + training_command(spec)
+    cmd = [
+        "mpirun", "--allow-run-as-root", "-np", np, "--hostfile", HOSTFILE,
+        "-bind-to", "none", "-map-by", "slot",
+        "-mca", "pml", "ob1", "-mca", "btl", "^openib",
+        "-x", "NCCL_DEBUG", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
+    ]  # fmt: skip
+    for env in spec.env:
+        cmd += ["-x", str(env["name"])]
+    return cmd + list(spec.launcher.mpi_args) + training_command(spec)
+
+
+def launcher_script(spec: JobSpec) -> str:
+    return SSH_CLIENT_SETUP + "exec " + shlex.join(mpi_command(spec)) + "\n"

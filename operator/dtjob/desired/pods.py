@@ -1,0 +1,211 @@
+"""Worker Pods (sshd + GPUs + data) and the launcher Job (horovodrun/mpirun) of one world attempt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtjob import names
+from dtjob.desired.command import WORKER_SSHD_SCRIPT, launcher_script
+from dtjob.desired.common import (
+    MPI_DIR,
+    OUTPUT_DIR,
+    SSH_DIR,
+    SSH_PORT,
+    Json,
+    metadata,
+)
+from dtjob.spec import JobSpec, PodOverrides
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SSH_KEY_MODE = 0o400
+SCRIPT_MODE = 0o555
+
+
+def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
+    name = names.worker_name(spec.name, index)
+    labels = {
+        **spec.worker.labels,
+        **_pod_labels(spec, names.ROLE_WORKER, attempt),
+        names.WORKER_INDEX_LABEL: str(index),
+        names.MPI_HOST_LABEL: "true",
+    }
+    container: Json = {
+        "name": "worker",
+        "image": spec.image,
+        "command": ["/bin/sh", "-c", WORKER_SSHD_SCRIPT],
+        "ports": [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}],
+        # Ready means sshd accepts connections: the launcher is created only after every worker is Ready.
+        "readinessProbe": {
+            "tcpSocket": {"port": SSH_PORT},
+            "initialDelaySeconds": 1,
+            "periodSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "env": _env(spec),
+        "resources": _gpu_resources(spec.worker, spec.gpus_per_worker),
+        "volumeMounts": _mounts(spec, with_hostfile=False),
+    }
+    _pull_policy(spec, container)
+    pod_spec: Json = {
+        "hostname": name,
+        "subdomain": names.service_name(spec.name),
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "nodeSelector": dict(spec.placement.node_selector),
+        "tolerations": [dict(t) for t in spec.placement.tolerations],
+        "containers": [container],
+        "volumes": _volumes(spec, with_hostfile=False),
+    }
+    _common_pod_spec(spec, pod_spec, gpu_placement=True)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata(name, spec.namespace, labels, owner, spec.worker.annotations),
+        "spec": pod_spec,
+    }
+
+
+def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
+    name = names.launcher_name(spec.name)
+    on_gpu = spec.launcher.run_as_worker
+    pod_labels = {**spec.launcher.pod.labels, **_pod_labels(spec, names.ROLE_LAUNCHER, attempt)}
+    env = _env(spec)
+    if on_gpu:
+        pod_labels[names.MPI_HOST_LABEL] = "true"
+        resources = _gpu_resources(spec.launcher.pod, spec.gpus_per_worker)
+    else:
+        # A CPU node may still run the NVIDIA container runtime: hide every GPU from the launcher.
+        env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": ""})
+        resources = dict(spec.launcher.pod.resources or {})
+    container: Json = {
+        "name": "launcher",
+        "image": spec.image,
+        "command": ["/bin/sh", "-c", launcher_script(spec)],
+        "env": env,
+        "resources": resources,
+        "volumeMounts": _mounts(spec, with_hostfile=True, with_data=on_gpu),
+    }
+    _pull_policy(spec, container)
+    pod_spec: Json = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": _volumes(spec, with_hostfile=True, with_data=on_gpu),
+    }
+    if on_gpu:
+        pod_spec["hostname"] = name
+        pod_spec["subdomain"] = names.service_name(spec.name)
+        pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
+        pod_spec["tolerations"] = [dict(t) for t in spec.placement.tolerations]
+    else:
+        pod_spec["nodeSelector"] = dict(spec.placement.launcher_node_selector)
+        if spec.placement.launcher_tolerations:
+            pod_spec["tolerations"] = [dict(t) for t in spec.placement.launcher_tolerations]
+    _common_pod_spec(spec, pod_spec, gpu_placement=on_gpu)
+    job_labels = {**_pod_labels(spec, names.ROLE_LAUNCHER, attempt)}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(name, spec.namespace, job_labels, owner),
+        "spec": {
+            # World restarts are the operator's decision (runPolicy.backoffLimit), never the Job's.
+            "backoffLimit": 0,
+            "completions": 1,
+            "parallelism": 1,
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": dict(spec.launcher.pod.annotations)},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def _pod_labels(spec: JobSpec, role: str, attempt: int) -> dict[str, str]:
+    labels = names.labels(spec.name, role, role)
+    labels[names.ATTEMPT_LABEL] = str(attempt)
+    scheduling = spec.run_policy.scheduling
+    if scheduling.queue_name:
+        labels["kueue.x-k8s.io/queue-name"] = scheduling.queue_name
+    if scheduling.pod_group:
+        labels["scheduling.x-k8s.io/pod-group"] = scheduling.pod_group
+    return labels
+
+
+def _common_pod_spec(spec: JobSpec, pod_spec: Json, gpu_placement: bool) -> None:
+    if spec.run_policy.scheduling.scheduler_name:
+        pod_spec["schedulerName"] = spec.run_policy.scheduling.scheduler_name
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
+    if gpu_placement and spec.placement.affinity:
+        pod_spec["affinity"] = spec.placement.affinity
+
+
+def _pull_policy(spec: JobSpec, container: Json) -> None:
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+
+
+def _env(spec: JobSpec) -> list[Json]:
+    return [dict(e) for e in spec.env]
+
+
+def _gpu_resources(pod: PodOverrides, gpus: int) -> Json:
+    resources: dict[str, Any] = {k: dict(v) for k, v in (pod.resources or {}).items() if isinstance(v, dict)}
+    resources.setdefault("limits", {})[GPU_RESOURCE] = gpus
+    if GPU_RESOURCE in resources.get("requests", {}):
+        resources["requests"][GPU_RESOURCE] = gpus
+    return resources
+
+
+def _mounts(spec: JobSpec, with_hostfile: bool, with_data: bool = True) -> list[Json]:
+    mounts: list[Json] = [
+        {"name": "ssh", "mountPath": SSH_DIR, "readOnly": True},
+        {"name": "output", "mountPath": OUTPUT_DIR},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    if with_hostfile:
+        mounts.append({"name": "mpi", "mountPath": MPI_DIR, "readOnly": True})
+    volume = spec.dataset.volume
+    if with_data and volume is not None:
+        read_only = volume.nfs.read_only if volume.nfs else bool(volume.pvc and volume.pvc.read_only)
+        mounts.append({"name": "data", "mountPath": volume.mount_path, "readOnly": read_only})
+    return mounts
+
+
+def _volumes(spec: JobSpec, with_hostfile: bool, with_data: bool = True) -> list[Json]:
+    volumes: list[Json] = [
+        {
+            "name": "ssh",
+            "secret": {"secretName": names.ssh_secret_name(spec.name), "defaultMode": SSH_KEY_MODE},
+        },
+        {"name": "output", "emptyDir": {}},
+        # NCCL and PyTorch data loaders share memory through /dev/shm, which defaults to 64 MiB.
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    if with_hostfile:
+        volumes.append(
+            {
+                "name": "mpi",
+                "configMap": {"name": names.hostfile_name(spec.name), "defaultMode": SCRIPT_MODE},
+            }
+        )
+    volume = spec.dataset.volume
+    if with_data and volume is not None:
+        if volume.nfs:
+            source: Json = {
+                "nfs": {
+                    "server": volume.nfs.server,
+                    "path": volume.nfs.path,
+                    "readOnly": volume.nfs.read_only,
+                }
+            }
+        else:
+            assert volume.pvc is not None
+            source = {
+                "persistentVolumeClaim": {
+                    "claimName": volume.pvc.claim_name,
+                    "readOnly": volume.pvc.read_only,
+                }
+            }
+        volumes.append({"name": "data", **source})
+    return volumes

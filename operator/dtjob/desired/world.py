@@ -1,0 +1,74 @@
+"""What every MPI world needs before any pod starts: SSH Secret, hostfile ConfigMap, headless Service."""
+
+from __future__ import annotations
+
+from dtjob import names
+from dtjob.desired.common import SSH_KEY_FILE, SSH_PORT, Json, metadata
+from dtjob.spec import JobSpec
+from dtjob.sshkeys import SshKeyPair
+
+# Horovod elastic's --host-discovery-script format (host:slots), derived from the static hostfile.
+DISCOVER_HOSTS_SCRIPT = """#!/bin/sh
+# Prints host:slots for every MPI host of this job (Horovod's --host-discovery-script format).
+exec awk '{ split($2, s, "="); print $1 ":" s[2] }' "$(dirname "$0")/hostfile"
+"""
+
+
+def ssh_secret(spec: JobSpec, owner: Json, keys: SshKeyPair) -> Json:
+    name = names.ssh_secret_name(spec.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(name, spec.namespace, names.labels(spec.name, "ssh"), owner),
+        "type": "Opaque",
+        "stringData": {
+            SSH_KEY_FILE: keys.private_openssh,
+            f"{SSH_KEY_FILE}.pub": keys.public_openssh,
+            "authorized_keys": keys.public_openssh,
+        },
+    }
+
+
+def mpi_hostnames(spec: JobSpec) -> list[str]:
+    """Pod hostnames of the MPI hosts, in rank order (launcher first when it runs ranks)."""
+    hosts = [names.worker_name(spec.name, i) for i in range(spec.workers)]
+    if spec.launcher.run_as_worker:
+        hosts.insert(0, names.launcher_name(spec.name))
+    return hosts
+
+
+def hostfile_text(spec: JobSpec) -> str:
+    return "".join(
+        f"{names.host_fqdn(h, spec.name, spec.namespace)} slots={spec.gpus_per_worker}\n"
+        for h in mpi_hostnames(spec)
+    )
+
+
+def hostfile_config_map(spec: JobSpec, owner: Json) -> Json:
+    name = names.hostfile_name(spec.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(name, spec.namespace, names.labels(spec.name, "hostfile"), owner),
+        "data": {"hostfile": hostfile_text(spec), "discover_hosts.sh": DISCOVER_HOSTS_SCRIPT},
+    }
+
+
+def workers_service(spec: JobSpec, owner: Json) -> Json:
+    """Headless Service giving each MPI host a stable DNS name (`<pod>.<job>-workers.<ns>.svc`).
+
+    publishNotReadyAddresses lets names resolve as soon as pods have IPs, so nothing waits on DNS
+    propagation after the workers turn Ready.
+    """
+    name = names.service_name(spec.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(name, spec.namespace, names.labels(spec.name, "workers"), owner),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {names.JOB_NAME_LABEL: spec.name, names.MPI_HOST_LABEL: "true"},
+            "ports": [{"name": "ssh", "port": SSH_PORT, "targetPort": SSH_PORT, "protocol": "TCP"}],
+        },
+    }

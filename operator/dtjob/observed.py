@@ -1,0 +1,140 @@
+"""What exists in the cluster for one job, reduced to the few facts the state machine decides on.
+
+Built from raw Pod and Job dicts (as the watch cache holds them); pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dtjob import names
+
+Json = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PodState:
+    name: str
+    role: str
+    attempt: int | None
+    index: int | None
+    phase: str
+    scheduled: bool
+    ready: bool
+    deleting: bool
+    # Why the pod failed or waits (e.g. "Error, exit code 1", "ImagePullBackOff: ..."), for messages.
+    reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class LauncherState:
+    attempt: int | None
+    deleting: bool
+    running: bool
+    succeeded: bool
+    failed: bool
+    pod_name: str | None = None
+    reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.succeeded or self.failed
+
+
+@dataclass(frozen=True)
+class Observed:
+    pods: tuple[PodState, ...] = ()
+    launcher: LauncherState | None = None
+
+    def workers(self) -> list[PodState]:
+        return [p for p in self.pods if p.role == names.ROLE_WORKER]
+
+
+def _int_label(labels: Json, key: str) -> int | None:
+    try:
+        return int(labels[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _condition(conditions: Iterable[Json] | None, kind: str) -> Json | None:
+    return next((c for c in conditions or () if c.get("type") == kind), None)
+
+
+def pod_state(pod: Json) -> PodState:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    conditions = status.get("conditions")
+    ready = _condition(conditions, "Ready")
+    scheduled = _condition(conditions, "PodScheduled")
+    return PodState(
+        name=str(meta.get("name", "")),
+        role=str(labels.get(names.ROLE_LABEL, "")),
+        attempt=_int_label(labels, names.ATTEMPT_LABEL),
+        index=_int_label(labels, names.WORKER_INDEX_LABEL),
+        phase=str(status.get("phase") or "Pending"),
+        scheduled=bool(scheduled and scheduled.get("status") == "True"),
+        ready=bool(ready and ready.get("status") == "True"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        reason=pod_reason(pod),
+    )
+
+
+def pod_reason(pod: Json) -> str | None:
+    """The most telling reason a pod is not healthy, or None."""
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or ():
+        state = cs.get("state") or {}
+        term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term and (term.get("exitCode") or 0) != 0:
+            text = f"{term.get('reason') or 'Terminated'}, exit code {term.get('exitCode')}"
+            return f"{text}: {term['message']}" if term.get("message") else text
+        waiting = state.get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    scheduled = _condition(status.get("conditions"), "PodScheduled")
+    if scheduled and scheduled.get("status") == "False":
+        return f"{scheduled.get('reason', 'Unschedulable')}: {scheduled.get('message', '')}".rstrip(": ")
+    if status.get("reason"):
+        return f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
+    return None
+
+
+def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    conditions = status.get("conditions")
+    complete = _condition(conditions, "Complete")
+    failed = _condition(conditions, "Failed")
+    attempt = _int_label(meta.get("labels") or {}, names.ATTEMPT_LABEL)
+    mine = [p for p in pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt]
+    failed_pod = next((p for p in mine if p.phase == "Failed"), None)
+    running_pod = next((p for p in mine if p.phase == "Running"), None)
+    is_failed = bool(failed and failed.get("status") == "True")
+    reason = None
+    if is_failed:
+        reason = (failed_pod.reason if failed_pod else None) or str(
+            failed.get("message") or failed.get("reason") or "failed"  # type: ignore[union-attr]
+        )
+    pod = failed_pod or running_pod or (mine[0] if mine else None)
+    return LauncherState(
+        attempt=attempt,
+        deleting=bool(meta.get("deletionTimestamp")),
+        running=running_pod is not None or int(status.get("ready") or 0) > 0,
+        succeeded=bool(complete and complete.get("status") == "True"),
+        failed=is_failed,
+        pod_name=pod.name if pod else None,
+        reason=reason,
+    )
+
+
+def observe(pods: Iterable[Json], launcher_job: Json | None) -> Observed:
+    states = tuple(pod_state(p) for p in pods)
+    return Observed(pods=states, launcher=launcher_state(launcher_job, states) if launcher_job else None)

@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from dtjob import desired, names
+from dtjob.desired.command import mpi_command, training_command
+from dtjob.desired.common import owner_reference
+from dtjob.sshkeys import generate_keypair
+
+from tests.unit.operator_fixtures import job_spec
+
+OWNER = owner_reference("rn50", "uid-1")
+
+
+def _container(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = pod_spec["containers"][0]
+    return container
+
+
+def test_every_child_is_labelled_and_owned() -> None:
+    spec = job_spec()
+    keys = generate_keypair("t")
+    objects = [
+        desired.ssh_secret(spec, OWNER, keys),
+        desired.hostfile_config_map(spec, OWNER),
+        desired.workers_service(spec, OWNER),
+        desired.worker_pod(spec, OWNER, 0, 0),
+        desired.launcher_job(spec, OWNER, 0),
+    ]
+    for obj in objects:
+        meta = obj["metadata"]
+        assert meta["ownerReferences"] == [OWNER]
+        assert meta["labels"][names.JOB_NAME_LABEL] == "rn50"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "dtjob-operator"
+        assert meta["labels"]["app.kubernetes.io/instance"] == "rn50"
+        assert meta["namespace"] == "ml"
+    assert [o["metadata"]["name"] for o in objects] == [
+        "rn50-ssh", "rn50-hostfile", "rn50-workers", "rn50-worker-0", "rn50-launcher",
+    ]  # fmt: skip
+
+
+def test_hostfile_lists_every_worker_with_its_slots() -> None:
+    spec = job_spec(workers=3, gpusPerWorker=2)
+    assert desired.hostfile_text(spec) == (
+        "rn50-worker-0.rn50-workers.ml.svc slots=2\n"
+        "rn50-worker-1.rn50-workers.ml.svc slots=2\n"
+        "rn50-worker-2.rn50-workers.ml.svc slots=2\n"
+    )
+    cm = desired.hostfile_config_map(spec, OWNER)
+    assert "discover_hosts.sh" in cm["data"]
+
+
+def test_launcher_as_worker_is_first_host() -> None:
+    spec = job_spec(launcher={"runAsWorker": True})
+    assert desired.hostfile_text(spec).splitlines()[0] == "rn50-launcher.rn50-workers.ml.svc slots=4"
+    job = desired.launcher_job(spec, OWNER, 0)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["hostname"] == "rn50-launcher" and pod["subdomain"] == "rn50-workers"
+    assert _container(pod)["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert job["spec"]["template"]["metadata"]["labels"][names.MPI_HOST_LABEL] == "true"
+    assert "-np 12 " in _container(pod)["command"][2]
+
+
+def test_service_is_headless_and_publishes_unready_hosts() -> None:
+    svc = desired.workers_service(job_spec(), OWNER)
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {names.JOB_NAME_LABEL: "rn50", names.MPI_HOST_LABEL: "true"}
+
+
+def test_ssh_secret_holds_a_matching_keypair() -> None:
+    keys = generate_keypair("dtjob-rn50")
+    secret = desired.ssh_secret(job_spec(), OWNER, keys)
+    data = secret["stringData"]
+    assert data["id_ed25519"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert data["authorized_keys"] == data["id_ed25519.pub"]
+    assert data["authorized_keys"].startswith("ssh-ed25519 ")
+    assert generate_keypair("x").public_openssh != keys.public_openssh
+
+
+def test_worker_pod_gets_gpus_placement_readiness_and_data() -> None:
+    spec = job_spec(
+        dataset={"source": "imagenet", "volume": {"nfs": {"server": "nfs.local", "path": "/export"}}},
+        worker={"resources": {"requests": {"cpu": "20"}}, "podAnnotations": {"a": "b"}},
+        runPolicy={"scheduling": {"schedulerName": "volcano", "queueName": "gpu-queue"}},
+    )
+    pod = desired.worker_pod(spec, OWNER, 1, 3)
+    meta, pod_spec = pod["metadata"], pod["spec"]
+    assert meta["labels"][names.ATTEMPT_LABEL] == "3"
+    assert meta["labels"][names.WORKER_INDEX_LABEL] == "1"
+    assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert meta["annotations"] == {"a": "b"}
+    assert pod_spec["hostname"] == "rn50-worker-1" and pod_spec["subdomain"] == "rn50-workers"
+    assert pod_spec["restartPolicy"] == "Never"
+    assert pod_spec["schedulerName"] == "volcano"
+    assert pod_spec["nodeSelector"] == {"kubernetes.azure.com/agentpool": "gpu"}
+    assert {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"} in pod_spec[
+        "tolerations"
+    ]
+    container = _container(pod_spec)
+    assert container["resources"] == {"requests": {"cpu": "20"}, "limits": {"nvidia.com/gpu": 4}}
+    assert container["readinessProbe"]["tcpSocket"] == {"port": 22}
+    assert "exec /usr/sbin/sshd -D" in container["command"][2]
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    assert volumes["ssh"]["secret"] == {"secretName": "rn50-ssh", "defaultMode": 0o400}
+    assert volumes["data"]["nfs"] == {"server": "nfs.local", "path": "/export", "readOnly": True}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["data"] == {"name": "data", "mountPath": "/data", "readOnly": True}
+
+
+def test_launcher_runs_on_cpu_pool_without_gpus() -> None:
+    job = desired.launcher_job(job_spec(launcher={"podAnnotations": {"sim": "x"}}), OWNER, 2)
+    assert job["spec"]["backoffLimit"] == 0
+    template = job["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"sim": "x"}
+    assert template["metadata"]["labels"][names.ATTEMPT_LABEL] == "2"
+    pod = template["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.azure.com/agentpool": "system"}
+    assert "tolerations" not in pod
+    container = _container(pod)
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": ""} in container["env"]
+    assert "nvidia.com/gpu" not in str(container["resources"])
+    assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/etc/mpi", "/etc/dtjob/ssh"}
+
+
+def test_horovodrun_command_has_np_hostfile_and_entry_point() -> None:
+    spec = job_spec(hyperparameters={"batchSizePerGpu": 32, "stepsPerEpoch": 5, "amp": False})
+    cmd = mpi_command(spec)
+    assert cmd[:5] == ["horovodrun", "-np", "8", "--hostfile", "/etc/mpi/hostfile"]
+    i = cmd.index("python")
+    assert cmd[i : i + 3] == ["python", "-m", "dtjob_train.pytorch"]
+    flags = cmd[i + 3 :]
+    assert flags[flags.index("--batch-size") + 1] == "32"
+    assert flags[flags.index("--steps-per-epoch") + 1] == "5"
+    assert flags[flags.index("--data") + 1] == "synthetic"
+    assert "--data-dir" not in flags
+    assert "--amp" not in flags and "--fp16-allreduce" in flags
+    assert "--progress-file" in flags
+    # Every flag the training entry point is known to accept, nothing else.
+    known = {
+        "--data", "--data-dir", "--batch-size", "--epochs", "--steps-per-epoch", "--base-lr",
+        "--warmup-epochs", "--momentum", "--weight-decay", "--label-smoothing", "--amp", "--fp16-allreduce", "--channels-last",
+        "--checkpoint-dir", "--output-dir", "--log-interval", "--seed", "--progress-file", "--image-size",
+    }  # fmt: skip
+    assert {f for f in flags if f.startswith("--")} <= known
+
+
+def test_mpirun_and_overrides() -> None:
+    spec = job_spec(
+        launcher={"runner": "mpirun", "mpiArgs": ["-mca", "btl_tcp_if_include", "eth0"]},
+        env=[{"name": "NCCL_IB_DISABLE", "value": "1"}],
+        command=["python", "/app/train.py"],
+        args=["--fast"],
+    )
+    cmd = mpi_command(spec)
+    assert cmd[0] == "mpirun" and "--allow-run-as-root" in cmd
+    assert cmd[cmd.index("-np") + 1] == "8"
+    assert "NCCL_IB_DISABLE" in cmd
+    assert cmd[-3:] == ["python", "/app/train.py", "--fast"]
+    assert training_command(spec) == ["python", "/app/train.py", "--fast"]
+
+
+def test_launcher_script_is_valid_shell_around_the_command() -> None:
+    spec = job_spec(framework="keras", hyperparameters={"learningRate": 0.1})
+    job = desired.launcher_job(spec, OWNER, 0)
+    script = _container(job["spec"]["template"]["spec"])["command"][2]
+    last = script.strip().splitlines()[-1]
+    assert last.startswith("exec horovodrun")
+    argv = shlex.split(last)[1:]
+    assert argv == mpi_command(spec)
+    assert argv[argv.index("--base-lr") + 1] == "0.1"

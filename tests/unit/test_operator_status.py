@@ -1,0 +1,325 @@
+"""The job state machine, one transition per test."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dtjob.observed import LauncherState, Observed, PodState, observe
+from dtjob.status import (
+    Blocker,
+    CreateLauncher,
+    CreateWorker,
+    DeleteJob,
+    DeleteLauncher,
+    DeletePod,
+    EnsureWorld,
+    JobStatus,
+    decide,
+    format_time,
+    invalid_spec,
+    status_from_dict,
+)
+
+from tests.unit.operator_fixtures import job_spec
+
+NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def worker(i: int, attempt: int = 0, phase: str = "Running", ready: bool = True, **kw: Any) -> PodState:
+    return PodState(
+        name=f"rn50-worker-{i}", role="worker", attempt=attempt, index=i, phase=phase,
+        scheduled=phase != "Pending" or kw.pop("scheduled", False), ready=ready,
+        deleting=kw.pop("deleting", False), reason=kw.pop("reason", None),
+    )  # fmt: skip
+
+
+def launcher(attempt: int = 0, **kw: Any) -> LauncherState:
+    defaults: dict[str, Any] = {
+        "deleting": False, "running": True, "succeeded": False, "failed": False,
+        "pod_name": "rn50-launcher-x",
+    }  # fmt: skip
+    defaults.update(kw)
+    return LauncherState(attempt=attempt, **defaults)
+
+
+def started(**kw: Any) -> JobStatus:
+    return JobStatus(
+        phase=kw.pop("phase", "Running"), start_time=format_time(NOW - timedelta(seconds=10)), **kw
+    )
+
+
+def test_new_job_creates_world_and_workers_but_no_launcher() -> None:
+    d = decide(job_spec(), Observed(), JobStatus(), NOW, generation=1)
+    assert d.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0)]
+    assert d.status.phase == "Pending"
+    assert d.status.start_time == format_time(NOW)
+    assert d.status.is_true("Created")
+    assert d.status.observed_generation == 1
+    assert d.status.to_dict()["workersReady"] == "0/2"
+    assert [e.reason for e in d.events] == ["Pending"]
+
+
+def test_same_inputs_twice_create_nothing_new() -> None:
+    spec = job_spec()
+    obs = Observed(pods=(worker(0), worker(1)))
+    first = decide(spec, obs, started(phase="Starting"), NOW)
+    assert first.actions == [CreateLauncher(0)]
+    again = decide(spec, obs, first.status, NOW)
+    assert again.status == first.status
+    assert again.events == []
+
+
+def test_launcher_waits_for_every_worker_ready() -> None:
+    spec = job_spec()
+    obs = Observed(pods=(worker(0), worker(1, ready=False, reason="ContainersNotReady")))
+    d = decide(spec, obs, started(phase="Pending"), NOW)
+    assert not any(isinstance(a, CreateLauncher) for a in d.actions)
+    assert d.status.phase == "Starting"
+    assert "1/2 workers ready" in d.status.message and "rn50-worker-1" in d.status.message
+
+
+def test_unscheduled_worker_keeps_pending_with_reason() -> None:
+    pending = worker(1, phase="Pending", ready=False, reason="Unschedulable: 0/6 nodes are available")
+    d = decide(job_spec(), Observed(pods=(worker(0), pending)), started(phase="Pending"), NOW)
+    assert d.status.phase == "Pending"
+    assert "Unschedulable" in d.status.message
+
+
+def test_all_ready_creates_launcher_then_running() -> None:
+    spec = job_spec()
+    obs = Observed(pods=(worker(0), worker(1)), launcher=launcher())
+    d = decide(spec, obs, started(phase="Starting"), NOW)
+    assert d.actions == []
+    assert d.status.phase == "Running" and d.status.is_true("Running")
+    assert d.status.launcher_state == "Running"
+
+
+def test_launcher_success_finishes_and_cleans_running_workers() -> None:
+    obs = Observed(pods=(worker(0), worker(1)), launcher=launcher(running=False, succeeded=True))
+    d = decide(job_spec(), obs, started(), NOW)
+    assert d.status.phase == "Succeeded" and d.status.is_true("Succeeded")
+    assert not d.status.is_true("Running")
+    assert d.status.completion_time == format_time(NOW)
+    assert d.actions == [DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1")]
+    assert "rn50-launcher-x" in d.status.message
+
+
+def test_clean_pod_policy_none_and_all() -> None:
+    obs = Observed(pods=(worker(0), worker(1)), launcher=launcher(running=False, succeeded=True))
+    none = decide(job_spec(runPolicy={"cleanPodPolicy": "None"}), obs, started(), NOW)
+    assert none.actions == []
+    every = decide(job_spec(runPolicy={"cleanPodPolicy": "All"}), obs, started(), NOW)
+    assert every.actions == [DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), DeleteLauncher()]
+
+
+def test_worker_failure_restarts_world_naming_the_pod() -> None:
+    failed = worker(1, phase="Failed", ready=False, reason="Error, exit code 1")
+    obs = Observed(pods=(worker(0), failed), launcher=launcher())
+    d = decide(job_spec(), obs, started(), NOW)
+    assert d.status.phase == "Restarting" and d.status.restarts == 1
+    cond = d.status.condition("Restarting")
+    assert cond is not None and cond.status == "True" and cond.reason == "WorkerFailed"
+    assert "rn50-worker-1" in cond.message and "exit code 1" in cond.message
+    assert set(d.actions) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), DeleteLauncher()}
+    assert any(e.type == "Warning" and "rn50-worker-1" in e.message for e in d.events)
+
+
+def test_restart_waits_for_old_pods_then_recreates_with_new_attempt() -> None:
+    spec = job_spec()
+    prev = started(phase="Restarting", restarts=1)
+    old = Observed(pods=(worker(0, deleting=True), worker(1, phase="Failed", ready=False, deleting=True)))
+    waiting = decide(spec, old, prev, NOW)
+    assert waiting.actions == []
+    assert waiting.status.phase == "Restarting"
+    assert "old pod" in waiting.status.message
+    gone = decide(spec, Observed(), prev, NOW)
+    assert gone.actions == [EnsureWorld(), CreateWorker(0, 1), CreateWorker(1, 1)]
+    # A stale pod of attempt 0 that is not yet deleting gets deleted, and its name is not reused yet.
+    stale = decide(spec, Observed(pods=(worker(0, attempt=0),)), prev, NOW)
+    assert stale.actions == [DeletePod("rn50-worker-0"), EnsureWorld(), CreateWorker(1, 1)]
+
+
+def test_recovery_after_restart_is_running_again() -> None:
+    prev = started(phase="Restarting", restarts=1)
+    prev = replace(
+        prev,
+        conditions=decide(
+            job_spec(), Observed(pods=(worker(0, phase="Failed", ready=False),)), started(), NOW
+        ).status.conditions,
+    )
+    obs = Observed(pods=(worker(0, attempt=1), worker(1, attempt=1)), launcher=launcher(attempt=1))
+    d = decide(job_spec(), obs, prev, NOW)
+    assert d.status.phase == "Running"
+    cond = d.status.condition("Restarting")
+    assert cond is not None and cond.status == "False" and cond.reason == "Recovered"
+    assert any(e.reason == "Recovered" for e in d.events)
+
+
+def test_failure_at_backoff_limit_fails_naming_the_pod() -> None:
+    spec = job_spec(runPolicy={"backoffLimit": 1})
+    failed = worker(0, attempt=1, phase="Failed", ready=False, reason="OOMKilled, exit code 137")
+    obs = Observed(pods=(failed, worker(1, attempt=1)), launcher=launcher(attempt=1))
+    d = decide(spec, obs, started(restarts=1), NOW)
+    assert d.status.phase == "Failed" and d.status.restarts == 1
+    cond = d.status.condition("Failed")
+    assert cond is not None and cond.reason == "WorkerFailed"
+    assert (
+        "rn50-worker-0" in cond.message and "OOMKilled" in cond.message and "backoffLimit (1)" in cond.message
+    )
+    # The failed pod stays for its logs; the running worker and the launcher are cleaned up.
+    assert d.actions == [DeletePod("rn50-worker-1"), DeleteLauncher()]
+
+
+def test_launcher_failure_restarts() -> None:
+    obs = Observed(
+        pods=(worker(0), worker(1)),
+        launcher=launcher(
+            running=False, failed=True, reason="Error, exit code 1", pod_name="rn50-launcher-abc"
+        ),
+    )
+    d = decide(job_spec(), obs, started(), NOW)
+    cond = d.status.condition("Restarting")
+    assert cond is not None and cond.reason == "LauncherFailed" and "rn50-launcher-abc" in cond.message
+
+
+def test_worker_vanishing_under_running_launcher_is_a_failure() -> None:
+    d = decide(job_spec(), Observed(pods=(worker(0),), launcher=launcher()), started(), NOW)
+    cond = d.status.condition("Restarting")
+    assert cond is not None and cond.reason == "WorkerLost" and "rn50-worker-1" in cond.message
+
+
+def test_stale_failed_pod_of_old_attempt_does_not_restart_again() -> None:
+    obs = Observed(pods=(worker(0, attempt=0, phase="Failed", ready=False),))
+    d = decide(job_spec(), obs, started(phase="Restarting", restarts=1), NOW)
+    assert d.status.restarts == 1
+    assert DeletePod("rn50-worker-0") in d.actions
+
+
+def test_deadline_exceeded() -> None:
+    spec = job_spec(runPolicy={"activeDeadlineSeconds": 5})
+    obs = Observed(pods=(worker(0), worker(1)), launcher=launcher())
+    d = decide(spec, obs, started(), NOW)
+    assert d.status.phase == "Failed"
+    cond = d.status.condition("Failed")
+    assert cond is not None and cond.reason == "DeadlineExceeded"
+
+
+def test_deadline_not_yet_reached_requeues_at_deadline() -> None:
+    spec = job_spec(runPolicy={"activeDeadlineSeconds": 60})
+    d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=launcher()), started(), NOW)
+    assert d.status.phase == "Running"
+    assert d.requeue_after == 50
+
+
+def test_suspend_deletes_pods_keeps_job_and_resume_recreates() -> None:
+    obs = Observed(pods=(worker(0), worker(1)), launcher=launcher())
+    spec = job_spec(runPolicy={"suspend": True})
+    d = decide(spec, obs, started(), NOW)
+    assert d.status.phase == "Suspended" and d.status.is_true("Suspended")
+    assert set(d.actions) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), DeleteLauncher()}
+    assert d.status.start_time is None
+    resumed = decide(job_spec(), Observed(), d.status, NOW)
+    assert resumed.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0)]
+    assert not resumed.status.is_true("Suspended")
+    assert any(e.reason == "Resumed" for e in resumed.events)
+    assert resumed.status.restarts == 0
+
+
+def test_suspended_before_start_creates_nothing() -> None:
+    d = decide(job_spec(runPolicy={"suspend": True}), Observed(), JobStatus(), NOW)
+    assert d.actions == [] and d.status.phase == "Suspended"
+
+
+def test_waiting_blocker_keeps_pending_and_creates_nothing() -> None:
+    blocker = Blocker("PVCNotFound", "spec.dataset.volume.persistentVolumeClaim.claimName: 'x' not found")
+    d = decide(job_spec(), Observed(), JobStatus(), NOW, blocker=blocker)
+    assert d.actions == []
+    assert d.status.phase == "Pending"
+    cond = d.status.condition("Created")
+    assert cond is not None and cond.status == "False" and cond.reason == "PVCNotFound"
+    assert d.requeue_after == 15
+
+
+def test_fatal_blocker_fails() -> None:
+    blocker = Blocker("InsufficientGPUsPerNode", "spec.gpusPerWorker: 6 > 4", fatal=True)
+    d = decide(job_spec(), Observed(), JobStatus(), NOW, blocker=blocker)
+    assert d.status.phase == "Failed" and d.actions == []
+    assert "spec.gpusPerWorker" in d.status.message
+
+
+def test_ttl_after_finished() -> None:
+    spec = job_spec(runPolicy={"ttlSecondsAfterFinished": 30})
+    done = JobStatus(phase="Succeeded", completion_time=format_time(NOW - timedelta(seconds=10)))
+    waiting = decide(spec, Observed(), done, NOW)
+    assert waiting.actions == [] and waiting.requeue_after == 20
+    expired = decide(spec, Observed(), done, NOW + timedelta(seconds=25))
+    assert expired.actions == [DeleteJob()]
+
+
+def test_finished_job_stays_finished() -> None:
+    done = JobStatus(phase="Failed", completion_time=format_time(NOW))
+    d = decide(job_spec(), Observed(pods=(worker(0, phase="Failed", ready=False),)), done, NOW)
+    assert d.status.phase == "Failed" and d.actions == [] and d.events == []
+
+
+def test_invalid_spec_fails_with_field() -> None:
+    d = invalid_spec(JobStatus(), "spec.workers", "must be >= 1", NOW, 2)
+    assert d.status.phase == "Failed" and d.status.message == "spec.workers: must be >= 1"
+    cond = d.status.condition("Failed")
+    assert cond is not None and cond.reason == "InvalidSpec"
+
+
+def test_status_round_trips_through_dict() -> None:
+    d = decide(
+        job_spec(), Observed(pods=(worker(0), worker(1))), started(phase="Starting", restarts=2), NOW, 3
+    )
+    assert status_from_dict(d.status.to_dict()) == d.status
+
+
+def test_condition_transition_time_moves_only_on_flip() -> None:
+    obs = Observed(pods=(worker(0), worker(1)), launcher=launcher())
+    first = decide(job_spec(), obs, started(phase="Starting"), NOW)
+    later = decide(job_spec(), obs, first.status, NOW + timedelta(minutes=5))
+    assert first.status.condition("Running") == later.status.condition("Running")
+
+
+def test_observe_reads_raw_pods_and_job() -> None:
+    pod = {
+        "metadata": {"name": "rn50-worker-0", "labels": {
+            "dtjob.io/role": "worker", "dtjob.io/attempt": "1", "dtjob.io/worker-index": "0"}},
+        "status": {
+            "phase": "Failed",
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
+        },
+    }  # fmt: skip
+    launcher_pod = {
+        "metadata": {
+            "name": "rn50-launcher-q",
+            "labels": {"dtjob.io/role": "launcher", "dtjob.io/attempt": "1"},
+        },
+        "status": {"phase": "Running"},
+    }
+    job = {
+        "metadata": {"name": "rn50-launcher", "labels": {"dtjob.io/attempt": "1"}},
+        "status": {"active": 1},
+    }
+    obs = observe([pod, launcher_pod], job)
+    state = obs.pods[0]
+    assert (state.attempt, state.index, state.phase, state.ready, state.scheduled) == (
+        1,
+        0,
+        "Failed",
+        False,
+        True,
+    )
+    assert state.reason == "Error, exit code 1"
+    assert obs.launcher is not None and obs.launcher.running and obs.launcher.pod_name == "rn50-launcher-q"
+    failed_job = {
+        **job,
+        "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]},
+    }
+    failed = observe([], failed_job).launcher
+    assert failed is not None and failed.failed and failed.reason == "BackoffLimitExceeded"
