@@ -140,7 +140,8 @@ def test_horovodrun_command_has_np_hostfile_and_entry_point() -> None:
     # Every flag the training entry point is known to accept, nothing else.
     known = {
         "--data", "--data-dir", "--batch-size", "--epochs", "--steps-per-epoch", "--base-lr",
-        "--warmup-epochs", "--momentum", "--weight-decay", "--label-smoothing", "--amp", "--fp16-allreduce", "--channels-last",
+        "--warmup-epochs", "--momentum", "--weight-decay", "--label-smoothing", "--amp", "--fp16-allreduce",
+        "--channels-last",
         "--checkpoint-dir", "--output-dir", "--log-interval", "--seed", "--progress-file", "--image-size",
     }  # fmt: skip
     assert {f for f in flags if f.startswith("--")} <= known
