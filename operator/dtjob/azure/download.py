@@ -1,0 +1,230 @@
+"""Stage a container prefix onto a local (or NFS) directory: parallel, resumable, atomic per file.
+
+A file counts as present when it has the blob's size and either the manifest records the same blob version
+(ETag or MD5) or its content hashes to the blob's Content-MD5. Everything else is downloaded to a hidden temp
+name beside its destination, checked against Content-MD5 when the blob has one, and renamed into place, so a
+file under its final name is always complete. A run that fails removes its temp files and never writes the
+completion marker.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from dtjob.azure.errors import ExitCode, StorageFailure, describe_storage_error
+from dtjob.azure.manifest import (
+    COMPLETE_NAME,
+    MANIFEST_NAME,
+    PART_SUFFIX,
+    Entry,
+    ManifestWriter,
+    load_manifest,
+)
+from dtjob.azure.parallel import retry_once_on_denial, run_bounded
+from dtjob.azure.progress import Progress, ProgressSnapshot
+
+if TYPE_CHECKING:
+    from azure.storage.blob import ContainerClient
+
+ClientFactory = Callable[[], "ContainerClient"]
+HASH_BLOCK = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    name: str  # the blob name
+    rel: str  # its path under the destination
+    size: int
+    etag: str
+    md5: str | None  # base64 Content-MD5, when the blob has one
+
+
+def directory_prefix(prefix: str) -> str:
+    """`train` and `train/` both mean the virtual directory `train/`; empty means the whole container."""
+    prefix = prefix.strip("/")
+    return f"{prefix}/" if prefix else ""
+
+
+def relative_path(blob_name: str, prefix: str) -> str | None:
+    """The destination-relative path of a blob, None for directory markers; refuses names that would
+    escape the destination."""
+    rel = blob_name[len(prefix) :]
+    if not rel or rel.endswith("/"):
+        return None
+    parts = PurePosixPath(rel).parts
+    if rel.startswith("/") or any(p in ("..", ".") for p in parts) or "\\" in rel or "\0" in rel:
+        raise StorageFailure(ExitCode.STORAGE, f"blob name {blob_name!r} would escape the destination")
+    return rel
+
+
+def _md5_b64(raw: bytes | bytearray | None) -> str | None:
+    return base64.b64encode(bytes(raw)).decode() if raw else None
+
+
+def list_remote(client: ContainerClient, prefix: str) -> list[RemoteFile]:
+    files = []
+    for blob in client.list_blobs(name_starts_with=prefix or None):
+        rel = relative_path(blob.name, prefix)
+        if rel is None:
+            continue
+        md5 = _md5_b64(blob.content_settings.content_md5 if blob.content_settings else None)
+        files.append(RemoteFile(blob.name, rel, int(blob.size), str(blob.etag), md5))
+    return files
+
+
+def file_md5_b64(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as f:
+        while block := f.read(HASH_BLOCK):
+            digest.update(block)
+    return base64.b64encode(digest.digest()).decode()
+
+
+def is_present(local: Path, remote: RemoteFile, entry: Entry | None) -> bool:
+    try:
+        if local.stat().st_size != remote.size:
+            return False
+    except FileNotFoundError:
+        return False
+    if entry is not None and entry.size == remote.size and _same_version(entry, remote):
+        return True
+    return remote.md5 is not None and file_md5_b64(local) == remote.md5
+
+
+def _same_version(entry: Entry, remote: RemoteFile) -> bool:
+    return entry.etag == remote.etag or (remote.md5 is not None and entry.md5 == remote.md5)
+
+
+def sweep_partial_files(dest: Path) -> int:
+    """Remove temp files a killed run left behind."""
+    removed = 0
+    for dirpath, _dirs, names in os.walk(dest):
+        for name in names:
+            if name.endswith(PART_SUFFIX):
+                (Path(dirpath) / name).unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def part_path(final: Path) -> Path:
+    return final.with_name(f".{final.name}{PART_SUFFIX}")
+
+
+@dataclass
+class Stager:
+    """One staging run: `client` returns a client for the current token, `refresh` re-reads credentials."""
+
+    client: ClientFactory
+    refresh: Callable[[], None]
+    dest: Path
+    progress: Progress
+    subject: str  # e.g. "input container imagenet" in messages
+    credentials_hint: str  # e.g. "Secret r50-sas-in"
+    concurrency: int = 8
+    fsync: bool = True
+
+    def run(self, prefix: str) -> ProgressSnapshot:
+        prefix = directory_prefix(prefix)
+        try:
+            self.dest.mkdir(parents=True, exist_ok=True)
+            marker = self.dest / COMPLETE_NAME
+            # Only a run that did not finish can have left temp files; a finished tree is not walked again.
+            finished_before = marker.exists()
+            marker.unlink(missing_ok=True)
+            remotes = retry_once_on_denial(lambda: list_remote(self.client(), prefix), self.refresh)
+            if not remotes:
+                raise StorageFailure(ExitCode.NOT_FOUND, f"{self.subject}: no blobs under prefix {prefix!r}")
+            entries = load_manifest(self.dest / MANIFEST_NAME)
+            if not finished_before:
+                sweep_partial_files(self.dest)
+            self.progress.planned(len(remotes), sum(r.size for r in remotes))
+            self.progress.set_phase("transferring")
+            manifest = ManifestWriter(self.dest / MANIFEST_NAME)
+            try:
+                self._run_all(remotes, entries, manifest)
+            finally:
+                manifest.close()
+            snapshot = self.progress.snapshot()
+            _write_marker(marker, prefix, snapshot)
+        except Exception as err:
+            failure = describe_storage_error(err, self.subject, self.credentials_hint)
+            self.progress.set_phase("failed", failure.reason)
+            raise failure from err
+        self.progress.set_phase("done")
+        return self.progress.snapshot()
+
+    def _run_all(
+        self, remotes: list[RemoteFile], entries: dict[str, Entry], manifest: ManifestWriter
+    ) -> None:
+        def work(remote: RemoteFile, cancel: threading.Event) -> None:
+            if not cancel.is_set():
+                self._one(remote, entries.get(remote.rel), manifest, cancel)
+
+        run_bounded(remotes, work, self.concurrency, "stage")
+
+    def _one(
+        self, remote: RemoteFile, entry: Entry | None, manifest: ManifestWriter, cancel: threading.Event
+    ) -> None:
+        final = self.dest / remote.rel
+        if is_present(final, remote, entry):
+            self.progress.skipped(remote.size)
+            if entry is None or entry.etag != remote.etag:
+                manifest.record(remote.rel, Entry(remote.size, remote.etag, remote.md5))
+            return
+        final.parent.mkdir(parents=True, exist_ok=True)
+        md5 = retry_once_on_denial(lambda: self._download_verified(remote, final, cancel), self.refresh)
+        self.progress.file_done()
+        manifest.record(remote.rel, Entry(remote.size, remote.etag, remote.md5 or md5))
+
+    def _download_verified(self, remote: RemoteFile, final: Path, cancel: threading.Event) -> str:
+        for _attempt in range(2):
+            md5 = self._download(remote, final, cancel)
+            if remote.md5 is None or md5 == remote.md5:
+                return md5
+        part_path(final).unlink(missing_ok=True)
+        raise StorageFailure(
+            ExitCode.INTEGRITY,
+            f"{self.subject}: {remote.name} does not match its Content-MD5 (2 attempts)",
+        )
+
+    def _download(self, remote: RemoteFile, final: Path, cancel: threading.Event) -> str:
+        part = part_path(final)
+        digest = hashlib.md5(usedforsecurity=False)
+        try:
+            with part.open("wb") as out:
+                for chunk in self.client().download_blob(remote.name).chunks():
+                    if cancel.is_set():
+                        raise StorageFailure(ExitCode.STORAGE, "cancelled")
+                    out.write(chunk)
+                    digest.update(chunk)
+                    self.progress.add_bytes(len(chunk))
+                if self.fsync:
+                    out.flush()
+                    os.fsync(out.fileno())
+            md5 = base64.b64encode(digest.digest()).decode()
+            if remote.md5 is None or md5 == remote.md5:
+                part.replace(final)
+            return md5
+        finally:
+            part.unlink(missing_ok=True)
+
+
+def _write_marker(marker: Path, prefix: str, snapshot: ProgressSnapshot) -> None:
+    body = {
+        "prefix": prefix,
+        "files": snapshot.files_total,
+        "bytes": snapshot.bytes_total,
+        "finishedAt": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    tmp = marker.with_name(marker.name + PART_SUFFIX)
+    tmp.write_text(json.dumps(body) + "\n")
+    tmp.replace(marker)

@@ -1,0 +1,70 @@
+"""Turn Azure SDK and local I/O exceptions into one-line reasons a user can act on.
+
+Every reason passes through `redact`, so a signed URL quoted by an exception never reaches a log or status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from dtjob.azure.sas import redact
+
+
+class ExitCode(IntEnum):
+    """Exit statuses of the stager and the `dtjob data` commands (the operator maps them to reasons)."""
+
+    OK = 0
+    USAGE = 2  # bad arguments or unreadable credential files
+    DENIED = 3  # 401/403: missing, expired, tampered or under-privileged credentials
+    NOT_FOUND = 4  # container missing, or nothing under the prefix
+    LOCAL_IO = 5  # the destination (or source tree) could not be read or written
+    STORAGE = 6  # any other storage error, after the SDK's own retries
+    INTEGRITY = 7  # downloaded content does not match the blob's MD5
+
+
+@dataclass
+class StorageFailure(Exception):
+    code: ExitCode
+    reason: str
+
+    def __post_init__(self) -> None:
+        self.reason = redact(self.reason)
+        super().__init__(self.reason)
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _error_code(err: Exception) -> str:
+    code = getattr(err, "error_code", None)
+    return f" {code}" if code else ""
+
+
+def describe_storage_error(err: Exception, subject: str, credentials_hint: str) -> StorageFailure:
+    """A StorageFailure for an exception raised while working on `subject` (e.g. "input container data").
+
+    `credentials_hint` names what the user should check on a denial, e.g. "Secret r50-sas-in"."""
+    from azure.core.exceptions import HttpResponseError, ServiceRequestError
+
+    if isinstance(err, StorageFailure):
+        return err
+    if isinstance(err, HttpResponseError):
+        status = err.status_code
+        code = _error_code(err)
+        if status in (401, 403):
+            return StorageFailure(
+                ExitCode.DENIED, f"{subject}: access denied ({status}{code}): check {credentials_hint}"
+            )
+        if status == 404:
+            return StorageFailure(ExitCode.NOT_FOUND, f"{subject}: not found (404{code})")
+        first_line = (err.message or "").splitlines()[0] if err.message else type(err).__name__
+        return StorageFailure(ExitCode.STORAGE, f"{subject}: storage error ({status}{code}): {first_line}")
+    if isinstance(err, ServiceRequestError):
+        return StorageFailure(
+            ExitCode.STORAGE, f"{subject}: cannot reach the storage endpoint: {err.message}"
+        )
+    if isinstance(err, OSError):
+        where = f" {err.filename}" if err.filename else ""
+        return StorageFailure(ExitCode.LOCAL_IO, f"local I/O error{where}: {err.strerror or err}")
+    return StorageFailure(ExitCode.STORAGE, f"{subject}: {type(err).__name__}: {err}")

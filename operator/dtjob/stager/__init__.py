@@ -1,0 +1,7 @@
+"""The staging program run by the staging Job and by rank 0's results step: `python -m dtjob.stager`.
+
+    python -m dtjob.stager [download] --container-url-file F --sas-file F --prefix P --dest DIR ...
+    python -m dtjob.stager upload --container-url-file F --sas-file F --prefix P --src DIR ...
+
+Credentials come only from files of the mounted SAS Secret (re-read as they rotate), never from argv or env.
+"""
