@@ -1,0 +1,119 @@
+"""Results and logs land at the output prefix with the write SAS; a rotated token file is picked up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from azure.core.exceptions import HttpResponseError
+from azure.storage.blob import ContainerClient
+from dtjob.azure.clients import SasFileSource
+from dtjob.azure.emulator import Azurite
+from dtjob.azure.progress import ProgressSnapshot
+from dtjob.azure.results import output_url, run_prefix, upload_logs_with_sas
+from dtjob.azure.sas import Access
+
+from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service
+
+pytestmark = pytest.mark.azure
+
+
+@pytest.fixture
+def container(azurite: Azurite, container_name: str) -> Iterator[ContainerClient]:
+    client = service(azurite).create_container(container_name)
+    yield client
+    client.delete_container()
+
+
+def _write_tree(root: Path) -> dict[str, bytes]:
+    tree = {
+        "checkpoints/epoch-1.pt": os.urandom(50_000),
+        "checkpoints/epoch-2.pt": os.urandom(50_000),
+        "model/final.pt": os.urandom(80_000),
+        "metrics.json": b'{"top1": 0.76}',
+    }
+    for rel, data in tree.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return tree
+
+
+def test_results_and_logs_land_at_the_output_prefix(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path
+) -> None:
+    tree = _write_tree(tmp_path / "out")
+    sas = mint(azurite, container.container_name, Access.OUTPUT)
+    files = sas_files(tmp_path / "sas", sas)
+    prefix = run_prefix("runs", "team-a", "r50", "0b1c-uid")
+    assert prefix == "runs/team-a/r50/0b1c-uid/"
+
+    args = (
+        "upload",
+        "--src",
+        str(tmp_path / "out"),
+        "--prefix",
+        prefix,
+        "--termination-file",
+        str(tmp_path / "t"),
+    )
+    uploaded = run_stager(files, *args)
+    assert uploaded.returncode == 0, uploaded.stderr
+    assert ProgressSnapshot.from_json((tmp_path / "t").read_text()).files_done == 4
+
+    logs = {
+        "r50-launcher": "epoch 1 ... done\n",
+        "r50-worker-0": "sshd ready\n",
+        "r50-worker-1": "ünïcode ok\n",
+    }
+    names = upload_logs_with_sas(sas, "runs", "team-a", "r50", "0b1c-uid", logs)
+    assert names == [f"{prefix}logs/{pod}.log" for pod in sorted(logs)]
+
+    # Read back with the account key (the write SAS itself cannot read).
+    stored = {b.name: container.download_blob(b.name).readall() for b in container.list_blobs()}
+    assert stored == {
+        **{prefix + rel: data for rel, data in tree.items()},
+        **{f"{prefix}logs/{pod}.log": text.encode() for pod, text in logs.items()},
+    }
+    for blob in container.list_blobs(name_starts_with=prefix + "model/"):
+        assert blob.content_settings.content_md5  # stored so downloads and the stager can verify
+    url = output_url(sas.container_url, "runs", "team-a", "r50", "0b1c-uid")
+    assert url == f"{azurite.endpoint}/{container.container_name}/runs/team-a/r50/0b1c-uid/"
+    assert "sig=" not in url
+
+    again = run_stager(files, *args)
+    assert again.returncode == 0, again.stderr
+    snap = ProgressSnapshot.from_json((tmp_path / "t").read_text())
+    assert (snap.files_done, snap.files_skipped) == (0, 4)
+
+
+def test_upload_with_a_read_sas_is_denied(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path
+) -> None:
+    _write_tree(tmp_path / "out")
+    files = sas_files(tmp_path / "sas", mint(azurite, container.container_name, Access.INPUT))
+    denied = run_stager(
+        files, "upload", "--src", str(tmp_path / "out"), "--prefix", "p",
+        "--credentials-hint", "Secret r50-sas-out",
+    )  # fmt: skip
+    assert denied.returncode == 3
+    assert "access denied (403" in denied.stderr
+    assert "check Secret r50-sas-out" in denied.stderr
+    assert list(container.list_blobs()) == []
+
+
+def test_sas_file_source_follows_a_rotated_token(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path
+) -> None:
+    container.upload_blob("x", b"1")
+    files = sas_files(tmp_path / "sas", mint(azurite, container.container_name, Access.INPUT))
+    source = SasFileSource(files.url_file, files.token_file, refresh_s=0)
+    assert [b.name for b in source().list_blobs()] == ["x"]
+    # The kubelet swaps the mounted file's content; a list-only token cannot read, so the swap is observable.
+    files.write(mint_raw(azurite, container.container_name, "l"))
+    with pytest.raises(HttpResponseError) as denied:
+        source().download_blob("x").readall()
+    assert denied.value.status_code == 403
+    files.write(mint(azurite, container.container_name, Access.INPUT))
+    assert source().download_blob("x").readall() == b"1"
