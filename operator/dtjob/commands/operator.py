@@ -1,0 +1,47 @@
+"""`dtjob operator`: run the kopf operator (also what `python -m dtjob operator` and the image run)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "operator", help="run the DistributedTrainingJob operator", description=__doc__
+    )
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n", "--namespace", action="append", dest="namespaces", metavar="NS",
+        help="watch this namespace (repeatable; globs allowed); default: the whole cluster",
+    )  # fmt: skip
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
+    parser.add_argument(
+        "--liveness", default=DEFAULT_LIVENESS, metavar="URL",
+        help=f"liveness endpoint served by the operator (default {DEFAULT_LIVENESS}); 'none' disables it",
+    )  # fmt: skip
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile decision")
+    parser.add_argument("--debug", action="store_true", help="log kopf internals too")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    import dtjob.handlers  # noqa: F401  (registers the handlers with kopf's default registry)
+
+    kopf.configure(verbose=args.verbose, debug=args.debug)
+    namespaces = args.namespaces or []
+    liveness = None if args.liveness == "none" else args.liveness
+    asyncio.run(
+        kopf.operator(
+            standalone=True,  # one replica; no peering objects needed in the cluster
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=liveness,
+        )
+    )
+    return 0

@@ -1,0 +1,143 @@
+"""A work queue of job keys, like controller-runtime's: events enqueue, a few workers reconcile.
+
+Every watch event (the job itself, one of its pods, its launcher Job) only enqueues the job's key; the key is
+deduplicated while waiting and never reconciled twice at the same time, so a burst of pod events for one job
+costs one reconcile. Reconciles read pods and Jobs from kopf indices (the watch cache), not from the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from dtjob.config import OperatorConfig
+from dtjob.kube import Conflict, Kube
+from dtjob.reconcile import Children, reconcile
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]  # (namespace, job name)
+ChildrenOf = Callable[[Key], Children]
+
+
+class Controller:
+    def __init__(self, kube: Kube, config: OperatorConfig) -> None:
+        self.kube = kube
+        self.config = config
+        self.known: set[Key] = set()
+        self.children_of: ChildrenOf | None = None
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._active: set[Key] = set()
+        self._dirty: set[Key] = set()
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
+        self._failures: dict[Key, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.reconciles = 0
+
+    # --- feeding the queue ---------------------------------------------------------------------------
+
+    def enqueue(self, key: Key, delay: float = 0.0) -> None:
+        if delay > 0:
+            loop = asyncio.get_running_loop()
+            old = self._timers.get(key)
+            due = loop.time() + delay
+            if old is not None and old.when() <= due:
+                return  # an earlier wake-up is already set
+            if old is not None:
+                old.cancel()
+            self._timers[key] = loop.call_at(due, self._fire, key)
+            return
+        if key in self._active:
+            self._dirty.add(key)  # run once more when the current reconcile ends
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    def _fire(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.enqueue(key)
+
+    def observe_job(self, key: Key, deleted: bool) -> None:
+        if deleted:
+            self.known.discard(key)
+            self._failures.pop(key, None)
+            timer = self._timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+        else:
+            self.known.add(key)
+            self.enqueue(key)
+
+    @property
+    def depth(self) -> int:
+        return len(self._queued) + len(self._active)
+
+    # --- running -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.config.workers)]
+        self._tasks.append(asyncio.create_task(self._resync()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for timer in self._timers.values():
+            timer.cancel()
+
+    async def _resync(self) -> None:
+        # A safety net for missed events; deadlines and TTLs have their own timers.
+        while True:
+            await asyncio.sleep(self.config.resync_seconds)
+            for key in list(self.known):
+                self.enqueue(key)
+
+    async def _worker(self, number: int) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            if self.children_of is None or key not in self.known:
+                continue
+            self._active.add(key)
+            try:
+                await self._reconcile(key)
+            finally:
+                self._active.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.enqueue(key)
+
+    async def _reconcile(self, key: Key) -> None:
+        assert self.children_of is not None
+        # Snapshot the cache on the event loop: kopf mutates the indices there.
+        children = self.children_of(key)
+        namespace, name = key
+        self.reconciles += 1
+        try:
+            requeue = await asyncio.to_thread(reconcile, self.kube, self.config, namespace, name, children)
+        except Conflict:
+            self.enqueue(key, 0.2)
+            return
+        except Exception:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            delay = min(2.0**failures, 60.0)
+            log.exception("reconcile of %s/%s failed (attempt %d); retrying in %.0fs", namespace, name,
+                          failures, delay)  # fmt: skip
+            self.enqueue(key, delay)
+            return
+        self._failures.pop(key, None)
+        if requeue is not None:
+            self.enqueue(key, requeue)
+
+
+def children_from_indices(
+    pods: Mapping[Key, Iterable[Mapping[str, Any]]], launchers: Mapping[Key, Iterable[Mapping[str, Any]]]
+) -> ChildrenOf:
+    def children_of(key: Key) -> Children:
+        launcher = next(iter(launchers.get(key, ())), None)
+        return Children(pods=tuple(pods.get(key, ())), launcher=launcher)
+
+    return children_of

@@ -1,0 +1,131 @@
+"""kopf registrations. Thin: they keep the watch cache (indices) and feed the controller's queue.
+
+Pods and Jobs are watched once for the whole operator with a server-side label selector
+(app.kubernetes.io/managed-by=dtjob-operator), so the API server streams only our children; each event is
+one dict insert in an index plus one enqueue. No per-job watches, no polling, no list calls per reconcile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from dtjob import API_GROUP, API_VERSION, PLURAL, names
+from dtjob.config import load_config
+from dtjob.controller import Controller, children_from_indices
+from dtjob.kube import Kube
+
+MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY}"
+WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
+WATCH_CLIENT_TIMEOUT = 330
+
+
+def _api_client() -> k8s.ApiClient:
+    try:
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
+    return k8s.ApiClient()
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = f"{API_GROUP}/kopf-finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=API_GROUP, key="last-handled-configuration"
+    )
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
+    settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT
+    settings.watching.connect_timeout = 30
+    settings.watching.label_selectors["v1", "pods"] = MANAGED_SELECTOR
+    settings.watching.label_selectors["batch", "v1", "jobs"] = MANAGED_SELECTOR
+    # Our own events describe every transition; kopf's per-handler chatter would only add noise.
+    settings.posting.level = logging.WARNING
+    controller = Controller(Kube(_api_client()), load_config())
+    controller.start()
+    memo["controller"] = controller
+
+
+@kopf.on.cleanup()
+async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller | None = memo.get("controller")
+    if controller is not None:
+        await controller.stop()
+
+
+def _projection(body: kopf.Body) -> dict[str, Any]:
+    """The parts of a child the state machine reads; keeps the cache small."""
+    meta = body.get("metadata", {})
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "labels": dict(meta.get("labels") or {}),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+        },
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def _job_key(namespace: str | None, labels: Mapping[str, str]) -> tuple[str, str] | None:
+    job = labels.get(names.JOB_NAME_LABEL)
+    return (namespace, job) if namespace and job else None
+
+
+@kopf.index("v1", "pods", labels={names.JOB_NAME_LABEL: kopf.PRESENT})
+async def dtjob_pods(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]] | None:
+    key = _job_key(namespace, labels)
+    return {key: _projection(body)} if key else None
+
+
+@kopf.index("batch", "v1", "jobs", labels={names.ROLE_LABEL: names.ROLE_LAUNCHER})
+async def dtjob_launchers(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]] | None:
+    key = _job_key(namespace, labels)
+    return {key: _projection(body)} if key else None
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+async def job_event(type: str, namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
+    dtjob_pods: kopf.Index[tuple[str, str], dict[str, Any]] = kwargs["dtjob_pods"]
+    dtjob_launchers: kopf.Index[tuple[str, str], dict[str, Any]] = kwargs["dtjob_launchers"]
+    controller: Controller = memo["controller"]
+    if controller.children_of is None:
+        # kopf fills every index before the first non-index handler runs, so the cache is complete here.
+        controller.children_of = children_from_indices(dtjob_pods, dtjob_launchers)
+    if namespace and name:
+        controller.observe_job((namespace, name), deleted=type == "DELETED")
+
+
+@kopf.on.event("v1", "pods", labels={names.JOB_NAME_LABEL: kopf.PRESENT})
+async def pod_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    key = _job_key(namespace, labels)
+    if key:
+        memo["controller"].enqueue(key)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={names.ROLE_LABEL: names.ROLE_LAUNCHER})
+async def launcher_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    key = _job_key(namespace, labels)
+    if key:
+        memo["controller"].enqueue(key)
+
+
+@kopf.on.probe(id="queue")
+async def queue_depth(memo: kopf.Memo, **_: Any) -> int:
+    controller: Controller | None = memo.get("controller")
+    return controller.depth if controller else 0
+
+
+@kopf.on.probe(id="reconciles")
+async def reconcile_count(memo: kopf.Memo, **_: Any) -> int:
+    controller: Controller | None = memo.get("controller")
+    return controller.reconciles if controller else 0

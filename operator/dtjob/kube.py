@@ -1,0 +1,171 @@
+"""The apply layer: the only module that talks to the Kubernetes API.
+
+Creates are create-if-absent (409 AlreadyExists means another reconcile got there first: fine), deletes are
+delete-if-present (404 is success), so running any action twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+class Conflict(Exception):
+    """The object changed since it was read (HTTP 409 on an update): read again and retry."""
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    # --- reads ---------------------------------------------------------------------------------------
+
+    def get_job(self, namespace: str, name: str) -> Json | None:
+        return _raw_or_none(
+            lambda: self.custom.get_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False
+            )
+        )
+
+    def get_secret(self, namespace: str, name: str) -> Json | None:
+        return _raw_or_none(lambda: self.core.read_namespaced_secret(name, namespace, _preload_content=False))
+
+    def get_pvc(self, namespace: str, name: str) -> Json | None:
+        return _raw_or_none(
+            lambda: self.core.read_namespaced_persistent_volume_claim(name, namespace, _preload_content=False)
+        )
+
+    def list_nodes(self, label_selector: str) -> list[Json]:
+        response: Any = self.core.list_node(label_selector=label_selector, _preload_content=False)
+        return list(json.loads(response.data).get("items") or [])
+
+    # --- writes --------------------------------------------------------------------------------------
+
+    def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str
+    ) -> None:
+        """Merge-patch status, guarded by resourceVersion so a stale read never overwrites newer status."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": dict(status)}
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                API_GROUP, API_VERSION, namespace, PLURAL, name, body, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(f"{namespace}/{name} changed; retrying") from err
+            raise
+
+    def create_if_absent(self, obj: Json) -> bool:
+        """Create obj; False when it already exists."""
+        kind = obj["kind"]
+        namespace = obj["metadata"]["namespace"]
+        create: Any = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "Secret": self.core.create_namespaced_secret,
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "Job": self.batch.create_namespaced_job,
+        }[kind]
+        try:
+            create(namespace, obj, _preload_content=False)
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+        log.info("created %s %s/%s", kind, namespace, obj["metadata"]["name"])
+        return True
+
+    def ensure_config_map(self, obj: Json) -> None:
+        """Create the ConfigMap, or bring its data up to date (the hostfile follows spec.workers)."""
+        if self.create_if_absent(obj):
+            return
+        meta = obj["metadata"]
+        self.core.patch_namespaced_config_map(
+            meta["name"], meta["namespace"], {"data": obj["data"]}, _preload_content=False
+        )
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        _ignore_404(lambda: self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
+        log.info("deleted Pod %s/%s", namespace, name)
+
+    def delete_batch_job(self, namespace: str, name: str) -> None:
+        # Background: the Job object goes at once and the garbage collector removes its pods.
+        _ignore_404(
+            lambda: self.batch.delete_namespaced_job(
+                name, namespace, propagation_policy="Background", _preload_content=False
+            )
+        )
+        log.info("deleted Job %s/%s", namespace, name)
+
+    def delete_training_job(self, namespace: str, name: str) -> None:
+        _ignore_404(
+            lambda: self.custom.delete_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespace, PLURAL, name, propagation_policy="Background"
+            )
+        )
+
+    def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
+        meta = job["metadata"]
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": f"{API_GROUP}/{API_VERSION}",
+                "kind": KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "eventTime": stamp,
+            "count": 1,
+            "reportingComponent": "dtjob-operator",
+            "reportingInstance": "dtjob-operator",
+            "action": reason,
+            "source": {"component": "dtjob-operator"},
+        }
+        try:
+            body: Any = event
+            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+        except ApiException as err:  # events are best effort: never fail a reconcile over one
+            log.warning("could not post event %s on %s: %s", reason, meta["name"], err.reason)
+
+
+def _raw_or_none(call: Any) -> Json | None:
+    try:
+        response = call()
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    data: Json = json.loads(response.data)
+    return data
+
+
+def _ignore_404(call: Any) -> None:
+    try:
+        call()
+    except ApiException as err:
+        if err.status != 404:
+            raise

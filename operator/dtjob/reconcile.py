@@ -1,0 +1,125 @@
+"""One reconcile of one job: read it, parse, observe (from the watch cache), decide, write status, act.
+
+Blocking (the Kubernetes client is synchronous); the controller runs it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dtjob import desired, names
+from dtjob.config import OperatorConfig
+from dtjob.desired.common import owner_reference
+from dtjob.kube import Kube
+from dtjob.observed import observe
+from dtjob.preflight import preflight
+from dtjob.spec import JobSpec, SpecError, parse_spec
+from dtjob.sshkeys import generate_keypair
+from dtjob.status import (
+    FINISHED,
+    Action,
+    CreateLauncher,
+    CreateWorker,
+    Decision,
+    DeleteJob,
+    DeleteLauncher,
+    DeletePod,
+    EnsureWorld,
+    decide,
+    invalid_spec,
+    status_from_dict,
+)
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Children:
+    """The job's pods and launcher Job as the watch cache last saw them."""
+
+    pods: tuple[Mapping[str, Any], ...]
+    launcher: Mapping[str, Any] | None
+
+
+def reconcile(
+    kube: Kube,
+    config: OperatorConfig,
+    namespace: str,
+    name: str,
+    children: Children,
+    now: datetime | None = None,
+) -> float | None:
+    """Returns seconds until this job needs another look without any event (deadline, TTL), or None."""
+    now = now or datetime.now(UTC)
+    job = kube.get_job(namespace, name)
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return None  # gone or going: ownerReferences let the garbage collector remove the children
+    meta = job["metadata"]
+    prev = status_from_dict(job.get("status"))
+    generation = meta.get("generation")
+    spec: JobSpec | None
+    try:
+        spec = parse_spec(job, config)
+    except SpecError as err:
+        spec = None
+        decision = invalid_spec(prev, err.path, err.message, now, generation)
+    if spec is not None:
+        observed = observe(children.pods, children.launcher)
+        blocker = None
+        if _needs_preflight(spec, prev.phase, observed.pods, children.launcher, prev.start_time):
+            blocker = preflight(kube, spec)
+        decision = decide(spec, observed, prev, now, generation, blocker)
+
+    new_status = decision.status.to_dict()
+    if _status_changed(job.get("status") or {}, new_status):
+        # Status first: it records intent (e.g. restarts+1) that the actions below then carry out.
+        kube.patch_status(namespace, name, new_status, meta["resourceVersion"])
+    for event in decision.events:
+        kube.emit_event(job, event.type, event.reason, event.message, now)
+    if spec is not None:
+        owner = owner_reference(name, meta["uid"])
+        for action in decision.actions:
+            _apply(kube, spec, owner, action)
+    return decision.requeue_after
+
+
+def _needs_preflight(
+    spec: JobSpec, phase: str | None, pods: Iterable[object], launcher: object, start_time: str | None
+) -> bool:
+    # Only before the first world exists: a running job is never failed by a later lookup.
+    started = start_time is not None or any(True for _ in pods) or launcher is not None
+    return not started and phase not in FINISHED and not spec.run_policy.suspend
+
+
+def _status_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    return any(old.get(key) != value for key, value in new.items())
+
+
+def _apply(kube: Kube, spec: JobSpec, owner: Json, action: Action) -> None:
+    ns = spec.namespace
+    match action:
+        case EnsureWorld():
+            if kube.get_secret(ns, names.ssh_secret_name(spec.name)) is None:
+                keys = generate_keypair(comment=f"dtjob-{spec.name}")
+                kube.create_if_absent(desired.ssh_secret(spec, owner, keys))
+            kube.ensure_config_map(desired.hostfile_config_map(spec, owner))
+            kube.create_if_absent(desired.workers_service(spec, owner))
+        case CreateWorker(index=index, attempt=attempt):
+            kube.create_if_absent(desired.worker_pod(spec, owner, index, attempt))
+        case CreateLauncher(attempt=attempt):
+            kube.create_if_absent(desired.launcher_job(spec, owner, attempt))
+        case DeletePod(name=pod):
+            kube.delete_pod(ns, pod)
+        case DeleteLauncher():
+            kube.delete_batch_job(ns, names.launcher_name(spec.name))
+        case DeleteJob():
+            log.info("ttlSecondsAfterFinished elapsed: deleting %s/%s", ns, spec.name)
+            kube.delete_training_job(ns, spec.name)
+
+
+__all__ = ["Children", "Decision", "reconcile"]

@@ -1,0 +1,178 @@
+"""Integration helpers for the operator: install the CRD, run the operator as a subprocess, poll jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.kube_wait import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILE = REPO / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
+GROUP, VERSION, PLURAL = "dtjob.io", "v1alpha1", "distributedtrainingjobs"
+
+
+def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, *args],
+        input=stdin,
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def install_crd(kubeconfig: str) -> None:
+    done = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    assert done.returncode == 0, done.stderr
+    established = kubectl(
+        kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/distributedtrainingjobs.dtjob.io",
+    )  # fmt: skip
+    assert established.returncode == 0, established.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class OperatorProcess:
+    """`python -m dtjob operator` watching one namespace, liveness on a loopback port."""
+
+    def __init__(self, kubeconfig: str, namespace: str, log_path: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.log_path = log_path
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        env["KUBECONFIG"] = self.kubeconfig
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), str(REPO), env.get("PYTHONPATH", "")])
+        env["DTJOB_RESYNC_SECONDS"] = "20"
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dtjob", "operator", "--namespace", self.namespace, "--verbose",
+             "--liveness", f"http://127.0.0.1:{self.port}/healthz"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+        wait_for(self.probes, timeout=60, what=f"operator liveness (log: {self.log_path})")
+
+    def probes(self) -> dict[str, Any] | None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as response:
+                data: dict[str, Any] = json.loads(response.read())
+                return data
+        except OSError:
+            return None
+
+    def reconciles(self) -> int:
+        return int((self.probes() or {}).get("reconciles", 0))
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class Jobs:
+    """DistributedTrainingJob and child access for one namespace."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.ns = namespace
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+
+    def create(self, name: str, **spec: Any) -> dict[str, Any]:
+        body_spec: dict[str, Any] = {"framework": "pytorch", "workers": 2, "gpusPerWorker": 4}
+        body_spec.update(spec)
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DistributedTrainingJob",
+                "metadata": {"name": name}, "spec": body_spec}  # fmt: skip
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.ns, PLURAL, body
+        )
+        return created
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        try:
+            job: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.ns, PLURAL, name
+            )
+            return job
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def status(self, name: str) -> dict[str, Any]:
+        job = self.get(name) or {}
+        status: dict[str, Any] = job.get("status") or {}
+        return status
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name, {"spec": spec})
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+
+    def wait_phase(self, name: str, *phases: str, timeout: float = 90) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            status = self.status(name)
+            return status if status.get("phase") in phases else None
+
+        try:
+            return wait_for(reached, timeout=timeout, interval=0.5, what=f"{name} phase in {phases}")
+        except AssertionError as err:
+            raise AssertionError(f"{err}\nlast status: {json.dumps(self.status(name), indent=1)}") from None
+
+    def pods(self, name: str, role: str | None = None) -> list[client.V1Pod]:
+        selector = f"dtjob.io/job-name={name}" + (f",dtjob.io/role={role}" if role else "")
+        return list(self.core.list_namespaced_pod(self.ns, label_selector=selector).items)
+
+    def live_workers(self, name: str) -> list[client.V1Pod]:
+        return [p for p in self.pods(name, "worker") if p.metadata.deletion_timestamp is None]
+
+    def launcher(self, name: str) -> client.V1Job | None:
+        try:
+            return self.batch.read_namespaced_job(f"{name}-launcher", self.ns)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def annotate_pod(self, pod: str, annotations: dict[str, str]) -> None:
+        self.core.patch_namespaced_pod(pod, self.ns, {"metadata": {"annotations": annotations}})
+
+    def events(self, name: str) -> list[client.CoreV1Event]:
+        selector = f"involvedObject.name={name},involvedObject.kind=DistributedTrainingJob"
+        return list(self.core.list_namespaced_event(self.ns, field_selector=selector).items)
+
+    def condition(self, name: str, kind: str) -> dict[str, Any] | None:
+        return next((c for c in self.status(name).get("conditions") or [] if c["type"] == kind), None)
