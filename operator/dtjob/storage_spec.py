@@ -1,0 +1,275 @@
+"""Parse and validate the Blob Storage sections of a job's spec: `spec.dataset.stageFrom` and `spec.output`.
+
+Pure: no I/O. Defaults are applied in memory. Every error names the field it is about, in the same
+`(path, message)` shape as dtjob.spec.SpecError, so the operator can re-raise it unchanged:
+
+    dataset:
+      stageFrom:
+        account: mystorage                 # or endpoint: https://mystorage.blob.core.usgovcloudapi.net
+        container: imagenet
+        prefix: ilsvrc2012                 # a virtual directory; empty = the whole container
+        destination: /data/imagenet        # inside the data volume's mountPath; default spec.dataset.dataDir
+        concurrency: 16
+        sasLifetimeSeconds: 21600
+        credentials:
+          authMode: accountKey             # or workloadIdentity
+          secretRef: {name: storage-key, key: azurestorageaccountkey}
+    output:
+      account: mystorage
+      container: results
+      prefix: resnet50
+      credentials: {authMode: workloadIdentity, clientId: 00000000-0000-0000-0000-000000000000}
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
+CONTAINER_RE = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9]))*$")
+SECRET_NAME_RE = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+PUBLIC_BLOB_SUFFIX = "blob.core.windows.net"
+DEFAULT_ACCOUNT_KEY_KEY = "azurestorageaccountkey"  # the key name AKS's azure-file Secrets use
+DEFAULT_CONCURRENCY = 16
+MAX_CONCURRENCY = 256
+DEFAULT_SAS_LIFETIME_S = 6 * 3600
+MIN_SAS_LIFETIME_S = 300  # rotation at 80% must leave the kubelet time to refresh mounted files
+MAX_SAS_LIFETIME_S = 7 * 24 * 3600  # a user delegation key lives at most 7 days
+MAX_PREFIX_LENGTH = 1024
+_LOOPBACK_NAMES = {"localhost"}
+
+
+class StorageSpecError(ValueError):
+    """A storage field the operator cannot use; `path` names it (e.g. `spec.dataset.stageFrom.container`)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+class AuthMode(StrEnum):
+    ACCOUNT_KEY = "accountKey"
+    WORKLOAD_IDENTITY = "workloadIdentity"
+
+
+@dataclass(frozen=True)
+class SecretKeyRef:
+    name: str
+    key: str = DEFAULT_ACCOUNT_KEY_KEY
+
+
+@dataclass(frozen=True)
+class Credentials:
+    auth_mode: AuthMode
+    secret_ref: SecretKeyRef | None = None  # accountKey: where the operator reads the key
+    # workloadIdentity: a user-assigned identity's client ID; None = the operator's own identity.
+    client_id: str | None = None
+
+
+@dataclass(frozen=True)
+class BlobLocation:
+    endpoint: str  # the account's blob endpoint, no trailing slash
+    account_name: str
+    container: str
+    prefix: str  # no leading or trailing slash; empty = the whole container
+    credentials: Credentials
+    sas_lifetime: timedelta
+
+    @property
+    def container_url(self) -> str:
+        return f"{self.endpoint}/{self.container}"
+
+    @property
+    def is_local(self) -> bool:
+        return is_loopback_host(urlsplit(self.endpoint).hostname or "")
+
+
+@dataclass(frozen=True)
+class StageFrom:
+    source: BlobLocation
+    destination: str | None  # absolute path inside the data volume; None = spec.dataset.dataDir
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class Output:
+    target: BlobLocation
+
+
+def is_loopback_host(host: str) -> bool:
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _mapping(raw: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise StorageSpecError(path, f"must be an object, got {type(raw).__name__}")
+    return raw
+
+
+def _string(raw: Mapping[str, Any], key: str, path: str, required: bool = False) -> str | None:
+    value = raw.get(key)
+    if value is None or value == "":
+        if required:
+            raise StorageSpecError(f"{path}.{key}", "is required")
+        return None
+    if not isinstance(value, str):
+        raise StorageSpecError(f"{path}.{key}", f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def _integer(raw: Mapping[str, Any], key: str, path: str, default: int, low: int, high: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StorageSpecError(f"{path}.{key}", f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise StorageSpecError(f"{path}.{key}", f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def parse_endpoint(endpoint: str, path: str) -> tuple[str, str | None]:
+    """(normalized endpoint, account name it implies or None). HTTPS only, except on loopback (Azurite).
+    Path-style endpoints (`http://127.0.0.1:10000/devstoreaccount1`) carry the account in the path."""
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    if parts.scheme not in ("https", "http") or not host:
+        raise StorageSpecError(path, f"must be an https:// URL, got {endpoint!r}")
+    if parts.scheme == "http" and not is_loopback_host(host):
+        raise StorageSpecError(path, "must use https (plain http is accepted only for a local emulator)")
+    if parts.query or parts.fragment:
+        raise StorageSpecError(path, "must not carry a query (put no SAS in the spec) or fragment")
+    if parts.username or parts.password:
+        raise StorageSpecError(path, "must not carry credentials")
+    segments = [s for s in parts.path.split("/") if s]
+    if len(segments) > 1:
+        raise StorageSpecError(path, "may have at most one path segment (the account, for emulators)")
+    account = segments[0] if segments else (None if is_loopback_host(host) else host.split(".", 1)[0])
+    normalized = f"{parts.scheme}://{parts.netloc}" + (f"/{segments[0]}" if segments else "")
+    return normalized, account
+
+
+def _credentials(raw: Any, path: str) -> Credentials:
+    data = _mapping(raw, path)
+    mode_raw = _string(data, "authMode", path, required=True) or ""
+    try:
+        mode = AuthMode(mode_raw)
+    except ValueError:
+        allowed = ", ".join(m.value for m in AuthMode)
+        raise StorageSpecError(f"{path}.authMode", f"must be one of {allowed}, got {mode_raw!r}") from None
+    if mode is AuthMode.ACCOUNT_KEY:
+        if "clientId" in data:
+            raise StorageSpecError(f"{path}.clientId", "applies only to authMode workloadIdentity")
+        if data.get("secretRef") is None:
+            raise StorageSpecError(f"{path}.secretRef", "is required for authMode accountKey")
+        ref = _mapping(data["secretRef"], f"{path}.secretRef")
+        name = _string(ref, "name", f"{path}.secretRef", required=True) or ""
+        if not SECRET_NAME_RE.match(name):
+            raise StorageSpecError(f"{path}.secretRef.name", f"is not a valid Secret name: {name!r}")
+        key = _string(ref, "key", f"{path}.secretRef") or DEFAULT_ACCOUNT_KEY_KEY
+        if not SECRET_KEY_RE.match(key):
+            raise StorageSpecError(f"{path}.secretRef.key", f"is not a valid Secret key: {key!r}")
+        return Credentials(mode, secret_ref=SecretKeyRef(name, key))
+    if "secretRef" in data:
+        raise StorageSpecError(f"{path}.secretRef", "applies only to authMode accountKey")
+    client_id = _string(data, "clientId", path)
+    if client_id is not None and not UUID_RE.match(client_id):
+        raise StorageSpecError(f"{path}.clientId", f"must be a client ID (a UUID), got {client_id!r}")
+    return Credentials(mode, client_id=client_id)
+
+
+def _location(data: Mapping[str, Any], path: str) -> BlobLocation:
+    account = _string(data, "account", path)
+    endpoint_raw = _string(data, "endpoint", path)
+    if account is not None and not ACCOUNT_RE.match(account):
+        raise StorageSpecError(
+            f"{path}.account", f"must be 3-24 lowercase letters and digits, got {account!r}"
+        )
+    if endpoint_raw is None:
+        if account is None:
+            raise StorageSpecError(
+                path, "set account (public Azure) or endpoint (sovereign clouds, emulators)"
+            )
+        endpoint, account_name = f"https://{account}.{PUBLIC_BLOB_SUFFIX}", account
+    else:
+        endpoint, implied = parse_endpoint(endpoint_raw, f"{path}.endpoint")
+        if account is not None and implied is not None and account != implied:
+            raise StorageSpecError(
+                f"{path}.account", f"{account!r} does not match endpoint's account {implied!r}"
+            )
+        name = account or implied
+        if name is None:
+            raise StorageSpecError(
+                f"{path}.account", "is required when the endpoint does not name the account"
+            )
+        account_name = name
+    container = _string(data, "container", path, required=True) or ""
+    if not CONTAINER_RE.match(container):
+        raise StorageSpecError(
+            f"{path}.container",
+            f"must be 3-63 lowercase letters, digits and single hyphens, starting with a letter or digit; "
+            f"got {container!r}",
+        )
+    prefix = (_string(data, "prefix", path) or "").strip("/")
+    if len(prefix) > MAX_PREFIX_LENGTH:
+        raise StorageSpecError(f"{path}.prefix", f"must be at most {MAX_PREFIX_LENGTH} characters")
+    if any(part in (".", "..") for part in prefix.split("/")) or "//" in prefix:
+        raise StorageSpecError(f"{path}.prefix", f"must not contain empty, '.' or '..' segments: {prefix!r}")
+    if data.get("credentials") is None:
+        raise StorageSpecError(f"{path}.credentials", "is required (authMode accountKey or workloadIdentity)")
+    credentials = _credentials(data["credentials"], f"{path}.credentials")
+    lifetime = _integer(
+        data, "sasLifetimeSeconds", path, DEFAULT_SAS_LIFETIME_S, MIN_SAS_LIFETIME_S, MAX_SAS_LIFETIME_S
+    )
+    return BlobLocation(endpoint, account_name, container, prefix, credentials, timedelta(seconds=lifetime))
+
+
+def parse_stage_from(raw: Any, path: str = "spec.dataset.stageFrom") -> StageFrom | None:
+    """`spec.dataset.stageFrom`, or None when absent."""
+    if raw is None:
+        return None
+    data = _mapping(raw, path)
+    source = _location(data, path)
+    destination = _string(data, "destination", path)
+    if destination is not None:
+        if not destination.startswith("/"):
+            raise StorageSpecError(f"{path}.destination", f"must be an absolute path, got {destination!r}")
+        if ".." in destination.split("/"):
+            raise StorageSpecError(f"{path}.destination", "must not contain '..'")
+        destination = posixpath.normpath(destination)
+    concurrency = _integer(data, "concurrency", path, DEFAULT_CONCURRENCY, 1, MAX_CONCURRENCY)
+    return StageFrom(source, destination, concurrency)
+
+
+def parse_output(raw: Any, path: str = "spec.output") -> Output | None:
+    """`spec.output`, or None when absent."""
+    if raw is None:
+        return None
+    return Output(_location(_mapping(raw, path), path))
+
+
+def resolve_destination(stage: StageFrom, mount_path: str, data_dir: str) -> str:
+    """Where the stager writes: `destination`, else the dataset's dataDir; it must lie inside the data
+    volume's mountPath, since the stager sees only that volume."""
+    target = stage.destination or posixpath.normpath(data_dir)
+    mount = posixpath.normpath(mount_path)
+    if target != mount and not target.startswith(mount.rstrip("/") + "/"):
+        raise StorageSpecError(
+            "spec.dataset.stageFrom.destination" if stage.destination else "spec.dataset.dataDir",
+            f"{target!r} is outside the data volume's mountPath {mount!r}",
+        )
+    return target

@@ -1,0 +1,162 @@
+"""spec.dataset.stageFrom and spec.output: defaults and errors that name the field."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from dtjob.storage_spec import (
+    AuthMode,
+    SecretKeyRef,
+    StorageSpecError,
+    parse_output,
+    parse_stage_from,
+    resolve_destination,
+)
+
+KEY_CREDS = {"authMode": "accountKey", "secretRef": {"name": "storage-key"}}
+WI_CREDS = {"authMode": "workloadIdentity", "clientId": "0b7f7c3e-1d2a-4c5b-9e8f-123456789abc"}
+
+
+def stage(**overrides: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {"account": "mystorage", "container": "imagenet", "credentials": KEY_CREDS}
+    raw.update(overrides)
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def error_of(raw: Any, parse: Any = parse_stage_from) -> StorageSpecError:
+    with pytest.raises(StorageSpecError) as err:
+        parse(raw)
+    return err.value
+
+
+def test_public_account_defaults() -> None:
+    parsed = parse_stage_from(stage(prefix="/ilsvrc2012/train/"))
+    assert parsed is not None
+    src = parsed.source
+    assert src.endpoint == "https://mystorage.blob.core.windows.net"
+    assert src.container_url == "https://mystorage.blob.core.windows.net/imagenet"
+    assert src.account_name == "mystorage"
+    assert src.prefix == "ilsvrc2012/train"
+    assert src.credentials.auth_mode is AuthMode.ACCOUNT_KEY
+    assert src.credentials.secret_ref == SecretKeyRef("storage-key", "azurestorageaccountkey")
+    assert src.sas_lifetime == timedelta(hours=6)
+    assert not src.is_local
+    assert parsed.destination is None
+    assert parsed.concurrency == 16
+
+
+def test_absent_sections_are_none() -> None:
+    assert parse_stage_from(None) is None
+    assert parse_output(None) is None
+
+
+def test_sovereign_and_emulator_endpoints() -> None:
+    gov = parse_stage_from(stage(account=None, endpoint="https://acct1.blob.core.usgovcloudapi.net/"))
+    assert gov is not None
+    assert (gov.source.endpoint, gov.source.account_name) == (
+        "https://acct1.blob.core.usgovcloudapi.net",
+        "acct1",
+    )
+    local = parse_stage_from(stage(account=None, endpoint="http://127.0.0.1:10000/devstoreaccount1"))
+    assert local is not None
+    assert local.source.account_name == "devstoreaccount1"
+    assert local.source.container_url == "http://127.0.0.1:10000/devstoreaccount1/imagenet"
+    assert local.source.is_local
+
+
+def test_workload_identity_output() -> None:
+    out = parse_output(
+        {"account": "results01", "container": "runs", "prefix": "r50", "credentials": WI_CREDS}
+    )
+    assert out is not None
+    assert out.target.credentials.auth_mode is AuthMode.WORKLOAD_IDENTITY
+    assert out.target.credentials.client_id == WI_CREDS["clientId"]
+    assert out.target.credentials.secret_ref is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "fragment"),
+    [
+        (stage(account=None), "spec.dataset.stageFrom", "set account"),
+        (stage(account="My_Storage"), "spec.dataset.stageFrom.account", "lowercase"),
+        (stage(container=None), "spec.dataset.stageFrom.container", "is required"),
+        (stage(container="Bad--Name"), "spec.dataset.stageFrom.container", "lowercase"),
+        (stage(container="ab"), "spec.dataset.stageFrom.container", "3-63"),
+        (stage(container=7), "spec.dataset.stageFrom.container", "must be a string"),
+        (stage(endpoint="http://acct.blob.core.windows.net"), "spec.dataset.stageFrom.endpoint", "https"),
+        (stage(endpoint="ftp://x"), "spec.dataset.stageFrom.endpoint", "https://"),
+        (
+            stage(endpoint="https://acct.blob.core.windows.net?sv=1&sig=x"),
+            "spec.dataset.stageFrom.endpoint",
+            "SAS",
+        ),
+        (
+            stage(endpoint="https://other.blob.core.windows.net"),
+            "spec.dataset.stageFrom.account",
+            "does not match",
+        ),
+        (
+            stage(endpoint="http://127.0.0.1:10000", account=None),
+            "spec.dataset.stageFrom.account",
+            "is required",
+        ),
+        (stage(prefix="a/../b"), "spec.dataset.stageFrom.prefix", "'..'"),
+        (stage(destination="data/x"), "spec.dataset.stageFrom.destination", "absolute"),
+        (stage(destination="/data/../etc"), "spec.dataset.stageFrom.destination", ".."),
+        (stage(concurrency=0), "spec.dataset.stageFrom.concurrency", "between 1 and 256"),
+        (stage(concurrency="8"), "spec.dataset.stageFrom.concurrency", "integer"),
+        (stage(concurrency=True), "spec.dataset.stageFrom.concurrency", "integer"),
+        (stage(sasLifetimeSeconds=60), "spec.dataset.stageFrom.sasLifetimeSeconds", "between 300"),
+        (stage(credentials=None), "spec.dataset.stageFrom.credentials", "is required"),
+        (stage(credentials={"authMode": "key"}), "spec.dataset.stageFrom.credentials.authMode", "accountKey"),
+        (
+            stage(credentials={"authMode": "accountKey"}),
+            "spec.dataset.stageFrom.credentials.secretRef",
+            "required",
+        ),
+        (
+            stage(credentials={"authMode": "accountKey", "secretRef": {"name": "Bad_Name"}}),
+            "spec.dataset.stageFrom.credentials.secretRef.name",
+            "valid Secret name",
+        ),
+        (
+            stage(credentials={**WI_CREDS, "secretRef": {"name": "k"}}),
+            "spec.dataset.stageFrom.credentials.secretRef",
+            "only to authMode accountKey",
+        ),
+        (
+            stage(credentials={"authMode": "workloadIdentity", "clientId": "me"}),
+            "spec.dataset.stageFrom.credentials.clientId",
+            "UUID",
+        ),
+        ("not an object", "spec.dataset.stageFrom", "must be an object"),
+    ],
+)
+def test_errors_name_the_field(raw: Any, path: str, fragment: str) -> None:
+    err = error_of(raw)
+    assert err.path == path
+    assert fragment in err.message
+
+
+def test_output_errors_use_the_output_path() -> None:
+    err = error_of({"account": "acct", "credentials": KEY_CREDS}, parse_output)
+    assert err.path == "spec.output.container"
+
+
+def test_destination_must_be_inside_the_data_volume() -> None:
+    inside = parse_stage_from(stage(destination="/data/imagenet/"))
+    assert inside is not None
+    assert resolve_destination(inside, "/data", "/data") == "/data/imagenet"
+    default = parse_stage_from(stage())
+    assert default is not None
+    assert resolve_destination(default, "/data", "/data/imagenet") == "/data/imagenet"
+    outside = parse_stage_from(stage(destination="/datasets/x"))
+    assert outside is not None
+    with pytest.raises(StorageSpecError) as err:
+        resolve_destination(outside, "/data", "/data")
+    assert err.value.path == "spec.dataset.stageFrom.destination"
+    with pytest.raises(StorageSpecError) as default_err:
+        resolve_destination(default, "/data", "/scratch")
+    assert default_err.value.path == "spec.dataset.dataDir"
