@@ -34,7 +34,7 @@ class Controller:
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._failures: dict[Key, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.reconciles = 0
+        self.reconciles = 0  # completed ones; reported by the liveness endpoint
 
     # --- feeding the queue ---------------------------------------------------------------------------
 
@@ -114,9 +114,9 @@ class Controller:
         # Snapshot the cache on the event loop: kopf mutates the indices there.
         children = self.children_of(key)
         namespace, name = key
-        self.reconciles += 1
         try:
             requeue = await asyncio.to_thread(reconcile, self.kube, self.config, namespace, name, children)
+            self.reconciles += 1
         except Conflict:
             self.enqueue(key, 0.2)
             return

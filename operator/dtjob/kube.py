@@ -50,7 +50,14 @@ class Kube:
         )
 
     def list_nodes(self, label_selector: str) -> list[Json]:
-        response: Any = self.core.list_node(label_selector=label_selector, _preload_content=False)
+        """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install)."""
+        try:
+            response: Any = self.core.list_node(label_selector=label_selector, _preload_content=False)
+        except ApiException as err:
+            if err.status == 403:
+                log.warning("cannot list nodes (forbidden): skipping the GPUs-per-node check")
+                return []
+            raise
         return list(json.loads(response.data).get("items") or [])
 
     # --- writes --------------------------------------------------------------------------------------

@@ -336,6 +336,8 @@ def _failure(
         worker = workers[index]
         if worker.phase == "Failed":
             return "WorkerFailed", f"worker pod {worker.name} failed: {worker.reason or 'unknown reason'}"
+        if worker.phase == "Succeeded":  # sshd must never exit while the world lives
+            return "WorkerFailed", f"worker pod {worker.name} exited"
     if launcher is not None and not launcher.finished:
         # Once the launcher runs, every worker must stay: a vanished one (evicted, deleted) breaks the world.
         for index in range(spec.workers):
@@ -479,7 +481,7 @@ def _delete_world_pods(b: _Builder, observed: Observed) -> None:
 
 
 def invalid_spec(prev: JobStatus, path: str, message: str, now: datetime, generation: int | None) -> Decision:
-    """A spec the operator cannot run -> Failed with the field named; children (if any) are removed."""
+    """A spec the operator cannot run -> Failed, naming the field. Parsing comes first: nothing exists yet."""
     b = _Builder(prev, now)
     b.status = replace(prev, observed_generation=generation)
     text = f"{path}: {message}"

@@ -202,7 +202,7 @@ def test_operator_restart_mid_run_keeps_the_world(
     second.start()
     try:
         # The restarted operator reconciles the job from its initial listing; wait for that, then compare.
-        wait_for(lambda: second.reconciles() >= 2, timeout=60, what="reconciles after restart")
+        wait_for(lambda: second.reconciles() >= 1, timeout=60, what="a reconcile after restart")
         assert {p.metadata.name: p.metadata.uid for p in jobs.pods("steady")} == before
         assert jobs.launcher("steady").metadata.uid == launcher_uid  # type: ignore[union-attr]
         after = jobs.status("steady")

@@ -323,3 +323,10 @@ def test_observe_reads_raw_pods_and_job() -> None:
     }
     failed = observe([], failed_job).launcher
     assert failed is not None and failed.failed and failed.reason == "BackoffLimitExceeded"
+
+
+def test_worker_that_exits_cleanly_still_breaks_the_world() -> None:
+    obs = Observed(pods=(worker(0, phase="Succeeded", ready=False), worker(1)), launcher=launcher())
+    d = decide(job_spec(), obs, started(), NOW)
+    cond = d.status.condition("Restarting")
+    assert cond is not None and "rn50-worker-0 exited" in cond.message
