@@ -41,6 +41,9 @@ def walk_tree(root: Path) -> list[LocalFile]:
     for dirpath, _dirs, names in os.walk(root, onerror=on_error):
         for name in sorted(names):
             path = Path(dirpath) / name
+            if path.is_symlink() and not path.exists():
+                unreadable.append(f"{path}: broken symbolic link")
+                continue
             if name.endswith(PART_SUFFIX) or not path.is_file():
                 continue
             try:
