@@ -90,9 +90,15 @@ build_helm() {
   [[ -x $out/helm ]] && { log "helm $HELM_VERSION cached"; return; }
   mkdir -p "$out"
   log "building helm $HELM_VERSION"
-  GOBIN=$out go install -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  # The Kubernetes version `helm template` and `helm lint` assume is that of helm's own client-go.
+  local helm_mod client_go
+  helm_mod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+  client_go=$(sed -n 's#^\s*k8s\.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$helm_mod")
+  local ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$client_go"
+  done
+  GOBIN=$out go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
 targets=("$@")

@@ -1,4 +1,4 @@
-"""Print (as a JSON List) the fake nodes of a simulated AKS cluster for kwok: a CPU system pool and a GPU pool.
+"""Print (as a JSON List) the fake nodes of a simulated AKS cluster for kwok: a CPU system and a GPU pool.
 
 Shaped like AKS: nodes named aks-<pool>-<id>-vmss00000N, labelled with kubernetes.azure.com/agentpool, mode,
 instance type and accelerator; the GPU pool tainted sku=gpu:NoSchedule (the AKS GPU-pool convention) and
@@ -82,7 +82,9 @@ def pool_nodes() -> list[dict[str, Any]]:
             raise SystemExit(f"{variable}={size!r} is not one of: {', '.join(sorted(VM_SIZES))}")
     if VM_SIZES[gpu_size].gpus == 0:
         raise SystemExit(f"GPU_VM_SIZE={gpu_size!r} has no GPUs")
-    system = [node("system", i, system_size, gpu=False) for i in range(int(os.environ.get("SYSTEM_POOL_SIZE", 2)))]
+    system = [
+        node("system", i, system_size, gpu=False) for i in range(int(os.environ.get("SYSTEM_POOL_SIZE", 2)))
+    ]
     gpus = [node("gpu", i, gpu_size, gpu=True) for i in range(int(os.environ.get("GPU_POOL_SIZE", 4)))]
     return system + gpus
 

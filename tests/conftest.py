@@ -1,7 +1,7 @@
 """Shared fixtures: a real Kubernetes API server for integration tests.
 
-`kubeconfig` resolves, in this order: $KUBECONFIG (an existing cluster: kind, AKS, ...); the local control plane
-if it is already running (left running afterwards); otherwise it starts the local control plane with
+`kubeconfig` resolves, in this order: $KUBECONFIG (an existing cluster: kind, AKS, ...); the local control
+plane if it is already running (left running afterwards); otherwise it starts the local control plane with
 hack/cluster.sh and stops it when the session ends.
 """
 
@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client, config
 
 from tests.kube_wait import wait_for
+from tests.tools import tool
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = REPO / "hack" / "cluster.sh"
@@ -30,7 +31,9 @@ def _local_cluster_running(kubeconfig: str) -> bool:
     if not Path(kubeconfig).exists():
         return False
     probe = subprocess.run(
-        ["kubectl", "--kubeconfig", kubeconfig, "get", "--raw", "/readyz"], capture_output=True, text=True
+        [tool("kubectl"), "--kubeconfig", kubeconfig, "get", "--raw", "/readyz"],
+        capture_output=True,
+        text=True,
     )
     return probe.returncode == 0
 
@@ -66,7 +69,9 @@ def core_v1(api_client: client.ApiClient) -> client.CoreV1Api:
 @pytest.fixture
 def namespace(core_v1: client.CoreV1Api) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
-    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"dtjob.io/test": "true"})))
+    core_v1.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"dtjob.io/test": "true"}))
+    )
     try:
         yield name
     finally:

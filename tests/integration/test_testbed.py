@@ -12,13 +12,16 @@ import pytest
 from kubernetes import client
 
 from tests.kube_wait import wait_for
+from tests.tools import tool
 
 pytestmark = pytest.mark.integration
 
 GPU_TOLERATION = client.V1Toleration(key="sku", operator="Equal", value="gpu", effect="NoSchedule")
 
 
-def gpu_pod(name: str, gpus: int, *, tolerate: bool = True, annotations: dict[str, str] | None = None) -> client.V1Pod:
+def gpu_pod(
+    name: str, gpus: int, *, tolerate: bool = True, annotations: dict[str, str] | None = None
+) -> client.V1Pod:
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, annotations=annotations),
         spec=client.V1PodSpec(
@@ -54,33 +57,68 @@ def test_pools_have_aks_shape(core_v1: client.CoreV1Api, simulated_pool: list[cl
     assert all("nvidia.com/gpu" not in n.status.allocatable and not n.spec.taints for n in system)
 
 
-def test_kubectl_talks_to_the_cluster_over_loopback(kubeconfig: str, simulated_pool: list[client.V1Node]) -> None:
+def test_kubectl_talks_to_the_cluster_over_loopback(
+    kubeconfig: str, simulated_pool: list[client.V1Node]
+) -> None:
     server = subprocess.run(
-        ["kubectl", "--kubeconfig", kubeconfig, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"],
-        check=True, capture_output=True, text=True,
+        [
+            tool("kubectl"),
+            "--kubeconfig",
+            kubeconfig,
+            "config",
+            "view",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     assert server.startswith("https://127.0.0.1:"), server
     names = subprocess.run(
-        ["kubectl", "--kubeconfig", kubeconfig, "get", "nodes", "-l", "kubernetes.azure.com/agentpool=gpu", "-o", "name"],
-        check=True, capture_output=True, text=True,
+        [
+            tool("kubectl"),
+            "--kubeconfig",
+            kubeconfig,
+            "get",
+            "nodes",
+            "-l",
+            "kubernetes.azure.com/agentpool=gpu",
+            "-o",
+            "name",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     assert sorted(names) == sorted(f"node/{n.metadata.name}" for n in simulated_pool)
 
 
-def test_pod_with_toleration_lands_on_a_gpu_node(core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]) -> None:
+def test_pod_with_toleration_lands_on_a_gpu_node(
+    core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]
+) -> None:
     core_v1.create_namespaced_pod(namespace, gpu_pod("fits", 4))
-    ready = wait_for(lambda: getattr(pod_condition(core_v1, namespace, "fits", "Ready"), "status", None) == "True",
-                     timeout=60, what="pod Ready")
+    ready = wait_for(
+        lambda: getattr(pod_condition(core_v1, namespace, "fits", "Ready"), "status", None) == "True",
+        timeout=60,
+        what="pod Ready",
+    )
     assert ready
     pod = core_v1.read_namespaced_pod("fits", namespace)
     assert pod.status.phase == "Running"
     assert pod.spec.node_name in {n.metadata.name for n in simulated_pool}
 
 
-def test_pod_without_toleration_stays_pending(core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]) -> None:
+def test_pod_without_toleration_stays_pending(
+    core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]
+) -> None:
     core_v1.create_namespaced_pod(namespace, gpu_pod("untolerated", 1, tolerate=False))
-    cond = wait_for(lambda: pod_condition(core_v1, namespace, "untolerated", "PodScheduled"), timeout=60,
-                    what="scheduler verdict")
+    cond = wait_for(
+        lambda: pod_condition(core_v1, namespace, "untolerated", "PodScheduled"),
+        timeout=60,
+        what="scheduler verdict",
+    )
     assert (cond.status, cond.reason) == ("False", "Unschedulable")
     assert "untolerated taint" in cond.message and "sku" in cond.message
     assert core_v1.read_namespaced_pod("untolerated", namespace).status.phase == "Pending"
@@ -90,17 +128,23 @@ def test_pod_asking_more_gpus_than_a_node_has_is_unschedulable(
     core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]
 ) -> None:
     core_v1.create_namespaced_pod(namespace, gpu_pod("too-big", 5))
-    cond = wait_for(lambda: pod_condition(core_v1, namespace, "too-big", "PodScheduled"), timeout=60,
-                    what="scheduler verdict")
+    cond = wait_for(
+        lambda: pod_condition(core_v1, namespace, "too-big", "PodScheduled"),
+        timeout=60,
+        what="scheduler verdict",
+    )
     assert (cond.status, cond.reason) == ("False", "Unschedulable")
     assert "Insufficient nvidia.com/gpu" in cond.message
     assert core_v1.read_namespaced_pod("too-big", namespace).spec.node_name is None
 
 
 def test_deleting_an_owner_deletes_its_dependents(core_v1: client.CoreV1Api, namespace: str) -> None:
-    owner = core_v1.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="owner")))
-    ref = client.V1OwnerReference(api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid,
-                                  block_owner_deletion=True)
+    owner = core_v1.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="owner"))
+    )
+    ref = client.V1OwnerReference(
+        api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid, block_owner_deletion=True
+    )
     core_v1.create_namespaced_config_map(
         namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="dependent", owner_references=[ref]))
     )
@@ -115,33 +159,56 @@ def test_deleting_an_owner_deletes_its_dependents(core_v1: client.CoreV1Api, nam
 
 @pytest.mark.parametrize(("outcome", "exit_code"), [("Failed", 1), ("Succeeded", 0)])
 def test_pod_ends_on_cue(
-    core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node], outcome: str, exit_code: int
+    core_v1: client.CoreV1Api,
+    namespace: str,
+    simulated_pool: list[client.V1Node],
+    outcome: str,
+    exit_code: int,
 ) -> None:
     core_v1.create_namespaced_pod(namespace, gpu_pod("cued", 1))
-    wait_for(lambda: core_v1.read_namespaced_pod("cued", namespace).status.phase == "Running", timeout=60,
-             what="pod Running")
+    wait_for(
+        lambda: core_v1.read_namespaced_pod("cued", namespace).status.phase == "Running",
+        timeout=60,
+        what="pod Running",
+    )
     # The cue arrives while the pod runs, as a test would fail a worker mid-job.
-    core_v1.patch_namespaced_pod("cued", namespace, {"metadata": {"annotations": {"sim.dtjob.io/outcome": outcome}}})
+    core_v1.patch_namespaced_pod(
+        "cued", namespace, {"metadata": {"annotations": {"sim.dtjob.io/outcome": outcome}}}
+    )
     phase = wait_for(
-        lambda: (p := core_v1.read_namespaced_pod("cued", namespace).status.phase) in {"Failed", "Succeeded"} and p,
-        timeout=60, what=f"pod {outcome}",
+        lambda: (
+            (p := core_v1.read_namespaced_pod("cued", namespace).status.phase) in {"Failed", "Succeeded"}
+            and p
+        ),
+        timeout=60,
+        what=f"pod {outcome}",
     )
     assert phase == outcome
     state = core_v1.read_namespaced_pod("cued", namespace).status.container_statuses[0].state
     assert state.terminated.exit_code == exit_code
 
 
-def test_uncued_worker_pod_keeps_running(core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]) -> None:
-    core_v1.create_namespaced_pod(namespace, gpu_pod("steady", 1, annotations={"sim.dtjob.io/ready-after": "100ms"}))
-    wait_for(lambda: core_v1.read_namespaced_pod("steady", namespace).status.phase == "Running", timeout=60,
-             what="pod Running")
+def test_uncued_worker_pod_keeps_running(
+    core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]
+) -> None:
+    core_v1.create_namespaced_pod(
+        namespace, gpu_pod("steady", 1, annotations={"sim.dtjob.io/ready-after": "100ms"})
+    )
+    wait_for(
+        lambda: core_v1.read_namespaced_pod("steady", namespace).status.phase == "Running",
+        timeout=60,
+        what="pod Running",
+    )
     # A pod that no Job owns is a long-lived MPI worker: nothing but a cue or a delete ends it.
     time.sleep(3.0 + 2.0)  # past the run time after which a Job-owned pod would have succeeded
     assert core_v1.read_namespaced_pod("steady", namespace).status.phase == "Running"
 
 
 def test_job_pods_complete_through_the_job_controller(
-    api_client: client.ApiClient, core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]
+    api_client: client.ApiClient,
+    core_v1: client.CoreV1Api,
+    namespace: str,
+    simulated_pool: list[client.V1Node],
 ) -> None:
     batch = client.BatchV1Api(api_client)
     job = client.V1Job(
@@ -171,13 +238,11 @@ def test_job_pods_complete_through_the_job_controller(
 
 def test_control_plane_listens_on_loopback_only(local_control_plane: Path) -> None:
     workdir = str(local_control_plane)
-    pids = {
-        p.name
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and workdir in _cmdline(p)
-    }
+    pids = {p.name for p in Path("/proc").iterdir() if p.name.isdigit() and workdir in _cmdline(p)}
     assert pids, f"no process of the local control plane found under {workdir}"
-    listeners = subprocess.run(["ss", "-Hltnp"], check=True, capture_output=True, text=True).stdout.splitlines()
+    listeners = subprocess.run(
+        ["ss", "-Hltnp"], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
     ours = [line for line in listeners if any(f"pid={pid}," in line for pid in pids)]
     assert ours, "the control plane's processes listen on no TCP port"
     for line in ours:

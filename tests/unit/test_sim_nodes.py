@@ -27,7 +27,11 @@ def test_default_pools(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pools == ["system"] * 2 + ["gpu"] * 4
     gpu = nodes[-1]
     assert gpu["status"]["allocatable"] == {
-        "cpu": "24", "memory": "448Gi", "pods": "110", "ephemeral-storage": "128Gi", "nvidia.com/gpu": "4"
+        "cpu": "24",
+        "memory": "448Gi",
+        "pods": "110",
+        "ephemeral-storage": "128Gi",
+        "nvidia.com/gpu": "4",
     }
     assert gpu["spec"]["taints"] == [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]
     assert gpu["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
@@ -44,7 +48,9 @@ def test_pool_shape_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {n["status"]["capacity"]["nvidia.com/gpu"] for n in nodes} == {"8"}
 
 
-@pytest.mark.parametrize(("size", "message"), [("Standard_Bogus", "is not one of"), ("Standard_D4s_v5", "has no GPUs")])
+@pytest.mark.parametrize(
+    ("size", "message"), [("Standard_Bogus", "is not one of"), ("Standard_D4s_v5", "has no GPUs")]
+)
 def test_bad_gpu_vm_size_is_named(monkeypatch: pytest.MonkeyPatch, size: str, message: str) -> None:
     monkeypatch.setenv("GPU_VM_SIZE", size)
     with pytest.raises(SystemExit, match=f"GPU_VM_SIZE='{size}' {message}"):

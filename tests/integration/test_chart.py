@@ -1,0 +1,151 @@
+"""The Helm chart, rendered and installed by real helm into the real API server, with least-privilege RBAC."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.kube_wait import wait_for
+from tests.tools import REPO, tool
+
+pytestmark = pytest.mark.integration
+CHART = REPO / "charts" / "dtjob"
+
+
+def helm(kubeconfig: str, *args: str) -> str:
+    result = subprocess.run(
+        [tool("helm"), "--kubeconfig", kubeconfig, *args], capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}"
+    return result.stdout
+
+
+def render(*sets: str) -> list[dict[str, Any]]:
+    args = [tool("helm"), "template", "dtjob", str(CHART), "--namespace", "dtjob-system", "--include-crds"]
+    for value in sets:
+        args += ["--set", value]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def can_i(kubeconfig: str, service_account: str, verb: str, resource: str, namespace: str | None) -> bool:
+    scope = ["-n", namespace] if namespace else []
+    result = subprocess.run(
+        [
+            tool("kubectl"),
+            "--kubeconfig",
+            kubeconfig,
+            "auth",
+            "can-i",
+            verb,
+            resource,
+            "--as",
+            service_account,
+            *scope,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return result.stdout.strip() == "yes"
+
+
+def test_lint_is_clean() -> None:
+    result = subprocess.run([tool("helm"), "lint", "--strict", str(CHART)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_chart_ships_the_one_crd_source() -> None:
+    docs = render()
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    source = yaml.safe_load((REPO / "crds" / "dtjob.io_distributedtrainingjobs.yaml").read_text())
+    assert crds == [source]
+
+
+def test_cluster_wide_by_default_and_scoped_when_namespaces_are_listed() -> None:
+    default = render()
+    assert {d["kind"] for d in default if d["kind"].endswith("Role")} == {"ClusterRole"}
+    deployment = next(d for d in default if d["kind"] == "Deployment")
+    assert "--all-namespaces" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    scoped = render("watchNamespaces={ml-a,ml-b}")
+    roles = sorted(d["metadata"]["namespace"] for d in scoped if d["kind"] == "Role")
+    assert roles == ["ml-a", "ml-b"]
+    args = next(d for d in scoped if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--namespace=ml-a" in args and "--namespace=ml-b" in args and "--all-namespaces" not in args
+
+
+@pytest.fixture
+def release(kubeconfig: str, core_v1: client.CoreV1Api) -> Iterator[tuple[str, str]]:
+    namespace = f"dtjob-system-{uuid.uuid4().hex[:6]}"
+    name = "dtjob"
+    try:
+        yield name, namespace
+    finally:
+        subprocess.run(
+            [tool("helm"), "--kubeconfig", kubeconfig, "uninstall", name, "-n", namespace, "--wait"],
+            capture_output=True,
+        )
+        core_v1.delete_namespace(namespace)
+
+
+def test_install_runs_the_operator_with_least_privilege(
+    kubeconfig: str,
+    api_client: client.ApiClient,
+    release: tuple[str, str],
+    namespace: str,
+    simulated_pool: list[client.V1Node],
+) -> None:
+    name, release_ns = release
+    helm(
+        kubeconfig,
+        "install",
+        name,
+        str(CHART),
+        "--namespace",
+        release_ns,
+        "--create-namespace",
+        "--set",
+        f"watchNamespaces={{{namespace}}}",
+        "--wait",
+        "--timeout",
+        "120s",
+    )
+
+    apps = client.AppsV1Api(api_client)
+    deployment = apps.read_namespaced_deployment(name, release_ns)
+    assert deployment.status.available_replicas == 1
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(release_ns).items
+    # The operator lands on the system pool, never on a GPU node.
+    assert [p.spec.node_name.startswith("aks-system-") for p in pods] == [True]
+
+    crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(
+        "distributedtrainingjobs.dtjob.io"
+    )
+    assert crd.spec.names.short_names == ["dtj", "dtjob"]
+
+    sa = f"system:serviceaccount:{release_ns}:{name}"
+    assert can_i(kubeconfig, sa, "create", "pods", namespace)
+    assert can_i(kubeconfig, sa, "patch", "distributedtrainingjobs.dtjob.io/status", namespace)
+    assert can_i(kubeconfig, sa, "create", "jobs.batch", namespace)
+    assert can_i(kubeconfig, sa, "list", "customresourcedefinitions.apiextensions.k8s.io", None)
+    # Scoped to the watched namespace, and no more than the operator needs.
+    assert not can_i(kubeconfig, sa, "create", "pods", "default")
+    assert not can_i(kubeconfig, sa, "delete", "nodes", None)
+    assert not can_i(kubeconfig, sa, "create", "clusterrolebindings.rbac.authorization.k8s.io", None)
+
+    helm(kubeconfig, "uninstall", name, "--namespace", release_ns, "--wait")
+    wait_for(
+        lambda: not apps.list_namespaced_deployment(release_ns).items, timeout=60, what="Deployment removed"
+    )
+    # Helm keeps CRDs on uninstall, so jobs (and their data) survive an operator upgrade or removal.
+    assert client.ApiextensionsV1Api(api_client).read_custom_resource_definition(
+        "distributedtrainingjobs.dtjob.io"
+    )
