@@ -1,0 +1,195 @@
+"""`dtjob pool` and dtjob.azure.aks: the real azure-mgmt-containerservice client, played by an ARM stand-in.
+
+The captured request bodies are what Azure would receive; ARM errors must come back as one clear line.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from dtjob.azure.aks import GpuPool, NodePools, PoolError, agent_pool_body, scaled_body
+from dtjob.cli import build_parser
+
+from tests.azure.arm_player import ArmPlayer, StaticToken
+
+CLUSTER = ["--subscription", "sub-1", "-g", "ml-rg", "-c", "aks-train"]
+
+
+def run(argv: list[str], player: ArmPlayer, lines: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    def connect(a: argparse.Namespace) -> NodePools:
+        sink = lines.append if lines is not None else (lambda _line: None)
+        return NodePools(
+            a.subscription,
+            a.resource_group,
+            a.cluster,
+            StaticToken(),
+            player,
+            polling_interval=0,
+            progress=sink,
+        )
+
+    code: int = args.func(args, connect=connect)
+    return code
+
+
+def test_create_sends_an_autoscaling_gpu_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    player = ArmPlayer(polls_before_done=3)
+    lines: list[str] = []
+    argv = ["pool", "create", *CLUSTER, "--max", "8", "--label", "team=vision", "--zones", "1", "2"]
+    assert run(argv, player, lines) == 0
+    (put,) = player.puts()
+    assert put.url.startswith(
+        "https://management.azure.com/subscriptions/sub-1/resourceGroups/ml-rg/providers/"
+        "Microsoft.ContainerService/managedClusters/aks-train/agentPools/gpu?api-version="
+    )
+    props = put.body["properties"]
+    assert props["vmSize"] == "Standard_NC24s_v3"
+    assert (props["enableAutoScaling"], props["minCount"], props["maxCount"], props["count"]) == (
+        True,
+        0,
+        8,
+        0,
+    )
+    assert props["nodeTaints"] == ["sku=gpu:NoSchedule"]
+    assert props["nodeLabels"] == {"dtjob.io/pool": "gpu", "accelerator": "nvidia", "team": "vision"}
+    assert props["mode"] == "User"
+    assert props["osDiskSizeGB"] == 256
+    assert props["availabilityZones"] == ["1", "2"]
+    assert props["gpuProfile"] == {"driver": "Install"}
+    # The long-running operation was polled to its end before the CLI reported success.
+    polls = [r for r in player.requests if "/operations/" in r.url]
+    assert len(polls) == 3
+    assert player.pools["gpu"]["properties"]["provisioningState"] == "Succeeded"
+    assert "Succeeded" in capsys.readouterr().out
+    assert lines[0].endswith("started")
+    assert "Succeeded after" in lines[-1]
+
+
+def test_spot_and_custom_taints() -> None:
+    body = agent_pool_body(GpuPool(name="spot", spot=True, taints=("sku=gpu:NoSchedule", "team=a:NoExecute")))
+    props = body["properties"]
+    assert props["scaleSetPriority"] == "Spot"
+    assert props["spotMaxPrice"] == -1
+    assert props["nodeTaints"] == [
+        "sku=gpu:NoSchedule",
+        "team=a:NoExecute",
+        "kubernetes.azure.com/scalesetpriority=spot:NoSchedule",
+    ]
+
+
+def test_dry_run_prints_the_body_and_sends_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    player = ArmPlayer()
+    assert run(["pool", "create", *CLUSTER, "--dry-run", "--vm-size", "Standard_ND96asr_v4"], player) == 0
+    assert player.requests == []
+    assert '"vmSize": "Standard_ND96asr_v4"' in capsys.readouterr().out
+
+
+def test_quota_exceeded_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    message = (
+        "Operation could not be completed as it results in exceeding approved standardNCSv3Family "
+        "Cores quota. "
+        "Current Limit: 24, Current Usage: 24, Additional Required: 24."
+    )
+    player = ArmPlayer(fail_put=(409, "QuotaExceeded", message))
+    assert run(["pool", "create", *CLUSTER], player) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(
+        "dtjob pool: create pool gpu in ml-rg/aks-train: 409 QuotaExceeded: Operation could"
+    )
+    assert "Current Limit: 24" in err
+    assert "Request more vCPU quota" in err
+    assert "Traceback" not in err
+
+
+def test_failure_during_the_operation_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    player = ArmPlayer(
+        fail_operation=("SkuNotAvailable", "The requested VM size is not available in westeurope.")
+    )
+    assert run(["pool", "create", *CLUSTER, "--vm-size", "Standard_NC96ads_A100_v4"], player) == 1
+    err = capsys.readouterr().err
+    assert "SkuNotAvailable" in err
+    assert "not available in westeurope" in err
+    assert "try another --vm-size" in err
+
+
+def test_bad_request_400_names_the_code(capsys: pytest.CaptureFixture[str]) -> None:
+    player = ArmPlayer(
+        fail_put=(400, "InvalidParameter", "The value of parameter agentPoolProfile.count is invalid.")
+    )
+    assert run(["pool", "create", *CLUSTER], player) == 1
+    assert "400 InvalidParameter: The value of parameter agentPoolProfile.count" in capsys.readouterr().err
+
+
+def test_scale_keeps_other_settings_and_ls_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    player = ArmPlayer()
+    assert run(["pool", "create", *CLUSTER, "--max", "2", "--os-disk-size", "512"], player) == 0
+    assert run(["pool", "scale", *CLUSTER, "gpu", "--max", "16"], player) == 0
+    put = player.puts()[-1].body["properties"]
+    assert (put["enableAutoScaling"], put["minCount"], put["maxCount"]) == (True, 0, 16)
+    assert put["osDiskSizeGB"] == 512
+    assert put["nodeTaints"] == ["sku=gpu:NoSchedule"]
+    assert "provisioningState" not in put
+    assert run(["pool", "scale", *CLUSTER, "gpu", "--count", "3"], player) == 0
+    put = player.puts()[-1].body["properties"]
+    assert (put["enableAutoScaling"], put["count"]) == (False, 3)
+    capsys.readouterr()
+    assert run(["pool", "ls", *CLUSTER], player) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["NAME", "MODE", "VM"]
+    assert out[1].split()[:3] == ["gpu", "User", "Standard_NC24s_v3"]
+    assert "fixed 3" in out[1]
+
+
+def test_scale_or_delete_of_a_missing_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    player = ArmPlayer()
+    assert run(["pool", "scale", *CLUSTER, "nope", "--max", "3"], player) == 1
+    err = capsys.readouterr().err
+    assert "get pool nope: 404 NotFound" in err
+    assert "Check --subscription, --resource-group and --cluster" in err
+
+
+def test_delete_waits_for_the_operation(capsys: pytest.CaptureFixture[str]) -> None:
+    player = ArmPlayer()
+    assert run(["pool", "create", *CLUSTER], player) == 0
+    assert run(["pool", "delete", *CLUSTER, "gpu", "--yes"], player) == 0
+    assert player.pools == {}
+    assert [r.method for r in player.requests].count("DELETE") == 1
+    assert "deleted pool gpu" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("pool", "flag"),
+    [
+        (GpuPool(name="GPU-Pool"), "--name"),
+        (GpuPool(name="averyverylongname"), "--name"),
+        (GpuPool(vm_size="nc24"), "--vm-size"),
+        (GpuPool(min_count=3, max_count=2), "--min/--max"),
+        (GpuPool(max_count=0), "--min/--max"),
+        (GpuPool(count=9, max_count=4), "--count"),
+        (GpuPool(os_disk_type="Fast"), "--os-disk-type"),
+        (GpuPool(taints=("sku=gpu",)), "--taint"),
+        (GpuPool(labels={"kubernetes.azure.com/mode": "x"}), "--label"),
+        (GpuPool(gpu_driver="Maybe"), "--gpu-driver"),
+    ],
+)
+def test_bad_pool_settings_name_the_flag(pool: GpuPool, flag: str) -> None:
+    with pytest.raises(PoolError, match=f"^{flag}:"):
+        agent_pool_body(pool)
+
+
+def test_bad_cli_values_reach_no_azure(capsys: pytest.CaptureFixture[str]) -> None:
+    player = ArmPlayer()
+    assert run(["pool", "create", *CLUSTER, "--label", "novalue"], player) == 1
+    assert "--label: expected key=value" in capsys.readouterr().err
+    assert run(["pool", "scale", *CLUSTER, "gpu", "--count", "2", "--max", "3"], player) == 1
+    assert player.requests[-1].method == "GET"  # refused before any PUT
+    assert player.puts() == []
+
+
+def test_scaled_body_requires_a_change() -> None:
+    with pytest.raises(PoolError, match="--min and/or --max"):
+        scaled_body({"properties": {}}, None, None, None)
