@@ -1,0 +1,1 @@
+"""Input pipelines: the framework-independent folder scan, and one loader per framework."""

@@ -1,0 +1,89 @@
+"""tf.data input pipeline for the ImageNet folder layout (shared by the TensorFlow and Keras trainers).
+
+Training decodes only the random crop (decode_and_crop_jpeg), the standard TF ResNet recipe that skips most
+of the decode work. Files that are not JPEGs are dropped and counted; a JPEG too corrupt to decode is dropped
+by ignore_errors so a bad file never stops a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtjob_train.tf_env import tf
+
+from .folder import MEAN_RGB, STD_RGB, Split
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def _train_image(data: Any, size: int) -> Any:
+    shape = tf.io.extract_jpeg_shape(data)
+    begin, crop_size, _ = tf.image.sample_distorted_bounding_box(
+        shape,
+        bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
+        min_object_covered=0.1,
+        aspect_ratio_range=(3 / 4, 4 / 3),
+        area_range=(0.08, 1.0),
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    window = tf.stack([begin[0], begin[1], crop_size[0], crop_size[1]])
+    image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
+    image = tf.image.resize(image, (size, size), method="bilinear")
+    return tf.image.random_flip_left_right(image)
+
+
+def _val_image(data: Any, size: int) -> Any:
+    image = tf.io.decode_jpeg(data, channels=3)
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    scale = (size / 0.875) / tf.reduce_min(shape)
+    resized = tf.image.resize(image, tf.cast(tf.round(shape * scale), tf.int32), method="bilinear")
+    return tf.image.resize_with_crop_or_pad(resized, size, size)
+
+
+def make_dataset(
+    split: Split,
+    *,
+    rank: int,
+    size: int,
+    batch_size: int,
+    image_size: int,
+    train: bool,
+    seed: int,
+    num_classes: int | None,
+    skipped: Any,
+) -> Any:
+    """Batches of (normalised float32 NHWC images, labels); one-hot labels when num_classes is given.
+
+    `skipped` is an int64 tf.Variable counting files that were not JPEGs.
+    """
+    shard = split.shard(rank, size)
+    ds = tf.data.Dataset.from_tensor_slices(([p for p, _ in shard], [label for _, label in shard]))
+    if train:
+        ds = ds.shuffle(len(shard), seed=seed + rank, reshuffle_each_iteration=True).repeat()
+    mean = tf.constant(MEAN_RGB, shape=(1, 1, 3))
+    std = tf.constant(STD_RGB, shape=(1, 1, 3))
+
+    def load(path: Any, label: Any) -> Any:
+        data = tf.io.read_file(path)
+        ok = tf.io.is_jpeg(data)
+        image = tf.cond(
+            ok,
+            lambda: _train_image(data, image_size) if train else _val_image(data, image_size),
+            lambda: tf.zeros((image_size, image_size, 3)),
+        )
+        return (tf.cast(image, tf.float32) - mean) / std, label, ok
+
+    def keep(image: Any, label: Any, ok: Any) -> Any:
+        with tf.control_dependencies([skipped.assign_add(tf.cast(tf.logical_not(ok), tf.int64))]):
+            return tf.identity(ok)
+
+    def finish(image: Any, label: Any, ok: Any) -> Any:
+        return image, (tf.one_hot(label, num_classes) if num_classes else label)
+
+    ds = ds.map(load, num_parallel_calls=AUTOTUNE, deterministic=False).ignore_errors()
+    ds = ds.filter(keep).map(finish, num_parallel_calls=AUTOTUNE)
+    ds = ds.batch(batch_size, drop_remainder=train, num_parallel_calls=AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_optimization.map_parallelization = True
+    return ds.with_options(options).prefetch(AUTOTUNE)

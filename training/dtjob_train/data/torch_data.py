@@ -1,0 +1,142 @@
+"""PyTorch input pipeline for the ImageNet folder layout, without torchvision.
+
+Decoding and augmentation run in DataLoader worker processes on PIL, which hands uint8 tensors to the main
+process; normalisation happens on the device in the trainer, so the host copies a quarter of the bytes.
+JPEGs are decoded at reduced scale (libjpeg DCT scaling via Image.draft) whenever the crop allows it, which
+is most of the decode cost saved for large photos.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+
+from .folder import Split
+
+# Attempts at neighbouring files before giving up on a sample; keeps every batch full so ranks stay in step.
+_MAX_SUBSTITUTES = 16
+
+
+def _random_resized_crop_box(w: int, h: int, rng: random.Random) -> tuple[int, int, int, int]:
+    """Inception-style crop: 8%-100% of the area, aspect ratio 3/4-4/3; centre crop as the fallback."""
+    area = w * h
+    for _ in range(10):
+        target = area * rng.uniform(0.08, 1.0)
+        ratio = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+        cw, ch = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
+        if 0 < cw <= w and 0 < ch <= h:
+            x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
+            return x, y, x + cw, y + ch
+    side = min(w, h)
+    x, y = (w - side) // 2, (h - side) // 2
+    return x, y, x + side, y + side
+
+
+def _open_scaled(path: str, box_of: tuple[int, int]) -> tuple[Image.Image, float]:
+    """Open an image asking libjpeg for the smallest DCT scale that still covers box_of pixels of output."""
+    img = Image.open(path)
+    w0, _ = img.size
+    img.draft("RGB", box_of)
+    return img.convert("RGB"), img.size[0] / w0
+
+
+def load_train(path: str, size: int, rng: random.Random) -> npt.NDArray[np.uint8]:
+    with Image.open(path) as probe:
+        w, h = probe.size
+    x0, y0, x1, y1 = _random_resized_crop_box(w, h, rng)
+    # Request a decode where the crop is still >= size pixels on each side.
+    need = (math.ceil(w * size / (x1 - x0)), math.ceil(h * size / (y1 - y0)))
+    img, scale = _open_scaled(path, need)
+    box = (x0 * scale, y0 * scale, x1 * scale, y1 * scale)
+    out = img.resize((size, size), Image.Resampling.BILINEAR, box=box)
+    if rng.random() < 0.5:
+        out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    return np.asarray(out, dtype=np.uint8)
+
+
+def load_val(path: str, size: int) -> npt.NDArray[np.uint8]:
+    """Resize the short side to size/0.875, centre crop size x size (the standard evaluation transform)."""
+    with Image.open(path) as probe:
+        w, h = probe.size
+    short = round(size / 0.875)
+    rw, rh = (short, round(h * short / w)) if w <= h else (round(w * short / h), short)
+    img, _ = _open_scaled(path, (rw, rh))
+    img = img.resize((rw, rh), Image.Resampling.BILINEAR)
+    left, top = (rw - size) // 2, (rh - size) // 2
+    return np.asarray(img.crop((left, top, left + size, top + size)), dtype=np.uint8)
+
+
+Sample = tuple[torch.Tensor, int, int]
+
+
+class ImageFolder(Dataset[Sample]):
+    """Items are (uint8 CHW image, label, number of unreadable files skipped to produce it)."""
+
+    def __init__(self, samples: Sequence[tuple[str, int]], size: int, *, train: bool, seed: int) -> None:
+        self.samples = samples
+        self.size = size
+        self.train = train
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Sample:
+        # The DataLoader seeds `random` per worker and epoch: augmentations differ across both.
+        rng = random.Random(random.getrandbits(64))
+        for attempt in range(_MAX_SUBSTITUTES):
+            path, label = self.samples[(index + attempt) % len(self.samples)]
+            try:
+                array = load_train(path, self.size, rng) if self.train else load_val(path, self.size)
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+                continue
+            return torch.from_numpy(array).permute(2, 0, 1).contiguous(), label, attempt
+        raise RuntimeError(f"{_MAX_SUBSTITUTES} unreadable images in a row from {self.samples[index][0]}")
+
+
+def collate(batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    images = torch.stack([b[0] for b in batch])
+    labels = torch.tensor([b[1] for b in batch], dtype=torch.long)
+    return images, labels, sum(b[2] for b in batch)
+
+
+def default_workers(local_size: int) -> int:
+    cpus = len(os.sched_getaffinity(0))
+    return max(1, min(8, cpus // max(local_size, 1) - 1)) if cpus > local_size else 1
+
+
+def make_loader(
+    split: Split,
+    *,
+    rank: int,
+    size: int,
+    batch_size: int,
+    image_size: int,
+    train: bool,
+    workers: int,
+    seed: int,
+    pin_memory: bool,
+) -> DataLoader[Sample]:
+    dataset = ImageFolder(split.shard(rank, size), image_size, train=train, seed=seed + rank)
+    generator = torch.Generator()
+    generator.manual_seed(seed + rank)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=train,
+        drop_last=train,
+        num_workers=workers,
+        collate_fn=collate,
+        pin_memory=pin_memory,
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers > 0 else None,
+        generator=generator,
+    )

@@ -1,0 +1,28 @@
+"""TensorFlow/Keras checkpoints: one directory per completed epoch, written to a temp name then renamed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from . import checkpoints
+from .tf_env import tf
+
+
+def save(directory: Path, epochs_done: int, model: Any, optimizer: Any) -> None:
+    final = checkpoints.path_for(directory, epochs_done, "")
+    tmp = directory / f".{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tf.train.Checkpoint(model=model, optimizer=optimizer).write(str(tmp / "ckpt"))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    checkpoints.prune(directory)
+
+
+def restore_latest(directory: Path | None, model: Any, optimizer: Any) -> tuple[int, Path] | None:
+    """Load the newest checkpoint into model and optimizer; (epochs done, path) or None."""
+    found = checkpoints.latest(directory)
+    if found is not None:
+        tf.train.Checkpoint(model=model, optimizer=optimizer).read(str(found[1] / "ckpt")).expect_partial()
+    return found
