@@ -30,6 +30,7 @@ class Azurite:
     endpoint: str  # http://127.0.0.1:<port>/devstoreaccount1
     account_name: str = DEV_ACCOUNT_NAME
     account_key: str = field(default=DEV_ACCOUNT_KEY, repr=False)
+    pid: int = 0  # of the azurite-blob process (benchmarks read its CPU time)
 
     def container_url(self, container: str) -> str:
         return f"{self.endpoint}/{container}"
@@ -86,7 +87,7 @@ def run_azurite(workdir: Path, port: int | None = None, timeout_s: float = 30.0)
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
         try:
             _wait_until_serving(endpoint, proc, timeout_s)
-            yield Azurite(endpoint=endpoint)
+            yield Azurite(endpoint=endpoint, pid=proc.pid)
         finally:
             proc.terminate()
             try:
