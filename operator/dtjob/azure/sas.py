@@ -33,8 +33,6 @@ SECRET_URL_KEY = "container-url"
 SECRET_EXPIRES_KEY = "expires-at"
 ANNOTATION_ISSUED = "dtjob.io/sas-issued-at"
 ANNOTATION_EXPIRES = "dtjob.io/sas-expires-at"
-LABEL_JOB = "dtjob.io/job-name"
-LABEL_ROLE = "dtjob.io/role"
 
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 _SIG_RE = re.compile(r"(?i)(sig=)[^&\s\"']+")
@@ -205,14 +203,9 @@ def sas_secret(
     """The `<job>-sas-in` / `<job>-sas-out` Secret. Pods mount it; its files are `sas-token`, `container-url`
     and `expires-at`. Issue and expiry times are annotations too, so the operator can schedule rotation
     without reading the token."""
-    labels = {
-        LABEL_JOB: job_name,
-        LABEL_ROLE: f"sas-{access.value}",
-        "app.kubernetes.io/name": "dtjob",
-        "app.kubernetes.io/component": "sas",
-        "app.kubernetes.io/managed-by": "dtjob-operator",
-        **(extra_labels or {}),
-    }
+    from dtjob.names import labels as child_labels
+
+    labels = {**child_labels(job_name, "sas", f"sas-{access.value}"), **(extra_labels or {})}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
