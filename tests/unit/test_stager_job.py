@@ -63,6 +63,13 @@ def test_staging_job_mounts_the_volume_and_the_read_sas_only() -> None:
     assert "sas-out" not in str(job)
 
 
+def test_the_stager_mounts_a_read_only_dataset_volume_writable() -> None:
+    read_only = {"name": "data", "nfs": {"server": "10.0.0.4", "path": "/export", "readOnly": True}}
+    volumes = build(data_volume=read_only)["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0] == {"name": "data", "nfs": {"server": "10.0.0.4", "path": "/export", "readOnly": False}}
+    assert read_only["nfs"]["readOnly"] is True  # the caller's dict is untouched
+
+
 def test_results_upload_uses_the_write_sas() -> None:
     cmd = results_upload_command("r50", "/output", "runs/team-a/r50/u1/")
     assert cmd[:4] == ["python", "-m", "dtjob.stager", "upload"]

@@ -121,6 +121,11 @@ def staging_job(
     where the workers mount it, so `destination` means the same path to the stager and to training. The
     pod sees the SAS only as files of the mounted `<job>-sas-in` Secret."""
     volume_name = str(data_volume["name"])
+    # Workers may mount the dataset read-only; the stager is the one writer.
+    writable = {
+        k: ({**v, "readOnly": False} if isinstance(v, dict) and "readOnly" in v else v)
+        for k, v in data_volume.items()
+    }
     pod_spec: Json = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -146,7 +151,7 @@ def staging_job(
                 },
             }
         ],
-        "volumes": [data_volume, sas_volume(job, Access.INPUT)],
+        "volumes": [writable, sas_volume(job, Access.INPUT)],
     }
     if node_selector:
         pod_spec["nodeSelector"] = dict(node_selector)
