@@ -34,7 +34,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
-CONTAINER_RE = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9]))*$")
+# RE2-compatible (no lookarounds), so the CRD schema can use the same pattern; length is checked apart.
+CONTAINER_RE = re.compile(r"^[a-z0-9]([a-z0-9]|-[a-z0-9])*$")
 SECRET_NAME_RE = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
@@ -218,7 +219,7 @@ def _location(data: Mapping[str, Any], path: str) -> BlobLocation:
             )
         account_name = name
     container = _string(data, "container", path, required=True) or ""
-    if not CONTAINER_RE.match(container):
+    if not (3 <= len(container) <= 63 and CONTAINER_RE.match(container)):
         raise StorageSpecError(
             f"{path}.container",
             f"must be 3-63 lowercase letters, digits and single hyphens, starting with a letter or digit; "

@@ -1,0 +1,73 @@
+"""The CRD schema fragment for the storage fields agrees with dtjob.storage_spec, and its patterns are RE2
+(the API server's regex engine has no lookarounds or backreferences)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dtjob import storage_spec
+
+FRAGMENT = Path(__file__).resolve().parents[2] / "docs" / "crd-storage-fragment.yaml"
+
+
+@pytest.fixture(scope="module")
+def fragment() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(FRAGMENT.read_text())
+    return loaded
+
+
+def patterns(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+        return found + [p for value in node.values() for p in patterns(value)]
+    if isinstance(node, list):
+        return [p for value in node for p in patterns(value)]
+    return []
+
+
+def test_patterns_are_re2_compatible(fragment: dict[str, Any]) -> None:
+    found = patterns(fragment)
+    assert len(found) >= 5
+    for pattern in found:
+        assert not re.search(r"\(\?[=!<]|\\[1-9]", pattern), f"lookaround or backreference in {pattern!r}"
+        re.compile(pattern)
+
+
+@pytest.mark.parametrize(
+    "name", ["imagenet", "ab1", "a-b-c", "a" * 63, "ab", "a" * 64, "a--b", "-ab", "ab-", "Ab1", "a_b"]
+)
+def test_container_pattern_matches_the_parser(fragment: dict[str, Any], name: str) -> None:
+    schema = fragment["dataset"]["properties"]["stageFrom"]["properties"]["container"]
+    by_schema = (
+        bool(re.match(schema["pattern"], name)) and schema["minLength"] <= len(name) <= schema["maxLength"]
+    )
+    raw = {"account": "acct1", "container": name, "credentials": {"authMode": "workloadIdentity"}}
+    try:
+        storage_spec.parse_stage_from(raw)
+        by_parser = True
+    except storage_spec.StorageSpecError:
+        by_parser = False
+    assert by_schema == by_parser
+
+
+def test_fragment_fields_are_the_parsers_fields(fragment: dict[str, Any]) -> None:
+    stage = fragment["dataset"]["properties"]["stageFrom"]
+    output = fragment["output"]
+    assert set(stage["properties"]) == {
+        "account", "endpoint", "container", "prefix", "destination", "concurrency", "sasLifetimeSeconds",
+        "credentials",
+    }  # fmt: skip
+    assert set(output["properties"]) == set(stage["properties"]) - {"destination", "concurrency"}
+    creds = stage["properties"]["credentials"]
+    assert creds["properties"]["authMode"]["enum"] == [m.value for m in storage_spec.AuthMode]
+    lifetime = stage["properties"]["sasLifetimeSeconds"]
+    assert (lifetime["minimum"], lifetime["maximum"]) == (
+        storage_spec.MIN_SAS_LIFETIME_S,
+        storage_spec.MAX_SAS_LIFETIME_S,
+    )
+    assert stage["properties"]["concurrency"]["maximum"] == storage_spec.MAX_CONCURRENCY
+    assert stage["properties"]["account"]["pattern"] == storage_spec.ACCOUNT_RE.pattern
