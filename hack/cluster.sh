@@ -18,6 +18,11 @@ kwokctl=$cache/bin/kwok-$KWOK_VERSION/kwokctl
 export KWOK_WORKDIR=$cache/kwok
 export PATH=$k8s_bin:$PATH
 kubeconfig=$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml
+configs=("$here/kwok/kwokctl.yaml" "$here/kwok/stages.yaml")
+# A cluster remembers the hash of the configuration and binaries it was created from; `up` recreates it when
+# they change, so an edited Stage or a new pinned version takes effect.
+config_hash=$(cat "${configs[@]}" "$here/versions.env" | sha256sum | cut -c1-16)
+config_stamp=$KWOK_WORKDIR/clusters/$name/dtjob-config-hash
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 kctl() { kubectl --kubeconfig "$kubeconfig" "$@"; }
@@ -45,11 +50,11 @@ up() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     [[ -x $k8s_bin/$b ]] || { log "missing $k8s_bin/$b: run hack/build-control-plane.sh (make control-plane)"; exit 1; }
   done
-  if healthy; then
+  if healthy && [[ $(cat "$config_stamp" 2>/dev/null) == "$config_hash" ]]; then
     log "cluster '$name' already running"
   else
     if [[ -d $KWOK_WORKDIR/clusters/$name ]]; then
-      log "removing stale cluster '$name'"
+      log "replacing cluster '$name' (stopped, or created from another configuration)"
       "$kwokctl" delete cluster --name "$name" >/dev/null 2>&1 || true
     fi
     log "starting cluster '$name' (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
@@ -60,10 +65,11 @@ up() {
       --kube-scheduler-binary "$k8s_bin/kube-scheduler" \
       --etcd-binary "$cache/bin/etcd-$ETCD_VERSION/etcd" \
       --kwok-controller-binary "$cache/bin/kwok-$KWOK_VERSION/kwok" \
-      --config "$here/kwok/stages.yaml" \
+      --config "${configs[0]}" --config "${configs[1]}" \
       --disable-qps-limits \
       --kubeconfig= \
       --wait 3m >&2
+    echo "$config_hash" >"$config_stamp"
   fi
   reconcile_nodes
   log "kubeconfig: $kubeconfig"
