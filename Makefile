@@ -58,7 +58,7 @@ control-plane:
 azurite:
 	@hack/install-azurite.sh >/dev/null
 
-cluster-up: control-plane venv
+cluster-up: control-plane
 	@hack/cluster.sh up
 
 cluster-down:
@@ -85,7 +85,7 @@ test-training: venv
 test: control-plane azurite venv lint
 	$(PY) -m pytest tests
 
-demo: cluster-up
+demo: cluster-up venv
 	$(PY) hack/demo.py
 
 bench: venv
