@@ -57,7 +57,7 @@ def test_launcher_as_worker_is_first_host() -> None:
     job = desired.launcher_job(spec, OWNER, 0)
     pod = job["spec"]["template"]["spec"]
     assert pod["hostname"] == "rn50-launcher" and pod["subdomain"] == "rn50-workers"
-    assert _container(pod)["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert _container(pod)["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert job["spec"]["template"]["metadata"]["labels"][names.MPI_HOST_LABEL] == "true"
     assert "-np 12 " in _container(pod)["command"][2]
 
@@ -82,7 +82,7 @@ def test_ssh_secret_holds_a_matching_keypair() -> None:
 def test_worker_pod_gets_gpus_placement_readiness_and_data() -> None:
     spec = job_spec(
         dataset={"source": "imagenet", "volume": {"nfs": {"server": "nfs.local", "path": "/export"}}},
-        worker={"resources": {"requests": {"cpu": "20"}}, "podAnnotations": {"a": "b"}},
+        worker={"resources": {"requests": {"cpu": 20}}, "podAnnotations": {"a": "b"}},
         runPolicy={"scheduling": {"schedulerName": "volcano", "queueName": "gpu-queue"}},
     )
     pod = desired.worker_pod(spec, OWNER, 1, 3)
@@ -99,7 +99,7 @@ def test_worker_pod_gets_gpus_placement_readiness_and_data() -> None:
         "tolerations"
     ]
     container = _container(pod_spec)
-    assert container["resources"] == {"requests": {"cpu": "20"}, "limits": {"nvidia.com/gpu": 4}}
+    assert container["resources"] == {"requests": {"cpu": "20"}, "limits": {"nvidia.com/gpu": "4"}}
     assert container["readinessProbe"]["tcpSocket"] == {"port": 22}
     assert "exec /usr/sbin/sshd -D" in container["command"][2]
     volumes = {v["name"]: v for v in pod_spec["volumes"]}

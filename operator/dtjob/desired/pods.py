@@ -76,7 +76,7 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     else:
         # A CPU node may still run the NVIDIA container runtime: hide every GPU from the launcher.
         env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": ""})
-        resources = dict(spec.launcher.pod.resources or {})
+        resources = _quantities(spec.launcher.pod.resources)
     container: Json = {
         "name": "launcher",
         "image": spec.image,
@@ -150,11 +150,20 @@ def _env(spec: JobSpec) -> list[Json]:
 
 
 def _gpu_resources(pod: PodOverrides, gpus: int) -> Json:
-    resources: dict[str, Any] = {k: dict(v) for k, v in (pod.resources or {}).items() if isinstance(v, dict)}
-    resources.setdefault("limits", {})[GPU_RESOURCE] = gpus
+    resources = _quantities(pod.resources)
+    resources.setdefault("limits", {})[GPU_RESOURCE] = str(gpus)
     if GPU_RESOURCE in resources.get("requests", {}):
-        resources["requests"][GPU_RESOURCE] = gpus
+        resources["requests"][GPU_RESOURCE] = str(gpus)
     return resources
+
+
+def _quantities(resources: Json | None) -> dict[str, Any]:
+    """Resource quantities as strings (the API's canonical form; the schema also accepts integers)."""
+    return {
+        kind: {name: str(value) for name, value in values.items()}
+        for kind, values in (resources or {}).items()
+        if isinstance(values, dict)
+    }
 
 
 def _mounts(spec: JobSpec, with_hostfile: bool, with_data: bool = True) -> list[Json]:
