@@ -9,6 +9,7 @@ through the job's own spec.launcher.podAnnotations, since no training really run
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -163,17 +164,13 @@ def main() -> int:
             "wide",
         )
         banner("launcher command")
-        command = kubectl(
-            "get",
-            "job",
-            f"{name}-launcher",
-            "-n",
-            NAMESPACE,
-            "-o",
-            "jsonpath={.spec.template.spec.containers[0].args}",
-            capture=True,
+        launcher = yaml.safe_load(
+            kubectl("get", "job", f"{name}-launcher", "-n", NAMESPACE, "-o", "yaml", capture=True)
         )
-        print(command)
+        container = launcher["spec"]["template"]["spec"]["containers"][0]
+        argv = [*container.get("command", []), *container.get("args", [])]
+        # The launcher runs a short shell script (ssh client config, then exec horovodrun): print it as is.
+        print(argv[2] if argv[:2] == ["/bin/sh", "-c"] else shlex.join(argv))
         banner("final status")
         status = yaml.safe_load(kubectl("get", "dtj", name, "-n", NAMESPACE, "-o", "yaml", capture=True))[
             "status"
@@ -187,7 +184,7 @@ def main() -> int:
             NAMESPACE,
             "--field-selector",
             f"involvedObject.name={name}",
-            "--sort-by=.lastTimestamp",
+            "--sort-by=.metadata.creationTimestamp",
         )
     finally:
         stop(operator)
