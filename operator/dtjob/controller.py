@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from dtjob.config import OperatorConfig
@@ -120,17 +121,28 @@ class Controller:
         except Conflict:
             self.enqueue(key, 0.2)
             return
-        except Exception:
+        except Exception as error:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
             delay = min(2.0**failures, 60.0)
             log.exception("reconcile of %s/%s failed (attempt %d); retrying in %.0fs", namespace, name,
                           failures, delay)  # fmt: skip
+            if failures == 1:  # once per streak: the job's events say why it is stuck, not only our log
+                await asyncio.to_thread(self._report_error, key, delay, error)
             self.enqueue(key, delay)
             return
         self._failures.pop(key, None)
         if requeue is not None:
             self.enqueue(key, requeue)
+
+    def _report_error(self, key: Key, delay: float, error: Exception) -> None:
+        try:
+            job = self.kube.get_job(*key)
+            if job is not None:
+                text = f"reconcile failed, retrying in {delay:.0f}s: {type(error).__name__}: {error}"
+                self.kube.emit_event(job, "Warning", "ReconcileError", text, datetime.now(UTC))
+        except Exception:  # reporting is best effort; the retry is what matters
+            log.debug("could not report the reconcile error of %s/%s", *key, exc_info=True)
 
 
 def children_from_indices(

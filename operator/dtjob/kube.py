@@ -25,6 +25,10 @@ class Conflict(Exception):
     """The object changed since it was read (HTTP 409 on an update): read again and retry."""
 
 
+class Rejected(Exception):
+    """The API server (or the client's own schema check) refused an object built from the spec."""
+
+
 class Kube:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
@@ -87,13 +91,18 @@ class Kube:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Job": self.batch.create_namespaced_job,
         }[kind]
+        name = obj["metadata"]["name"]
         try:
             create(namespace, obj, _preload_content=False)
         except ApiException as err:
             if err.status == 409:
                 return False
+            if err.status in (400, 422):
+                raise Rejected(f"{kind} {name} rejected by the API server: {_api_message(err)}") from err
             raise
-        log.info("created %s %s/%s", kind, namespace, obj["metadata"]["name"])
+        except ValueError as err:  # the typed client validates bodies before sending them
+            raise Rejected(f"{kind} {name} is invalid: {'; '.join(str(err).splitlines()[:3])}") from err
+        log.info("created %s %s/%s", kind, namespace, name)
         return True
 
     def ensure_config_map(self, obj: Json) -> None:
@@ -117,6 +126,11 @@ class Kube:
             )
         )
         log.info("deleted Job %s/%s", namespace, name)
+
+    def delete_pods(self, namespace: str, label_selector: str) -> None:
+        self.core.delete_collection_namespaced_pod(
+            namespace, label_selector=label_selector, _preload_content=False
+        )
 
     def delete_training_job(self, namespace: str, name: str) -> None:
         _ignore_404(
@@ -176,3 +190,10 @@ def _ignore_404(call: Any) -> None:
     except ApiException as err:
         if err.status != 404:
             raise
+
+
+def _api_message(err: ApiException) -> str:
+    try:
+        return str(json.loads(err.body or "")["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(err.reason)

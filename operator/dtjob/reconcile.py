@@ -14,7 +14,7 @@ from typing import Any
 from dtjob import desired, names
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
-from dtjob.kube import Kube
+from dtjob.kube import Kube, Rejected
 from dtjob.observed import observe
 from dtjob.preflight import preflight
 from dtjob.spec import JobSpec, SpecError, parse_spec
@@ -83,9 +83,28 @@ def reconcile(
         kube.emit_event(job, event.type, event.reason, event.message, now)
     if spec is not None:
         owner = owner_reference(name, meta["uid"])
-        for action in decision.actions:
-            _apply(kube, spec, owner, action)
+        try:
+            for action in decision.actions:
+                _apply(kube, spec, owner, action)
+        except Rejected as err:
+            _fail_rejected(kube, namespace, name, str(err), now)
+            return None
     return decision.requeue_after
+
+
+def _fail_rejected(kube: Kube, namespace: str, name: str, message: str, now: datetime) -> None:
+    """A child the schema let through but the API refused: Failed with its message, and no half world left."""
+    job = kube.get_job(namespace, name)
+    if job is None:
+        return
+    meta = job["metadata"]
+    prev = status_from_dict(job.get("status"))
+    decision = invalid_spec(prev, "spec", message, now, meta.get("generation"), reason="ChildRejected")
+    kube.patch_status(namespace, name, decision.status.to_dict(), meta["resourceVersion"])
+    for event in decision.events:
+        kube.emit_event(job, event.type, event.reason, event.message, now)
+    kube.delete_pods(namespace, f"{names.JOB_NAME_LABEL}={name}")
+    kube.delete_batch_job(namespace, names.launcher_name(name))
 
 
 def _needs_preflight(

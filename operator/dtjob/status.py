@@ -480,7 +480,14 @@ def _delete_world_pods(b: _Builder, observed: Observed) -> None:
         b.actions.append(DeleteLauncher())
 
 
-def invalid_spec(prev: JobStatus, path: str, message: str, now: datetime, generation: int | None) -> Decision:
+def invalid_spec(
+    prev: JobStatus,
+    path: str,
+    message: str,
+    now: datetime,
+    generation: int | None,
+    reason: str = "InvalidSpec",
+) -> Decision:
     """A spec the operator cannot run -> Failed, naming the field. Parsing comes first: nothing exists yet."""
     b = _Builder(prev, now)
     b.status = replace(prev, observed_generation=generation)
@@ -488,7 +495,7 @@ def invalid_spec(prev: JobStatus, path: str, message: str, now: datetime, genera
     if prev.phase in FINISHED:
         return b.decision()
     b.status = replace(b.status, completion_time=format_time(now))
-    b.cond("Failed", True, "InvalidSpec", text)
-    b.cond_false_if_present("Running", "InvalidSpec", text)
-    b.phase(FAILED, text, "Warning", "InvalidSpec")
+    b.cond("Failed", True, reason, text)
+    b.cond_false_if_present("Running", reason, text)
+    b.phase(FAILED, text, "Warning", reason)
     return b.decision()
