@@ -48,9 +48,14 @@ if [[ $with_tf == 1 ]]; then
 fi
 
 horovod_env=$(env | grep '^HOROVOD_' | sort || true)
-key=$(cat "$0" "${reqs[@]}" "$here/requirements-tf-keras.txt" "$patch_file" \
-  <(echo "$frameworks|$device|$tf_spec|$horovod_env") <("$PY" -c 'import sys; print(sys.version)') |
+# The wheel depends on what goes into the build; the stamp also on this script and the other pins.
+# Bump build_recipe when a change here alters how Horovod is built.
+build_recipe=1
+python_version=$("$PY" -c 'import sys; print(sys.version)')
+build_key=$(cat "${reqs[@]:1}" "$patch_file" \
+  <(echo "$build_recipe|$horovod_version|$frameworks|$device|$tf_spec|$horovod_env|$python_version") |
   sha256sum | cut -c1-16)
+key=$(cat "$0" "${reqs[@]}" "$here/requirements-tf-keras.txt" <(echo "$build_key") | sha256sum | cut -c1-16)
 prefix=$("$PY" -c 'import sys; print(sys.prefix)')
 stamp=$prefix/.dtjob-training-$key
 if [[ -f $stamp ]]; then
@@ -73,8 +78,8 @@ if [[ $with_tf == 1 ]]; then
   "${pip[@]}" --no-deps -r "$here/requirements-tf-keras.txt"
 fi
 
-# Horovod: one wheel per (frameworks, device, pins, patch, python, HOROVOD_* flags), built once and cached.
-wheel_dir=$cache/wheels/horovod-$horovod_version-$key
+# Horovod: one wheel per (frameworks, device, framework pins, patch, python, HOROVOD_* flags), built once.
+wheel_dir=$cache/wheels/horovod-$horovod_version-$build_key
 if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
   command -v cmake >/dev/null || die "cmake is needed to build Horovod (apt-get install cmake)"
   command -v mpicxx >/dev/null || log "warning: no mpicxx, Horovod is built without MPI (Gloo only)"
