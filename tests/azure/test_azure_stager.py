@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -10,12 +11,14 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from azure.storage.blob import ContainerClient
+from azure.storage.blob import ContainerClient, ContentSettings
+from dtjob.azure.download import Stager
 from dtjob.azure.emulator import Azurite
-from dtjob.azure.errors import ExitCode
-from dtjob.azure.progress import ProgressSnapshot, parse_progress
+from dtjob.azure.errors import ExitCode, StorageFailure
+from dtjob.azure.progress import Progress, ProgressSnapshot, parse_progress
 from dtjob.azure.sas import Access, ContainerSas, mint_with_account_key
 
 from tests.azure.helpers import (
@@ -208,3 +211,42 @@ def test_unreadable_credential_files_are_a_usage_error(tmp_path: Path) -> None:
     assert failed.returncode == ExitCode.USAGE
     assert "cannot read the SAS token file" in failed.stderr
     assert "cannot read the SAS token file" in ProgressSnapshot.from_json((tmp_path / "t").read_text()).reason
+
+
+def _in_process_stager(azurite: Azurite, container: ContainerClient, dest: Path, **kwargs: Any) -> Stager:
+    sas = mint(azurite, container.container_name, Access.INPUT)
+    # Small transfer sizes force the SDK to fetch a large blob in several ranges.
+    client = ContainerClient.from_container_url(
+        sas.container_url, credential=sas.token, max_single_get_size=64 * 1024, max_chunk_get_size=64 * 1024
+    )
+    return Stager(lambda: client, lambda: None, dest, Progress(), "input container c", "Secret x", **kwargs)
+
+
+def test_large_blobs_download_in_ranges_and_verify(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path
+) -> None:
+    tree = {"shards/train-000.tar": os.urandom(700_000), "shards/small.txt": b"tiny"}
+    seed(container, tree)
+    stager = _in_process_stager(
+        azurite, container, tmp_path / "d", large_file_bytes=100_000, range_concurrency=3
+    )
+    snap = stager.run("shards")
+    assert (snap.files_done, snap.bytes_done) == (2, 700_004)
+    assert tree_of(tmp_path / "d") == {k.removeprefix("shards/"): v for k, v in tree.items()}
+
+
+@pytest.mark.parametrize("large_file_bytes", [1 << 40, 1], ids=["stream", "ranges"])
+def test_content_md5_mismatch_fails_and_leaves_nothing(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path, large_file_bytes: int
+) -> None:
+    wrong_md5 = bytearray(hashlib.md5(b"something else", usedforsecurity=False).digest())
+    blob = container.upload_blob("x/bad.bin", os.urandom(200_000))
+    # Set Blob Properties stores an MD5 without checking it, as a buggy uploader would.
+    blob.set_http_headers(ContentSettings(content_md5=wrong_md5))
+    stager = _in_process_stager(azurite, container, tmp_path / "d", large_file_bytes=large_file_bytes)
+    with pytest.raises(StorageFailure) as failed:
+        stager.run("x")
+    assert failed.value.code == ExitCode.INTEGRITY
+    assert "x/bad.bin does not match its Content-MD5" in failed.value.reason
+    assert tree_of(tmp_path / "d") == {}
+    assert not list((tmp_path / "d").rglob("*.dtjob-part"))
