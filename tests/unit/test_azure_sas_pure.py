@@ -12,6 +12,7 @@ from dtjob.azure.sas import (
     Access,
     ContainerSas,
     allowed_protocol,
+    delegation_expiry,
     mint_with_account_key,
     redact,
     rotation_due,
@@ -19,6 +20,7 @@ from dtjob.azure.sas import (
     sas_secret,
     secret_rotation_due,
     validity_window,
+    workload_identity_credential,
 )
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -138,3 +140,14 @@ def test_secret_rotation_due_reads_the_annotations() -> None:
     assert secret_rotation_due(secret, NOW + timedelta(hours=8, seconds=1))
     assert secret_rotation_due({"metadata": {"annotations": {}}}, NOW)
     assert secret_rotation_due({"metadata": {"annotations": {ANNOTATION_ISSUED: "junk"}}}, NOW)
+
+
+def test_user_delegation_tokens_never_outlive_a_seven_day_key() -> None:
+    start = NOW - START_SKEW
+    assert delegation_expiry(start, NOW + timedelta(days=30)) == start + timedelta(days=7)
+    assert delegation_expiry(start, NOW + timedelta(hours=6)) == NOW + timedelta(hours=6)
+
+
+def test_workload_identity_credential_is_built_without_contacting_azure() -> None:
+    credential = workload_identity_credential("0b7f7c3e-1d2a-4c5b-9e8f-123456789abc")
+    assert callable(getattr(credential, "get_token", None))

@@ -145,6 +145,11 @@ def mint_with_account_key(
     return ContainerSas(container_url(endpoint, container), token, start, expiry)
 
 
+def delegation_expiry(start: datetime, expiry: datetime) -> datetime:
+    """A user delegation SAS cannot outlive its key, and Azure issues keys for at most 7 days."""
+    return min(expiry, start + MAX_USER_DELEGATION)
+
+
 def mint_with_user_delegation(
     endpoint: str,
     account_name: str,
@@ -158,7 +163,7 @@ def mint_with_user_delegation(
     obtains a delegation key and signs with it. Needs the "Storage Blob Delegator" role plus data access."""
     from azure.storage.blob import BlobServiceClient, generate_container_sas
 
-    expiry = min(expiry, start + MAX_USER_DELEGATION)
+    expiry = delegation_expiry(start, expiry)
     service = BlobServiceClient(endpoint, credential=credential)
     key = service.get_user_delegation_key(key_start_time=start, key_expiry_time=expiry)
     token = generate_container_sas(
