@@ -18,9 +18,17 @@ if [[ -x $bin && -f $prefix/.ready ]]; then
   exit 0
 fi
 command -v npm >/dev/null || { log "npm not found: install Node.js 20+ first"; exit 1; }
+mkdir -p "$cache"
+# One installer at a time (parallel test sessions); the second finds the first one's result.
+exec 9>"$cache/.azurite-install.lock"
+flock 9
+if [[ -x $bin && -f $prefix/.ready ]]; then
+  echo "$bin"
+  exit 0
+fi
 log "installing azurite@$AZURITE_VERSION into $prefix"
 # Install into a scratch directory and move it into place, so an interrupted install never looks cached.
-tmp=$(mktemp -d "$cache/.azurite-XXXXXX" 2>/dev/null || { mkdir -p "$cache"; mktemp -d "$cache/.azurite-XXXXXX"; })
+tmp=$(mktemp -d "$cache/.azurite-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error --omit=dev "azurite@$AZURITE_VERSION" >&2
 [[ -x $tmp/node_modules/.bin/azurite-blob ]] || { log "azurite-blob missing after install"; exit 1; }
