@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import os
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from azure.storage.blob import ContainerClient
 from dtjob.azure.emulator import Azurite
 from dtjob.azure.errors import ExitCode
+from dtjob.azure.progress import Progress
 from dtjob.azure.sas import Access
 from dtjob.cli import main
+from dtjob.commands.data import _progress_lines
 
 from tests.azure.helpers import mint, run_stager, sas_files, service, tree_of
 
@@ -143,3 +148,19 @@ def test_bad_arguments_name_the_flag(capsys: pytest.CaptureFixture[str]) -> None
         main(["data", "ls", "--endpoint", "http://storage.example.com", "--container", "c"]) == ExitCode.USAGE
     )
     assert "--endpoint: must use https" in capsys.readouterr().err
+
+
+def test_progress_without_a_terminal_is_plain_lines() -> None:
+    progress = Progress()
+    progress.planned(4, 4 * 2**20)
+    progress.skipped(2**20)
+    progress.add_bytes(2**20)
+    progress.file_done()
+    out = io.StringIO()
+    with contextmanager(_progress_lines)(progress, 0.01, out):
+        deadline = time.monotonic() + 10
+        while "\n" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    first = out.getvalue().splitlines()[0]
+    assert first.startswith("upload: 2/4 files, 2.0/4.0 MiB, ")
+    assert first.endswith(" MiB/s")

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from dtjob.azure.errors import ExitCode, StorageFailure, describe_storage_error
 from dtjob.azure.progress import Progress
@@ -104,11 +104,41 @@ def _fail(err: Exception, subject: str, hint: str) -> int:
     return int(failure.code)
 
 
+def _progress_lines(
+    progress: Progress, interval_s: float = 15.0, out: TextIO | None = None
+) -> Iterator[None]:
+    """Without a terminal (CI, `kubectl logs`), a plain progress line every `interval_s` instead of a bar."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(interval_s):
+            snap = progress.snapshot()
+            done_mb = (snap.bytes_done + snap.bytes_skipped) / 2**20
+            print(
+                f"upload: {snap.files_complete}/{snap.files_total} files, {done_mb:.1f}/"
+                f"{snap.bytes_total / 2**20:.1f} MiB, {snap.bytes_per_s / 2**20:.1f} MiB/s",
+                file=out or sys.stderr,
+                flush=True,
+            )
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 @contextmanager
 def _progress_bar(progress: Progress, enabled: bool) -> Iterator[None]:
-    """A tqdm bar in bytes fed from the shared counters; transfers never touch the terminal themselves."""
+    """A tqdm bar in bytes fed from the shared counters (plain lines without a terminal); transfers never
+    touch the terminal themselves."""
     if not enabled:
         yield
+        return
+    if not sys.stderr.isatty():
+        yield from _progress_lines(progress)
         return
     from tqdm import tqdm
 
@@ -150,7 +180,7 @@ def run_upload(args: argparse.Namespace) -> int:
         client, hint = _client(args, args.concurrency)
         if args.create_container and not client.exists():
             client.create_container()
-        with _progress_bar(progress, enabled=not args.no_progress and sys.stderr.isatty()):
+        with _progress_bar(progress, enabled=not args.no_progress):
             snap = Uploader(
                 lambda: client, lambda: None, progress, subject, hint, concurrency=args.concurrency
             ).run(args.local_dir, args.prefix)
