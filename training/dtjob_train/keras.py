@@ -14,6 +14,7 @@ from typing import Any
 
 # isort: off
 from .tf_env import configure_devices, keras, set_precision, tf  # selects Keras 2 before TF loads
+import horovod
 import horovod.tensorflow as hvd_tf
 import horovod.tensorflow.keras as hvd
 # isort: on
@@ -138,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if found is not None:
         reporter.say(f"resuming from {found[1]}: {start_epoch} epochs done")
     reporter.say(
-        f"keras {keras.__version__} (tf {tf.__version__}) horovod {hvd.__version__}: {size} ranks, "
+        f"keras {keras.__version__} (tf {tf.__version__}) horovod {horovod.__version__}: {size} ranks, "
         f"{cfg.arch}, {cfg.data}, batch {cfg.batch_size}/worker, {steps_per_epoch} steps/epoch, "
         f"{'GPU' if on_gpu else 'CPU'}"
     )

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import horovod
 import horovod.torch as hvd
 import torch
 from torch import Tensor, nn
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         common = {"rank": rank, "size": size, "batch_size": cfg.batch_size, "image_size": cfg.image_size}
         common |= {"workers": workers, "seed": cfg.seed, "pin_memory": cuda}
         train_loader = make_loader(dataset.train, train=True, **common)
-        if len(train_loader) == 0:
+        if len(dataset.train.samples) // size // cfg.batch_size == 0:
             fail(
                 f"--batch-size {cfg.batch_size}: larger than this rank's share of train/ "
                 f"({len(dataset.train.samples)} images over {size} ranks)",
@@ -119,7 +120,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             val_loader = make_loader(dataset.val, train=False, **common)
         train_iter_factory = train_loader
 
-    available = len(train_iter_factory) if train_iter_factory is not None else cfg.steps_per_epoch or 100
+    # Every rank must run the same number of steps (each one is an allreduce): size by the smallest shard.
+    available = cfg.steps_per_epoch or 100
+    if cfg.data == "imagenet":
+        available = len(dataset.train.samples) // size // cfg.batch_size
     steps_per_epoch = min(available, cfg.steps_per_epoch or available)
 
     model = build(cfg.arch, num_classes).to(device)
@@ -160,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if start_epoch:
         reporter.say(f"resuming from {found[1] if found else 'checkpoint'}: {start_epoch} epochs done")
     reporter.say(
-        f"pytorch {torch.__version__} horovod {hvd.__version__}: {size} ranks, {cfg.arch}, {cfg.data}, "
+        f"pytorch {torch.__version__} horovod {horovod.__version__}: {size} ranks, {cfg.arch}, {cfg.data}, "
         f"batch {cfg.batch_size}/worker, {steps_per_epoch} steps/epoch, device {device}"
     )
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
@@ -184,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()  # torch >= 2 sets grads to None
             with amp_ctx():
                 loss = loss_fn(model(images), labels)
             scaler.scale(loss).backward()

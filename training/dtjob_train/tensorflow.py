@@ -9,6 +9,7 @@ from typing import Any
 
 # isort: off
 from .tf_env import configure_devices, keras, set_precision, tf  # selects Keras 2 before TF loads
+import horovod
 import horovod.tensorflow as hvd
 # isort: on
 
@@ -116,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if found is not None:
         reporter.say(f"resuming from {found[1]}: {start_epoch} epochs done")
     reporter.say(
-        f"tensorflow {tf.__version__} horovod {hvd.__version__}: {size} ranks, {cfg.arch}, {cfg.data}, "
+        f"tensorflow {tf.__version__} horovod {horovod.__version__}: {size} ranks, {cfg.arch}, {cfg.data}, "
         f"batch {cfg.batch_size}/worker, {steps_per_epoch} steps/epoch, {'GPU' if on_gpu else 'CPU'}"
     )
     meter = Throughput()

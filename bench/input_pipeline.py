@@ -1,0 +1,129 @@
+"""Input pipeline images/sec against a naive single-process PIL loader, on the same JPEGs in one run.
+
+    python -m bench.input_pipeline [--images 384] [--width 500 --height 375] [--workers N] [--tf]
+
+The files are generated at ImageNet's typical size (500x375 JPEG, quality 90). The naive loader is what a
+first version would do: open, convert, resize the short side, random-crop 224, flip, in the main process.
+The pipeline is dtjob_train's: DataLoader worker processes, reduced-scale JPEG decode, uint8 batches
+(and optionally the tf.data pipeline the TensorFlow/Keras trainers use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from dtjob_train.data.folder import scan
+from PIL import Image
+
+
+def make_images(root: Path, count: int, width: int, height: int) -> None:
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        d = root / "train" / f"n{i % 8:08d}"
+        d.mkdir(parents=True, exist_ok=True)
+        # Smooth noise compresses like a photo (pure noise would make unrealistically large JPEGs).
+        small = rng.integers(0, 256, (height // 8, width // 8, 3), dtype=np.uint8)
+        img = Image.fromarray(small).resize((width, height), Image.Resampling.BICUBIC)
+        img.save(d / f"img_{i}.JPEG", quality=90)
+
+
+def naive(paths: list[str], size: int) -> float:
+    rng = random.Random(0)
+    start = time.perf_counter()
+    for path in paths:
+        img = Image.open(path).convert("RGB")
+        w, h = img.size
+        short = 256
+        img = img.resize(
+            (round(w * short / min(w, h)), round(h * short / min(w, h))), Image.Resampling.BILINEAR
+        )
+        x, y = rng.randint(0, img.size[0] - size), rng.randint(0, img.size[1] - size)
+        img = img.crop((x, y, x + size, y + size))
+        if rng.random() < 0.5:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        np.asarray(img, dtype=np.uint8)
+    return len(paths) / (time.perf_counter() - start)
+
+
+def torch_pipeline(root: Path, size: int, workers: int, batch: int) -> float:
+    from dtjob_train.data.torch_data import make_loader
+
+    split = scan(root, need_val=False).train
+    loader = make_loader(
+        split,
+        rank=0,
+        size=1,
+        batch_size=batch,
+        image_size=size,
+        train=True,
+        workers=workers,
+        seed=0,
+        pin_memory=False,
+    )
+    next(iter(loader))  # start the workers outside the timed part
+    start, seen = time.perf_counter(), 0
+    for images, _, _ in loader:
+        seen += images.shape[0]
+    return seen / (time.perf_counter() - start)
+
+
+def tf_pipeline(root: Path, size: int, batch: int) -> float:
+    from dtjob_train.data.tf_data import make_dataset
+    from dtjob_train.tf_env import tf
+
+    split = scan(root, need_val=False).train
+    skipped = tf.Variable(0, dtype=tf.int64)
+    ds = make_dataset(
+        split,
+        rank=0,
+        size=1,
+        batch_size=batch,
+        image_size=size,
+        train=True,
+        seed=0,
+        num_classes=None,
+        skipped=skipped,
+    )
+    steps = len(split.samples) // batch
+    it = iter(ds)
+    next(it)
+    start = time.perf_counter()
+    for _ in range(steps):
+        next(it)
+    return steps * batch / (time.perf_counter() - start)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--images", type=int, default=384)
+    p.add_argument("--width", type=int, default=500)
+    p.add_argument("--height", type=int, default=375)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--tf", action="store_true", help="also measure the tf.data pipeline")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        print(f"[bench] writing {a.images} JPEGs of {a.width}x{a.height} ...", flush=True)
+        make_images(root, a.images, a.width, a.height)
+        paths = [p for p, _ in scan(root, need_val=False).train.samples]
+        base = naive(paths, a.image_size)
+        piped = torch_pipeline(root, a.image_size, a.workers, a.batch_size)
+        shape = f"{a.images} JPEGs {a.width}x{a.height} -> {a.image_size}px"
+        print(f"\nInput pipeline, {shape}, {a.workers} workers")
+        print(f"  naive PIL, 1 process   : {base:8.1f} images/sec")
+        print(f"  dtjob_train (PyTorch)  : {piped:8.1f} images/sec   ratio {piped / base:.2f}x")
+        if a.tf:
+            tfr = tf_pipeline(root, a.image_size, a.batch_size)
+            print(f"  dtjob_train (tf.data)  : {tfr:8.1f} images/sec   ratio {tfr / base:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""In-process checks of the framework-independent parts: folder checks, LR schedule, checkpoints, progress."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from dtjob_train import checkpoints
+from dtjob_train.cli import parse_args
+from dtjob_train.data.folder import DataError, scan
+from dtjob_train.progress import Reporter
+from dtjob_train.schedule import learning_rate
+from training_helpers import make_tree
+
+pytestmark = pytest.mark.training
+
+
+def test_scan_shards_every_class_to_every_rank(tmp_path: Path) -> None:
+    ds = scan(make_tree(tmp_path, per_class_train=5, per_class_val=2))
+    assert ds.train.classes == ("n01440764", "n01443537") and len(ds.train.samples) == 10
+    shards = [ds.train.shard(r, 2) for r in range(2)]
+    assert sorted(shards[0] + shards[1]) == sorted(ds.train.samples)
+    assert all({label for _, label in s} == {0, 1} for s in shards)
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        ("missing", "not a directory"),
+        ("no-train", "missing 'train/' directory"),
+        ("no-classes", "'train/' has no class directories"),
+        ("empty-class", "1 class directories in 'train/' have no images: n02"),
+        ("mismatch", "class mismatch between train/ (2 classes) and val/ (1 classes)"),
+    ],
+)
+def test_scan_names_what_is_wrong(tmp_path: Path, breakage: str, message: str) -> None:
+    root = tmp_path / "data"
+    if breakage != "missing":
+        make_tree(root, per_class_train=1, per_class_val=1)
+    if breakage == "no-train":
+        (root / "train").rename(root / "training")
+    elif breakage == "no-classes":
+        for d in (root / "train").iterdir():
+            for f in d.iterdir():
+                f.unlink()
+            d.rmdir()
+    elif breakage == "empty-class":
+        (root / "train" / "n02").mkdir()
+        (root / "val" / "n02").mkdir()
+    elif breakage == "mismatch":
+        next((root / "val").iterdir()).rename(tmp_path / "moved")
+        for f in (tmp_path / "moved").iterdir():
+            f.unlink()
+    with pytest.raises(DataError) as err:
+        scan(root)
+    assert message in str(err.value) and str(root) in str(err.value)
+
+
+def test_imagenet_without_data_dir_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args("train", ["--data", "imagenet"])
+    assert "--data-dir is required" in capsys.readouterr().err
+
+
+def test_learning_rate_warms_up_to_the_scaled_rate_then_decays() -> None:
+    def lr(epoch: float) -> float:
+        return learning_rate(epoch, base_lr=0.1, world_size=8, warmup_epochs=5, epochs=90)
+
+    assert lr(0) == pytest.approx(0.1)
+    assert lr(2.5) == pytest.approx(0.1 + (0.8 - 0.1) / 2)
+    assert lr(5) == pytest.approx(0.8)
+    assert lr(47.5) == pytest.approx(0.4)
+    assert lr(90) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_latest_checkpoint_ignores_half_written_ones_and_prune_keeps_two(tmp_path: Path) -> None:
+    assert checkpoints.latest(tmp_path / "none") is None
+    for epoch in (1, 2, 3):
+        checkpoints.path_for(tmp_path, epoch, ".pt").write_bytes(b"x")
+    (tmp_path / ".epoch-0004.pt.tmp").write_bytes(b"partial")
+    assert checkpoints.latest(tmp_path) == (3, tmp_path / "epoch-0003.pt")
+    checkpoints.prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("epoch-*")) == ["epoch-0002.pt", "epoch-0003.pt"]
+
+
+def test_progress_file_and_line_carry_the_same_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reporter = Reporter(
+        enabled=True,
+        world_size=4,
+        epochs=90,
+        steps_per_epoch=100,
+        progress_file=tmp_path / "p.json",
+        output_dir=None,
+    )
+    reporter.interval(epoch=2, step=40, loss=2.5, lr=0.1, per_worker=250.0)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("DTJOB_PROGRESS "))
+    record = json.loads(line.split(" ", 1)[1])
+    assert record == json.loads((tmp_path / "p.json").read_text())
+    assert record["epoch"] == 3 and record["step"] == 40 and record["imagesPerSec"] == 1000.0
+    assert record["updatedAt"].endswith("Z") and not math.isnan(record["loss"])
+    assert [p.name for p in tmp_path.iterdir()] == ["p.json"]

@@ -1,0 +1,80 @@
+"""Real Horovod ranks (Gloo and OpenMPI, 2 ranks on CPU) running each framework's trainer end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from training_helpers import FRAMEWORKS, launch, make_tree, tiny_args
+
+pytestmark = pytest.mark.training
+
+PROGRESS_KEYS = {"epoch", "epochs", "step", "stepsPerEpoch", "imagesPerSec", "loss", "updatedAt"}
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.exists() else []
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_synthetic_resnet50_on_two_ranks(framework: str, tmp_path: Path) -> None:
+    args = tiny_args(
+        None, "--arch", "resnet50", "--batch-size", "2", "--epochs", "1", "--steps-per-epoch", "2"
+    )
+    run = launch(framework, args, per_rank_dir=tmp_path)
+    assert run.proc.returncode == 0, run.out
+    assert run.total_images_per_sec() > 0
+    progress = run.progress_lines()
+    assert [p["step"] for p in progress] == [1, 2]
+    assert all(set(p) == PROGRESS_KEYS for p in progress)
+    on_disk = json.loads((tmp_path / "rank-0" / "progress.json").read_text())
+    assert on_disk == progress[-1]
+    metrics = json.loads((tmp_path / "rank-0" / "out" / "metrics.json").read_text())
+    assert metrics["worldSize"] == 2 and metrics["arch"] == "resnet50"
+    assert len(metrics["weightDigests"]) == 2 and metrics["weightsConsistent"], metrics
+    assert files_under(tmp_path / "rank-1") == [], "only rank 0 writes outputs"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_imagenet_training_learns_checkpoints_and_resumes(framework: str, tmp_path: Path) -> None:
+    data = make_tree(tmp_path / "data", corrupt=1)
+    args = tiny_args(data, "--arch", "resnet-tiny", "--base-lr", "0.05", "--warmup-epochs", "0")
+    args += ["--label-smoothing", "0", "--weight-decay", "0", "--workers", "1"]
+    runs = tmp_path / "runs"
+
+    first = launch(framework, [*args, "--epochs", "3"], per_rank_dir=runs)
+    assert first.proc.returncode == 0, first.out
+    losses = first.losses()
+    steps = first.progress_lines()[0]["stepsPerEpoch"]
+    assert steps == 4 and len(losses) == 3 * steps, first.out  # 32 images / 2 ranks / batch 4
+    assert all(loss == loss and loss < 10 for loss in losses)  # finite
+    assert sum(losses[-2:]) < sum(losses[:2]), f"loss did not fall: {losses}"
+    metrics = json.loads((runs / "rank-0" / "out" / "metrics.json").read_text())
+    assert metrics["weightsConsistent"] and len(set(metrics["weightDigests"])) == 1, metrics
+    assert metrics["skippedImages"] >= 1, "the broken JPEG is skipped and counted"
+    assert metrics["valTop1"] is not None
+    ckpts = sorted(p.name for p in (runs / "rank-0" / "ckpt").iterdir())
+    assert ckpts == ["epoch-0002" + (".pt" if framework == "pytorch" else ""), ckpts[-1]]
+    assert ckpts[-1].startswith("epoch-0003"), ckpts
+    assert files_under(runs / "rank-1") == [], "only rank 0 writes checkpoints and outputs"
+
+    # A restarted job (here under mpirun) resumes after epoch 3 instead of starting over.
+    again = launch(framework, [*args, "--epochs", "4"], launcher="mpi", per_rank_dir=runs)
+    assert again.proc.returncode == 0, again.out
+    assert "resuming from" in again.out and "3 epochs done" in again.out
+    assert len(again.losses()) == steps, again.out  # only epoch 4 ran
+    assert {p["epoch"] for p in again.progress_lines()} == {4}
+    resumed = json.loads((runs / "rank-0" / "out" / "metrics.json").read_text())
+    assert resumed["resumedFromEpoch"] == 3 and resumed["globalStep"] == 4 * steps
+    assert resumed["weightsConsistent"], resumed
+    assert any(p.name.startswith("epoch-0004") for p in (runs / "rank-0" / "ckpt").iterdir())
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_bad_data_dir_gives_a_clear_error(framework: str, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    run = launch(framework, tiny_args(tmp_path / "empty"), launcher="single")
+    assert run.proc.returncode == 2, run.out
+    assert f"error: --data-dir {tmp_path / 'empty'}: directory is empty" in run.out
+    assert "Traceback" not in run.out
