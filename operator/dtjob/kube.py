@@ -128,9 +128,11 @@ class Kube:
         log.info("deleted Job %s/%s", namespace, name)
 
     def delete_pods(self, namespace: str, label_selector: str) -> None:
-        self.core.delete_collection_namespaced_pod(
+        response: Any = self.core.list_namespaced_pod(
             namespace, label_selector=label_selector, _preload_content=False
         )
+        for pod in json.loads(response.data).get("items") or []:
+            self.delete_pod(namespace, pod["metadata"]["name"])
 
     def delete_training_job(self, namespace: str, name: str) -> None:
         _ignore_404(

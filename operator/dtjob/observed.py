@@ -67,6 +67,11 @@ def _condition(conditions: Iterable[Json] | None, kind: str) -> Json | None:
     return next((c for c in conditions or () if c.get("type") == kind), None)
 
 
+def _true_condition(conditions: Iterable[Json] | None, kind: str) -> Json | None:
+    found = _condition(conditions, kind)
+    return found if found is not None and found.get("status") == "True" else None
+
+
 def pod_state(pod: Json) -> PodState:
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -111,24 +116,30 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
     conditions = status.get("conditions")
-    complete = _condition(conditions, "Complete")
-    failed = _condition(conditions, "Failed")
     attempt = _int_label(meta.get("labels") or {}, names.ATTEMPT_LABEL)
     mine = [p for p in pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt]
     failed_pod = next((p for p in mine if p.phase == "Failed"), None)
+    succeeded_pod = next((p for p in mine if p.phase == "Succeeded"), None)
     running_pod = next((p for p in mine if p.phase == "Running"), None)
-    is_failed = bool(failed and failed.get("status") == "True")
+    # The launcher Job has backoffLimit 0 and one completion, so its pod's end is the Job's outcome; the
+    # pod is seen before the Job controller's Complete/Failed condition, so the status never flickers back.
+    failed_cond = _true_condition(conditions, "Failed") or _true_condition(conditions, "FailureTarget")
+    succeeded = bool(
+        _true_condition(conditions, "Complete") or _true_condition(conditions, "SuccessCriteriaMet")
+    )
+    succeeded = succeeded or (succeeded_pod is not None and failed_cond is None)
+    is_failed = not succeeded and (failed_cond is not None or failed_pod is not None)
     reason = None
     if is_failed:
         reason = (failed_pod.reason if failed_pod else None) or str(
-            failed.get("message") or failed.get("reason") or "failed"  # type: ignore[union-attr]
+            (failed_cond or {}).get("message") or (failed_cond or {}).get("reason") or "failed"
         )
-    pod = failed_pod or running_pod or (mine[0] if mine else None)
+    pod = failed_pod or succeeded_pod or running_pod or (mine[0] if mine else None)
     return LauncherState(
         attempt=attempt,
         deleting=bool(meta.get("deletionTimestamp")),
         running=running_pod is not None or int(status.get("ready") or 0) > 0,
-        succeeded=bool(complete and complete.get("status") == "True"),
+        succeeded=succeeded,
         failed=is_failed,
         pod_name=pod.name if pod else None,
         reason=reason,

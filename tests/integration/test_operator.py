@@ -47,8 +47,13 @@ def test_happy_path_to_succeeded(jobs: Jobs, operator: OperatorProcess) -> None:
     assert status["observedGeneration"] == 1
     succeeded = jobs.condition("happy", "Succeeded")
     assert succeeded and succeeded["status"] == "True" and succeeded["reason"] == "LauncherSucceeded"
-    launcher = jobs.launcher("happy")
-    assert launcher is not None and launcher.status.succeeded == 1
+
+    # The launcher pod's success is reported at once; the Job controller records it moments later.
+    def launcher_complete() -> bool:
+        launcher = jobs.launcher("happy")
+        return launcher is not None and launcher.status.succeeded == 1
+
+    wait_for(launcher_complete, timeout=30, what="launcher Job complete")
     # cleanPodPolicy Running (default): idle workers are deleted to free their GPUs.
     wait_for(lambda: not jobs.pods("happy", "worker"), timeout=60, what="workers cleaned up")
     # Exactly one of each world object, all owned by the job.

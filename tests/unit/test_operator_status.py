@@ -330,3 +330,26 @@ def test_worker_that_exits_cleanly_still_breaks_the_world() -> None:
     d = decide(job_spec(), obs, started(), NOW)
     cond = d.status.condition("Restarting")
     assert cond is not None and "rn50-worker-0 exited" in cond.message
+
+
+def test_launcher_pod_outcome_counts_before_the_job_condition() -> None:
+    labels = {"dtjob.io/role": "launcher", "dtjob.io/attempt": "0"}
+    job = {
+        "metadata": {"name": "rn50-launcher", "labels": {"dtjob.io/attempt": "0"}},
+        "status": {"active": 1},
+    }
+    done = {"metadata": {"name": "rn50-launcher-a", "labels": labels}, "status": {"phase": "Succeeded"}}
+    state = observe([done], job).launcher
+    assert state is not None and state.succeeded and not state.failed
+    crashed = {
+        "metadata": {"name": "rn50-launcher-b", "labels": labels},
+        "status": {"phase": "Failed", "containerStatuses": [
+            {"state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]},
+    }  # fmt: skip
+    state = observe([crashed], job).launcher
+    assert state is not None and state.failed and state.reason == "Error, exit code 2"
+    # A launcher pod of an older attempt says nothing about this Job.
+    old = {"metadata": {"name": "rn50-launcher-c", "labels": {**labels, "dtjob.io/attempt": "7"}},
+           "status": {"phase": "Failed"}}  # fmt: skip
+    state = observe([old], job).launcher
+    assert state is not None and not state.failed and not state.succeeded
