@@ -33,7 +33,7 @@ app.kubernetes.io/component: operator
 {{- define "dtjob.namespacedRules" -}}
 - apiGroups: [dtjob.io]
   resources: [distributedtrainingjobs]
-  verbs: [get, list, watch, patch, update]
+  verbs: [get, list, watch, patch, update, delete]
 - apiGroups: [dtjob.io]
   resources: [distributedtrainingjobs/status]
   verbs: [get, patch, update]
