@@ -268,3 +268,17 @@ def test_child_rejected_by_api_fails_without_pods(jobs: Jobs, operator: Operator
     assert "badqty-worker-" in status["message"] and "rejected by the API server" in status["message"]
     assert "quantities must match" in status["message"]
     wait_for(lambda: not jobs.pods("badqty"), timeout=30, what="no pods left behind")
+
+
+def test_ttl_deletes_finished_job_and_clean_pod_policy_none_keeps_pods(
+    jobs: Jobs, operator: OperatorProcess
+) -> None:
+    jobs.create("shortlived", runPolicy={"ttlSecondsAfterFinished": 3})
+    jobs.create("keeper", runPolicy={"cleanPodPolicy": "None"})
+    jobs.wait_phase("shortlived", "Succeeded", timeout=120)
+    wait_for(lambda: jobs.get("shortlived") is None, timeout=60, what="job deleted after its TTL")
+    wait_for(lambda: not jobs.pods("shortlived"), timeout=60, what="its pods collected")
+    jobs.wait_phase("keeper", "Succeeded", timeout=120)
+    workers = jobs.live_workers("keeper")
+    assert sorted(p.metadata.name for p in workers) == ["keeper-worker-0", "keeper-worker-1"]
+    assert jobs.get("keeper") is not None
