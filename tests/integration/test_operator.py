@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dtjob.config import load_config
+from dtjob.kube import Kube
+from dtjob.reconcile import Children, reconcile
 from kubernetes import client
 
 from tests.integration.operator_harness import Jobs, OperatorProcess, install_crd
@@ -282,3 +285,39 @@ def test_ttl_deletes_finished_job_and_clean_pod_policy_none_keeps_pods(
     workers = jobs.live_workers("keeper")
     assert sorted(p.metadata.name for p in workers) == ["keeper-worker-0", "keeper-worker-1"]
     assert jobs.get("keeper") is not None
+
+
+def test_reconcile_twice_changes_nothing(
+    jobs: Jobs, operator: OperatorProcess, api_client: client.ApiClient
+) -> None:
+    jobs.create("twice", launcher=LONG_LAUNCHER)
+    jobs.wait_phase("twice", "Running", timeout=120)
+    operator.stop()
+    kube = Kube(api_client)
+
+    def snapshot() -> dict[str, str]:
+        selector = "dtjob.io/job-name=twice"
+        objects = [*jobs.core.list_namespaced_pod(jobs.ns, label_selector=selector).items,
+                   *jobs.core.list_namespaced_secret(jobs.ns, label_selector=selector).items,
+                   *jobs.core.list_namespaced_config_map(jobs.ns, label_selector=selector).items,
+                   *jobs.core.list_namespaced_service(jobs.ns, label_selector=selector).items,
+                   *jobs.batch.list_namespaced_job(jobs.ns, label_selector=selector).items]  # fmt: skip
+        versions = {
+            f"{o.kind or type(o).__name__}/{o.metadata.name}": o.metadata.resource_version for o in objects
+        }
+        versions["job"] = (jobs.get("twice") or {})["metadata"]["resourceVersion"]
+        return versions
+
+    def children() -> Children:
+        selector = "dtjob.io/job-name=twice"
+        pods = jobs.core.list_namespaced_pod(jobs.ns, label_selector=selector).items
+        launcher = jobs.launcher("twice")
+        return Children(
+            pods=tuple(api_client.sanitize_for_serialization(p) for p in pods),
+            launcher=api_client.sanitize_for_serialization(launcher) if launcher else None,
+        )
+
+    before = snapshot()
+    for _ in range(2):
+        reconcile(kube, load_config(), jobs.ns, "twice", children())
+    assert snapshot() == before
