@@ -25,7 +25,7 @@ class OperatorConfig:
     # How often every job is reconciled even without events (deadlines, TTLs, drift repair).
     resync_seconds: float = 60.0
     # Upper bound on concurrent reconciles; each runs blocking API calls in a worker thread.
-    workers: int = 8
+    reconcile_workers: int = 8
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -41,5 +41,5 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         gpu_taint_key=env.get("DTJOB_GPU_TAINT_KEY", "sku"),
         gpu_taint_value=env.get("DTJOB_GPU_TAINT_VALUE", "gpu"),
         resync_seconds=float(env.get("DTJOB_RESYNC_SECONDS", "60")),
-        workers=int(env.get("DTJOB_RECONCILE_WORKERS", "8")),
+        reconcile_workers=int(env.get("DTJOB_RECONCILE_WORKERS", "8")),
     )

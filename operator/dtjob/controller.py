@@ -78,7 +78,7 @@ class Controller:
     # --- running -------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self.config.workers)]
+        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.config.reconcile_workers)]
         self._tasks.append(asyncio.create_task(self._resync()))
 
     async def stop(self) -> None:
@@ -95,7 +95,7 @@ class Controller:
             for key in list(self.known):
                 self.enqueue(key)
 
-    async def _worker(self, number: int) -> None:
+    async def _worker(self) -> None:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
