@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from tests.kube_wait import wait_for
+from tests.sim_logs import append_log, serve_pod_log
 from tests.tools import tool
 
 pytestmark = pytest.mark.integration
@@ -256,3 +257,37 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_simulated_pod_serves_its_log_through_the_api_server(
+    api_client: client.ApiClient,
+    core_v1: client.CoreV1Api,
+    namespace: str,
+    simulated_pool: list[client.V1Node],
+    tmp_path: Path,
+) -> None:
+    core_v1.create_namespaced_pod(namespace, gpu_pod("talker", 1))
+    log = tmp_path / "talker.log"
+    append_log(log, "epoch 1 step 10 loss 6.9")
+    serve_pod_log(api_client, namespace, "talker", "main", log)
+    wait_for(
+        lambda: core_v1.read_namespaced_pod("talker", namespace).status.phase == "Running",
+        timeout=60,
+        what="pod Running",
+    )
+    assert wait_for(
+        lambda: (
+            core_v1.read_namespaced_pod_log("talker", namespace, container="main")
+            == "epoch 1 step 10 loss 6.9\n"
+        ),
+        timeout=30,
+        what="the pod's log",
+    )
+    append_log(log, "epoch 1 step 20 loss 6.1")
+    assert wait_for(
+        lambda: (
+            core_v1.read_namespaced_pod_log("talker", namespace, tail_lines=1) == "epoch 1 step 20 loss 6.1\n"
+        ),
+        timeout=30,
+        what="the appended line",
+    )

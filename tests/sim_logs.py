@@ -1,0 +1,38 @@
+"""Container logs for simulated pods: kwok serves a local file as a pod's log through the real API server.
+
+A `Logs` object (kwok.x-k8s.io/v1alpha1, namespaced, named after the pod) points kwok at a file in the CRI log
+format; with follow, lines appended later stream too. The operator then reads them with an ordinary pods/log
+request, as it would from a kubelet.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kubernetes import client
+
+
+def cri_line(text: str, stream: str = "stdout") -> str:
+    """One line as a container runtime writes it: timestamp, stream, full-line tag, text."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{stamp} {stream} F {text}\n"
+
+
+def append_log(path: Path, *lines: str) -> None:
+    with path.open("a") as log:
+        log.writelines(cri_line(line) for line in lines)
+
+
+def serve_pod_log(api_client: client.ApiClient, namespace: str, pod: str, container: str, path: Path) -> None:
+    """Make `path` the log of `container` in `pod` (the file may grow while the pod runs)."""
+    path.touch()
+    body = {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Logs",
+        "metadata": {"name": pod, "namespace": namespace},
+        "spec": {"logs": [{"containers": [container], "logsFile": str(path.resolve()), "follow": True}]},
+    }
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        "kwok.x-k8s.io", "v1alpha1", namespace, "logs", body
+    )
