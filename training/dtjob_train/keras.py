@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         metrics=["accuracy"],
     )
 
+    # Create the optimizer's slots now, on every rank alike: a restore on rank 0 would otherwise create them
+    # in its own order, and the first broadcast would pair different variables across ranks and hang.
+    model.optimizer._create_all_weights(model.trainable_variables)
     start_epoch = 0
     found = tf_checkpoint.restore_latest(cfg.checkpoint_dir, model, model.optimizer) if rank == 0 else None
     if found is not None:
@@ -139,9 +143,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if found is not None:
         reporter.say(f"resuming from {found[1]}: {start_epoch} epochs done")
     reporter.say(
-        f"keras {keras.__version__} (tf {tf.__version__}) horovod {horovod.__version__}: {size} ranks, "
-        f"{cfg.arch}, {cfg.data}, batch {cfg.batch_size}/worker, {steps_per_epoch} steps/epoch, "
-        f"{'GPU' if on_gpu else 'CPU'}"
+        f"tf_keras {metadata.version('tf-keras')} (tf {tf.__version__}) horovod {horovod.__version__}: "
+        f"{size} ranks, {cfg.arch}, {cfg.data}, batch {cfg.batch_size}/worker, "
+        f"{steps_per_epoch} steps/epoch, {'GPU' if on_gpu else 'CPU'}"
     )
     meter = Throughput()
     progress = Progress(reporter, meter, cfg.batch_size, cfg.log_interval)
