@@ -3,23 +3,30 @@
 Installs the CRD, starts the operator, applies examples/pytorch-synthetic-resnet50.yaml, prints every change
 of the job's status until it finishes, then shows the objects the operator created and the final status. The
 cluster is simulated (kwok): the demo gives the launcher pod a run time of DEMO_RUN_SECONDS (default 15)
-through the job's own spec.launcher.podAnnotations, since no training really runs.
+through the job's own spec.launcher.podAnnotations, since no training really runs, and feeds the launcher's
+log with the progress lines rank 0 would print (its first line says so), which the operator turns into
+status.progress exactly as it would on AKS.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import config as kube_config
+
+from tests.sim_logs import append_log, serve_pod_log
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "pytorch-synthetic-resnet50.yaml"
@@ -59,7 +66,7 @@ def free_port() -> int:
 
 def start_operator(log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
-    env = {**os.environ, "KUBECONFIG": kubeconfig()}
+    env = {**os.environ, "KUBECONFIG": kubeconfig(), "DTJOB_PROGRESS_SECONDS": "2"}
     log = log_path.open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "dtjob", "operator", "--namespace", NAMESPACE, "--liveness", liveness],
@@ -97,15 +104,45 @@ def job_manifest() -> dict[str, Any]:
     return manifest
 
 
+def simulate_training_log(manifest: dict[str, Any], log_path: Path, done: threading.Event) -> None:
+    """Once the launcher pod exists, make its log grow the way rank 0's progress lines would."""
+    name = manifest["metadata"]["name"]
+    spec = manifest["spec"]
+    hyper = spec["hyperparameters"]
+    steps, ranks = int(hyper["stepsPerEpoch"]), int(spec["workers"]) * int(spec["gpusPerWorker"])
+    selector = f"dtjob.io/job-name={name},dtjob.io/role=launcher"
+    pod = ""
+    while not pod and not done.is_set():
+        pod = kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "name", capture=True).strip()
+        time.sleep(0.5)
+    if done.is_set():
+        return
+    log_path.write_text("")
+    append_log(log_path, f"[simulated] horovodrun -np {ranks}: ResNet-50, synthetic data")
+    api_client = kube_config.new_client_from_config(kubeconfig())  # type: ignore[no-untyped-call]
+    serve_pod_log(api_client, NAMESPACE, pod.split("/")[1], "launcher", log_path)
+    intervals = 10
+    for i in range(1, intervals + 1):
+        if done.wait(float(RUN_SECONDS) / (intervals + 1)):
+            return
+        step = steps * i // intervals
+        record = {"epoch": 1, "epochs": int(hyper["epochs"]), "step": step, "stepsPerEpoch": steps,
+                  "imagesPerSec": 1300.0 * ranks, "loss": round(6.9 - 0.02 * step, 4),
+                  "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        append_log(log_path, f"[0]<stdout>:DTJOB_PROGRESS {json.dumps(record)}")
+
+
 def summary(job: dict[str, Any]) -> tuple[str, ...]:
     status = job.get("status") or {}
     workers = status.get("workers") or {}
     launcher = status.get("launcher") or {}
+    progress = status.get("progress") or {}
     return (
         str(status.get("phase") or "-"),
         f"workers {workers.get('ready', 0)}/{workers.get('total', 0)} ready",
         f"launcher {launcher.get('state', '-')}",
         f"restarts {status.get('restarts', 0)}",
+        str(progress.get("summary") or ""),
         str(status.get("message") or ""),
     )
 
@@ -147,8 +184,17 @@ def main() -> int:
     print(f"operator live at {liveness}")
     try:
         banner(f"applying {EXAMPLE.relative_to(REPO)} (launcher run time {RUN_SECONDS}s in the simulation)")
+        done = threading.Event()
+        feeder = threading.Thread(
+            target=simulate_training_log, args=(manifest, state_dir / "launcher.log", done), daemon=True
+        )
+        feeder.start()
         kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump(manifest))
-        outcome = follow(name)
+        try:
+            outcome = follow(name)
+        finally:
+            done.set()
+            feeder.join(timeout=10)
 
         banner("the job")
         kubectl("get", "dtj", "-n", NAMESPACE, "-o", "wide")

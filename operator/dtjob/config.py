@@ -26,6 +26,8 @@ class OperatorConfig:
     resync_seconds: float = 60.0
     # Upper bound on concurrent reconciles; each runs blocking API calls in a worker thread.
     reconcile_workers: int = 8
+    # How often a running job's launcher log is read for training progress (one pods/log call each time).
+    progress_seconds: float = 30.0
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -42,4 +44,5 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         gpu_taint_value=env.get("DTJOB_GPU_TAINT_VALUE", "gpu"),
         resync_seconds=float(env.get("DTJOB_RESYNC_SECONDS", "60")),
         reconcile_workers=int(env.get("DTJOB_RECONCILE_WORKERS", "8")),
+        progress_seconds=float(env.get("DTJOB_PROGRESS_SECONDS", "30")),
     )

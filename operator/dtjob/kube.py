@@ -53,6 +53,21 @@ class Kube:
             lambda: self.core.read_namespaced_persistent_volume_claim(name, namespace, _preload_content=False)
         )
 
+    def read_log_tail(
+        self, namespace: str, pod: str, container: str, lines: int, limit_bytes: int
+    ) -> str | None:
+        """The last lines of a container's log; None when the kubelet cannot serve it (yet, or any more)."""
+        try:
+            response: Any = self.core.read_namespaced_pod_log(
+                pod, namespace, container=container, tail_lines=lines, limit_bytes=limit_bytes,
+                _preload_content=False,
+            )  # fmt: skip
+        except ApiException as err:
+            log.debug("no log for %s/%s (%s): %s", namespace, pod, container, err.reason)
+            return None
+        text: str = response.data.decode("utf-8", errors="replace")
+        return text
+
     def list_nodes(self, label_selector: str) -> list[Json]:
         """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install)."""
         try:

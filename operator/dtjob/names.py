@@ -15,6 +15,8 @@ MANAGED_BY = "dtjob-operator"
 
 ROLE_WORKER = "worker"
 ROLE_LAUNCHER = "launcher"
+# The launcher pod's one container: its log carries every rank's output, progress lines included.
+LAUNCHER_CONTAINER = "launcher"
 
 
 def worker_name(job: str, index: int) -> str:

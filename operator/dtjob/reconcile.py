@@ -17,10 +17,12 @@ from dtjob.desired.common import owner_reference
 from dtjob.kube import Kube, Rejected
 from dtjob.observed import observe
 from dtjob.preflight import preflight
+from dtjob.progress import latest_progress
 from dtjob.spec import JobSpec, SpecError, parse_spec
 from dtjob.sshkeys import generate_keypair
 from dtjob.status import (
     FINISHED,
+    RUNNING,
     Action,
     CreateLauncher,
     CreateWorker,
@@ -76,6 +78,12 @@ def reconcile(
         decision = decide(spec, observed, prev, now, generation, blocker)
 
     new_status = decision.status.to_dict()
+    requeue = decision.requeue_after
+    if decision.status.phase == RUNNING and decision.status.launcher_pod:
+        progress = _launcher_progress(kube, namespace, decision.status.launcher_pod)
+        if progress is not None:
+            new_status["progress"] = progress
+        requeue = min(requeue or config.progress_seconds, config.progress_seconds)
     if _status_changed(job.get("status") or {}, new_status):
         # Status first: it records intent (e.g. restarts+1) that the actions below then carry out.
         kube.patch_status(namespace, name, new_status, meta["resourceVersion"])
@@ -89,7 +97,16 @@ def reconcile(
         except Rejected as err:
             _fail_rejected(kube, namespace, name, str(err), now)
             return None
-    return decision.requeue_after
+    return requeue
+
+
+def _launcher_progress(kube: Kube, namespace: str, launcher_pod: str) -> dict[str, Any] | None:
+    # The tail is enough: rank 0 prints a progress line every log interval. The byte cap bounds the read
+    # when a framework floods the log with one huge line.
+    text = kube.read_log_tail(
+        namespace, launcher_pod, names.LAUNCHER_CONTAINER, lines=50, limit_bytes=64 * 1024
+    )
+    return latest_progress(text) if text else None
 
 
 def _fail_rejected(kube: Kube, namespace: str, name: str, message: str, now: datetime) -> None:

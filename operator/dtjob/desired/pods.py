@@ -78,7 +78,7 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
         env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": ""})
         resources = _quantities(spec.launcher.pod.resources)
     container: Json = {
-        "name": "launcher",
+        "name": names.LAUNCHER_CONTAINER,
         "image": spec.image,
         "command": ["/bin/sh", "-c", launcher_script(spec)],
         "env": env,

@@ -1,0 +1,51 @@
+"""Training progress from the launcher's log: the last `DTJOB_PROGRESS {json}` line rank 0 printed.
+
+Rank 0 prints one such line per log interval (see training/dtjob_train/progress.py); horovodrun and mpirun
+forward every rank's stdout to the launcher, sometimes behind a rank tag such as `[1,0]<stdout>:`. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+PROGRESS_LINE = re.compile(r"DTJOB_PROGRESS (\{.*\})\s*$")
+
+
+def latest_progress(log_text: str) -> dict[str, Any] | None:
+    """The newest well-formed progress record in the log, as `status.progress`; None if there is none."""
+    for line in reversed(log_text.splitlines()):
+        match = PROGRESS_LINE.search(line)
+        if match is None:
+            continue
+        try:
+            record = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            continue  # a line cut by the log tail or interleaved with another rank's output
+        progress = _status_progress(record)
+        if progress is not None:
+            return progress
+    return None
+
+
+def _status_progress(record: Any) -> dict[str, Any] | None:
+    if not isinstance(record, dict):
+        return None
+    try:
+        epoch, epochs = int(record["epoch"]), int(record["epochs"])
+        step, steps = int(record["step"]), int(record["stepsPerEpoch"])
+        images_per_sec = float(record["imagesPerSec"])
+        loss = float(record["loss"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {
+        "epoch": epoch,
+        "epochs": epochs,
+        "step": step,
+        "stepsPerEpoch": steps,
+        "imagesPerSec": round(images_per_sec, 1),
+        "loss": round(loss, 4),
+        "updatedAt": str(record.get("updatedAt") or ""),
+        "summary": f"epoch {epoch}/{epochs} step {step}/{steps} {images_per_sec:.0f} img/s loss {loss:.3f}",
+    }

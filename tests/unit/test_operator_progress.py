@@ -1,0 +1,63 @@
+"""Progress lines from the launcher's log, as rank 0 prints them and as MPI launchers forward them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dtjob.progress import latest_progress
+
+RECORD = {
+    "epoch": 2,
+    "epochs": 90,
+    "step": 120,
+    "stepsPerEpoch": 1251,
+    "imagesPerSec": 2874.456,
+    "loss": 5.123456,
+    "updatedAt": "2026-11-22T03:00:00Z",
+}
+
+
+def line(record: dict[str, object], prefix: str = "") -> str:
+    return f"{prefix}DTJOB_PROGRESS {json.dumps(record)}"
+
+
+def test_the_newest_record_wins_and_gets_a_summary() -> None:
+    older = {**RECORD, "step": 110}
+    log = "\n".join(["starting", line(older), "epoch 2/90 step 120/1251 loss 5.1235", line(RECORD), "tail"])
+    assert latest_progress(log) == {
+        "epoch": 2,
+        "epochs": 90,
+        "step": 120,
+        "stepsPerEpoch": 1251,
+        "imagesPerSec": 2874.5,
+        "loss": 5.1235,
+        "updatedAt": "2026-11-22T03:00:00Z",
+        "summary": "epoch 2/90 step 120/1251 2874 img/s loss 5.123",
+    }
+
+
+@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "[0]<stdout>:", "Tue Nov 22 03:00:00 2026[0]<stdout>:"])
+def test_rank_tags_of_mpirun_and_horovodrun_are_ignored(prefix: str) -> None:
+    progress = latest_progress(line(RECORD, prefix))
+    assert progress is not None and progress["step"] == 120
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        'DTJOB_PROGRESS {"epoch": 3, "epochs": 90, "step": 1',  # cut by the log tail
+        'DTJOB_PROGRESS {"epoch": "three", "epochs": 9, "step": 1, "stepsPerEpoch": 2, '
+        '"imagesPerSec": 1, "loss": 1}',
+        'DTJOB_PROGRESS ["not", "an", "object"]',
+        'DTJOB_PROGRESS {"epoch": 3}',
+    ],
+)
+def test_a_malformed_newest_line_falls_back_to_the_last_good_one(bad: str) -> None:
+    progress = latest_progress(line(RECORD) + "\n" + bad)
+    assert progress is not None and progress["epoch"] == 2
+
+
+def test_no_progress_yet() -> None:
+    assert latest_progress("") is None
+    assert latest_progress("sshd ready\nhorovodrun starting 8 ranks\n") is None
