@@ -36,7 +36,7 @@ def synthetic_batches(cfg: TrainConfig, device: torch.device, fmt: torch.memory_
 
 
 class Normalize:
-    """uint8 NCHW from the loader -> normalised float on the device (the host ships 1 byte per value)."""
+    """uint8 NHWC from the loader -> normalised float NCHW on the device (the host ships 1 byte per value)."""
 
     def __init__(self, device: torch.device, fmt: torch.memory_format) -> None:
         self.mean = torch.tensor(MEAN_RGB, device=device).view(1, 3, 1, 1)
@@ -45,7 +45,8 @@ class Normalize:
 
     def __call__(self, batch: Batch) -> Batch:
         images, labels, skipped = batch
-        x = images.to(self.device, non_blocking=True).contiguous(memory_format=self.fmt).float()
+        x = images.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
+        x = x.contiguous(memory_format=self.fmt).float()
         return x.sub_(self.mean).div_(self.std), labels.to(self.device, non_blocking=True), skipped
 
 

@@ -74,11 +74,11 @@ def load_val(path: str, size: int) -> npt.NDArray[np.uint8]:
     return np.asarray(img.crop((left, top, left + size, top + size)), dtype=np.uint8)
 
 
-Sample = tuple[torch.Tensor, int, int]
+Sample = tuple[npt.NDArray[np.uint8], int, int]
 
 
 class ImageFolder(Dataset[Sample]):
-    """Items are (uint8 CHW image, label, number of unreadable files skipped to produce it)."""
+    """Items are (uint8 HWC image, label, number of unreadable files skipped to produce it)."""
 
     def __init__(self, samples: Sequence[tuple[str, int]], size: int, *, train: bool, seed: int) -> None:
         self.samples = samples
@@ -98,12 +98,13 @@ class ImageFolder(Dataset[Sample]):
                 array = load_train(path, self.size, rng) if self.train else load_val(path, self.size)
             except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
                 continue
-            return torch.from_numpy(array).permute(2, 0, 1).contiguous(), label, attempt
+            return array, label, attempt
         raise RuntimeError(f"{_MAX_SUBSTITUTES} unreadable images in a row from {self.samples[index][0]}")
 
 
 def collate(batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, int]:
-    images = torch.stack([b[0] for b in batch])
+    """One uint8 NHWC tensor per batch; the trainer views it as NCHW on the device (channels-last, free)."""
+    images = torch.from_numpy(np.stack([b[0] for b in batch]))
     labels = torch.tensor([b[1] for b in batch], dtype=torch.long)
     return images, labels, sum(b[2] for b in batch)
 
