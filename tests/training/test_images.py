@@ -1,0 +1,59 @@
+"""The image build inputs that can be checked without a Docker engine: files, sshd config, entrypoint."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from training_helpers import REPO
+
+pytestmark = pytest.mark.training
+
+DOCKERFILES = sorted((REPO / "images").glob("horovod-*/Dockerfile"))
+
+
+def test_both_framework_images_exist() -> None:
+    assert [d.parent.name for d in DOCKERFILES] == ["horovod-pytorch", "horovod-tensorflow"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_dockerfile_copies_existing_files_and_runs_the_ci_install_script(dockerfile: Path) -> None:
+    text = dockerfile.read_text()
+    for line in re.findall(r"^COPY (?!--from)(.+)$", text, re.M):
+        *sources, _dest = line.split()
+        for source in sources:
+            matches = list(REPO.glob(source))
+            assert matches, f"{dockerfile.parent.name}: COPY source {source} does not exist"
+    assert "/opt/dtjob/training/install.sh /opt/venv/bin/python" in text
+    assert "DTJOB_DEVICE=gpu" in text and "HOROVOD_GPU_OPERATIONS=NCCL" in text
+    assert re.search(r"^USER dtjob$", text, re.M), "training runs as the unprivileged user"
+
+
+def test_sshd_config_is_valid_and_key_only(tmp_path: Path) -> None:
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not Path(sshd).exists():
+        pytest.skip("openssh-server is not installed (make deps)")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "host")], check=True)
+    config = (REPO / "images/common/sshd_config").read_text()
+    assert re.search(r"^PasswordAuthentication no$", config, re.M)
+    assert re.search(r"^PermitRootLogin no$", config, re.M)
+    (tmp_path / "sshd_config").write_text(
+        re.sub(r"^HostKey .*$", f"HostKey {tmp_path}/host", config, flags=re.M)
+    )
+    # -t only parses and checks the configuration; it starts no server.
+    check = subprocess.run([sshd, "-t", "-f", str(tmp_path / "sshd_config")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+def test_entrypoint_without_the_ssh_secret_says_what_is_missing(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [str(REPO / "images/common/entrypoint.sh"), "worker"],
+        env={"DTJOB_SSH_DIR": str(tmp_path), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2
+    assert f"{tmp_path}/id_ed25519 is missing (is the SSH Secret mounted?)" in run.stderr
