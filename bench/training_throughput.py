@@ -39,7 +39,8 @@ def run(framework: str, ranks: int, threads: int, args: list[str]) -> float:
     cmd += [sys.executable, "-m", f"dtjob_train.{framework}", "--data", "synthetic", *args]
     print(f"[bench] {ranks} rank(s) x {threads} core(s) ...", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=1800)
-    found = re.findall(r"^total images/sec: ([\d.]+)$", proc.stdout, re.M)
+    # horovodrun tags rank output as "[0]<stdout>:".
+    found = re.findall(r"^(?:\[\d+\]<stdout>:)?total images/sec: ([\d.]+)$", proc.stdout, re.M)
     if proc.returncode != 0 or not found:
         sys.exit(f"run failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return float(found[-1])
