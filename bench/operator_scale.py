@@ -135,7 +135,7 @@ def main() -> int:
     api = config.new_client_from_config(config_file=kubeconfig)
     core = client.CoreV1Api(api)
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": namespace}})
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     log = Path(f"/tmp/dtjob-{namespace}-operator.log")
     operator = OperatorProcess(kubeconfig, namespace, log)
     try:

@@ -119,7 +119,7 @@ def simulate_training_log(manifest: dict[str, Any], log_path: Path, done: thread
         return
     log_path.write_text("")
     append_log(log_path, f"[simulated] horovodrun -np {ranks}: ResNet-50, synthetic data")
-    api_client = kube_config.new_client_from_config(kubeconfig())  # type: ignore[no-untyped-call]
+    api_client = kube_config.new_client_from_config(kubeconfig())
     serve_pod_log(api_client, NAMESPACE, pod.split("/")[1], "launcher", log_path)
     intervals = 10
     for i in range(1, intervals + 1):

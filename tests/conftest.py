@@ -58,7 +58,8 @@ def kubeconfig() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def api_client(kubeconfig: str) -> client.ApiClient:
-    return config.new_client_from_config(config_file=kubeconfig)
+    api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
+    return api
 
 
 @pytest.fixture(scope="session")

@@ -27,9 +27,9 @@ WATCH_CLIENT_TIMEOUT = 330
 
 def _api_client() -> k8s.ApiClient:
     try:
-        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+        k8s_config.load_incluster_config()
     except k8s_config.ConfigException:
-        k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
+        k8s_config.load_kube_config()
     return k8s.ApiClient()
 
 

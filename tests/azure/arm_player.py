@@ -34,7 +34,7 @@ class Recorded:
 
 
 @dataclass
-class ArmPlayer(HttpTransport):  # type: ignore[misc]
+class ArmPlayer(HttpTransport[Any, Any]):
     pools: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
     # (status, code, message) to answer the next PUT with, e.g. (409, "QuotaExceeded", "...").
@@ -74,7 +74,7 @@ class ArmPlayer(HttpTransport):  # type: ignore[misc]
                 return self._respond(request, 404, {"error": {"code": "NotFound", "message": message}})
             return self._respond(request, 200, self.pools[name])
         if request.method == "PUT":
-            return self._put(request, parts.path, name, body)
+            return self._put(request, parts.path, name, body or {})
         if request.method == "DELETE":
             op = self._start_operation(lambda: self.pools.pop(name, None))
             return self._respond(request, 202, None, {"Azure-AsyncOperation": op, "Location": op})

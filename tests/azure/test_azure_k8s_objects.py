@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from azure.storage.blob import ContainerClient
@@ -59,7 +60,7 @@ def test_sas_secret_round_trips_and_rotates_in_place(
         owner = _owner(core_v1, namespace)
         issued = datetime.now(UTC)
         first = mint(azurite, container_name, issued)
-        secret = sas_secret("r50", namespace, Access.INPUT, first, issued, owner)
+        secret: Any = sas_secret("r50", namespace, Access.INPUT, first, issued, owner)
         core_v1.create_namespaced_secret(namespace, secret)
 
         stored = core_v1.read_namespaced_secret("r50-sas-in", namespace)
@@ -76,7 +77,7 @@ def test_sas_secret_round_trips_and_rotates_in_place(
         reissued = due_at + timedelta(seconds=1)
         second = mint(azurite, container_name, reissued)
         assert second.token != first.token
-        replacement = sas_secret("r50", namespace, Access.INPUT, second, reissued, owner)
+        replacement: Any = sas_secret("r50", namespace, Access.INPUT, second, reissued, owner)
         replacement["metadata"]["resourceVersion"] = stored.metadata.resource_version
         core_v1.replace_namespaced_secret("r50-sas-in", namespace, replacement)
         rotated = core_v1.read_namespaced_secret("r50-sas-in", namespace)
@@ -94,7 +95,7 @@ def test_sas_secret_round_trips_and_rotates_in_place(
 
 def test_staging_job_is_accepted_by_the_api_server(core_v1: client.CoreV1Api, namespace: str) -> None:
     owner = _owner(core_v1, namespace)
-    job = staging_job(
+    job: Any = staging_job(
         "r50",
         namespace,
         owner,

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -115,17 +115,13 @@ class Jobs:
         body_spec.update(spec)
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DistributedTrainingJob",
                 "metadata": {"name": name}, "spec": body_spec}  # fmt: skip
-        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.ns, PLURAL, body
-        )
-        return created
+        created = self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
+        return cast(dict[str, Any], created)
 
     def get(self, name: str) -> dict[str, Any] | None:
         try:
-            job: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.ns, PLURAL, name
-            )
-            return job
+            job = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+            return cast(dict[str, Any], job)
         except ApiException as err:
             if err.status == 404:
                 return None

@@ -184,12 +184,13 @@ def test_delete_cascades_to_every_child(jobs: Jobs, operator: OperatorProcess) -
     selector = "dtjob.io/job-name=doomed-world"
 
     def children() -> list[str]:
-        found = [
-            p.metadata.name for p in jobs.core.list_namespaced_pod(jobs.ns, label_selector=selector).items
+        found: list[str] = [
+            str(p.metadata.name)
+            for p in jobs.core.list_namespaced_pod(jobs.ns, label_selector=selector).items
         ]
         for lister in (jobs.core.list_namespaced_secret, jobs.core.list_namespaced_config_map,
                        jobs.core.list_namespaced_service, jobs.batch.list_namespaced_job):  # fmt: skip
-            found += [o.metadata.name for o in lister(jobs.ns, label_selector=selector).items]
+            found += [str(o.metadata.name) for o in lister(jobs.ns, label_selector=selector).items]
         return found
 
     wait_for(lambda: not children(), timeout=90, what="garbage collection of every child")
@@ -202,7 +203,7 @@ def test_operator_restart_mid_run_keeps_the_world(
     jobs.create("steady", launcher=LONG_LAUNCHER)
     jobs.wait_phase("steady", "Running", timeout=120)
     before = {p.metadata.name: p.metadata.uid for p in jobs.pods("steady")}
-    launcher_uid = jobs.launcher("steady").metadata.uid  # type: ignore[union-attr]
+    launcher_uid = jobs.launcher("steady").metadata.uid
     status_before = jobs.status("steady")
     operator.stop()
 
@@ -212,7 +213,7 @@ def test_operator_restart_mid_run_keeps_the_world(
         # The restarted operator reconciles the job from its initial listing; wait for that, then compare.
         wait_for(lambda: second.reconciles() >= 1, timeout=60, what="a reconcile after restart")
         assert {p.metadata.name: p.metadata.uid for p in jobs.pods("steady")} == before
-        assert jobs.launcher("steady").metadata.uid == launcher_uid  # type: ignore[union-attr]
+        assert jobs.launcher("steady").metadata.uid == launcher_uid
         after = jobs.status("steady")
         assert after["phase"] == "Running" and after["restarts"] == 0
         assert after["conditions"] == status_before["conditions"]
@@ -241,11 +242,11 @@ def test_missing_pvc_waits_without_creating_children(jobs: Jobs, operator: Opera
     assert not jobs.pods("nodata")
     assert not jobs.core.list_namespaced_secret(jobs.ns, label_selector="dtjob.io/job-name=nodata").items
     # Once the claim exists the job goes ahead (recheck without any event on the job itself).
-    jobs.core.create_namespaced_persistent_volume_claim(
-        jobs.ns,
-        {"metadata": {"name": "imagenet"},
-         "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Gi"}}}},
-    )  # fmt: skip
+    claim: Any = {
+        "metadata": {"name": "imagenet"},
+        "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    jobs.core.create_namespaced_persistent_volume_claim(jobs.ns, claim)
     wait_for(lambda: len(jobs.pods("nodata", "worker")) == 2, timeout=60, what="workers after PVC appears")
 
 
@@ -297,7 +298,7 @@ def test_reconcile_twice_changes_nothing(
 
     def snapshot() -> dict[str, str]:
         selector = "dtjob.io/job-name=twice"
-        objects = [*jobs.core.list_namespaced_pod(jobs.ns, label_selector=selector).items,
+        objects: list[Any] = [*jobs.core.list_namespaced_pod(jobs.ns, label_selector=selector).items,
                    *jobs.core.list_namespaced_secret(jobs.ns, label_selector=selector).items,
                    *jobs.core.list_namespaced_config_map(jobs.ns, label_selector=selector).items,
                    *jobs.core.list_namespaced_service(jobs.ns, label_selector=selector).items,

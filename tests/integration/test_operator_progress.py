@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -72,7 +72,9 @@ def test_progress_follows_the_launcher_log(
     serve_pod_log(api_client, namespace, pod, "launcher", log)
 
     def status() -> dict[str, Any]:
-        job = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "progress")
+        job = cast(
+            dict[str, Any], custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "progress")
+        )
         return job.get("status") or {}
 
     def progress() -> dict[str, Any] | None:

@@ -145,7 +145,11 @@ def test_deleting_an_owner_deletes_its_dependents(core_v1: client.CoreV1Api, nam
         namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="owner"))
     )
     ref = client.V1OwnerReference(
-        api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid, block_owner_deletion=True
+        api_version="v1",
+        kind="ConfigMap",
+        name="owner",
+        uid=str(owner.metadata.uid),
+        block_owner_deletion=True,
     )
     core_v1.create_namespaced_config_map(
         namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="dependent", owner_references=[ref]))
