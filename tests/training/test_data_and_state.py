@@ -12,7 +12,8 @@ from dtjob_train.cli import parse_args
 from dtjob_train.data.folder import DataError, scan
 from dtjob_train.progress import Reporter
 from dtjob_train.schedule import learning_rate
-from training_helpers import make_tree
+
+from tests.training.training_helpers import make_tree
 
 pytestmark = pytest.mark.training
 

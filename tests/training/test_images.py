@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from training_helpers import REPO
+
+from tests.training.training_helpers import REPO
 
 pytestmark = pytest.mark.training
 

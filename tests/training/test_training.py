@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from training_helpers import FRAMEWORKS, launch, make_tree, tiny_args
+
+from tests.training.training_helpers import FRAMEWORKS, launch, make_tree, tiny_args
 
 pytestmark = pytest.mark.training
 
