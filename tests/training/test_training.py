@@ -79,3 +79,14 @@ def test_bad_data_dir_gives_a_clear_error(framework: str, tmp_path: Path) -> Non
     assert run.proc.returncode == 2, run.out
     assert f"error: --data-dir {tmp_path / 'empty'}: directory is empty" in run.out
     assert "Traceback" not in run.out
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_mixed_precision_with_fp16_allreduce(framework: str, tmp_path: Path) -> None:
+    args = tiny_args(None, "--arch", "resnet-tiny", "--epochs", "1", "--steps-per-epoch", "3")
+    run = launch(framework, [*args, "--amp", "--fp16-allreduce", "--channels-last"], per_rank_dir=tmp_path)
+    assert run.proc.returncode == 0, run.out
+    losses = run.losses()
+    assert len(losses) == 3 and all(loss == loss for loss in losses), run.out
+    metrics = json.loads((tmp_path / "rank-0" / "out" / "metrics.json").read_text())
+    assert metrics["amp"] and metrics["fp16Allreduce"] and metrics["weightsConsistent"], metrics

@@ -127,9 +127,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         available = len(dataset.train.samples) // size // cfg.batch_size
     steps_per_epoch = min(available, cfg.steps_per_epoch or available)
 
+    # --channels-last makes the inputs, and so every activation, NHWC. The parameters stay NCHW: Horovod
+    # 0.28.1 allreduces and broadcasts only tensors contiguous in the default format.
     model = build(cfg.arch, num_classes).to(device)
-    if cfg.channels_last:
-        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     optimizer = torch.optim.SGD(param_groups(model, cfg.weight_decay), lr=cfg.base_lr, momentum=cfg.momentum)
     compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(
