@@ -99,11 +99,23 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
   fi
   export MAKEFLAGS=${MAKEFLAGS:--j$(nproc)}
   # --no-build-isolation: build against the torch/TF just installed, not a fresh unpinned one.
-  (cd "$src" && TF_USE_LEGACY_KERAS=1 "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$build/dist" . \
-    >"$build/build.log" 2>&1) || {
+  (cd "$src" && TF_USE_LEGACY_KERAS=1 "$PY" -m pip wheel -v --no-deps --no-build-isolation -w "$build/dist" . \
+    >"$build/build.log" 2>&1) &
+  builder=$!
+  started=$SECONDS
+  # A heartbeat with the last compiled file, so a long build is visibly alive.
+  while kill -0 "$builder" 2>/dev/null; do
+    sleep 30
+    if kill -0 "$builder" 2>/dev/null; then
+      last=$(grep -o '[A-Za-z0-9_]*\.cc' "$build/build.log" | tail -n 1 || true)
+      log "still building Horovod: $((SECONDS - started))s${last:+, at $last}"
+    fi
+  done
+  wait "$builder" || {
     tail -n 60 "$build/build.log" >&2
-    die "Horovod build failed (full log above)"
+    die "Horovod build failed (last 60 lines of its log above)"
   }
+  log "Horovod built in $((SECONDS - started))s"
   mkdir -p "$wheel_dir"
   mv "$build"/dist/horovod-*.whl "$wheel_dir/"
 fi
