@@ -53,6 +53,16 @@ class Kube:
             lambda: self.core.read_namespaced_persistent_volume_claim(name, namespace, _preload_content=False)
         )
 
+    def read_pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str:
+        """A container's log through the API server (pods/log). Raises ApiException when it cannot be read
+        (pod gone, container never started, node unreachable)."""
+        kwargs: dict[str, Any] = {"container": container, "_preload_content": False}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        response: Any = self.core.read_namespaced_pod_log(pod, namespace, **kwargs)
+        data: bytes = response.data
+        return data.decode(errors="replace")
+
     def list_nodes(self, label_selector: str) -> list[Json]:
         """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install)."""
         try:
@@ -113,6 +123,22 @@ class Kube:
         self.core.patch_namespaced_config_map(
             meta["name"], meta["namespace"], {"data": obj["data"]}, _preload_content=False
         )
+
+    def replace_secret(self, obj: Json, resource_version: str) -> None:
+        """Replace a Secret's content in place (mounted copies follow); guarded by resourceVersion."""
+        meta = obj["metadata"]
+        body: Any = {**obj, "metadata": {**meta, "resourceVersion": resource_version}}
+        try:
+            self.core.replace_namespaced_secret(meta["name"], meta["namespace"], body, _preload_content=False)
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(f"Secret {meta['namespace']}/{meta['name']} changed; retrying") from err
+            raise
+        log.info("replaced Secret %s/%s", meta["namespace"], meta["name"])
+
+    def delete_secret(self, namespace: str, name: str) -> None:
+        _ignore_404(lambda: self.core.delete_namespaced_secret(name, namespace, _preload_content=False))
+        log.info("deleted Secret %s/%s", namespace, name)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         _ignore_404(lambda: self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
