@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dtjob.stager.job import DEFAULT_STAGER_IMAGE
+
 FRAMEWORKS = ("pytorch", "tensorflow", "keras")
 DEFAULT_IMAGES = {
     "pytorch": "ghcr.io/dtjob/horovod-pytorch:0.1.0",
@@ -28,6 +30,10 @@ class OperatorConfig:
     reconcile_workers: int = 8
     # How often a running job's launcher log is read for training progress (one pods/log call each time).
     progress_seconds: float = 30.0
+    # The staging Job's image (python -m dtjob.stager).
+    stager_image: str = DEFAULT_STAGER_IMAGE
+    # Replace a SAS once this fraction of its lifetime has passed (tests lower it to see rotation quickly).
+    sas_rotate_fraction: float = 0.8
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -45,4 +51,13 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         resync_seconds=float(env.get("DTJOB_RESYNC_SECONDS", "60")),
         reconcile_workers=int(env.get("DTJOB_RECONCILE_WORKERS", "8")),
         progress_seconds=float(env.get("DTJOB_PROGRESS_SECONDS", "30")),
+        stager_image=env.get("DTJOB_STAGER_IMAGE", DEFAULT_STAGER_IMAGE),
+        sas_rotate_fraction=_fraction(env.get("DTJOB_SAS_ROTATE_FRACTION", "0.8")),
     )
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise ValueError(f"DTJOB_SAS_ROTATE_FRACTION must be between 0 and 1 (exclusive), got {text}")
+    return value

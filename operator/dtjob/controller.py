@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from dtjob.azure.sas import redact
 from dtjob.config import OperatorConfig
 from dtjob.kube import Conflict, Kube
 from dtjob.reconcile import Children, reconcile
@@ -139,17 +140,21 @@ class Controller:
         try:
             job = self.kube.get_job(*key)
             if job is not None:
-                text = f"reconcile failed, retrying in {delay:.0f}s: {type(error).__name__}: {error}"
+                # Storage errors may quote a signed URL: never let a SAS signature into an event.
+                text = redact(f"reconcile failed, retrying in {delay:.0f}s: {type(error).__name__}: {error}")
                 self.kube.emit_event(job, "Warning", "ReconcileError", text, datetime.now(UTC))
         except Exception:  # reporting is best effort; the retry is what matters
             log.debug("could not report the reconcile error of %s/%s", *key, exc_info=True)
 
 
 def children_from_indices(
-    pods: Mapping[Key, Iterable[Mapping[str, Any]]], launchers: Mapping[Key, Iterable[Mapping[str, Any]]]
+    pods: Mapping[Key, Iterable[Mapping[str, Any]]],
+    launchers: Mapping[Key, Iterable[Mapping[str, Any]]],
+    stagers: Mapping[Key, Iterable[Mapping[str, Any]]] | None = None,
 ) -> ChildrenOf:
     def children_of(key: Key) -> Children:
         launcher = next(iter(launchers.get(key, ())), None)
-        return Children(pods=tuple(pods.get(key, ())), launcher=launcher)
+        staging = next(iter(stagers.get(key, ())), None) if stagers is not None else None
+        return Children(pods=tuple(pods.get(key, ())), launcher=launcher, staging=staging)
 
     return children_of

@@ -19,6 +19,7 @@ from dtjob import API_GROUP, API_VERSION, PLURAL, names
 from dtjob.config import load_config
 from dtjob.controller import Controller, children_from_indices
 from dtjob.kube import Kube
+from dtjob.stager.job import STAGER_ROLE
 
 MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY}"
 WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
@@ -67,6 +68,7 @@ def _projection(body: kopf.Body) -> dict[str, Any]:
             "name": meta.get("name"),
             "labels": dict(meta.get("labels") or {}),
             "deletionTimestamp": meta.get("deletionTimestamp"),
+            "creationTimestamp": meta.get("creationTimestamp"),
         },
         "status": dict(body.get("status") or {}),
     }
@@ -93,14 +95,23 @@ async def dtjob_launchers(
     return {key: _projection(body)} if key else None
 
 
+@kopf.index("batch", "v1", "jobs", labels={names.ROLE_LABEL: STAGER_ROLE})
+async def dtjob_stagers(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]] | None:
+    key = _job_key(namespace, labels)
+    return {key: _projection(body)} if key else None
+
+
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
 async def job_event(type: str, namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
     dtjob_pods: kopf.Index[tuple[str, str], dict[str, Any]] = kwargs["dtjob_pods"]
     dtjob_launchers: kopf.Index[tuple[str, str], dict[str, Any]] = kwargs["dtjob_launchers"]
+    dtjob_stagers: kopf.Index[tuple[str, str], dict[str, Any]] = kwargs["dtjob_stagers"]
     controller: Controller = memo["controller"]
     if controller.children_of is None:
         # kopf fills every index before the first non-index handler runs, so the cache is complete here.
-        controller.children_of = children_from_indices(dtjob_pods, dtjob_launchers)
+        controller.children_of = children_from_indices(dtjob_pods, dtjob_launchers, dtjob_stagers)
     if namespace and name:
         controller.observe_job((namespace, name), deleted=type == "DELETED")
 
@@ -114,6 +125,13 @@ async def pod_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo,
 
 @kopf.on.event("batch", "v1", "jobs", labels={names.ROLE_LABEL: names.ROLE_LAUNCHER})
 async def launcher_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    key = _job_key(namespace, labels)
+    if key:
+        memo["controller"].enqueue(key)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={names.ROLE_LABEL: STAGER_ROLE})
+async def staging_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     key = _job_key(namespace, labels)
     if key:
         memo["controller"].enqueue(key)

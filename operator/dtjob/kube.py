@@ -25,6 +25,10 @@ class Conflict(Exception):
     """The object changed since it was read (HTTP 409 on an update): read again and retry."""
 
 
+class LogUnavailable(Exception):
+    """A container's log cannot be read (yet, or any more)."""
+
+
 class Rejected(Exception):
     """The API server (or the client's own schema check) refused an object built from the spec."""
 
@@ -53,20 +57,27 @@ class Kube:
             lambda: self.core.read_namespaced_persistent_volume_claim(name, namespace, _preload_content=False)
         )
 
-    def read_log_tail(
-        self, namespace: str, pod: str, container: str, lines: int, limit_bytes: int
-    ) -> str | None:
-        """The last lines of a container's log; None when the kubelet cannot serve it (yet, or any more)."""
+    def read_pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str:
+        """A container's log through the API server (pods/log); LogUnavailable when the kubelet cannot serve
+        it (pod gone, container not started yet, node unreachable)."""
+        kwargs: dict[str, Any] = {"container": container, "_preload_content": False}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        if limit_bytes is not None:
+            kwargs["limit_bytes"] = limit_bytes
         try:
-            response: Any = self.core.read_namespaced_pod_log(
-                pod, namespace, container=container, tail_lines=lines, limit_bytes=limit_bytes,
-                _preload_content=False,
-            )  # fmt: skip
+            response: Any = self.core.read_namespaced_pod_log(pod, namespace, **kwargs)
         except ApiException as err:
-            log.debug("no log for %s/%s (%s): %s", namespace, pod, container, err.reason)
-            return None
-        text: str = response.data.decode("utf-8", errors="replace")
-        return text
+            raise LogUnavailable(f"{namespace}/{pod} ({container}): {err.status} {err.reason}") from err
+        data: bytes = response.data
+        return data.decode(errors="replace")
 
     def list_nodes(self, label_selector: str) -> list[Json]:
         """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install)."""
@@ -128,6 +139,22 @@ class Kube:
         self.core.patch_namespaced_config_map(
             meta["name"], meta["namespace"], {"data": obj["data"]}, _preload_content=False
         )
+
+    def replace_secret(self, obj: Json, resource_version: str) -> None:
+        """Replace a Secret's content in place (mounted copies follow); guarded by resourceVersion."""
+        meta = obj["metadata"]
+        body: Any = {**obj, "metadata": {**meta, "resourceVersion": resource_version}}
+        try:
+            self.core.replace_namespaced_secret(meta["name"], meta["namespace"], body, _preload_content=False)
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(f"Secret {meta['namespace']}/{meta['name']} changed; retrying") from err
+            raise
+        log.info("replaced Secret %s/%s", meta["namespace"], meta["name"])
+
+    def delete_secret(self, namespace: str, name: str) -> None:
+        _ignore_404(lambda: self.core.delete_namespaced_secret(name, namespace, _preload_content=False))
+        log.info("deleted Secret %s/%s", namespace, name)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         _ignore_404(lambda: self.core.delete_namespaced_pod(name, namespace, _preload_content=False))

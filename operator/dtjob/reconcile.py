@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob import desired, names
+from dtjob import desired, names, storage
+from dtjob.azure.results import output_url
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
-from dtjob.kube import Kube, Rejected
+from dtjob.kube import Kube, LogUnavailable, Rejected
 from dtjob.observed import observe
 from dtjob.preflight import preflight
 from dtjob.progress import latest_progress
@@ -25,12 +26,17 @@ from dtjob.status import (
     RUNNING,
     Action,
     CreateLauncher,
+    CreateStagingJob,
     CreateWorker,
     Decision,
     DeleteJob,
     DeleteLauncher,
     DeletePod,
+    DeleteSasSecrets,
     EnsureWorld,
+    Event,
+    JobStatus,
+    UploadLogs,
     decide,
     invalid_spec,
     status_from_dict,
@@ -42,10 +48,11 @@ Json = dict[str, Any]
 
 @dataclass(frozen=True)
 class Children:
-    """The job's pods and launcher Job as the watch cache last saw them."""
+    """The job's pods, launcher Job and staging Job as the watch cache last saw them."""
 
     pods: tuple[Mapping[str, Any], ...]
     launcher: Mapping[str, Any] | None
+    staging: Mapping[str, Any] | None = None
 
 
 def reconcile(
@@ -70,12 +77,25 @@ def reconcile(
     except SpecError as err:
         spec = None
         decision = invalid_spec(prev, err.path, err.message, now, generation)
+    sas_requeue: float | None = None
     if spec is not None:
         observed = observe(children.pods, children.launcher)
         blocker = None
         if _needs_preflight(spec, prev.phase, observed.pods, children.launcher, prev.start_time):
             blocker = preflight(kube, spec)
-        decision = decide(spec, observed, prev, now, generation, blocker)
+        if prev.phase not in FINISHED and not spec.run_policy.suspend:
+            # Before anything that mounts them exists: the SAS Secrets, minted or rotated.
+            owner = owner_reference(name, meta["uid"])
+            sas = storage.ensure_sas_secrets(kube, spec, prev, owner, now, config.sas_rotate_fraction)
+            if sas.blocker is not None and blocker is None:
+                blocker = sas.blocker
+                log.warning("%s/%s: %s", namespace, name, sas.blocker.message)
+            sas_requeue = sas.next_rotation_s
+        staging = None
+        if spec.dataset.staging is not None and not prev.is_true("Staged"):
+            staging = storage.observe_staging(kube, namespace, children.staging, children.pods)
+        decision = decide(spec, observed, prev, now, generation, blocker, staging)
+        decision = _storage_status(kube, spec, meta["uid"], children, decision)
 
     new_status = decision.status.to_dict()
     requeue = decision.requeue_after
@@ -93,20 +113,48 @@ def reconcile(
         owner = owner_reference(name, meta["uid"])
         try:
             for action in decision.actions:
-                _apply(kube, spec, owner, action)
+                _apply(kube, config, spec, owner, action)
         except Rejected as err:
             _fail_rejected(kube, namespace, name, str(err), now)
             return None
+    if sas_requeue is not None:
+        requeue = min(sas_requeue, requeue or sas_requeue)
     return requeue
 
 
 def _launcher_progress(kube: Kube, namespace: str, launcher_pod: str) -> dict[str, Any] | None:
     # The tail is enough: rank 0 prints a progress line every log interval. The byte cap bounds the read
     # when a framework floods the log with one huge line.
-    text = kube.read_log_tail(
-        namespace, launcher_pod, names.LAUNCHER_CONTAINER, lines=50, limit_bytes=64 * 1024
+    try:
+        text = kube.read_pod_log(
+            namespace, launcher_pod, names.LAUNCHER_CONTAINER, tail_lines=50, limit_bytes=64 * 1024
+        )
+    except LogUnavailable:
+        return None
+    return latest_progress(text)
+
+
+def _storage_status(kube: Kube, spec: JobSpec, uid: str, children: Children, decision: Decision) -> Decision:
+    """The output URL, and the log upload the decision asks for before it lets pods be deleted."""
+    if spec.output is None:
+        return decision
+    target = spec.output.target
+    status: JobStatus = replace(
+        decision.status,
+        output_url=output_url(target.container_url, target.prefix, spec.namespace, spec.name, uid),
     )
-    return latest_progress(text) if text else None
+    if any(isinstance(a, UploadLogs) for a in decision.actions):
+        upload = storage.upload_pod_logs(kube, spec, uid, children.pods)
+        status = replace(
+            status, logs_uploaded=upload.uploaded, logs_missing=upload.missing, logs_error=upload.error
+        )
+        if upload.uploaded:
+            text = f"pod logs uploaded to {status.output_url}logs/"
+            if upload.missing:
+                text += f" (not readable: {', '.join(upload.missing)})"
+            decision.events.append(Event("Normal", "LogsUploaded", text))
+    decision.status = status
+    return decision
 
 
 def _fail_rejected(kube: Kube, namespace: str, name: str, message: str, now: datetime) -> None:
@@ -136,7 +184,7 @@ def _status_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(old.get(key) != value for key, value in new.items())
 
 
-def _apply(kube: Kube, spec: JobSpec, owner: Json, action: Action) -> None:
+def _apply(kube: Kube, config: OperatorConfig, spec: JobSpec, owner: Json, action: Action) -> None:
     ns = spec.namespace
     match action:
         case EnsureWorld():
@@ -153,6 +201,12 @@ def _apply(kube: Kube, spec: JobSpec, owner: Json, action: Action) -> None:
             kube.delete_pod(ns, pod)
         case DeleteLauncher():
             kube.delete_batch_job(ns, names.launcher_name(spec.name))
+        case CreateStagingJob():
+            kube.create_if_absent(desired.staging_job(spec, owner, config.stager_image))
+        case UploadLogs():
+            pass  # done before the status write (_storage_status); pods go on the next reconcile
+        case DeleteSasSecrets():
+            storage.delete_sas_secrets(kube, ns, spec.name)
         case DeleteJob():
             log.info("ttlSecondsAfterFinished elapsed: deleting %s/%s", ns, spec.name)
             kube.delete_training_job(ns, spec.name)

@@ -9,11 +9,19 @@ object, so GitOps tools see no drift.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dtjob.config import FRAMEWORKS, OperatorConfig
+from dtjob.storage_spec import (
+    Output,
+    StageFrom,
+    StorageSpecError,
+    parse_output,
+    parse_stage_from,
+    resolve_destination,
+)
 
 MAX_GPUS_PER_WORKER = 8  # the largest Azure GPU VMs (ND96 series) carry 8 GPUs
 MAX_WORKERS = 512
@@ -25,6 +33,7 @@ RUNNERS = ("horovodrun", "mpirun")
 SOURCES = ("synthetic", "imagenet")
 
 Json = dict[str, Any]
+_T = TypeVar("_T")
 
 
 class SpecError(ValueError):
@@ -57,11 +66,21 @@ class DataVolume:
 
 
 @dataclass(frozen=True)
+class Staging:
+    """spec.dataset.stageFrom with its destination resolved against the data volume."""
+
+    source: StageFrom
+    destination: str
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Dataset:
     source: str
     volume: DataVolume | None
     # Directory holding train/ and val/, inside the mounted volume.
     data_dir: str
+    staging: Staging | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +161,7 @@ class JobSpec:
     placement: Placement
     launcher: Launcher
     run_policy: RunPolicy
+    output: Output | None = None
 
     @property
     def total_slots(self) -> int:
@@ -294,7 +314,16 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         placement=_placement(spec.child("placement"), config),
         launcher=_launcher(spec.child("launcher")),
         run_policy=_run_policy(spec.child("runPolicy")),
+        output=_storage(lambda: parse_output(spec.data.get("output"))),
     )
+
+
+def _storage(parse: Callable[[], _T]) -> _T:
+    """Run a storage_spec parser, re-raising its errors as SpecError (same field path and message)."""
+    try:
+        return parse()
+    except StorageSpecError as err:
+        raise SpecError(err.path, err.message) from None
 
 
 def _required(item: Json, path: str) -> str:
@@ -337,7 +366,18 @@ def _dataset(r: _Reader) -> Dataset:
     if source == "imagenet" and volume is None:
         raise SpecError("spec.dataset.volume", "is required when spec.dataset.source is imagenet")
     default_dir = volume.mount_path if volume else "/data"
-    return Dataset(source=source, volume=volume, data_dir=r.string("dataDir", default_dir) or default_dir)
+    data_dir = r.string("dataDir", default_dir) or default_dir
+    stage = _storage(lambda: parse_stage_from(r.data.get("stageFrom")))
+    staging = None
+    if stage is not None:
+        if volume is None:
+            raise SpecError(
+                "spec.dataset.volume", "is required with spec.dataset.stageFrom (the stager writes to it)"
+            )
+        destination = _storage(lambda: resolve_destination(stage, volume.mount_path, data_dir))
+        annotations = r.child("stageFrom").string_map("podAnnotations")
+        staging = Staging(stage, destination, annotations)
+    return Dataset(source=source, volume=volume, data_dir=data_dir, staging=staging)
 
 
 def _hyperparameters(r: _Reader) -> Hyperparameters:

@@ -1,6 +1,9 @@
 """The job state machine: (spec, observed children, previous status, now) -> new status + actions.
 
-Pure. Phases: Pending -> Starting -> Running -> Succeeded | Failed, plus Suspended and Restarting.
+Pure. Phases: Pending -> [Staging ->] Starting -> Running -> Succeeded | Failed, plus Suspended and
+Restarting.
+Staging (spec.dataset.stageFrom) copies the dataset onto the job's volume with a staging Job before any
+worker exists; the `Staged` condition remembers it, so world restarts never stage again.
 A world attempt is numbered by `status.restarts`; pods carry it as a label, so pods of an older attempt are
 recognised as stale after a restart (also after an operator restart: nothing is kept in memory).
 """
@@ -15,8 +18,10 @@ from typing import Any
 from dtjob import names
 from dtjob.observed import LauncherState, Observed, PodState
 from dtjob.spec import JobSpec
+from dtjob.stager.job import StagingOutcome, staging_job_name
 
 PENDING = "Pending"
+STAGING = "Staging"
 STARTING = "Starting"
 RUNNING = "Running"
 RESTARTING = "Restarting"
@@ -24,8 +29,11 @@ SUSPENDED = "Suspended"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 FINISHED = (SUCCEEDED, FAILED)
+# How long a finished job waits for its pod logs to reach the output container before cleaning up anyway.
+LOG_UPLOAD_GRACE = timedelta(minutes=5)
+STAGING_POLL_SECONDS = 10.0
 
-CONDITION_TYPES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+CONDITION_TYPES = ("Staged", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,12 @@ class JobStatus:
     total_gpus: int = 0
     launcher_state: str = "Absent"
     launcher_pod: str | None = None
+    staging: Mapping[str, Any] | None = None  # ProgressSnapshot.to_status() of the staging Job
+    output_url: str | None = None  # the run's results URL, never with a SAS
+    logs_uploaded: bool = False
+    logs_missing: tuple[str, ...] = ()  # pods whose log could not be read
+    logs_error: str | None = None  # why the last log upload failed (redacted)
+    sas_secrets_deleted: bool = False
 
     def condition(self, kind: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)
@@ -82,6 +96,17 @@ class JobStatus:
             "gpus": self.total_gpus,
             "launcher": {"state": self.launcher_state, "pod": self.launcher_pod},
         }
+        if self.staging is not None:
+            out["staging"] = dict(self.staging)
+        if self.output_url is not None:
+            output: dict[str, Any] = {"url": self.output_url, "logsUploaded": self.logs_uploaded}
+            if self.logs_missing:
+                output["logsMissing"] = list(self.logs_missing)
+            if self.logs_error:
+                output["logsError"] = self.logs_error
+            out["output"] = output
+        if self.sas_secrets_deleted:
+            out["sasSecretsDeleted"] = True
         return out
 
 
@@ -89,6 +114,7 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
     data = data or {}
     workers = data.get("workers") or {}
     launcher = data.get("launcher") or {}
+    output = data.get("output") or {}
     return JobStatus(
         phase=data.get("phase"),
         message=data.get("message") or "",
@@ -111,6 +137,12 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
         total_gpus=int(data.get("gpus") or 0),
         launcher_state=str(launcher.get("state") or "Absent"),
         launcher_pod=launcher.get("pod"),
+        staging=data.get("staging"),
+        output_url=output.get("url"),
+        logs_uploaded=bool(output.get("logsUploaded")),
+        logs_missing=tuple(str(p) for p in output.get("logsMissing") or ()),
+        logs_error=output.get("logsError"),
+        sas_secrets_deleted=bool(data.get("sasSecretsDeleted")),
     )
 
 
@@ -146,7 +178,25 @@ class DeleteJob:
     """ttlSecondsAfterFinished elapsed: delete the DistributedTrainingJob itself (children follow by GC)."""
 
 
-Action = EnsureWorld | CreateWorker | CreateLauncher | DeletePod | DeleteLauncher | DeleteJob
+@dataclass(frozen=True)
+class CreateStagingJob:
+    """The staging Job that copies spec.dataset.stageFrom onto the data volume."""
+
+
+@dataclass(frozen=True)
+class UploadLogs:
+    """Upload every pod's log to the output container; pods are deleted only after it (next reconcile)."""
+
+
+@dataclass(frozen=True)
+class DeleteSasSecrets:
+    """The job ended: revoke what pods could read by deleting `<job>-sas-in` and `<job>-sas-out`."""
+
+
+Action = (
+    EnsureWorld | CreateWorker | CreateLauncher | DeletePod | DeleteLauncher | DeleteJob
+    | CreateStagingJob | UploadLogs | DeleteSasSecrets
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -238,7 +288,9 @@ def decide(
     now: datetime,
     generation: int | None = None,
     blocker: Blocker | None = None,
+    staging: StagingOutcome | None = None,
 ) -> Decision:
+    """`staging` is the staging Job's outcome when that Job exists (None when it does not)."""
     b = _Builder(prev, now)
     b.status = replace(
         prev,
@@ -295,6 +347,10 @@ def decide(
             return b.decision()
         b.requeue(remaining.total_seconds())
 
+    must_stage = spec.dataset.staging is not None and not b.status.is_true("Staged")
+    if must_stage and not (workers or launcher) and not _stage(b, spec, observed, staging):
+        return b.decision()
+
     if launcher is not None and launcher.succeeded:
         pod = launcher.pod_name or names.launcher_name(spec.name)
         _finish(b, spec, observed, SUCCEEDED, "LauncherSucceeded", f"launcher pod {pod} completed")
@@ -306,6 +362,48 @@ def decide(
 
     _progress(b, spec, observed, workers, launcher, attempt)
     return b.decision()
+
+
+def _stage(b: _Builder, spec: JobSpec, observed: Observed, outcome: StagingOutcome | None) -> bool:
+    """Drive the staging Job; True once the data is staged and the world may be created."""
+    staging = spec.dataset.staging
+    assert staging is not None
+    source = staging.source.source
+    what = f"{source.container}/{source.prefix}".rstrip("/")
+    job = staging_job_name(spec.name)
+    if outcome is None:
+        b.actions.append(CreateStagingJob())
+        b.status = replace(b.status, staging={"phase": "starting"})
+        b.phase(STAGING, f"staging {what} to {staging.destination} (Job {job})")
+        b.requeue(STAGING_POLL_SECONDS)
+        return False
+    snapshot = outcome.progress.to_status() if outcome.progress is not None else None
+    if outcome.phase == "Succeeded":
+        b.status = replace(b.status, staging=snapshot or {"phase": "done"})
+        b.cond("Staged", True, "StagingSucceeded", f"{what} staged to {staging.destination}")
+        b.events.append(Event("Normal", "Staged", f"{what} staged to {staging.destination}"))
+        return True
+    if outcome.phase == "Failed":
+        b.status = replace(
+            b.status, staging={**(snapshot or {}), "phase": "failed", "reason": outcome.reason}
+        )
+        b.cond("Staged", False, "StagingFailed", outcome.reason)
+        _finish(b, spec, observed, FAILED, "StagingFailed", f"staging Job {job} failed: {outcome.reason}")
+        return False
+    b.status = replace(b.status, staging=snapshot or b.status.staging or {"phase": "starting"})
+    b.phase(STAGING, f"staging {what} to {staging.destination}{_progress_text(outcome)}")
+    b.requeue(STAGING_POLL_SECONDS)
+    return False
+
+
+def _progress_text(outcome: StagingOutcome) -> str:
+    p = outcome.progress
+    if p is None or not p.files_total:
+        return ""
+    return (
+        f": {p.files_complete}/{p.files_total} files, {(p.bytes_done + p.bytes_skipped) / 2**20:.0f}/"
+        f"{p.bytes_total / 2**20:.0f} MiB at {p.bytes_per_s / 2**20:.1f} MiB/s"
+    )
 
 
 def _count(
@@ -449,7 +547,16 @@ def _finish(b: _Builder, spec: JobSpec, observed: Observed, phase: str, reason: 
 
 
 def _cleanup(b: _Builder, spec: JobSpec, observed: Observed) -> None:
-    """runPolicy.cleanPodPolicy once finished: None keeps pods, Running frees GPUs, All removes every pod."""
+    """runPolicy.cleanPodPolicy once finished: None keeps pods, Running frees GPUs, All removes every pod.
+    With spec.output, pod logs are uploaded first (so they survive), then the SAS Secrets are deleted."""
+    if spec.output is not None and not b.status.logs_uploaded and not _log_grace_over(b):
+        b.actions.append(UploadLogs())
+        b.requeue(1)
+        return
+    has_sas = spec.output is not None or spec.dataset.staging is not None
+    if has_sas and not b.status.sas_secrets_deleted:
+        b.actions.append(DeleteSasSecrets())
+        b.status = replace(b.status, sas_secrets_deleted=True)
     policy = spec.run_policy.clean_pod_policy
     if policy == "None":
         return
@@ -459,6 +566,18 @@ def _cleanup(b: _Builder, spec: JobSpec, observed: Observed) -> None:
     launcher = observed.launcher
     if launcher is not None and not launcher.deleting and (policy == "All" or not launcher.finished):
         b.actions.append(DeleteLauncher())
+
+
+def _log_grace_over(b: _Builder) -> bool:
+    """Logs that cannot be uploaded must not keep GPUs busy forever: give up after LOG_UPLOAD_GRACE."""
+    done = b.status.completion_time
+    if done is None or b.now < parse_time(done) + LOG_UPLOAD_GRACE:
+        return False
+    if b.prev.sas_secrets_deleted is False and b.status.logs_error:
+        b.events.append(
+            Event("Warning", "LogsNotUploaded", f"gave up uploading pod logs: {b.status.logs_error}")
+        )
+    return True
 
 
 def _ttl(b: _Builder, spec: JobSpec) -> None:

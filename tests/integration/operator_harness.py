@@ -52,7 +52,10 @@ def free_port() -> int:
 class OperatorProcess:
     """`python -m dtjob operator` watching one namespace, liveness on a loopback port."""
 
-    def __init__(self, kubeconfig: str, namespace: str, log_path: Path) -> None:
+    def __init__(
+        self, kubeconfig: str, namespace: str, log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.extra_env = dict(env or {})
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.log_path = log_path
@@ -64,6 +67,7 @@ class OperatorProcess:
         env["KUBECONFIG"] = self.kubeconfig
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), str(REPO), env.get("PYTHONPATH", "")])
         env["DTJOB_RESYNC_SECONDS"] = "20"
+        env.update(self.extra_env)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dtjob", "operator", "--namespace", self.namespace, "--verbose",

@@ -1,5 +1,5 @@
-"""The CRD schema fragment for the storage fields agrees with dtjob.storage_spec, and its patterns are RE2
-(the API server's regex engine has no lookarounds or backreferences)."""
+"""The CRD's storage fields (spec.dataset.stageFrom, spec.output) agree with dtjob.storage_spec, and their
+patterns are RE2 (the API server's regex engine has no lookarounds or backreferences)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,16 @@ import pytest
 import yaml
 from dtjob import storage_spec
 
-FRAGMENT = Path(__file__).resolve().parents[2] / "docs" / "crd-storage-fragment.yaml"
+CRD = Path(__file__).resolve().parents[2] / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
 
 
 @pytest.fixture(scope="module")
 def fragment() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(FRAGMENT.read_text())
-    return loaded
+    """The storage parts of the CRD's spec schema, keyed as `dataset` and `output`."""
+    crd: dict[str, Any] = yaml.safe_load(CRD.read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    return {"dataset": {"properties": {"stageFrom": spec["dataset"]["properties"]["stageFrom"]}},
+            "output": spec["output"]}  # fmt: skip
 
 
 def patterns(node: Any) -> list[str]:
@@ -59,9 +62,11 @@ def test_fragment_fields_are_the_parsers_fields(fragment: dict[str, Any]) -> Non
     output = fragment["output"]
     assert set(stage["properties"]) == {
         "account", "endpoint", "container", "prefix", "destination", "concurrency", "sasLifetimeSeconds",
-        "credentials",
+        "credentials", "podAnnotations",
     }  # fmt: skip
-    assert set(output["properties"]) == set(stage["properties"]) - {"destination", "concurrency"}
+    assert set(output["properties"]) == set(stage["properties"]) - {
+        "destination", "concurrency", "podAnnotations",
+    }  # fmt: skip
     creds = stage["properties"]["credentials"]
     assert creds["properties"]["authMode"]["enum"] == [m.value for m in storage_spec.AuthMode]
     lifetime = stage["properties"]["sasLifetimeSeconds"]

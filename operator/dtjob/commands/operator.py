@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from typing import Any
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
@@ -28,12 +29,28 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def _redact_signatures(record: logging.LogRecord) -> bool:
+    from dtjob.azure.sas import redact
+
+    message = record.getMessage()
+    if "sig=" in message.lower():
+        record.msg, record.args = redact(message), None
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
 
     import dtjob.handlers  # noqa: F401  (registers the handlers with kopf's default registry)
 
     kopf.configure(verbose=args.verbose, debug=args.debug)
+    # The Azure SDK logs every request at INFO and urllib3 every URL (a SAS among them) at DEBUG; the
+    # operator's own lines say what it did with storage, so both stay at warnings, even with --debug, and
+    # every handler blanks SAS signatures in whatever still gets through.
+    for noisy in ("azure", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_redact_signatures)
     namespaces = args.namespaces or []
     liveness = None if args.liveness == "none" else args.liveness
     asyncio.run(

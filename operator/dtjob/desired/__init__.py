@@ -1,6 +1,7 @@
 """Pure builders: a parsed JobSpec -> the Kubernetes objects (plain dicts) that should exist for it."""
 
 from dtjob.desired.pods import launcher_job, worker_pod
+from dtjob.desired.staging import staging_job
 from dtjob.desired.world import hostfile_config_map, hostfile_text, ssh_secret, workers_service
 
 __all__ = [
@@ -8,6 +9,7 @@ __all__ = [
     "hostfile_text",
     "launcher_job",
     "ssh_secret",
+    "staging_job",
     "worker_pod",
     "workers_service",
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+from dtjob import names
+from dtjob.azure.results import run_prefix
 from dtjob.desired.common import (
     HOSTFILE,
     OUTPUT_DIR,
@@ -13,6 +15,7 @@ from dtjob.desired.common import (
     SSH_PORT,
 )
 from dtjob.spec import JobSpec
+from dtjob.stager.job import results_upload_command
 
 SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
 
@@ -95,5 +98,23 @@ def mpi_command(spec: JobSpec) -> list[str]:
     return cmd + list(spec.launcher.mpi_args) + training_command(spec)
 
 
-def launcher_script(spec: JobSpec) -> str:
-    return SSH_CLIENT_SETUP + "exec " + shlex.join(mpi_command(spec)) + "\n"
+def results_upload_script(spec: JobSpec, uid: str) -> str | None:
+    """With spec.output: upload rank 0's output directory to `<prefix>/<namespace>/<job>/<uid>/`, on the
+    pod that ran rank 0 (worker 0 over ssh, or the launcher itself when it runs ranks)."""
+    if spec.output is None:
+        return None
+    prefix = run_prefix(spec.output.target.prefix, spec.namespace, spec.name, uid)
+    upload = shlex.join(results_upload_command(spec.name, OUTPUT_DIR, prefix))
+    if spec.launcher.run_as_worker:
+        return upload
+    rank0 = names.host_fqdn(names.worker_name(spec.name, 0), spec.name, spec.namespace)
+    return f"ssh {shlex.quote(rank0)} {shlex.quote(upload)}"
+
+
+def launcher_script(spec: JobSpec, uid: str = "") -> str:
+    training = shlex.join(mpi_command(spec))
+    upload = results_upload_script(spec, uid)
+    if upload is None:
+        return SSH_CLIENT_SETUP + "exec " + training + "\n"
+    # Chained, not exec'd: the launcher fails when either training or the results upload fails.
+    return SSH_CLIENT_SETUP + training + " && \\\n  " + upload + "\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob import names
+from dtjob.azure.sas import Access
 from dtjob.desired.command import WORKER_SSHD_SCRIPT, launcher_script
 from dtjob.desired.common import (
     MPI_DIR,
@@ -15,6 +16,7 @@ from dtjob.desired.common import (
     metadata,
 )
 from dtjob.spec import JobSpec, PodOverrides
+from dtjob.stager.job import sas_volume, sas_volume_mount
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SSH_KEY_MODE = 0o400
@@ -43,7 +45,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         },
         "env": _env(spec),
         "resources": _gpu_resources(spec.worker, spec.gpus_per_worker),
-        "volumeMounts": _mounts(spec, with_hostfile=False),
+        "volumeMounts": _mounts(spec, with_hostfile=False, with_sas_out=_rank0_worker(spec, index)),
     }
     _pull_policy(spec, container)
     pod_spec: Json = {
@@ -54,7 +56,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         "nodeSelector": dict(spec.placement.node_selector),
         "tolerations": [dict(t) for t in spec.placement.tolerations],
         "containers": [container],
-        "volumes": _volumes(spec, with_hostfile=False),
+        "volumes": _volumes(spec, with_hostfile=False, with_sas_out=_rank0_worker(spec, index)),
     }
     _common_pod_spec(spec, pod_spec, gpu_placement=True)
     return {
@@ -80,17 +82,19 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     container: Json = {
         "name": names.LAUNCHER_CONTAINER,
         "image": spec.image,
-        "command": ["/bin/sh", "-c", launcher_script(spec)],
+        "command": ["/bin/sh", "-c", launcher_script(spec, str(owner.get("uid", "")))],
         "env": env,
         "resources": resources,
-        "volumeMounts": _mounts(spec, with_hostfile=True, with_data=on_gpu),
+        "volumeMounts": _mounts(
+            spec, with_hostfile=True, with_data=on_gpu, with_sas_out=_rank0_launcher(spec)
+        ),
     }
     _pull_policy(spec, container)
     pod_spec: Json = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "containers": [container],
-        "volumes": _volumes(spec, with_hostfile=True, with_data=on_gpu),
+        "volumes": _volumes(spec, with_hostfile=True, with_data=on_gpu, with_sas_out=_rank0_launcher(spec)),
     }
     if on_gpu:
         pod_spec["hostname"] = name
@@ -118,6 +122,15 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
             },
         },
     }
+
+
+def _rank0_worker(spec: JobSpec, index: int) -> bool:
+    """Worker 0 runs rank 0 (and so uploads results) unless the launcher runs ranks itself."""
+    return spec.output is not None and index == 0 and not spec.launcher.run_as_worker
+
+
+def _rank0_launcher(spec: JobSpec) -> bool:
+    return spec.output is not None and spec.launcher.run_as_worker
 
 
 def _pod_labels(spec: JobSpec, role: str, attempt: int) -> dict[str, str]:
@@ -166,7 +179,9 @@ def _quantities(resources: Json | None) -> dict[str, Any]:
     }
 
 
-def _mounts(spec: JobSpec, with_hostfile: bool, with_data: bool = True) -> list[Json]:
+def _mounts(
+    spec: JobSpec, with_hostfile: bool, with_data: bool = True, with_sas_out: bool = False
+) -> list[Json]:
     mounts: list[Json] = [
         {"name": "ssh", "mountPath": SSH_DIR, "readOnly": True},
         {"name": "output", "mountPath": OUTPUT_DIR},
@@ -178,10 +193,14 @@ def _mounts(spec: JobSpec, with_hostfile: bool, with_data: bool = True) -> list[
     if with_data and volume is not None:
         read_only = volume.nfs.read_only if volume.nfs else bool(volume.pvc and volume.pvc.read_only)
         mounts.append({"name": "data", "mountPath": volume.mount_path, "readOnly": read_only})
+    if with_sas_out:
+        mounts.append(sas_volume_mount(Access.OUTPUT))
     return mounts
 
 
-def _volumes(spec: JobSpec, with_hostfile: bool, with_data: bool = True) -> list[Json]:
+def _volumes(
+    spec: JobSpec, with_hostfile: bool, with_data: bool = True, with_sas_out: bool = False
+) -> list[Json]:
     volumes: list[Json] = [
         {
             "name": "ssh",
@@ -198,8 +217,18 @@ def _volumes(spec: JobSpec, with_hostfile: bool, with_data: bool = True) -> list
                 "configMap": {"name": names.hostfile_name(spec.name), "defaultMode": SCRIPT_MODE},
             }
         )
+    data = data_volume(spec)
+    if with_data and data is not None:
+        volumes.append(data)
+    if with_sas_out:
+        volumes.append(sas_volume(spec.name, Access.OUTPUT))
+    return volumes
+
+
+def data_volume(spec: JobSpec) -> Json | None:
+    """The pod volume named `data` for spec.dataset.volume (workers, and writable for the stager)."""
     volume = spec.dataset.volume
-    if with_data and volume is not None:
+    if volume is not None:
         if volume.nfs:
             source: Json = {
                 "nfs": {
@@ -216,5 +245,5 @@ def _volumes(spec: JobSpec, with_hostfile: bool, with_data: bool = True) -> list
                     "readOnly": volume.pvc.read_only,
                 }
             }
-        volumes.append({"name": "data", **source})
-    return volumes
+        return {"name": "data", **source}
+    return None

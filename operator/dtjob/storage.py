@@ -1,0 +1,254 @@
+"""Blob Storage I/O of one reconcile: the per-job SAS Secrets (mint, rotate, delete), the staging Job's
+progress, and the upload of pod logs before cleanup.
+
+Kubernetes I/O goes through dtjob.kube and Azure I/O through dtjob.azure; this module only sequences them.
+No token, key or signed URL is ever logged, put into an event or into status: errors pass through redact().
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from dtjob import names
+from dtjob.azure.sas import (
+    ANNOTATION_EXPIRES,
+    ANNOTATION_ISSUED,
+    SECRET_TOKEN_KEY,
+    SECRET_URL_KEY,
+    Access,
+    ContainerSas,
+    mint_with_account_key,
+    mint_with_user_delegation,
+    parse_rfc3339,
+    redact,
+    rotation_time,
+    sas_secret,
+    sas_secret_name,
+    secret_rotation_due,
+    validity_window,
+    workload_identity_credential,
+)
+from dtjob.kube import Kube, LogUnavailable
+from dtjob.spec import JobSpec
+from dtjob.stager.job import STAGER_ROLE, StagingOutcome, staging_outcome
+from dtjob.status import Blocker, JobStatus, parse_time
+from dtjob.storage_spec import AuthMode, BlobLocation
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+STAGING_LOG_TAIL_LINES = 20
+# The container that writes each role's log (pods/log needs the name when a pod could have several).
+CONTAINER_OF_ROLE = {names.ROLE_WORKER: "worker", names.ROLE_LAUNCHER: "launcher", STAGER_ROLE: "stager"}
+
+
+@dataclass(frozen=True)
+class SasState:
+    blocker: Blocker | None = None
+    next_rotation_s: float | None = None  # seconds until the earliest rotation is due
+
+
+@dataclass(frozen=True)
+class LogUpload:
+    uploaded: bool
+    missing: tuple[str, ...] = ()
+    error: str | None = None
+
+
+class _CredentialsProblem(Exception):
+    def __init__(self, blocker: Blocker) -> None:
+        super().__init__(blocker.message)
+        self.blocker = blocker
+
+
+def sas_locations(spec: JobSpec, status: JobStatus) -> list[tuple[Access, BlobLocation, str]]:
+    """(access, location, credentials field path) of every SAS the job needs now: the input one only until
+    the data is staged, the output one until the job ends."""
+    wanted: list[tuple[Access, BlobLocation, str]] = []
+    staging = spec.dataset.staging
+    if staging is not None and not status.is_true("Staged"):
+        wanted.append((Access.INPUT, staging.source.source, "spec.dataset.stageFrom.credentials"))
+    if spec.output is not None:
+        wanted.append((Access.OUTPUT, spec.output.target, "spec.output.credentials"))
+    return wanted
+
+
+def job_deadline(spec: JobSpec, status: JobStatus, now: datetime) -> datetime | None:
+    seconds = spec.run_policy.active_deadline_seconds
+    if seconds is None:
+        return None
+    start = parse_time(status.start_time) if status.start_time else now
+    return start + timedelta(seconds=seconds)
+
+
+def ensure_sas_secrets(
+    kube: Kube, spec: JobSpec, status: JobStatus, owner: Json, now: datetime, rotate_at: float
+) -> SasState:
+    """Create each needed `<job>-sas-*` Secret, or replace its token once `rotate_at` of its life is used."""
+    next_due: float | None = None
+    for access, location, path in sas_locations(spec, status):
+        name = sas_secret_name(spec.name, access)
+        existing = kube.get_secret(spec.namespace, name)
+        if existing is None or secret_rotation_due(existing, now, rotate_at):
+            try:
+                start, expiry = validity_window(now, location.sas_lifetime, job_deadline(spec, status, now))
+            except ValueError:
+                continue  # the deadline has passed: the state machine fails the job
+            try:
+                sas = _mint(kube, spec.namespace, location, path, access, start, expiry)
+            except _CredentialsProblem as problem:
+                return SasState(blocker=problem.blocker)
+            secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
+            if existing is None:
+                kube.create_if_absent(secret)
+            else:
+                kube.replace_secret(secret, existing["metadata"]["resourceVersion"])
+                log.info("rotated the SAS in %s/%s; it now expires at %s", spec.namespace, name,
+                         sas.expiry.isoformat())  # fmt: skip
+            issued, expires = now, sas.expiry
+        else:
+            annotations = existing["metadata"].get("annotations") or {}
+            issued = parse_rfc3339(annotations[ANNOTATION_ISSUED])
+            expires = parse_rfc3339(annotations[ANNOTATION_EXPIRES])
+        due = (rotation_time(issued, expires, rotate_at) - now).total_seconds()
+        next_due = due if next_due is None else min(next_due, due)
+    return SasState(next_rotation_s=next_due)
+
+
+def _mint(
+    kube: Kube,
+    namespace: str,
+    location: BlobLocation,
+    path: str,
+    access: Access,
+    start: datetime,
+    expiry: datetime,
+) -> ContainerSas:
+    creds = location.credentials
+    if creds.auth_mode is AuthMode.ACCOUNT_KEY:
+        ref = creds.secret_ref
+        assert ref is not None
+        secret = kube.get_secret(namespace, ref.name)
+        if secret is None:
+            raise _CredentialsProblem(Blocker(
+                "StorageCredentialsNotFound",
+                f"{path}.secretRef: Secret {ref.name!r} not found in namespace {namespace}; waiting for it",
+            ))  # fmt: skip
+        encoded = (secret.get("data") or {}).get(ref.key)
+        if not encoded:
+            raise _CredentialsProblem(Blocker(
+                "StorageCredentialsNotFound",
+                f"{path}.secretRef.key: Secret {ref.name!r} has no key {ref.key!r}; waiting for it",
+            ))  # fmt: skip
+        key = base64.b64decode(encoded).decode()
+        return mint_with_account_key(
+            location.endpoint, location.account_name, key, location.container, access, start, expiry
+        )
+    from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
+
+    try:
+        credential = workload_identity_credential(creds.client_id)
+        return mint_with_user_delegation(
+            location.endpoint, location.account_name, credential, location.container, access, start, expiry
+        )
+    except (ClientAuthenticationError, HttpResponseError) as err:
+        if isinstance(err, HttpResponseError) and err.status_code not in (401, 403):
+            raise
+        first_line = redact(str(err)).splitlines()[0] if str(err) else type(err).__name__
+        raise _CredentialsProblem(Blocker(
+            "StorageCredentialsDenied",
+            f"{path}: the operator's workload identity could not get a user delegation key: {first_line}",
+            fatal=True,
+        )) from None  # fmt: skip
+
+
+def read_sas(kube: Kube, namespace: str, job: str, access: Access) -> ContainerSas | None:
+    """The token and container URL the operator last stored in `<job>-sas-<access>` (None if absent)."""
+    secret = kube.get_secret(namespace, sas_secret_name(job, access))
+    if secret is None:
+        return None
+    data = secret.get("data") or {}
+    annotations = secret["metadata"].get("annotations") or {}
+    try:
+        token = base64.b64decode(data[SECRET_TOKEN_KEY]).decode()
+        url = base64.b64decode(data[SECRET_URL_KEY]).decode()
+        return ContainerSas(
+            url,
+            token,
+            parse_rfc3339(annotations[ANNOTATION_ISSUED]),
+            parse_rfc3339(annotations[ANNOTATION_EXPIRES]),
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def delete_sas_secrets(kube: Kube, namespace: str, job: str) -> None:
+    for access in Access:
+        kube.delete_secret(namespace, sas_secret_name(job, access))
+
+
+def _role(pod: Mapping[str, Any]) -> str:
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(names.ROLE_LABEL, ""))
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name", ""))
+
+
+def observe_staging(
+    kube: Kube, namespace: str, staging_job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]
+) -> StagingOutcome | None:
+    """The staging Job's outcome, with live progress from the running stager's log tail."""
+    if staging_job is None:
+        return None
+    stagers = sorted(
+        (p for p in pods if _role(p) == STAGER_ROLE),
+        key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""),
+    )
+    outcome = staging_outcome(dict(staging_job), [dict(p) for p in stagers])
+    running = [p for p in stagers if (p.get("status") or {}).get("phase") == "Running"]
+    if outcome.phase != "Running" or not running:
+        return outcome
+    try:
+        tail = kube.read_pod_log(namespace, _pod_name(running[-1]), "stager", STAGING_LOG_TAIL_LINES)
+    except LogUnavailable:
+        return outcome  # progress is a nicety; the outcome does not depend on it
+    return staging_outcome(dict(staging_job), [dict(p) for p in stagers], tail)
+
+
+def upload_pod_logs(kube: Kube, spec: JobSpec, uid: str, pods: Iterable[Mapping[str, Any]]) -> LogUpload:
+    """Read every pod's log through the API server and upload them to `<run prefix>/logs/<pod>.log`.
+    Pods whose log cannot be read are listed, not waited for."""
+    from dtjob.azure.results import upload_logs_with_sas
+
+    assert spec.output is not None
+    target = spec.output.target
+    texts: dict[str, str] = {}
+    missing: list[str] = []
+    for pod in pods:
+        name, container = _pod_name(pod), CONTAINER_OF_ROLE.get(_role(pod))
+        if not name or container is None:
+            continue
+        try:
+            texts[name] = kube.read_pod_log(spec.namespace, name, container)
+        except LogUnavailable as err:
+            log.info("log unavailable: %s", err)
+            missing.append(name)
+    sas = read_sas(kube, spec.namespace, spec.name, Access.OUTPUT)
+    if sas is None:
+        return LogUpload(
+            False, tuple(sorted(missing)), f"Secret {sas_secret_name(spec.name, Access.OUTPUT)} is missing"
+        )
+    try:
+        uploaded = upload_logs_with_sas(sas, target.prefix, spec.namespace, spec.name, uid, texts)
+    except Exception as err:  # any Azure or network failure: retried until the grace period ends
+        text = redact(f"{type(err).__name__}: {err}").splitlines()[0]
+        log.warning("uploading logs of %s/%s failed: %s", spec.namespace, spec.name, text)
+        return LogUpload(False, tuple(sorted(missing)), text[:300])
+    log.info("uploaded %d pod logs of %s/%s", len(uploaded), spec.namespace, spec.name)
+    return LogUpload(True, tuple(sorted(missing)))

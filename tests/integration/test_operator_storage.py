@@ -1,0 +1,303 @@
+"""The operator with Blob Storage: a real API server (kwok-simulated pods) and a real Azurite.
+
+Covers the Staging phase (progress in status, success, a failed stager), the per-job SAS Secrets (created
+before anything mounts them, rotated before expiry, deleted at the end), pod logs uploaded to the output
+prefix before cleanup, and that no account key or SAS signature reaches a pod spec, event, status or
+operator log.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.storage.blob import BlobServiceClient
+from dtjob.azure.emulator import Azurite
+from dtjob.azure.progress import PROGRESS_MARKER, ProgressSnapshot
+from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED, parse_rfc3339
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.azure.conftest import azurite, container_name  # noqa: F401  (fixtures: Azurite, a fresh name)
+from tests.integration.operator_harness import Jobs, OperatorProcess, install_crd
+from tests.kube_wait import wait_for
+from tests.sim_logs import append_log, serve_pod_log
+
+pytestmark = [pytest.mark.integration, pytest.mark.azure]
+
+KEY_SECRET = "storage-key"
+# Short SAS lives with an early rotation, so a test sees a rotation within seconds.
+LIFETIME_S = 300
+ROTATE_FRACTION = "0.05"  # rotate 15 s after issue
+
+
+@pytest.fixture
+def jobs(api_client: client.ApiClient, namespace: str, simulated_pool: Any, kubeconfig: str) -> Jobs:
+    install_crd(kubeconfig)
+    return Jobs(api_client, namespace)
+
+
+@pytest.fixture
+def operator(kubeconfig: str, namespace: str, tmp_path: Path, jobs: Jobs) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(
+        kubeconfig, namespace, tmp_path / "operator.log", env={"DTJOB_SAS_ROTATE_FRACTION": ROTATE_FRACTION}
+    )
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def blob(azurite: Azurite) -> BlobServiceClient:  # noqa: F811
+    return BlobServiceClient(azurite.endpoint, credential=azurite.account_key)
+
+
+def key_secret(jobs: Jobs, azurite: Azurite) -> None:  # noqa: F811
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=KEY_SECRET),
+        string_data={"azurestorageaccountkey": azurite.account_key},
+    )
+    jobs.core.create_namespaced_secret(jobs.ns, secret)
+
+
+def location(azurite: Azurite, container: str, prefix: str) -> dict[str, Any]:  # noqa: F811
+    return {
+        "endpoint": azurite.endpoint,
+        "container": container,
+        "prefix": prefix,
+        "sasLifetimeSeconds": LIFETIME_S,
+        "credentials": {"authMode": "accountKey", "secretRef": {"name": KEY_SECRET}},
+    }
+
+
+def storage_spec(
+    azurite: Azurite,  # noqa: F811
+    stage_annotations: dict[str, str],
+    launcher_annotations: dict[str, str],
+    output: str | None = None,
+) -> dict[str, Any]:
+    """A staged job; `output` names the results container (None: no spec.output)."""
+    spec: dict[str, Any] = {
+        "dataset": {
+            "source": "imagenet",
+            "volume": {"nfs": {"server": "10.0.0.4", "path": "/exports/imagenet"}, "mountPath": "/data"},
+            "dataDir": "/data/imagenet",
+            "stageFrom": {**location(azurite, "datasets", "ilsvrc2012"), "podAnnotations": stage_annotations},
+        },
+        "launcher": {"podAnnotations": launcher_annotations},
+    }
+    if output is not None:
+        spec["output"] = location(azurite, output, "runs")
+    return spec
+
+
+def secret_files(jobs: Jobs, name: str) -> dict[str, str] | None:
+    try:
+        secret = jobs.core.read_namespaced_secret(name, jobs.ns)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def stager_pod(jobs: Jobs, name: str) -> client.V1Pod | None:
+    pods = jobs.pods(name, "stager")
+    return pods[0] if pods else None
+
+
+def sanitized(api_client: client.ApiClient, obj: Any) -> str:
+    return json.dumps(api_client.sanitize_for_serialization(obj))
+
+
+def assert_no_secrets_leaked(
+    jobs: Jobs, api_client: client.ApiClient, name: str, operator: OperatorProcess, key: str
+) -> None:
+    """Nothing the operator wrote or created carries the account key or a SAS signature."""
+    places = {
+        "pods": sanitized(api_client, jobs.core.list_namespaced_pod(jobs.ns)),
+        "jobs": sanitized(api_client, jobs.batch.list_namespaced_job(jobs.ns)),
+        "events": sanitized(api_client, jobs.core.list_namespaced_event(jobs.ns)),
+        "status": json.dumps(jobs.status(name)),
+        "operator log": operator.log_path.read_text(errors="replace"),
+    }
+    for where, text in places.items():
+        assert key not in text, f"the account key appears in {where}"
+        assert "sig=" not in text, f"a SAS signature appears in {where}"
+
+
+def test_staged_job_runs_uploads_logs_and_revokes_its_sas(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+    container_name: str,  # noqa: F811
+) -> None:
+    blob.create_container(container_name)
+    key_secret(jobs, azurite)
+    spec = storage_spec(
+        azurite,
+        stage_annotations={"sim.dtjob.io/run-duration": "20s"},
+        launcher_annotations={"sim.dtjob.io/run-duration": "15s"},
+        output=container_name,
+    )
+    created = jobs.create("staged", **spec)
+    uid = created["metadata"]["uid"]
+
+    # Staging: the SAS Secrets exist before the staging pod, which is the only child so far.
+    pod = wait_for(lambda: stager_pod(jobs, "staged"), timeout=60, what="the staging pod")
+    assert jobs.status("staged")["phase"] == "Staging"
+    assert not jobs.pods("staged", "worker")
+    sas_in = secret_files(jobs, "staged-sas-in")
+    assert sas_in is not None and sas_in["container-url"] == f"{azurite.endpoint}/datasets"
+    assert "sp=rl" in sas_in["sas-token"]  # read + list only
+    assert pod.metadata.annotations["sim.dtjob.io/run-duration"] == "20s"
+    mounted = {v.secret.secret_name for v in pod.spec.volumes if v.secret}
+    assert mounted == {"staged-sas-in"}
+
+    # The stager's progress line (what its log shows) surfaces in status.staging.
+    snapshot = ProgressSnapshot("transferring", 1000, 250, 50, 2**30, 2**28, 0, 12.0, 2.0e7)
+    log = tmp_path / "stager.log"
+    append_log(log, "listing imagenet/", PROGRESS_MARKER + snapshot.to_json())
+    serve_pod_log(api_client, jobs.ns, str(pod.metadata.name), "stager", log)
+
+    def progress() -> dict[str, Any] | None:
+        staging: dict[str, Any] = jobs.status("staged").get("staging") or {}
+        return staging if staging.get("filesTotal") == 1000 else None
+
+    shown = wait_for(progress, timeout=60, what="staging progress in status")
+    assert shown["filesCompleted"] == 300 and shown["bytesPerSecond"] == 20000000
+    assert "300/1000 files" in jobs.status("staged")["message"]
+
+    # Staged -> workers: rank 0 (worker 0) mounts the output SAS; the launcher uploads results after training.
+    wait_for(lambda: len(jobs.pods("staged", "worker")) == 2, timeout=90, what="workers after staging")
+    staged = jobs.condition("staged", "Staged")
+    assert staged and staged["status"] == "True"
+    worker0 = jobs.core.read_namespaced_pod("staged-worker-0", jobs.ns)
+    assert "staged-sas-out" in {v.secret.secret_name for v in worker0.spec.volumes if v.secret}
+    worker1 = jobs.core.read_namespaced_pod("staged-worker-1", jobs.ns)
+    assert "staged-sas-out" not in {v.secret.secret_name for v in worker1.spec.volumes if v.secret}
+    logs = {}
+    for name in ("staged-worker-0", "staged-worker-1"):
+        logs[name] = tmp_path / f"{name}.log"
+        append_log(logs[name], f"{name}: sshd listening on port 22")
+        serve_pod_log(api_client, jobs.ns, name, "worker", logs[name])
+    launcher_pod = wait_for(
+        lambda: next(iter(jobs.pods("staged", "launcher")), None), timeout=90, what="the launcher pod"
+    )
+    script = launcher_pod.spec.containers[0].command[2]
+    assert f"--prefix runs/{jobs.ns}/staged/{uid}/" in script
+    assert script.index("horovodrun") < script.index("dtjob.stager upload") and " && " in script
+    launcher_log = tmp_path / "launcher.log"
+    append_log(launcher_log, "epoch 1 step 10 loss 6.9", "training done")
+    serve_pod_log(api_client, jobs.ns, str(launcher_pod.metadata.name), "launcher", launcher_log)
+
+    status = jobs.wait_phase("staged", "Succeeded", "Failed", timeout=120)
+    assert status["phase"] == "Succeeded", status
+    run_url = f"{azurite.endpoint}/{container_name}/runs/{jobs.ns}/staged/{uid}/"
+
+    def logs_done() -> dict[str, Any] | None:
+        output: dict[str, Any] = jobs.status("staged").get("output") or {}
+        return output if output.get("logsUploaded") else None
+
+    output = wait_for(logs_done, timeout=60, what="logs uploaded")
+    assert output["url"] == run_url
+    results = blob.get_container_client(container_name)
+    prefix = f"runs/{jobs.ns}/staged/{uid}/logs/"
+    uploaded = {b.name.removeprefix(prefix): b.name for b in results.list_blobs(name_starts_with=prefix)}
+    expected = {"staged-worker-0.log", "staged-worker-1.log", f"{launcher_pod.metadata.name}.log"}
+    assert expected <= set(uploaded), uploaded
+    text = results.download_blob(uploaded[f"{launcher_pod.metadata.name}.log"]).readall().decode()
+    assert "training done" in text
+    # Workers were deleted (cleanPodPolicy Running) only after their logs were uploaded, and the SAS revoked.
+    wait_for(lambda: not jobs.live_workers("staged"), timeout=60, what="workers cleaned up")
+    wait_for(
+        lambda: secret_files(jobs, "staged-sas-in") is None and secret_files(jobs, "staged-sas-out") is None,
+        timeout=60,
+        what="SAS Secrets deleted",
+    )
+    reasons = [e.reason for e in jobs.events("staged")]
+    assert {"Staging", "Staged", "LogsUploaded", "LauncherSucceeded"} <= set(reasons), reasons
+    assert_no_secrets_leaked(jobs, api_client, "staged", operator, azurite.account_key)
+
+
+def test_failed_staging_fails_the_job_with_the_stagers_reason(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    api_client: client.ApiClient,
+) -> None:
+    key_secret(jobs, azurite)
+    spec = storage_spec(azurite, {"sim.dtjob.io/outcome": "Failed"}, {}, output=None)
+    jobs.create("badstage", **spec)
+    status = jobs.wait_phase("badstage", "Failed", "Succeeded", timeout=150)
+    failed = jobs.condition("badstage", "Failed")
+    assert failed and failed["reason"] == "StagingFailed", status
+    assert "staging Job badstage-stage failed" in failed["message"]
+    assert "exited with status 1" in failed["message"]
+    assert status["staging"]["phase"] == "failed"
+    staged = jobs.condition("badstage", "Staged")
+    assert staged and staged["status"] == "False"
+    assert not jobs.pods("badstage", "worker") and jobs.launcher("badstage") is None
+    wait_for(lambda: secret_files(jobs, "badstage-sas-in") is None, timeout=60, what="SAS Secret deleted")
+    assert_no_secrets_leaked(jobs, api_client, "badstage", operator, azurite.account_key)
+
+
+def test_missing_key_secret_waits_naming_the_field_then_proceeds(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+) -> None:
+    jobs.create("nokey", **storage_spec(azurite, {"sim.dtjob.io/run-duration": "600s"}, {}, output=None))
+    status = jobs.wait_phase("nokey", "Pending", timeout=60)
+    created = jobs.condition("nokey", "Created")
+    assert created and created["reason"] == "StorageCredentialsNotFound", status
+    assert created["message"].startswith("spec.dataset.stageFrom.credentials.secretRef: Secret 'storage-key'")
+    assert secret_files(jobs, "nokey-sas-in") is None and stager_pod(jobs, "nokey") is None
+    key_secret(jobs, azurite)
+    jobs.wait_phase("nokey", "Staging", timeout=60)  # rechecked every 15 s while waiting
+    assert secret_files(jobs, "nokey-sas-in") is not None
+
+
+def test_sas_is_rotated_before_it_expires(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+    container_name: str,  # noqa: F811
+) -> None:
+    blob.create_container(container_name)
+    key_secret(jobs, azurite)
+    spec = storage_spec(azurite, {}, {"sim.dtjob.io/run-duration": "600s"}, output=container_name)
+    jobs.create("rotate", **spec)
+    first = wait_for(lambda: secret_files(jobs, "rotate-sas-out"), timeout=60, what="the output SAS Secret")
+    meta = jobs.core.read_namespaced_secret("rotate-sas-out", jobs.ns).metadata
+    issued = parse_rfc3339(meta.annotations[ANNOTATION_ISSUED])
+    expires = parse_rfc3339(meta.annotations[ANNOTATION_EXPIRES])
+    assert 0 < (expires - issued).total_seconds() <= LIFETIME_S
+
+    def rotated() -> dict[str, str] | None:
+        files = secret_files(jobs, "rotate-sas-out")
+        return files if files and files["sas-token"] != first["sas-token"] else None
+
+    second = wait_for(rotated, timeout=90, what="the output SAS rotated")
+    assert datetime.now(UTC) < expires, "rotated only after the old token expired"
+    assert parse_rfc3339(second["expires-at"]) > expires
+    meta2 = jobs.core.read_namespaced_secret("rotate-sas-out", jobs.ns).metadata
+    assert meta2.uid == meta.uid  # replaced in place: mounted copies follow
+    # The new token works against the service: rank 0 can write with it.
+    from azure.storage.blob import ContainerClient
+
+    writer = ContainerClient.from_container_url(second["container-url"], credential=second["sas-token"])
+    writer.upload_blob("probe.txt", b"ok", overwrite=True)
+    assert blob.get_container_client(container_name).download_blob("probe.txt").readall() == b"ok"
+    jobs.delete("rotate")

@@ -1,0 +1,103 @@
+"""The Staging phase and storage cleanup in the pure state machine, and the storage fields of parse_spec."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from dtjob.azure.progress import ProgressSnapshot
+from dtjob.observed import Observed
+from dtjob.spec import SpecError
+from dtjob.stager.job import StagingOutcome
+from dtjob.status import (
+    CreateStagingJob,
+    CreateWorker,
+    DeleteSasSecrets,
+    JobStatus,
+    UploadLogs,
+    decide,
+    format_time,
+)
+
+from tests.unit.operator_fixtures import job_spec
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+CREDS = {"authMode": "accountKey", "secretRef": {"name": "storage-key"}}
+VOLUME = {"nfs": {"server": "10.0.0.4", "path": "/exports"}, "mountPath": "/data"}
+
+
+def staged_spec(**extra: Any) -> Any:
+    dataset = {
+        "source": "imagenet",
+        "volume": VOLUME,
+        "dataDir": "/data/imagenet",
+        "stageFrom": {"account": "acct1", "container": "datasets", "prefix": "in", "credentials": CREDS},
+    }
+    return job_spec(dataset=dataset, **extra)
+
+
+def test_staging_comes_before_any_worker() -> None:
+    d = decide(staged_spec(), Observed(), JobStatus(), NOW)
+    assert d.actions == [CreateStagingJob()]
+    assert d.status.phase == "Staging"
+    assert "datasets/in to /data/imagenet" in d.status.message
+
+
+def test_running_staging_reports_progress() -> None:
+    snap = ProgressSnapshot("transferring", 10, 3, 1, 1000, 300, 100, 5.0, 80.0)
+    d = decide(staged_spec(), Observed(), JobStatus(phase="Staging"), NOW,
+               staging=StagingOutcome("Running", snap))  # fmt: skip
+    assert d.actions == []
+    assert d.status.staging is not None and d.status.staging["filesCompleted"] == 4
+    assert "4/10 files" in d.status.message and d.requeue_after is not None
+
+
+def test_staged_creates_the_world_and_is_remembered() -> None:
+    d = decide(staged_spec(), Observed(), JobStatus(phase="Staging"), NOW,
+               staging=StagingOutcome("Succeeded", None))  # fmt: skip
+    assert d.status.is_true("Staged")
+    assert CreateWorker(0, 0) in d.actions and CreateStagingJob() not in d.actions
+    again = decide(staged_spec(), Observed(), d.status, NOW, staging=None)
+    assert CreateStagingJob() not in again.actions
+
+
+def test_failed_staging_fails_the_job_with_its_reason() -> None:
+    reason = "input SAS denied (403): check Secret rn50-sas-in"
+    d = decide(staged_spec(), Observed(), JobStatus(phase="Staging"), NOW,
+               staging=StagingOutcome("Failed", None, reason))  # fmt: skip
+    assert d.status.phase == "Failed"
+    failed = d.status.condition("Failed")
+    assert failed is not None and failed.reason == "StagingFailed" and reason in failed.message
+    assert not any(isinstance(a, CreateWorker) for a in d.actions)
+    assert DeleteSasSecrets() in d.actions
+
+
+def test_finished_job_uploads_logs_before_cleanup_then_revokes_sas() -> None:
+    output = {"account": "acct1", "container": "results", "credentials": CREDS}
+    spec = job_spec(output=output)
+    finished = JobStatus(phase="Succeeded", start_time=format_time(NOW), completion_time=format_time(NOW))
+    first = decide(spec, Observed(), finished, NOW)
+    assert first.actions == [UploadLogs()]
+    uploaded = decide(spec, Observed(), JobStatus(**{**finished.__dict__, "logs_uploaded": True}), NOW)
+    assert uploaded.actions[0] == DeleteSasSecrets() and uploaded.status.sas_secrets_deleted
+    # Logs that cannot be uploaded stop holding cleanup after the grace period.
+    late = decide(spec, Observed(), finished, NOW + timedelta(minutes=6))
+    assert UploadLogs() not in late.actions and DeleteSasSecrets() in late.actions
+
+
+@pytest.mark.parametrize(
+    ("dataset", "path"),
+    [
+        ({"stageFrom": {"account": "acct1", "container": "datasets", "credentials": CREDS}},
+         "spec.dataset.volume"),
+        ({"volume": VOLUME, "stageFrom": {"account": "acct1", "container": "d", "credentials": CREDS}},
+         "spec.dataset.stageFrom.container"),
+        ({"volume": VOLUME, "stageFrom": {"account": "acct1", "container": "datasets", "destination": "/tmp",
+                                          "credentials": CREDS}}, "spec.dataset.stageFrom.destination"),
+    ],
+)  # fmt: skip
+def test_storage_spec_errors_name_the_field(dataset: dict[str, Any], path: str) -> None:
+    with pytest.raises(SpecError) as err:
+        job_spec(dataset=dataset)
+    assert err.value.path == path
