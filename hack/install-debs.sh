@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages a fresh machine lacks; a no-op when all are present.
 set -euo pipefail
-pkgs=(openmpi-bin libopenmpi-dev openssh-client openssh-server cmake g++ patch)
+pkgs=(openmpi-bin libopenmpi-dev openssh-client openssh-server iproute2 cmake g++ patch)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 [[ ${#missing[@]} -eq 0 ]] && exit 0

@@ -100,7 +100,7 @@ def test_worker_pod_gets_gpus_placement_readiness_and_data() -> None:
     ]
     container = _container(pod_spec)
     assert container["resources"] == {"requests": {"cpu": "20"}, "limits": {"nvidia.com/gpu": "4"}}
-    assert container["readinessProbe"]["tcpSocket"] == {"port": 22}
+    assert container["readinessProbe"]["tcpSocket"] == {"port": 2222}
     assert "exec /usr/sbin/sshd -D" in container["command"][2]
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
     assert volumes["ssh"]["secret"] == {"secretName": "rn50-ssh", "defaultMode": 0o400}

@@ -19,14 +19,23 @@ from dtjob.stager.job import results_upload_command
 
 SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
 
-# sshd in the foreground, trusting only this job's key; host keys are made at start when the image has none.
-WORKER_SSHD_SCRIPT = f"""set -e
-mkdir -p /run/sshd
-ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
-exec /usr/sbin/sshd -D -e -p {SSH_PORT} \\
-  -o AuthorizedKeysFile={SSH_DIR}/authorized_keys -o StrictModes=no \\
+
+# sshd in the foreground, trusting only this job's key. Everything it writes (a host key minted per pod, its
+# pid file) goes to /tmp, so it runs as root or as an unprivileged user alike; -o options override the
+# image's sshd_config, whose other settings (e.g. SetEnv PATH for the ranks) still apply.
+def worker_sshd_script(
+    ssh_dir: str = SSH_DIR, state_dir: str = "/tmp/dtjob-sshd", port: int = SSH_PORT
+) -> str:
+    keys = shlex.quote(state_dir)
+    return f"""set -e
+mkdir -p /run/sshd 2>/dev/null || true
+mkdir -p {keys}
+[ -f {keys}/ssh_host_ed25519_key ] || ssh-keygen -q -t ed25519 -N "" -f {keys}/ssh_host_ed25519_key
+exec /usr/sbin/sshd -D -e -p {port} -h {keys}/ssh_host_ed25519_key -o PidFile={keys}/sshd.pid \\
+  -o AuthorizedKeysFile={shlex.quote(ssh_dir)}/authorized_keys -o StrictModes=no \\
   -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password -o UsePAM=no
 """
+
 
 # The launcher's ssh client trusts the workers it reaches by name; their host keys are minted per pod.
 SSH_CLIENT_SETUP = f"""mkdir -p "$HOME/.ssh"

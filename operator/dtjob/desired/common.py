@@ -11,7 +11,8 @@ Json = dict[str, Any]
 
 SSH_DIR = "/etc/dtjob/ssh"
 SSH_KEY_FILE = "id_ed25519"
-SSH_PORT = 22
+# Above 1024, so sshd runs as the image's unprivileged training user (the dtjob images' sshd_config agrees).
+SSH_PORT = 2222
 MPI_DIR = "/etc/mpi"
 HOSTFILE = f"{MPI_DIR}/hostfile"
 DISCOVER_HOSTS = f"{MPI_DIR}/discover_hosts.sh"

@@ -6,7 +6,7 @@ from typing import Any
 
 from dtjob import names
 from dtjob.azure.sas import Access
-from dtjob.desired.command import WORKER_SSHD_SCRIPT, launcher_script
+from dtjob.desired.command import launcher_script, worker_sshd_script
 from dtjob.desired.common import (
     MPI_DIR,
     OUTPUT_DIR,
@@ -34,7 +34,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
     container: Json = {
         "name": "worker",
         "image": spec.image,
-        "command": ["/bin/sh", "-c", WORKER_SSHD_SCRIPT],
+        "command": ["/bin/sh", "-c", worker_sshd_script()],
         "ports": [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}],
         # Ready means sshd accepts connections: the launcher is created only after every worker is Ready.
         "readinessProbe": {
