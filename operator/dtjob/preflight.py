@@ -12,15 +12,18 @@ from dtjob.status import Blocker
 
 
 def preflight(kube: Kube, spec: JobSpec) -> Blocker | None:
-    volume = spec.dataset.volume
-    if volume is not None and volume.pvc is not None:
-        claim = volume.pvc.claim_name
-        if kube.get_pvc(spec.namespace, claim) is None:
-            return Blocker(
-                "PVCNotFound",
-                f"spec.dataset.volume.persistentVolumeClaim.claimName: PersistentVolumeClaim {claim!r} "
-                f"not found in namespace {spec.namespace}; waiting for it",
-            )
+    for field, volume in (
+        ("spec.dataset.volume", spec.dataset.volume),
+        ("spec.checkpoints", spec.checkpoints),
+    ):
+        if volume is not None and volume.pvc is not None:
+            claim = volume.pvc.claim_name
+            if kube.get_pvc(spec.namespace, claim) is None:
+                return Blocker(
+                    "PVCNotFound",
+                    f"{field}.persistentVolumeClaim.claimName: PersistentVolumeClaim {claim!r} "
+                    f"not found in namespace {spec.namespace}; waiting for it",
+                )
     for secret in spec.image_pull_secrets:
         if kube.get_secret(spec.namespace, secret) is None:
             return Blocker(

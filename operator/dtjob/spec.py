@@ -162,6 +162,8 @@ class JobSpec:
     launcher: Launcher
     run_policy: RunPolicy
     output: Output | None = None
+    # Where rank 0 keeps checkpoints, so a restarted world resumes instead of starting over.
+    checkpoints: DataVolume | None = None
 
     @property
     def total_slots(self) -> int:
@@ -315,6 +317,9 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         launcher=_launcher(spec.child("launcher")),
         run_policy=_run_policy(spec.child("runPolicy")),
         output=_storage(lambda: parse_output(spec.data.get("output"))),
+        checkpoints=_volume(spec.child("checkpoints"), "/checkpoints", nfs_read_only=False)
+        if spec.has("checkpoints")
+        else None,
     )
 
 
@@ -341,28 +346,30 @@ def _pod_overrides(r: _Reader) -> PodOverrides:
     )
 
 
+def _volume(v: _Reader, default_mount: str, nfs_read_only: bool) -> DataVolume:
+    """An NFS share or an existing PVC with its mount path (spec.dataset.volume, spec.checkpoints)."""
+    nfs = pvc = None
+    if v.has("nfs"):
+        n = v.child("nfs")
+        nfs = NfsVolume(
+            n.required_string("server"), n.required_string("path"), n.boolean("readOnly", nfs_read_only)
+        )
+    if v.has("persistentVolumeClaim"):
+        p = v.child("persistentVolumeClaim")
+        pvc = PvcVolume(p.required_string("claimName"), p.boolean("readOnly", False))
+    if nfs and pvc:
+        raise SpecError(v.path, "set either nfs or persistentVolumeClaim, not both")
+    if not nfs and not pvc:
+        raise SpecError(v.path, "must set nfs or persistentVolumeClaim")
+    mount_path = v.string("mountPath", default_mount) or default_mount
+    if not mount_path.startswith("/"):
+        raise SpecError(v.at("mountPath"), f"must be an absolute path, got {mount_path!r}")
+    return DataVolume(nfs=nfs, pvc=pvc, mount_path=mount_path)
+
+
 def _dataset(r: _Reader) -> Dataset:
     source = r.choice("source", SOURCES, "synthetic")
-    volume: DataVolume | None = None
-    if r.has("volume"):
-        v = r.child("volume")
-        nfs = pvc = None
-        if v.has("nfs"):
-            n = v.child("nfs")
-            nfs = NfsVolume(
-                n.required_string("server"), n.required_string("path"), n.boolean("readOnly", True)
-            )
-        if v.has("persistentVolumeClaim"):
-            p = v.child("persistentVolumeClaim")
-            pvc = PvcVolume(p.required_string("claimName"), p.boolean("readOnly", False))
-        if nfs and pvc:
-            raise SpecError(v.path, "set either nfs or persistentVolumeClaim, not both")
-        if not nfs and not pvc:
-            raise SpecError(v.path, "must set nfs or persistentVolumeClaim")
-        mount_path = v.string("mountPath", "/data") or "/data"
-        if not mount_path.startswith("/"):
-            raise SpecError(v.at("mountPath"), f"must be an absolute path, got {mount_path!r}")
-        volume = DataVolume(nfs=nfs, pvc=pvc, mount_path=mount_path)
+    volume = _volume(r.child("volume"), "/data", nfs_read_only=True) if r.has("volume") else None
     if source == "imagenet" and volume is None:
         raise SpecError("spec.dataset.volume", "is required when spec.dataset.source is imagenet")
     default_dir = volume.mount_path if volume else "/data"

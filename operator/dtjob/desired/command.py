@@ -71,7 +71,7 @@ def training_flags(spec: JobSpec) -> list[str]:
         "--log-interval", str(hp.log_interval),
         "--seed", str(hp.seed),
         "--output-dir", OUTPUT_DIR,
-        "--checkpoint-dir", f"{OUTPUT_DIR}/checkpoints",
+        "--checkpoint-dir", checkpoint_dir(spec),
         "--progress-file", PROGRESS_FILE,
     ]  # fmt: skip
     if spec.dataset.source == "imagenet":
@@ -81,6 +81,13 @@ def training_flags(spec: JobSpec) -> list[str]:
     flags += [flag for flag, on in (("--amp", hp.amp), ("--fp16-allreduce", hp.fp16_allreduce),
                                     ("--channels-last", hp.channels_last)) if on]  # fmt: skip
     return flags
+
+
+def checkpoint_dir(spec: JobSpec) -> str:
+    """On spec.checkpoints when set (a restart resumes), else inside rank 0's pod."""
+    if spec.checkpoints is None:
+        return f"{OUTPUT_DIR}/checkpoints"
+    return f"{spec.checkpoints.mount_path.rstrip('/')}/{spec.namespace}/{spec.name}"
 
 
 def _num(value: float) -> str:

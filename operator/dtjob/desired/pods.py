@@ -15,7 +15,7 @@ from dtjob.desired.common import (
     Json,
     metadata,
 )
-from dtjob.spec import JobSpec, PodOverrides
+from dtjob.spec import DataVolume, JobSpec, PodOverrides
 from dtjob.stager.job import sas_volume, sas_volume_mount
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -45,7 +45,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         },
         "env": _env(spec),
         "resources": _gpu_resources(spec.worker, spec.gpus_per_worker),
-        "volumeMounts": _mounts(spec, with_hostfile=False, with_sas_out=_rank0_worker(spec, index)),
+        "volumeMounts": _mounts(spec, with_hostfile=False, rank0=_rank0_worker(spec, index)),
     }
     _pull_policy(spec, container)
     pod_spec: Json = {
@@ -56,7 +56,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         "nodeSelector": dict(spec.placement.node_selector),
         "tolerations": [dict(t) for t in spec.placement.tolerations],
         "containers": [container],
-        "volumes": _volumes(spec, with_hostfile=False, with_sas_out=_rank0_worker(spec, index)),
+        "volumes": _volumes(spec, with_hostfile=False, rank0=_rank0_worker(spec, index)),
     }
     _common_pod_spec(spec, pod_spec, gpu_placement=True)
     return {
@@ -85,16 +85,14 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
         "command": ["/bin/sh", "-c", launcher_script(spec, str(owner.get("uid", "")))],
         "env": env,
         "resources": resources,
-        "volumeMounts": _mounts(
-            spec, with_hostfile=True, with_data=on_gpu, with_sas_out=_rank0_launcher(spec)
-        ),
+        "volumeMounts": _mounts(spec, with_hostfile=True, with_data=on_gpu, rank0=_rank0_launcher(spec)),
     }
     _pull_policy(spec, container)
     pod_spec: Json = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "containers": [container],
-        "volumes": _volumes(spec, with_hostfile=True, with_data=on_gpu, with_sas_out=_rank0_launcher(spec)),
+        "volumes": _volumes(spec, with_hostfile=True, with_data=on_gpu, rank0=_rank0_launcher(spec)),
     }
     if on_gpu:
         pod_spec["hostname"] = name
@@ -125,12 +123,12 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
 
 
 def _rank0_worker(spec: JobSpec, index: int) -> bool:
-    """Worker 0 runs rank 0 (and so uploads results) unless the launcher runs ranks itself."""
-    return spec.output is not None and index == 0 and not spec.launcher.run_as_worker
+    """Worker 0 runs rank 0 (which checkpoints and uploads results) unless the launcher runs ranks itself."""
+    return index == 0 and not spec.launcher.run_as_worker
 
 
 def _rank0_launcher(spec: JobSpec) -> bool:
-    return spec.output is not None and spec.launcher.run_as_worker
+    return spec.launcher.run_as_worker
 
 
 def _pod_labels(spec: JobSpec, role: str, attempt: int) -> dict[str, str]:
@@ -179,9 +177,7 @@ def _quantities(resources: Json | None) -> dict[str, Any]:
     }
 
 
-def _mounts(
-    spec: JobSpec, with_hostfile: bool, with_data: bool = True, with_sas_out: bool = False
-) -> list[Json]:
+def _mounts(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: bool = False) -> list[Json]:
     mounts: list[Json] = [
         {"name": "ssh", "mountPath": SSH_DIR, "readOnly": True},
         {"name": "output", "mountPath": OUTPUT_DIR},
@@ -193,14 +189,14 @@ def _mounts(
     if with_data and volume is not None:
         read_only = volume.nfs.read_only if volume.nfs else bool(volume.pvc and volume.pvc.read_only)
         mounts.append({"name": "data", "mountPath": volume.mount_path, "readOnly": read_only})
-    if with_sas_out:
+    if rank0 and spec.output is not None:
         mounts.append(sas_volume_mount(Access.OUTPUT))
+    if rank0 and spec.checkpoints is not None:
+        mounts.append({"name": "checkpoints", "mountPath": spec.checkpoints.mount_path})
     return mounts
 
 
-def _volumes(
-    spec: JobSpec, with_hostfile: bool, with_data: bool = True, with_sas_out: bool = False
-) -> list[Json]:
+def _volumes(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: bool = False) -> list[Json]:
     volumes: list[Json] = [
         {
             "name": "ssh",
@@ -220,30 +216,23 @@ def _volumes(
     data = data_volume(spec)
     if with_data and data is not None:
         volumes.append(data)
-    if with_sas_out:
+    if rank0 and spec.output is not None:
         volumes.append(sas_volume(spec.name, Access.OUTPUT))
+    if rank0 and spec.checkpoints is not None:
+        volumes.append(pod_volume("checkpoints", spec.checkpoints))
     return volumes
 
 
 def data_volume(spec: JobSpec) -> Json | None:
     """The pod volume named `data` for spec.dataset.volume (workers, and writable for the stager)."""
     volume = spec.dataset.volume
-    if volume is not None:
-        if volume.nfs:
-            source: Json = {
-                "nfs": {
-                    "server": volume.nfs.server,
-                    "path": volume.nfs.path,
-                    "readOnly": volume.nfs.read_only,
-                }
-            }
-        else:
-            assert volume.pvc is not None
-            source = {
-                "persistentVolumeClaim": {
-                    "claimName": volume.pvc.claim_name,
-                    "readOnly": volume.pvc.read_only,
-                }
-            }
-        return {"name": "data", **source}
-    return None
+    return pod_volume("data", volume) if volume is not None else None
+
+
+def pod_volume(name: str, volume: DataVolume) -> Json:
+    if volume.nfs:
+        nfs = volume.nfs
+        return {"name": name, "nfs": {"server": nfs.server, "path": nfs.path, "readOnly": nfs.read_only}}
+    assert volume.pvc is not None
+    claim = {"claimName": volume.pvc.claim_name, "readOnly": volume.pvc.read_only}
+    return {"name": name, "persistentVolumeClaim": claim}
