@@ -28,7 +28,7 @@ help:
 	@echo "make test           lint, unit, integration (real control plane), training (real Horovod ranks)"
 	@echo "make cluster-up     start the local control plane with a simulated AKS GPU pool"
 	@echo "make cluster-down   stop it"
-	@echo "make bench          benchmarks (ratios measured side by side)"
+	@echo "make bench         benchmarks, ratios measured side by side (BENCH=\"name ...\" picks some)"
 
 print-venv:
 	@echo $(VENV)
@@ -88,8 +88,8 @@ test: control-plane azurite venv lint
 demo: cluster-up venv
 	$(PY) hack/demo.py
 
-bench: venv
-	$(PY) -m bench
+bench: venv azurite cluster-up
+	$(PY) -m bench $(BENCH)
 
 clean-cache:
 	hack/cluster.sh down || true

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,22 @@ def test_entrypoint_without_the_ssh_secret_says_what_is_missing(tmp_path: Path) 
     )
     assert run.returncode == 2
     assert f"{tmp_path}/id_ed25519 is missing (is the SSH Secret mounted?)" in run.stderr
+
+
+def test_results_uploader_installs_into_a_bare_environment(tmp_path: Path) -> None:
+    """What the training images run to carry `python -m dtjob.stager upload` (rank 0's results upload)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    script = REPO / "images" / "common" / "install-uploader.sh"
+    done = subprocess.run([str(script), str(python), str(REPO)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    # The upload runs from the installed package alone: no working tree on the path.
+    probe = subprocess.run(
+        [str(python), "-c", "import azure.storage.blob, dtjob.stager.__main__ as m; print(m.__file__)"],
+        capture_output=True, text=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    assert str(venv) in probe.stdout
+    for dockerfile in DOCKERFILES:
+        assert "install-uploader.sh /opt/venv/bin/python /opt/dtjob/src" in dockerfile.read_text()
