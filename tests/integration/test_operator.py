@@ -6,7 +6,6 @@ sim.dtjob.io/ready-after, sim.dtjob.io/run-duration (launcher), sim.dtjob.io/out
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,28 +15,12 @@ from dtjob.kube import Kube
 from dtjob.reconcile import Children, reconcile
 from kubernetes import client
 
-from tests.integration.operator_harness import Jobs, OperatorProcess, install_crd
+from tests.integration.operator_harness import Jobs, OperatorProcess
 from tests.kube_wait import wait_for
 
 pytestmark = pytest.mark.integration
 
 LONG_LAUNCHER = {"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}}
-
-
-@pytest.fixture
-def jobs(api_client: client.ApiClient, namespace: str, simulated_pool: Any, kubeconfig: str) -> Jobs:
-    install_crd(kubeconfig)
-    return Jobs(api_client, namespace)
-
-
-@pytest.fixture
-def operator(kubeconfig: str, namespace: str, tmp_path: Path, jobs: Jobs) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log")
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 def test_happy_path_to_succeeded(jobs: Jobs, operator: OperatorProcess) -> None:

@@ -5,35 +5,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.integration.operator_harness import Jobs, OperatorProcess, install_crd
+from tests.integration.operator_harness import Jobs, OperatorProcess
 from tests.kube_wait import wait_for
 
 pytestmark = pytest.mark.integration
 CLAIM = {"persistentVolumeClaim": {"claimName": "ckpt"}}
 LONG_LAUNCHER = {"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}}
-
-
-@pytest.fixture
-def jobs(api_client: client.ApiClient, namespace: str, simulated_pool: Any, kubeconfig: str) -> Jobs:
-    install_crd(kubeconfig)
-    return Jobs(api_client, namespace)
-
-
-@pytest.fixture
-def operator(kubeconfig: str, namespace: str, tmp_path: Path, jobs: Jobs) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log")
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from kubernetes import client
 
-from tests.integration.operator_harness import OperatorProcess, install_crd, kubectl
+from tests.integration.operator_harness import OperatorProcess, kubectl
 from tests.kube_wait import wait_for
 from tests.sim_logs import append_log, serve_pod_log
 
@@ -25,17 +24,8 @@ def progress_line(step: int, images_per_sec: float) -> str:
 
 
 @pytest.fixture
-def operator(
-    kubeconfig: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[None]:
-    install_crd(kubeconfig)
-    monkeypatch.setenv("DTJOB_PROGRESS_SECONDS", "1")
-    process = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log")
-    process.start()
-    try:
-        yield
-    finally:
-        process.stop()
+def operator_env() -> dict[str, str]:
+    return {"DTJOB_PROGRESS_SECONDS": "1"}
 
 
 def test_progress_follows_the_launcher_log(
@@ -43,7 +33,7 @@ def test_progress_follows_the_launcher_log(
     core_v1: client.CoreV1Api,
     kubeconfig: str,
     namespace: str,
-    operator: None,
+    operator: OperatorProcess,
     simulated_pool: list[client.V1Node],
     tmp_path: Path,
 ) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.azure.conftest import azurite, container_name  # noqa: F401  (fixtures: Azurite, a fresh name)
-from tests.integration.operator_harness import Jobs, OperatorProcess, install_crd
+from tests.integration.operator_harness import Jobs, OperatorProcess
 from tests.kube_wait import wait_for
 from tests.sim_logs import append_log, serve_pod_log
 
@@ -37,21 +36,8 @@ ROTATE_FRACTION = "0.05"  # rotate 15 s after issue
 
 
 @pytest.fixture
-def jobs(api_client: client.ApiClient, namespace: str, simulated_pool: Any, kubeconfig: str) -> Jobs:
-    install_crd(kubeconfig)
-    return Jobs(api_client, namespace)
-
-
-@pytest.fixture
-def operator(kubeconfig: str, namespace: str, tmp_path: Path, jobs: Jobs) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(
-        kubeconfig, namespace, tmp_path / "operator.log", env={"DTJOB_SAS_ROTATE_FRACTION": ROTATE_FRACTION}
-    )
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def operator_env() -> dict[str, str]:
+    return {"DTJOB_SAS_ROTATE_FRACTION": ROTATE_FRACTION}
 
 
 @pytest.fixture
