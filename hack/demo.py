@@ -10,6 +10,7 @@ status.progress exactly as it would on AKS.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -35,6 +36,7 @@ TIMEOUT_SECONDS = float(os.environ.get("DEMO_TIMEOUT", "300"))
 RUN_SECONDS = os.environ.get("DEMO_RUN_SECONDS", "15")
 
 
+@functools.cache
 def kubeconfig() -> str:
     out = subprocess.run(
         [str(REPO / "hack" / "cluster.sh"), "kubeconfig"], check=True, capture_output=True, text=True
@@ -183,7 +185,10 @@ def main() -> int:
     operator, liveness = start_operator(state_dir / "operator.log")
     print(f"operator live at {liveness}")
     try:
-        banner(f"applying {EXAMPLE.relative_to(REPO)} (launcher run time {RUN_SECONDS}s in the simulation)")
+        banner(
+            f"applying {EXAMPLE.relative_to(REPO)} (simulated cluster: the launcher runs {RUN_SECONDS}s and "
+            "its log is fed made-up progress lines, which the operator reads as it would on AKS)"
+        )
         done = threading.Event()
         feeder = threading.Thread(
             target=simulate_training_log, args=(manifest, state_dir / "launcher.log", done), daemon=True
