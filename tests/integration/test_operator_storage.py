@@ -238,6 +238,25 @@ def test_failed_staging_fails_the_job_with_the_stagers_reason(
     assert_no_secrets_leaked(jobs, api_client, "badstage", operator, azurite.account_key)
 
 
+def test_stagers_own_reason_reaches_the_failed_condition(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+) -> None:
+    key_secret(jobs, azurite)
+    # What the stager writes to its termination log when the input SAS is refused.
+    reason = "input SAS denied (403): check Secret denied-sas-in"
+    final = ProgressSnapshot("failed", 0, 0, 0, 0, 0, 0, 0.4, 0.0, reason=reason)
+    cues = {"sim.dtjob.io/outcome": "Failed", "sim.dtjob.io/termination-message": final.to_json()}
+    jobs.create("denied", **storage_spec(azurite, cues, {}, output=None))
+    status = jobs.wait_phase("denied", "Failed", "Succeeded", timeout=150)
+    failed = jobs.condition("denied", "Failed")
+    assert failed and failed["reason"] == "StagingFailed", status
+    assert reason in failed["message"]
+    assert status["staging"]["reason"] == reason
+    assert not jobs.pods("denied", "worker")
+
+
 def test_missing_key_secret_waits_naming_the_field_then_proceeds(
     jobs: Jobs,
     operator: OperatorProcess,

@@ -194,6 +194,21 @@ def test_pod_ends_on_cue(
     assert state.terminated.exit_code == exit_code
 
 
+def test_failed_pod_carries_its_cued_termination_message(
+    core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]
+) -> None:
+    message = '{"phase": "failed", "reason": "input SAS denied (403): check \\"sas-in\\""}'
+    cues = {"sim.dtjob.io/outcome": "Failed", "sim.dtjob.io/termination-message": message}
+    core_v1.create_namespaced_pod(namespace, gpu_pod("talks", 1, annotations=cues))
+    wait_for(
+        lambda: core_v1.read_namespaced_pod("talks", namespace).status.phase == "Failed",
+        timeout=60,
+        what="pod Failed",
+    )
+    state = core_v1.read_namespaced_pod("talks", namespace).status.container_statuses[0].state
+    assert state.terminated.message == message
+
+
 def test_uncued_worker_pod_keeps_running(
     core_v1: client.CoreV1Api, namespace: str, simulated_pool: list[client.V1Node]
 ) -> None:
