@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any, NoReturn
 
 from .cli import TrainConfig
+from .data.folder import DataError, ImageFolderDataset, scan
 
 EXIT_BAD_INPUT = 2
 
@@ -18,6 +19,24 @@ def fail(message: str, *, rank: int) -> NoReturn:
     if rank == 0:
         print(f"error: {message}", file=sys.stderr, flush=True)
     raise SystemExit(EXIT_BAD_INPUT)
+
+
+def scan_imagenet(cfg: TrainConfig, *, rank: int, size: int) -> tuple[ImageFolderDataset, int]:
+    """The ImageNet folders and how many full batches this rank's shard of train/ holds; a bad data dir or a
+    batch larger than a shard exits with a message naming the flag."""
+    assert cfg.data_dir is not None
+    try:
+        dataset = scan(cfg.data_dir, need_val=cfg.val_steps != 0)
+    except DataError as e:
+        fail(str(e), rank=rank)
+    batches = len(dataset.train.samples) // size // cfg.batch_size
+    if batches == 0:
+        fail(
+            f"--batch-size {cfg.batch_size}: larger than this rank's share of train/ "
+            f"({len(dataset.train.samples)} images over {size} ranks)",
+            rank=rank,
+        )
+    return dataset, batches
 
 
 def cpu_threads_per_rank(local_size: int) -> int:

@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 from . import checkpoints
 from .cli import TrainConfig, parse_args
-from .common import cpu_threads_per_rank, digest, fail, metrics_record
-from .data.folder import MEAN_RGB, STD_RGB, DataError, scan
+from .common import cpu_threads_per_rank, digest, metrics_record, scan_imagenet
+from .data.folder import MEAN_RGB, STD_RGB
 from .models.resnet_torch import build
 from .progress import Reporter, Throughput, write_json_atomic
 from .schedule import learning_rate
@@ -101,22 +101,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         from .data.torch_data import default_workers, make_loader
 
-        assert cfg.data_dir is not None
-        try:
-            dataset = scan(cfg.data_dir, need_val=cfg.val_steps != 0)
-        except DataError as e:
-            fail(str(e), rank=rank)
+        dataset, _ = scan_imagenet(cfg, rank=rank, size=size)
         num_classes = len(dataset.train.classes)
         workers = cfg.workers if cfg.workers >= 0 else default_workers(hvd.local_size())
         common = {"rank": rank, "size": size, "batch_size": cfg.batch_size, "image_size": cfg.image_size}
         common |= {"workers": workers, "seed": cfg.seed, "pin_memory": cuda}
         train_loader = make_loader(dataset.train, train=True, **common)
-        if len(dataset.train.samples) // size // cfg.batch_size == 0:
-            fail(
-                f"--batch-size {cfg.batch_size}: larger than this rank's share of train/ "
-                f"({len(dataset.train.samples)} images over {size} ranks)",
-                rank=rank,
-            )
         if dataset.val is not None and cfg.val_steps != 0:
             val_loader = make_loader(dataset.val, train=False, **common)
         train_iter_factory = train_loader

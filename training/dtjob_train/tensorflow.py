@@ -15,8 +15,7 @@ import horovod.tensorflow as hvd
 
 from . import tf_checkpoint
 from .cli import TrainConfig, parse_args
-from .common import digest, fail, metrics_record
-from .data.folder import DataError, scan
+from .common import digest, metrics_record, scan_imagenet
 from .models.resnet_keras import build, l2_penalty
 from .progress import Reporter, Throughput
 from .schedule import learning_rate
@@ -56,19 +55,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         from .data.tf_data import make_dataset
 
-        assert cfg.data_dir is not None
-        try:
-            dataset = scan(cfg.data_dir, need_val=cfg.val_steps != 0)
-        except DataError as e:
-            fail(str(e), rank=rank)
+        dataset, available = scan_imagenet(cfg, rank=rank, size=size)
         num_classes = len(dataset.train.classes)
-        available = len(dataset.train.samples) // size // cfg.batch_size
-        if available == 0:
-            fail(
-                f"--batch-size {cfg.batch_size}: larger than this rank's share of train/ "
-                f"({len(dataset.train.samples)} images over {size} ranks)",
-                rank=rank,
-            )
         steps_per_epoch = min(available, cfg.steps_per_epoch or available)
         common = {"rank": rank, "size": size, "batch_size": cfg.batch_size, "image_size": cfg.image_size}
         common |= {"seed": cfg.seed, "num_classes": None, "skipped": skipped}
