@@ -143,13 +143,25 @@ def _storage_status(kube: Kube, spec: JobSpec, uid: str, children: Children, dec
         decision.status,
         output_url=output_url(target.container_url, target.prefix, spec.namespace, spec.name, uid),
     )
-    if any(isinstance(a, UploadLogs) for a in decision.actions):
-        upload = storage.upload_pod_logs(kube, spec, uid, children.pods)
-        status = replace(
-            status, logs_uploaded=upload.uploaded, logs_missing=upload.missing, logs_error=upload.error
-        )
+    for action in decision.actions:
+        if not isinstance(action, UploadLogs):
+            continue
+        if action.attempt is None:
+            upload = storage.upload_pod_logs(kube, spec, uid, children.pods)
+            status = replace(
+                status, logs_uploaded=upload.uploaded, logs_missing=upload.missing, logs_error=upload.error
+            )
+            folder = f"{status.output_url}logs/"
+        else:
+            # Best effort, once: a restart never waits on storage.
+            attempt_pods = [p for p in children.pods if storage.pod_attempt(p) == action.attempt]
+            upload = storage.upload_pod_logs(kube, spec, uid, attempt_pods, attempt=action.attempt)
+            folder = f"{status.output_url}logs/attempt-{action.attempt}/"
+            if not upload.uploaded:
+                reason = upload.error or "unknown error"
+                decision.events.append(Event("Warning", "LogsNotUploaded", f"logs of {folder}: {reason}"))
         if upload.uploaded:
-            text = f"pod logs uploaded to {status.output_url}logs/"
+            text = f"pod logs uploaded to {folder}"
             if upload.missing:
                 text += f" (not readable: {', '.join(upload.missing)})"
             decision.events.append(Event("Normal", "LogsUploaded", text))

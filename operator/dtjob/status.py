@@ -185,7 +185,10 @@ class CreateStagingJob:
 
 @dataclass(frozen=True)
 class UploadLogs:
-    """Upload every pod's log to the output container; pods are deleted only after it (next reconcile)."""
+    """Upload pod logs to the output container. At the end (attempt None) every pod's, and pods are deleted
+    only after it (next reconcile); before a world restart, the failed attempt's, under logs/attempt-<n>/."""
+
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -462,6 +465,9 @@ def _fail_world(b: _Builder, spec: JobSpec, observed: Observed, reason: str, mes
     b.cond_false_if_present("Running", reason, message)
     b.events.append(Event("Warning", reason, text))
     b.phase(RESTARTING, text, "Warning", "Restarting")
+    if spec.output is not None:
+        # The failed world's logs say why it failed: keep them before its pods go.
+        b.actions.append(UploadLogs(attempt=b.prev.restarts))
     _delete_world_pods(b, observed)
 
 

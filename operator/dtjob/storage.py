@@ -196,6 +196,12 @@ def _role(pod: Mapping[str, Any]) -> str:
     return str(((pod.get("metadata") or {}).get("labels") or {}).get(names.ROLE_LABEL, ""))
 
 
+def pod_attempt(pod: Mapping[str, Any]) -> int | None:
+    """The world attempt a pod belongs to (its dtjob.io/attempt label)."""
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(names.ATTEMPT_LABEL)
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
 def _pod_name(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("name", ""))
 
@@ -221,7 +227,9 @@ def observe_staging(
     return staging_outcome(dict(staging_job), [dict(p) for p in stagers], tail)
 
 
-def upload_pod_logs(kube: Kube, spec: JobSpec, uid: str, pods: Iterable[Mapping[str, Any]]) -> LogUpload:
+def upload_pod_logs(
+    kube: Kube, spec: JobSpec, uid: str, pods: Iterable[Mapping[str, Any]], attempt: int | None = None
+) -> LogUpload:
     """Read every pod's log through the API server and upload them to `<run prefix>/logs/<pod>.log`.
     Pods whose log cannot be read are listed, not waited for."""
     from dtjob.azure.results import upload_logs_with_sas
@@ -245,7 +253,7 @@ def upload_pod_logs(kube: Kube, spec: JobSpec, uid: str, pods: Iterable[Mapping[
             False, tuple(sorted(missing)), f"Secret {sas_secret_name(spec.name, Access.OUTPUT)} is missing"
         )
     try:
-        uploaded = upload_logs_with_sas(sas, target.prefix, spec.namespace, spec.name, uid, texts)
+        uploaded = upload_logs_with_sas(sas, target.prefix, spec.namespace, spec.name, uid, texts, attempt)
     except Exception as err:  # any Azure or network failure: retried until the grace period ends
         text = redact(f"{type(err).__name__}: {err}").splitlines()[0]
         log.warning("uploading logs of %s/%s failed: %s", spec.namespace, spec.name, text)

@@ -306,3 +306,41 @@ def test_sas_is_rotated_before_it_expires(
     writer.upload_blob("probe.txt", b"ok", overwrite=True)
     assert blob.get_container_client(container_name).download_blob("probe.txt").readall() == b"ok"
     jobs.delete("rotate")
+
+
+def test_a_failed_worlds_logs_are_kept_before_the_restart_deletes_it(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+    container_name: str,  # noqa: F811
+) -> None:
+    blob.create_container(container_name)
+    key_secret(jobs, azurite)
+    created = jobs.create(
+        "crashy",
+        output=location(azurite, container_name, "runs"),
+        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}},
+    )
+    uid = created["metadata"]["uid"]
+    wait_for(lambda: len(jobs.live_workers("crashy")) == 2, timeout=90, what="workers")
+    log = tmp_path / "worker-1.log"
+    append_log(log, "rank 4: CUDA error: an illegal memory access was encountered")
+    serve_pod_log(api_client, jobs.ns, "crashy-worker-1", "worker", log)
+    jobs.wait_phase("crashy", "Running", timeout=90)
+
+    jobs.annotate_pod("crashy-worker-1", {"sim.dtjob.io/outcome": "Failed"})
+    wait_for(lambda: jobs.status("crashy").get("restarts") == 1, timeout=90, what="a world restart")
+    name = f"runs/{jobs.ns}/crashy/{uid}/logs/attempt-0/crashy-worker-1.log"
+    results = blob.get_container_client(container_name)
+    kept = wait_for(
+        lambda: next((b.name for b in results.list_blobs(name_starts_with=name)), None),
+        timeout=60,
+        what="the failed worker's log in storage",
+    )
+    assert "illegal memory access" in results.download_blob(kept).readall().decode()
+    # The restart went on; the final upload (logs/<pod>.log) is still to come at the end.
+    assert not (jobs.status("crashy").get("output") or {}).get("logsUploaded")
+    assert any(e.reason == "LogsUploaded" and "attempt-0" in e.message for e in jobs.events("crashy"))

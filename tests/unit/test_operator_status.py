@@ -16,6 +16,7 @@ from dtjob.status import (
     DeletePod,
     EnsureWorld,
     JobStatus,
+    UploadLogs,
     decide,
     format_time,
     invalid_spec,
@@ -353,3 +354,18 @@ def test_launcher_pod_outcome_counts_before_the_job_condition() -> None:
            "status": {"phase": "Failed"}}  # fmt: skip
     state = observe([old], job).launcher
     assert state is not None and not state.failed and not state.succeeded
+
+
+def test_a_restart_uploads_the_failed_worlds_logs_before_deleting_it() -> None:
+    creds = {"authMode": "accountKey", "secretRef": {"name": "k"}}
+    output = {"account": "acct1", "container": "results", "credentials": creds}
+    failed = worker(1, phase="Failed", ready=False, reason="Error, exit code 1")
+    obs = Observed(pods=(worker(0), failed), launcher=launcher())
+    d = decide(job_spec(output=output), obs, started(), NOW)
+    assert d.status.phase == "Restarting"
+    # Attempt 0's logs first (they say why it failed), then its pods go; the final upload stays pending.
+    assert d.actions[0] == UploadLogs(attempt=0)
+    assert set(d.actions[1:]) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), DeleteLauncher()}
+    assert not d.status.logs_uploaded
+    # Without an output there is nowhere to upload to.
+    assert not any(isinstance(a, UploadLogs) for a in decide(job_spec(), obs, started(), NOW).actions)

@@ -31,12 +31,22 @@ def output_url(container_url: str, prefix: str, namespace: str, job: str, uid: s
     return f"{container_url.split('?', 1)[0].rstrip('/')}/{run_prefix(prefix, namespace, job, uid)}"
 
 
-def log_blob_name(prefix: str, namespace: str, job: str, uid: str, pod: str) -> str:
-    return f"{run_prefix(prefix, namespace, job, uid)}{LOGS_DIR}/{pod}.log"
+def log_blob_name(
+    prefix: str, namespace: str, job: str, uid: str, pod: str, attempt: int | None = None
+) -> str:
+    """`logs/<pod>.log` for the final world, `logs/attempt-<n>/<pod>.log` for one a restart replaced."""
+    folder = LOGS_DIR if attempt is None else f"{LOGS_DIR}/attempt-{attempt}"
+    return f"{run_prefix(prefix, namespace, job, uid)}{folder}/{pod}.log"
 
 
 def upload_logs(
-    client: ContainerClient, prefix: str, namespace: str, job: str, uid: str, logs: Mapping[str, str]
+    client: ContainerClient,
+    prefix: str,
+    namespace: str,
+    job: str,
+    uid: str,
+    logs: Mapping[str, str],
+    attempt: int | None = None,
 ) -> list[str]:
     """Upload each pod's log text as `logs/<pod>.log` under the run's prefix; returns the blob names.
     Overwrites, so a retried cleanup uploads the fuller log."""
@@ -44,7 +54,7 @@ def upload_logs(
 
     names = []
     for pod, text in sorted(logs.items()):
-        name = log_blob_name(prefix, namespace, job, uid, pod)
+        name = log_blob_name(prefix, namespace, job, uid, pod, attempt)
         client.upload_blob(
             name,
             text.encode(),
@@ -56,9 +66,16 @@ def upload_logs(
 
 
 def upload_logs_with_sas(
-    sas: ContainerSas, prefix: str, namespace: str, job: str, uid: str, logs: Mapping[str, str]
+    sas: ContainerSas,
+    prefix: str,
+    namespace: str,
+    job: str,
+    uid: str,
+    logs: Mapping[str, str],
+    attempt: int | None = None,
 ) -> list[str]:
     """`upload_logs` with the job's output SAS (what the operator holds after minting `<job>-sas-out`)."""
     from dtjob.azure.clients import container_client
 
-    return upload_logs(container_client(sas.container_url, sas.token), prefix, namespace, job, uid, logs)
+    client = container_client(sas.container_url, sas.token)
+    return upload_logs(client, prefix, namespace, job, uid, logs, attempt)
