@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .cli import TrainConfig
+
 PROGRESS_PREFIX = "DTJOB_PROGRESS"
 
 
@@ -83,6 +85,18 @@ class Reporter:
         self.steps_per_epoch = steps_per_epoch
         self.progress_file = progress_file
         self.output_dir = output_dir
+
+    @classmethod
+    def for_run(cls, cfg: TrainConfig, *, rank: int, world_size: int, steps_per_epoch: int) -> Reporter:
+        """The run's reporter: rank 0 speaks and writes, every other rank stays silent."""
+        return cls(
+            enabled=rank == 0,
+            world_size=world_size,
+            epochs=cfg.epochs,
+            steps_per_epoch=steps_per_epoch,
+            progress_file=cfg.progress_file,
+            output_dir=cfg.output_dir,
+        )
 
     def say(self, message: str) -> None:
         if self.enabled:

@@ -144,14 +144,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
-    reporter = Reporter(
-        enabled=rank == 0,
-        world_size=size,
-        epochs=cfg.epochs,
-        steps_per_epoch=steps_per_epoch,
-        progress_file=cfg.progress_file,
-        output_dir=cfg.output_dir,
-    )
+    reporter = Reporter.for_run(cfg, rank=rank, world_size=size, steps_per_epoch=steps_per_epoch)
     if start_epoch:
         reporter.say(f"resuming from {found[1] if found else 'checkpoint'}: {start_epoch} epochs done")
     reporter.say(

@@ -94,14 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     hvd.broadcast_variables(model.variables, root_rank=0)
     hvd.broadcast_variables(optimizer.variables, root_rank=0)
 
-    reporter = Reporter(
-        enabled=rank == 0,
-        world_size=size,
-        epochs=cfg.epochs,
-        steps_per_epoch=steps_per_epoch,
-        progress_file=cfg.progress_file,
-        output_dir=cfg.output_dir,
-    )
+    reporter = Reporter.for_run(cfg, rank=rank, world_size=size, steps_per_epoch=steps_per_epoch)
     if found is not None:
         reporter.say(f"resuming from {found[1]}: {start_epoch} epochs done")
     reporter.say(
