@@ -103,7 +103,13 @@ def test_worker_pod_gets_gpus_placement_readiness_and_data() -> None:
     assert container["readinessProbe"]["tcpSocket"] == {"port": 2222}
     assert "exec /usr/sbin/sshd -D" in container["command"][2]
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
-    assert volumes["ssh"]["secret"] == {"secretName": "rn50-ssh", "defaultMode": 0o400}
+    # Group-readable: kubelet writes the files owned by root with group fsGroup, the pod's user's group.
+    assert volumes["ssh"]["secret"] == {"secretName": "rn50-ssh", "defaultMode": 0o440}
+    assert pod_spec["securityContext"]["fsGroup"] == pod_spec["securityContext"]["runAsUser"] == 1000
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert volumes["data"]["nfs"] == {"server": "nfs.local", "path": "/export", "readOnly": True}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["data"] == {"name": "data", "mountPath": "/data", "readOnly": True}
@@ -122,6 +128,9 @@ def test_launcher_runs_on_cpu_pool_without_gpus() -> None:
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": ""} in container["env"]
     assert "nvidia.com/gpu" not in str(container["resources"])
     assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/etc/mpi", "/etc/dtjob/ssh"}
+    assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == 1000
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
 def test_horovodrun_command_has_np_hostfile_and_entry_point() -> None:

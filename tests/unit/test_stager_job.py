@@ -63,6 +63,19 @@ def test_staging_job_mounts_the_volume_and_the_read_sas_only() -> None:
     assert "sas-out" not in str(job)
 
 
+def test_the_stager_container_is_locked_down_and_takes_the_pod_context_it_is_given() -> None:
+    pod = build()["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert "securityContext" not in pod
+    context = {"runAsNonRoot": True, "runAsUser": 65532, "fsGroup": 65532}
+    assert build(pod_security_context=context)["spec"]["template"]["spec"]["securityContext"] == context
+
+
 def test_the_stager_mounts_a_read_only_dataset_volume_writable() -> None:
     read_only = {"name": "data", "nfs": {"server": "10.0.0.4", "path": "/export", "readOnly": True}}
     volumes = build(data_volume=read_only)["spec"]["template"]["spec"]["volumes"]

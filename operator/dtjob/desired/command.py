@@ -22,13 +22,15 @@ SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
 
 # sshd in the foreground, trusting only this job's key. Everything it writes (a host key minted per pod, its
 # pid file) goes to /tmp, so it runs as root or as an unprivileged user alike; -o options override the
-# image's sshd_config, whose other settings (e.g. SetEnv PATH for the ranks) still apply.
+# image's sshd_config, whose other settings (e.g. SetEnv PATH for the ranks) still apply. Only a root sshd
+# needs /run/sshd (its privilege-separation chroot; the images create it); the pods run it as the training
+# user, which could not create it and never uses it.
 def worker_sshd_script(
     ssh_dir: str = SSH_DIR, state_dir: str = "/tmp/dtjob-sshd", port: int = SSH_PORT
 ) -> str:
     keys = shlex.quote(state_dir)
     return f"""set -e
-mkdir -p /run/sshd 2>/dev/null || true
+if [ "$(id -u)" = 0 ]; then mkdir -p /run/sshd; fi
 mkdir -p {keys}
 [ -f {keys}/ssh_host_ed25519_key ] || ssh-keygen -q -t ed25519 -N "" -f {keys}/ssh_host_ed25519_key
 exec /usr/sbin/sshd -D -e -p {port} -h {keys}/ssh_host_ed25519_key -o PidFile={keys}/sshd.pid \\

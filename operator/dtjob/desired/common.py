@@ -1,4 +1,4 @@
-"""Pieces shared by the builders: owner references, metadata, mount paths."""
+"""Pieces shared by the builders: owner references, metadata, mount paths, security contexts."""
 
 from __future__ import annotations
 
@@ -18,6 +18,39 @@ HOSTFILE = f"{MPI_DIR}/hostfile"
 DISCOVER_HOSTS = f"{MPI_DIR}/discover_hosts.sh"
 OUTPUT_DIR = "/dtjob/output"
 PROGRESS_FILE = f"{OUTPUT_DIR}/progress.json"
+
+# The training images' user and group (images/common/install-system.sh: `useradd --uid 1000`, whose own group
+# is 1000); it must match them. Pods name it by number: the images say `USER dtjob`, and kubelet refuses
+# runAsNonRoot for a non-numeric image user. sshd and ssh need it in the image's /etc/passwd, so a custom
+# spec.image needs a uid 1000 user too.
+TRAINING_UID = 1000
+# The stager image's user and group (images/stager/Dockerfile: `USER 65532:65532`); it must match it.
+STAGER_UID = 65532
+
+
+def pod_security_context(uid: int) -> Json:
+    """The restricted Pod Security Standard at pod level, running as `uid` with group `uid`.
+
+    fsGroup makes kubelet give every Secret and emptyDir file (and a PVC that supports it) that group, so
+    group-readable Secret modes are readable by the pod's user; OnRootMismatch skips the recursive chown of a
+    volume whose root already has it (a staged dataset can be large)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "fsGroup": uid,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context(read_only_root: bool = False) -> Json:
+    """The restricted Pod Security Standard per container; a read-only root only for programs that never
+    write outside their volumes."""
+    context: Json = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if read_only_root:
+        context["readOnlyRootFilesystem"] = True
+    return context
 
 
 def owner_reference(name: str, uid: str) -> Json:

@@ -12,14 +12,20 @@ from dtjob.desired.common import (
     OUTPUT_DIR,
     SSH_DIR,
     SSH_PORT,
+    TRAINING_UID,
     Json,
+    container_security_context,
     metadata,
+    pod_security_context,
 )
 from dtjob.spec import DataVolume, JobSpec, PodOverrides
 from dtjob.stager.job import sas_volume, sas_volume_mount
 
 GPU_RESOURCE = "nvidia.com/gpu"
-SSH_KEY_MODE = 0o400
+# Group-readable: kubelet writes Secret files owned by root with group fsGroup, so the pod's user reads them
+# through its group. The ssh client only rejects a too-open identity file that the calling user owns (openssh
+# sshkey_perm_ok: st_uid == getuid() && mode & 077), and the workers' sshd runs with StrictModes=no.
+SSH_KEY_MODE = 0o440
 SCRIPT_MODE = 0o555
 
 
@@ -46,6 +52,8 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         "env": _env(spec),
         "resources": _gpu_resources(spec.worker, spec.gpus_per_worker),
         "volumeMounts": _mounts(spec, with_hostfile=False, rank0=_rank0_worker(spec, index)),
+        # Not a read-only root filesystem: sshd mints its host key in /tmp; the ranks write /tmp and $HOME.
+        "securityContext": container_security_context(),
     }
     _pull_policy(spec, container)
     pod_spec: Json = {
@@ -86,6 +94,8 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
         "env": env,
         "resources": resources,
         "volumeMounts": _mounts(spec, with_hostfile=True, with_data=on_gpu, rank0=_rank0_launcher(spec)),
+        # Not a read-only root filesystem: the launcher writes $HOME/.ssh/config, horovodrun and ranks /tmp.
+        "securityContext": container_security_context(),
     }
     _pull_policy(spec, container)
     pod_spec: Json = {
@@ -143,6 +153,8 @@ def _pod_labels(spec: JobSpec, role: str, attempt: int) -> dict[str, str]:
 
 
 def _common_pod_spec(spec: JobSpec, pod_spec: Json, gpu_placement: bool) -> None:
+    # The MPI world runs as the training images' user: sshd, ssh and the ranks alike.
+    pod_spec["securityContext"] = pod_security_context(TRAINING_UID)
     if spec.run_policy.scheduling.scheduler_name:
         pod_spec["schedulerName"] = spec.run_policy.scheduling.scheduler_name
     if spec.image_pull_secrets:

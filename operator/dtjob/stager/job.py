@@ -119,7 +119,9 @@ def staging_job(
 
     `data_volume` is the pod volume the workers use (named anything; NFS or a PVC) and `data_mount_path`
     where the workers mount it, so `destination` means the same path to the stager and to training. The
-    pod sees the SAS only as files of the mounted `<job>-sas-in` Secret."""
+    pod sees the SAS only as files of the mounted `<job>-sas-in` Secret, group-readable, so
+    `pod_security_context` must set an fsGroup the stager's user belongs to (dtjob.desired.staging passes
+    the image's user)."""
     volume_name = str(data_volume["name"])
     # Workers may mount the dataset read-only; the stager is the one writer.
     writable = {
@@ -144,6 +146,7 @@ def staging_job(
                 },
                 # The stager writes its final progress JSON (with the failure reason) there.
                 "terminationMessagePolicy": "FallbackToLogsOnError",
+                # The restricted Pod Security Standard; the stager writes only the data volume.
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "readOnlyRootFilesystem": True,
