@@ -34,6 +34,9 @@ class OperatorConfig:
     stager_image: str = DEFAULT_STAGER_IMAGE
     # Replace a SAS once this fraction of its lifetime has passed (tests lower it to see rotation quickly).
     sas_rotate_fraction: float = 0.8
+    # Hosts of Blob Storage emulators (Azurite) whose plain-http endpoints jobs may use, besides loopback.
+    # Empty on a production install: jobs then reach storage over https only.
+    emulator_hosts: frozenset[str] = frozenset()
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -53,6 +56,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         progress_seconds=float(env.get("DTJOB_PROGRESS_SECONDS", "30")),
         stager_image=env.get("DTJOB_STAGER_IMAGE", DEFAULT_STAGER_IMAGE),
         sas_rotate_fraction=_fraction(env.get("DTJOB_SAS_ROTATE_FRACTION", "0.8")),
+        emulator_hosts=frozenset(
+            h.strip() for h in env.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()
+        ),
     )
 
 

@@ -311,12 +311,12 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         workers=workers,
         gpus_per_worker=gpus,
         worker=_pod_overrides(spec.child("worker")),
-        dataset=_dataset(spec.child("dataset")),
+        dataset=_dataset(spec.child("dataset"), config),
         hyperparameters=_hyperparameters(spec.child("hyperparameters")),
         placement=_placement(spec.child("placement"), config),
         launcher=_launcher(spec.child("launcher")),
         run_policy=_run_policy(spec.child("runPolicy")),
-        output=_storage(lambda: parse_output(spec.data.get("output"))),
+        output=_storage(lambda: parse_output(spec.data.get("output"), emulator_hosts=config.emulator_hosts)),
         checkpoints=_volume(spec.child("checkpoints"), "/checkpoints", nfs_read_only=False)
         if spec.has("checkpoints")
         else None,
@@ -367,14 +367,14 @@ def _volume(v: _Reader, default_mount: str, nfs_read_only: bool) -> DataVolume:
     return DataVolume(nfs=nfs, pvc=pvc, mount_path=mount_path)
 
 
-def _dataset(r: _Reader) -> Dataset:
+def _dataset(r: _Reader, config: OperatorConfig) -> Dataset:
     source = r.choice("source", SOURCES, "synthetic")
     volume = _volume(r.child("volume"), "/data", nfs_read_only=True) if r.has("volume") else None
     if source == "imagenet" and volume is None:
         raise SpecError("spec.dataset.volume", "is required when spec.dataset.source is imagenet")
     default_dir = volume.mount_path if volume else "/data"
     data_dir = r.string("dataDir", default_dir) or default_dir
-    stage = _storage(lambda: parse_stage_from(r.data.get("stageFrom")))
+    stage = _storage(lambda: parse_stage_from(r.data.get("stageFrom"), emulator_hosts=config.emulator_hosts))
     staging = None
     if stage is not None:
         if volume is None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -143,15 +143,24 @@ def _integer(raw: Mapping[str, Any], key: str, path: str, default: int, low: int
     return value
 
 
-def parse_endpoint(endpoint: str, path: str) -> tuple[str, str | None]:
-    """(normalized endpoint, account name it implies or None). HTTPS only, except on loopback (Azurite).
+def is_emulator_host(host: str, emulator_hosts: Collection[str] = ()) -> bool:
+    """Loopback, or a host the operator's installer named as a Blob Storage emulator (Azurite)."""
+    return is_loopback_host(host) or host in emulator_hosts
+
+
+def parse_endpoint(endpoint: str, path: str, emulator_hosts: Collection[str] = ()) -> tuple[str, str | None]:
+    """(normalized endpoint, account name it implies or None). HTTPS only, except for an emulator: on
+    loopback, or on one of `emulator_hosts` (the operator's DTJOB_EMULATOR_HOSTS, e.g. an in-cluster Azurite).
     Path-style endpoints (`http://127.0.0.1:10000/devstoreaccount1`) carry the account in the path."""
     parts = urlsplit(endpoint)
     host = parts.hostname or ""
     if parts.scheme not in ("https", "http") or not host:
         raise StorageSpecError(path, f"must be an https:// URL, got {endpoint!r}")
-    if parts.scheme == "http" and not is_loopback_host(host):
-        raise StorageSpecError(path, "must use https (plain http is accepted only for a local emulator)")
+    emulator = is_emulator_host(host, emulator_hosts)
+    if parts.scheme == "http" and not emulator:
+        raise StorageSpecError(
+            path, "must use https (plain http is accepted only for a local emulator the operator allows)"
+        )
     if parts.query or parts.fragment:
         raise StorageSpecError(path, "must not carry a query (put no SAS in the spec) or fragment")
     if parts.username or parts.password:
@@ -159,7 +168,7 @@ def parse_endpoint(endpoint: str, path: str) -> tuple[str, str | None]:
     segments = [s for s in parts.path.split("/") if s]
     if len(segments) > 1:
         raise StorageSpecError(path, "may have at most one path segment (the account, for emulators)")
-    account = segments[0] if segments else (None if is_loopback_host(host) else host.split(".", 1)[0])
+    account = segments[0] if segments else (None if emulator else host.split(".", 1)[0])
     normalized = f"{parts.scheme}://{parts.netloc}" + (f"/{segments[0]}" if segments else "")
     return normalized, account
 
@@ -193,7 +202,7 @@ def _credentials(raw: Any, path: str) -> Credentials:
     return Credentials(mode, client_id=client_id)
 
 
-def _location(data: Mapping[str, Any], path: str) -> BlobLocation:
+def _location(data: Mapping[str, Any], path: str, emulator_hosts: Collection[str]) -> BlobLocation:
     account = _string(data, "account", path)
     endpoint_raw = _string(data, "endpoint", path)
     if account is not None and not ACCOUNT_RE.match(account):
@@ -207,7 +216,7 @@ def _location(data: Mapping[str, Any], path: str) -> BlobLocation:
             )
         endpoint, account_name = f"https://{account}.{PUBLIC_BLOB_SUFFIX}", account
     else:
-        endpoint, implied = parse_endpoint(endpoint_raw, f"{path}.endpoint")
+        endpoint, implied = parse_endpoint(endpoint_raw, f"{path}.endpoint", emulator_hosts)
         if account is not None and implied is not None and account != implied:
             raise StorageSpecError(
                 f"{path}.account", f"{account!r} does not match endpoint's account {implied!r}"
@@ -239,12 +248,14 @@ def _location(data: Mapping[str, Any], path: str) -> BlobLocation:
     return BlobLocation(endpoint, account_name, container, prefix, credentials, timedelta(seconds=lifetime))
 
 
-def parse_stage_from(raw: Any, path: str = "spec.dataset.stageFrom") -> StageFrom | None:
+def parse_stage_from(
+    raw: Any, path: str = "spec.dataset.stageFrom", emulator_hosts: Collection[str] = ()
+) -> StageFrom | None:
     """`spec.dataset.stageFrom`, or None when absent."""
     if raw is None:
         return None
     data = _mapping(raw, path)
-    source = _location(data, path)
+    source = _location(data, path, emulator_hosts)
     destination = _string(data, "destination", path)
     if destination is not None:
         if not destination.startswith("/"):
@@ -256,11 +267,11 @@ def parse_stage_from(raw: Any, path: str = "spec.dataset.stageFrom") -> StageFro
     return StageFrom(source, destination, concurrency)
 
 
-def parse_output(raw: Any, path: str = "spec.output") -> Output | None:
+def parse_output(raw: Any, path: str = "spec.output", emulator_hosts: Collection[str] = ()) -> Output | None:
     """`spec.output`, or None when absent."""
     if raw is None:
         return None
-    return Output(_location(_mapping(raw, path), path))
+    return Output(_location(_mapping(raw, path), path, emulator_hosts))
 
 
 def resolve_destination(stage: StageFrom, mount_path: str, data_dir: str) -> str:

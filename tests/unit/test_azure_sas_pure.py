@@ -69,6 +69,8 @@ def test_https_only_except_on_loopback() -> None:
     assert allowed_protocol("https://acct.blob.core.windows.net") == "https"
     assert allowed_protocol("http://127.0.0.1:10000/devstoreaccount1") == "https,http"
     assert allowed_protocol("http://localhost:10000/devstoreaccount1") == "https,http"
+    # An in-cluster emulator the operator allows (the spec admits http nowhere else).
+    assert allowed_protocol("http://10.224.0.1:10000/devstoreaccount1") == "https,http"
     assert allowed_protocol("https://127.0.0.1.evil.example") == "https"
 
 

@@ -66,6 +66,30 @@ def test_sovereign_and_emulator_endpoints() -> None:
     assert local.source.is_local
 
 
+def test_emulator_hosts_the_operator_allows_may_use_plain_http() -> None:
+    node_azurite = "http://10.224.0.1:10000/devstoreaccount1"
+    with pytest.raises(StorageSpecError) as refused:
+        parse_stage_from(stage(account=None, endpoint=node_azurite))
+    assert refused.value.path == "spec.dataset.stageFrom.endpoint"
+    assert "https" in refused.value.message
+    allowed = parse_output(
+        {"endpoint": node_azurite, "container": "runs", "credentials": KEY_CREDS},
+        emulator_hosts=frozenset({"10.224.0.1"}),
+    )
+    assert allowed is not None
+    assert allowed.target.account_name == "devstoreaccount1"
+    # Allowing one host allows no other.
+    with pytest.raises(StorageSpecError):
+        parse_output(
+            {
+                "endpoint": "http://10.224.0.2:10000/devstoreaccount1",
+                "container": "runs",
+                "credentials": KEY_CREDS,
+            },
+            emulator_hosts=frozenset({"10.224.0.1"}),
+        )
+
+
 def test_workload_identity_output() -> None:
     out = parse_output(
         {"account": "results01", "container": "runs", "prefix": "r50", "credentials": WI_CREDS}

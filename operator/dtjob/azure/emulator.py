@@ -1,8 +1,9 @@
-"""Start and stop Azurite's Blob service on loopback, for tests, benchmarks and the local demo.
+"""Start and stop Azurite's Blob service, for tests, benchmarks and the local demo.
 
-Azurite comes from the npm registry via hack/install-azurite.sh (cached). It runs in memory on 127.0.0.1,
-with telemetry off (it would reach the internet) and the API-version check off (current azure-storage-blob
-speaks a newer service version than Azurite 3.35 knows).
+Azurite comes from the npm registry via hack/install-azurite.sh (cached). It runs in memory on 127.0.0.1 (or,
+for pods of the real node, on the node's address inside the test bed's network namespace), with telemetry
+off (it would reach the internet) and the API-version check off (current azure-storage-blob speaks a newer
+service version than Azurite 3.35 knows).
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def azurite_blob_binary() -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def free_loopback_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -68,21 +69,25 @@ def _wait_until_serving(endpoint: str, proc: subprocess.Popen[bytes], timeout_s:
 
 
 @contextmanager
-def run_azurite(workdir: Path, port: int | None = None, timeout_s: float = 30.0) -> Iterator[Azurite]:
-    """Run an in-memory azurite-blob on 127.0.0.1 until the block exits; the process is always reaped."""
-    port = port or free_loopback_port()
+def run_azurite(
+    workdir: Path, port: int | None = None, timeout_s: float = 30.0, host: str = "127.0.0.1"
+) -> Iterator[Azurite]:
+    """Run an in-memory azurite-blob until the block exits; the process is always reaped. It listens on
+    loopback, or on `host`: the real node's address, inside the test bed's network namespace, so pods reach
+    it too."""
+    port = port or free_port(host)
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [
         azurite_blob_binary(),
         "--blobHost",
-        "127.0.0.1",
+        host,
         "--blobPort",
         str(port),
         "--inMemoryPersistence",
         "--disableTelemetry",
         "--skipApiVersionCheck",
     ]
-    endpoint = f"http://127.0.0.1:{port}/{DEV_ACCOUNT_NAME}"
+    endpoint = f"http://{host}:{port}/{DEV_ACCOUNT_NAME}"
     with (workdir / "azurite.log").open("wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
         try:

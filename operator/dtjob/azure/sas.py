@@ -34,7 +34,6 @@ SECRET_EXPIRES_KEY = "expires-at"
 ANNOTATION_ISSUED = "dtjob.io/sas-issued-at"
 ANNOTATION_EXPIRES = "dtjob.io/sas-expires-at"
 
-_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 _SIG_RE = re.compile(r"(?i)(sig=)[^&\s\"']+")
 
 
@@ -70,14 +69,10 @@ def redact(text: str) -> str:
     return _SIG_RE.sub(r"\1REDACTED", text)
 
 
-def is_loopback(endpoint: str) -> bool:
-    host = urlsplit(endpoint).hostname or ""
-    return host in _LOOPBACK_HOSTS
-
-
 def allowed_protocol(endpoint: str) -> str:
-    """HTTPS only, except for a local emulator on loopback, which speaks plain HTTP."""
-    return "https,http" if is_loopback(endpoint) else "https"
+    """HTTPS only, except for an emulator, which speaks plain HTTP: the spec admits an http endpoint only for
+    an emulator (loopback, or a host the operator allows), so the endpoint's scheme decides."""
+    return "https,http" if urlsplit(endpoint).scheme == "http" else "https"
 
 
 def validity_window(
