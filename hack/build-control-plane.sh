@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane from the Go module proxy and caches the binaries per version:
 #   $DTJOB_CACHE/bin/<component>-<version>/<binary>
-# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl come from k8s.io/kubernetes, whose go.mod
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet and kube-proxy come from k8s.io/kubernetes, whose go.mod
 # replaces its staging modules with ./staging paths; a small local module re-points each of them at its v0.Y.Z tag.
 # A second run finds every binary and builds nothing.
 set -euo pipefail
@@ -15,7 +15,8 @@ log() { printf '[build-control-plane] %s\n' "$*" >&2; }
 
 build_kubernetes() {
   local out=$cache/bin/kubernetes-$K8S_VERSION
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  # kubelet and kube-proxy serve the real node (hack/realnode.sh); the rest the control plane.
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   local missing=()
   for b in "${want[@]}"; do [[ -x $out/$b ]] || missing+=("$b"); done
   [[ ${#missing[@]} -eq 0 ]] && { log "kubernetes $K8S_VERSION cached"; return; }
@@ -84,6 +85,11 @@ build_kwok() {
   go_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
 }
 
+build_coredns() {
+  # Cluster DNS for the real node: serves cluster.local from the API server (its kubernetes plugin).
+  go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns
+}
+
 build_helm() {
   # helm prints its version from ldflags; without them `helm version` says v3.x-unreleased.
   local out=$cache/bin/helm-$HELM_VERSION
@@ -102,5 +108,5 @@ build_helm() {
 }
 
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(kubernetes etcd kwok helm)
+[[ ${#targets[@]} -eq 0 ]] && targets=(kubernetes etcd kwok helm coredns)
 for t in "${targets[@]}"; do "build_$t"; done

@@ -41,7 +41,16 @@ reconcile_nodes() {
   for n in $(kctl get nodes -l type=kwok -o name | sed 's#node/##'); do
     grep -qx "$n" <<<"$wanted" || kctl delete node "$n" --wait=false >/dev/null
   done
-  kctl wait --for=condition=Ready nodes -l type=kwok --timeout=120s >/dev/null
+  # Polled, not `kubectl wait --for=condition=Ready`, which fails at once on a node that has no conditions yet.
+  local deadline=$((SECONDS + 120)) not_ready
+  while :; do
+    not_ready=$(kctl get nodes -l type=kwok \
+      -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
+      grep -cv '=True$' || true)
+    [[ $not_ready == 0 ]] && break
+    ((SECONDS < deadline)) || { log "$not_ready simulated nodes not Ready after 120s"; exit 1; }
+    sleep 0.5
+  done
   log "nodes: $(kctl get nodes -l kubernetes.azure.com/agentpool=system -o name | wc -l) system," \
     "$(kctl get nodes -l kubernetes.azure.com/agentpool=gpu -o name | wc -l) gpu (${GPU_VM_SIZE:-Standard_NC24s_v3})"
 }

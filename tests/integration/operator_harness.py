@@ -35,11 +35,15 @@ def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> subprocess
 def install_crd(kubeconfig: str) -> None:
     done = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     assert done.returncode == 0, done.stderr
-    established = kubectl(
-        kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/distributedtrainingjobs.dtjob.io",
-    )  # fmt: skip
-    assert established.returncode == 0, established.stderr
+
+    # Polled, not `kubectl wait --for=condition=Established`: that fails at once on a CRD whose status the
+    # API server has not written yet (".status.conditions accessor error: <nil>").
+    def established() -> bool:
+        found = kubectl(kubeconfig, "get", "crd/distributedtrainingjobs.dtjob.io", "-o", "json")
+        conditions = json.loads(found.stdout or "{}").get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    wait_for(established, timeout=60, interval=0.25, what="the DistributedTrainingJob CRD Established")
 
 
 def free_port() -> int:
