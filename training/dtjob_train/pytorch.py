@@ -141,8 +141,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         scaler.load_state_dict(state["scaler"])
         start_epoch = found[0]
     start_epoch = int(hvd.broadcast_object(start_epoch, root_rank=0, name="start_epoch"))
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    # Optimizer state first: Horovod initialises an empty state (every rank but 0 on a resume) with a
+    # zero-gradient step, which weight decay turns into a real update of those ranks' weights. Broadcasting
+    # the parameters afterwards leaves every rank with rank 0's weights.
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 
     reporter = Reporter.for_run(cfg, rank=rank, world_size=size, steps_per_epoch=steps_per_epoch)
     if start_epoch:
