@@ -133,6 +133,17 @@ def test_launcher_runs_on_cpu_pool_without_gpus() -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
+def test_launcher_keeps_host_names_resolvable_and_starts_every_daemon_itself() -> None:
+    # Open MPI would shorten <job>-worker-0.<service>... to <job>-worker-0, which no pod resolves, and let
+    # daemons start each other over ssh from workers that hold no client setup.
+    user = {"name": "OMPI_MCA_plm_rsh_no_tree_spawn", "value": "0"}
+    job = desired.launcher_job(job_spec(env=[user]), OWNER, 0)
+    env = _container(job["spec"]["template"]["spec"])["env"]
+    assert {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"} in env
+    # A user's own setting comes later, so it wins.
+    assert env.index({"name": "OMPI_MCA_plm_rsh_no_tree_spawn", "value": "true"}) < env.index(user)
+
+
 def test_horovodrun_command_has_np_hostfile_and_entry_point() -> None:
     spec = job_spec(hyperparameters={"batchSizePerGpu": 32, "stepsPerEpoch": 5, "amp": False})
     cmd = mpi_command(spec)

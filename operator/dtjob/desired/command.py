@@ -21,13 +21,12 @@ SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
 
 
 # sshd in the foreground, trusting only this job's key. Everything it writes (a host key minted per pod, its
-# pid file) goes to /tmp, so it runs as root or as an unprivileged user alike; -o options override the
-# image's sshd_config, whose other settings (e.g. SetEnv PATH for the ranks) still apply. Only a root sshd
+# pid file) goes to /tmp/ssh, where the dtjob images' sshd_config looks for its host key, so it runs as root
+# or as an unprivileged user alike; -o options override the image's sshd_config, whose other settings (e.g.
+# SetEnv PATH for the ranks) still apply. Only a root sshd
 # needs /run/sshd (its privilege-separation chroot; the images create it); the pods run it as the training
 # user, which could not create it and never uses it.
-def worker_sshd_script(
-    ssh_dir: str = SSH_DIR, state_dir: str = "/tmp/dtjob-sshd", port: int = SSH_PORT
-) -> str:
+def worker_sshd_script(ssh_dir: str = SSH_DIR, state_dir: str = "/tmp/ssh", port: int = SSH_PORT) -> str:
     keys = shlex.quote(state_dir)
     return f"""set -e
 if [ "$(id -u)" = 0 ]; then mkdir -p /run/sshd; fi
@@ -94,6 +93,16 @@ def checkpoint_dir(spec: JobSpec) -> str:
 
 def _num(value: float) -> str:
     return repr(float(value))
+
+
+# Open MPI settings of the launcher (horovodrun runs mpirun too). Open MPI shortens host names to their first
+# label by default, and a pod's short hostname does not resolve in another pod: keep the hostfile's names,
+# which the headless Service publishes. Only the launcher has the SSH client set up, so it starts every
+# host's daemon itself instead of having daemons start each other (tree spawn).
+LAUNCHER_MPI_ENV = (
+    ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+    ("OMPI_MCA_plm_rsh_no_tree_spawn", "true"),
+)
 
 
 def mpi_command(spec: JobSpec) -> list[str]:

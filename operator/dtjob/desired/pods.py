@@ -6,7 +6,7 @@ from typing import Any
 
 from dtjob import names
 from dtjob.azure.sas import Access
-from dtjob.desired.command import launcher_script, worker_sshd_script
+from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, worker_sshd_script
 from dtjob.desired.common import (
     MPI_DIR,
     OUTPUT_DIR,
@@ -79,7 +79,7 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     name = names.launcher_name(spec.name)
     on_gpu = spec.launcher.run_as_worker
     pod_labels = {**spec.launcher.pod.labels, **_pod_labels(spec, names.ROLE_LAUNCHER, attempt)}
-    env = _env(spec)
+    env = [{"name": k, "value": v} for k, v in LAUNCHER_MPI_ENV] + _env(spec)
     if on_gpu:
         pod_labels[names.MPI_HOST_LABEL] = "true"
         resources = _gpu_resources(spec.launcher.pod, spec.gpus_per_worker)
