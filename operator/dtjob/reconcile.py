@@ -99,10 +99,14 @@ def reconcile(
 
     new_status = decision.status.to_dict()
     requeue = decision.requeue_after
-    if decision.status.phase == RUNNING and decision.status.launcher_pod:
+    running = decision.status.phase == RUNNING
+    # Also once when the job finishes: a short run may print all its progress between two reads.
+    finishing = decision.status.phase in FINISHED and prev.phase not in FINISHED
+    if decision.status.launcher_pod and (running or finishing):
         progress = _launcher_progress(kube, namespace, decision.status.launcher_pod)
         if progress is not None:
             new_status["progress"] = progress
+    if running and decision.status.launcher_pod:
         requeue = min(requeue or config.progress_seconds, config.progress_seconds)
     if _status_changed(job.get("status") or {}, new_status):
         # Status first: it records intent (e.g. restarts+1) that the actions below then carry out.
