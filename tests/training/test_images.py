@@ -89,7 +89,13 @@ def test_results_uploader_installs_into_a_bare_environment(tmp_path: Path) -> No
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     script = REPO / "images" / "common" / "install-uploader.sh"
-    done = subprocess.run([str(script), str(python), str(REPO)], capture_output=True, text=True, timeout=300)
+    # From the wheels `make venv` downloaded: the tests run where no registry is reachable.
+    wheels = os.environ.get("UPLOADER_WHEELS", "")
+    assert wheels and Path(wheels, ".ready").exists(), "run through `make test` (it downloads UPLOADER_WHEELS)"
+    offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheels}
+    done = subprocess.run(
+        [str(script), str(python), str(REPO)], capture_output=True, text=True, timeout=300, env=offline
+    )
     assert done.returncode == 0, done.stderr
     # The upload runs from the installed package alone: no working tree on the path.
     probe = subprocess.run(
