@@ -5,14 +5,15 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 include hack/versions.env
-export K8S_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION AZURITE_VERSION
+export K8S_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION AZURITE_VERSION COREDNS_VERSION
 
 DTJOB_CACHE ?= $(HOME)/.cache/dtjob
 export DTJOB_CACHE
 PYTHON ?= python3.11
 # The venv is keyed by the files that decide its contents, so a changed pin builds a new one and an
-# unchanged tree reuses the cached one in seconds.
-VENV_KEY := $(shell cat pyproject.toml hack/pydeps.py training/requirements*.txt training/install.sh 2>/dev/null | sha256sum | cut -c1-16)
+# unchanged tree reuses the cached one in seconds. The training frameworks join it only for the targets that
+# need them (venv-training; training/install.sh keeps its own stamp).
+VENV_KEY := $(shell cat pyproject.toml hack/pydeps.py 2>/dev/null | sha256sum | cut -c1-16)
 VENV ?= $(DTJOB_CACHE)/venv/$(VENV_KEY)
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/training:$(CURDIR)
@@ -20,12 +21,14 @@ export PATH := $(DTJOB_CACHE)/bin/kubernetes-$(K8S_VERSION):$(DTJOB_CACHE)/bin/h
 CLUSTER_NAME ?= dtjob
 export CLUSTER_NAME
 
-.PHONY: help print-venv deps venv control-plane azurite cluster-up cluster-down cluster-status lint test test-unit test-integration \
-        test-training demo bench clean-cache
+.PHONY: help print-venv deps venv venv-training control-plane azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
+        test-integration test-training test-e2e demo demo-down demo-sim bench clean-cache
 
 help:
-	@echo "make demo           local control plane + operator + a sample job to completion"
-	@echo "make test           lint, unit, integration (real control plane), training (real Horovod ranks)"
+	@echo "make demo           a real PyTorch ResNet-50 job on the local real node, results and logs in Azurite"
+	@echo "make demo-down      stop the demo's cluster"
+	@echo "make demo-sim       the simulated demo: a sample job on a kwok-simulated AKS GPU pool"
+	@echo "make test           lint, unit, integration (real control plane), training (real Horovod ranks), e2e (real node)"
 	@echo "make cluster-up     start the local control plane with a simulated AKS GPU pool"
 	@echo "make cluster-down   stop it"
 	@echo "make bench         benchmarks, ratios measured side by side (BENCH=\"name ...\" picks some)"
@@ -44,12 +47,25 @@ $(VENV)/.ready:
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) hack/pydeps.py pyproject.toml azure dev > $(VENV)/requirements.txt
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt
-	if [ -x training/install.sh ]; then training/install.sh $(PY); fi
 	touch $@
 	@# Drop venvs unused for a week: each holds several GB of torch/TensorFlow.
 	find $(DTJOB_CACHE)/venv -mindepth 1 -maxdepth 1 -type d -atime +7 -exec rm -rf {} +
 
-venv: deps $(VENV)/.ready
+# The results uploader's wheels (azure-storage-blob and its build backend), for the test that installs it
+# into a bare environment inside the test bed's network namespace, where no registry is reachable.
+UPLOADER_WHEELS := $(DTJOB_CACHE)/wheels/uploader-$(VENV_KEY)
+export UPLOADER_WHEELS
+$(UPLOADER_WHEELS)/.ready: | $(VENV)/.ready
+	$(PY) -m pip download -q -d $(UPLOADER_WHEELS) "setuptools>=69" wheel \
+	  "$$($(PY) hack/pydeps.py pyproject.toml azure | grep '^azure-storage-blob')"
+	touch $@
+
+venv: deps $(VENV)/.ready $(UPLOADER_WHEELS)/.ready
+
+# PyTorch, TensorFlow and Horovod (built from its sdist with the project's patch) in the same venv: for the
+# training tests, mypy over the training code and the benchmarks. The demo does without them.
+venv-training: venv
+	@training/install.sh $(PY)
 
 control-plane:
 	@hack/build-control-plane.sh
@@ -57,6 +73,10 @@ control-plane:
 # Azurite (Blob Storage emulator) from the npm registry, for the tests marked `azure`.
 azurite:
 	@hack/install-azurite.sh >/dev/null
+
+# The images/ Dockerfiles built with buildah on a local Debian base (CPU form), cached by their inputs.
+images: deps
+	@hack/build-images.sh $(IMAGES)
 
 cluster-up: control-plane
 	@hack/cluster.sh up
@@ -67,7 +87,7 @@ cluster-down:
 cluster-status:
 	@hack/cluster.sh status
 
-lint: venv
+lint: venv-training
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
@@ -78,19 +98,46 @@ test-unit: venv
 test-integration: control-plane venv
 	$(PY) -m pytest -m integration tests
 
-test-training: venv
+test-training: venv-training
 	$(PY) -m pytest tests/training
 
-# One pytest run for everything, so CI reads one closing line.
-test: control-plane azurite venv lint
-	$(PY) -m pytest tests
+# The test bed's own network namespace (loopback and the real node's bridge, no route out) holds every
+# cluster, Azurite and the tests; a cluster name of its own keeps a developer's running cluster untouched.
+IN_TEST_NETNS := hack/netns.sh run env CLUSTER_NAME=dtjob-test
 
-demo: cluster-up venv
-	$(PY) hack/demo.py
+test-e2e: control-plane test-python-deps
+	$(IN_TEST_NETNS) $(PY) -m pytest -m e2e tests/e2e
 
-bench: venv azurite cluster-up
+# What the tests need besides the Go-built test bed, in order: the training venv fills the wheelhouse that
+# the image builds then read.
+test-python-deps: azurite venv-training
+	@hack/build-images.sh
+
+# One pytest run for everything, so CI reads one closing line. On a cold machine the Go builds and the
+# Python and image builds overlap (downloads and compiles share the two cores).
+test: deps
+	@$(MAKE) --no-print-directory -j2 control-plane test-python-deps
+	@$(MAKE) --no-print-directory lint
+	$(IN_TEST_NETNS) $(PY) -m pytest tests
+
+# The real demo keeps its cluster in a named network namespace, so it can be looked at afterwards.
+DEMO_NETNS := dtjob-demo
+demo: control-plane azurite venv
+	@hack/build-images.sh horovod-pytorch
+	hack/netns.sh exec $(DEMO_NETNS) $(PY) hack/demo.py
+
+demo-down:
+	hack/netns.sh exec $(DEMO_NETNS) hack/realnode.sh down
+	hack/netns.sh delete $(DEMO_NETNS)
+
+demo-sim: cluster-up venv
+	$(PY) hack/demo_sim.py
+
+bench: venv-training azurite cluster-up
 	$(PY) -m bench $(BENCH)
 
 clean-cache:
 	hack/cluster.sh down || true
+	hack/netns.sh exec $(DEMO_NETNS) hack/realnode.sh down || true
+	hack/netns.sh delete $(DEMO_NETNS) || true
 	rm -rf $(DTJOB_CACHE)

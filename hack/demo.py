@@ -1,245 +1,139 @@
-"""`make demo`: the sample PyTorch ResNet-50 job, end to end, on the local control plane.
+"""`make demo`: a real PyTorch ResNet-50 job, end to end, on the local real node.
 
-Installs the CRD, starts the operator, applies examples/pytorch-synthetic-resnet50.yaml, prints every change
-of the job's status until it finishes, then shows the objects the operator created and the final status. The
-cluster is simulated (kwok): the demo gives the launcher pod a run time of DEMO_RUN_SECONDS (default 15)
-through the job's own spec.launcher.podAnnotations, since no training really runs, and feeds the launcher's
-log with the progress lines rank 0 would print (its first line says so), which the operator turns into
-status.progress exactly as it would on AKS.
+Starts the real-node cluster (hack/realnode.sh: a control plane, a GPU-pool node and a system node that run
+containers for real, cluster DNS, kube-proxy), imports the locally built training image, starts Azurite on the
+node's address and the operator, and applies the sample job, shrunk to fit this machine: 2 workers x 1 slot,
+a few steps at a small image size. Workers run sshd, the launcher starts horovodrun over SSH, the ranks
+train, rank 0 uploads its results and the operator every pod's log to Azurite. The demo prints each change
+of the job's status (real progress from rank 0), then downloads what was uploaded and says where to look.
+
+Everything runs inside the network namespace the Makefile gives it (hack/netns.sh), which outlives the demo:
+`make demo-down` stops the cluster.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import shlex
-import signal
-import socket
+import shutil
 import subprocess
 import sys
-import threading
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import config as kube_config
+from azure.storage.blob import BlobServiceClient
+from dtjob.azure.emulator import run_azurite
 
-from tests.sim_logs import append_log, serve_pod_log
+from hack.demo_common import banner, follow, kubectl_runner, start_operator, stop, wait_established
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "pytorch-synthetic-resnet50.yaml"
 NAMESPACE = os.environ.get("DEMO_NAMESPACE", "dtjob-demo")
-TIMEOUT_SECONDS = float(os.environ.get("DEMO_TIMEOUT", "300"))
-RUN_SECONDS = os.environ.get("DEMO_RUN_SECONDS", "15")
+TIMEOUT_SECONDS = float(os.environ.get("DEMO_TIMEOUT", "900"))
+STEPS = int(os.environ.get("DEMO_STEPS", "6"))
+NODE_IP = "10.224.0.1"
+IMAGE = f"localhost/dtjob/horovod-pytorch:{os.environ.get('DTJOB_IMAGE_TAG', 'dev')}"
+KEY_SECRET = "demo-storage-key"
+CONTAINER = "demo"
 
 
-@functools.cache
-def kubeconfig() -> str:
-    out = subprocess.run(
-        [str(REPO / "hack" / "cluster.sh"), "kubeconfig"], check=True, capture_output=True, text=True
+def realnode(*args: str) -> str:
+    done = subprocess.run(
+        [str(REPO / "hack" / "realnode.sh"), *args], check=True, stdout=subprocess.PIPE, text=True
     )
-    return out.stdout.strip()
+    return done.stdout.strip()
 
 
-def kubectl(*args: str, capture: bool = False, stdin: str | None = None) -> str:
-    result = subprocess.run(
-        ["kubectl", "--kubeconfig", kubeconfig(), *args],
-        input=stdin,
-        text=True,
-        check=True,
-        capture_output=capture,
-    )
-    return result.stdout if capture else ""
-
-
-def banner(text: str) -> None:
-    print(f"\n=== {text}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_operator(log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    liveness = f"http://127.0.0.1:{free_port()}/healthz"
-    env = {**os.environ, "KUBECONFIG": kubeconfig(), "DTJOB_PROGRESS_SECONDS": "2"}
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dtjob", "operator", "--namespace", NAMESPACE, "--liveness", liveness],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the operator exited early (code {process.returncode}); see {log_path}")
-        try:
-            with urllib.request.urlopen(liveness, timeout=2):
-                return process, liveness
-        except OSError:
-            time.sleep(0.5)
-    process.terminate()
-    raise SystemExit(f"the operator did not become live within 60s; see {log_path}")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def job_manifest() -> dict[str, Any]:
+def job_manifest(endpoint: str) -> dict[str, Any]:
+    """The example job as a user would write it, shrunk to this machine's two cores and no GPU."""
     manifest: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    launcher = manifest["spec"].setdefault("launcher", {})
-    launcher.setdefault("podAnnotations", {})["sim.dtjob.io/run-duration"] = f"{RUN_SECONDS}s"
-    return manifest
-
-
-def simulate_training_log(manifest: dict[str, Any], log_path: Path, done: threading.Event) -> None:
-    """Once the launcher pod exists, make its log grow the way rank 0's progress lines would."""
-    name = manifest["metadata"]["name"]
     spec = manifest["spec"]
-    hyper = spec["hyperparameters"]
-    steps, ranks = int(hyper["stepsPerEpoch"]), int(spec["workers"]) * int(spec["gpusPerWorker"])
-    selector = f"dtjob.io/job-name={name},dtjob.io/role=launcher"
-    pod = ""
-    while not pod and not done.is_set():
-        pod = kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "name", capture=True).strip()
-        time.sleep(0.5)
-    if done.is_set():
-        return
-    log_path.write_text("")
-    append_log(log_path, f"[simulated] horovodrun -np {ranks}: ResNet-50, synthetic data")
-    api_client = kube_config.new_client_from_config(kubeconfig())
-    serve_pod_log(api_client, NAMESPACE, pod.split("/")[1], "launcher", log_path)
-    intervals = 10
-    for i in range(1, intervals + 1):
-        if done.wait(float(RUN_SECONDS) / (intervals + 1)):
-            return
-        step = steps * i // intervals
-        record = {"epoch": 1, "epochs": int(hyper["epochs"]), "step": step, "stepsPerEpoch": steps,
-                  "imagesPerSec": 1300.0 * ranks, "loss": round(6.9 - 0.02 * step, 4),
-                  "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-        append_log(log_path, f"[0]<stdout>:DTJOB_PROGRESS {json.dumps(record)}")
-
-
-def summary(job: dict[str, Any]) -> tuple[str, ...]:
-    status = job.get("status") or {}
-    workers = status.get("workers") or {}
-    launcher = status.get("launcher") or {}
-    progress = status.get("progress") or {}
-    return (
-        str(status.get("phase") or "-"),
-        f"workers {workers.get('ready', 0)}/{workers.get('total', 0)} ready",
-        f"launcher {launcher.get('state', '-')}",
-        f"restarts {status.get('restarts', 0)}",
-        str(progress.get("summary") or ""),
-        str(status.get("message") or ""),
+    spec["gpusPerWorker"] = 1
+    spec["hyperparameters"].update(
+        {"batchSizePerGpu": 4, "stepsPerEpoch": STEPS, "imageSize": 64, "logInterval": 1, "amp": False}
     )
-
-
-def follow(name: str) -> str:
-    started = time.monotonic()
-    last: tuple[str, ...] = ()
-    while time.monotonic() - started < TIMEOUT_SECONDS:
-        job = yaml.safe_load(kubectl("get", "dtj", name, "-n", NAMESPACE, "-o", "yaml", capture=True))
-        current = summary(job)
-        if current != last:
-            print(
-                f"[{time.monotonic() - started:6.1f}s] " + " | ".join(part for part in current if part),
-                flush=True,
-            )
-            last = current
-        if current[0] in ("Succeeded", "Failed"):
-            return current[0]
-        time.sleep(0.5)
-    return "TimedOut"
+    spec["output"] = {
+        "endpoint": endpoint,
+        "container": CONTAINER,
+        "prefix": "runs",
+        "credentials": {"authMode": "accountKey", "secretRef": {"name": KEY_SECRET}},
+    }
+    return manifest
 
 
 def main() -> int:
     state_dir = Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob")) / "demo"
     state_dir.mkdir(parents=True, exist_ok=True)
-    manifest = job_manifest()
-    name = manifest["metadata"]["name"]
+
+    banner(
+        "starting the real-node cluster (control plane, a GPU-pool node and a system node, DNS, kube-proxy)"
+    )
+    realnode("up")
+    realnode("import-images", IMAGE)
+    kubeconfig = realnode("kubeconfig")
+    kubectl = kubectl_runner(kubeconfig)
+    kubectl("get", "nodes", "-o", "wide", "-L", "kubernetes.azure.com/agentpool")
 
     banner("installing the DistributedTrainingJob CRD")
     kubectl("apply", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/distributedtrainingjobs.dtjob.io", "--timeout=60s")
-    namespaces = kubectl("get", "namespaces", "-o", "name", capture=True).split()
-    if f"namespace/{NAMESPACE}" not in namespaces:
+    wait_established(kubectl)
+    if f"namespace/{NAMESPACE}" not in kubectl("get", "namespaces", "-o", "name", capture=True).split():
         kubectl("create", "namespace", NAMESPACE)
-    kubectl("delete", "dtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    # The namespace enforces the restricted Pod Security Standard: every pod the operator creates meets it.
+    kubectl("label", "namespace", NAMESPACE, "--overwrite", "pod-security.kubernetes.io/enforce=restricted")
 
-    banner(f"starting the operator (log: {state_dir / 'operator.log'})")
-    operator, liveness = start_operator(state_dir / "operator.log")
-    print(f"operator live at {liveness}")
-    try:
-        banner(
-            f"applying {EXAMPLE.relative_to(REPO)} (simulated cluster: the launcher runs {RUN_SECONDS}s and "
-            "its log is fed made-up progress lines, which the operator reads as it would on AKS)"
-        )
-        done = threading.Event()
-        feeder = threading.Thread(
-            target=simulate_training_log, args=(manifest, state_dir / "launcher.log", done), daemon=True
-        )
-        feeder.start()
-        kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump(manifest))
+    with run_azurite(state_dir / "azurite", host=NODE_IP) as azurite:
+        service = BlobServiceClient(azurite.endpoint, credential=azurite.shared_key)
+        service.create_container(CONTAINER)
+        kubectl("delete", "secret", KEY_SECRET, "-n", NAMESPACE, "--ignore-not-found")
+        kubectl("create", "secret", "generic", KEY_SECRET, "-n", NAMESPACE,
+                f"--from-literal=azurestorageaccountkey={azurite.account_key}")  # fmt: skip
+        manifest = job_manifest(azurite.endpoint)
+        name = manifest["metadata"]["name"]
+        kubectl("delete", "dtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+
+        env = {
+            "DTJOB_IMAGE_PYTORCH": IMAGE,
+            "DTJOB_EMULATOR_HOSTS": NODE_IP,
+            "DTJOB_PROGRESS_SECONDS": "2",
+        }
+        banner(f"starting the operator (log: {state_dir / 'operator.log'})")
+        operator = start_operator(kubeconfig, NAMESPACE, state_dir / "operator.log", env)
         try:
-            outcome = follow(name)
+            banner(
+                f"applying {EXAMPLE.relative_to(REPO)}, shrunk to this machine: 2 workers x 1 slot, "
+                f"{STEPS} steps of ResNet-50 at 64x64 on CPU (real pods, real Horovod ranks)"
+            )
+            kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump(manifest))
+            outcome = follow(kubectl, NAMESPACE, name, TIMEOUT_SECONDS)
         finally:
-            done.set()
-            feeder.join(timeout=10)
+            stop(operator)
 
         banner("the job")
         kubectl("get", "dtj", "-n", NAMESPACE, "-o", "wide")
-        banner("objects the operator created (pods left per runPolicy.cleanPodPolicy)")
-        kubectl(
-            "get",
-            "secrets,configmaps,services,jobs,pods",
-            "-n",
-            NAMESPACE,
-            "-l",
-            f"dtjob.io/job-name={name}",
-            "-o",
-            "wide",
-        )
-        banner("launcher command")
-        launcher = yaml.safe_load(
-            kubectl("get", "job", f"{name}-launcher", "-n", NAMESPACE, "-o", "yaml", capture=True)
-        )
-        container = launcher["spec"]["template"]["spec"]["containers"][0]
-        argv = [*container.get("command", []), *container.get("args", [])]
-        # The launcher runs a short shell script (ssh client config, then exec horovodrun): print it as is.
-        print(argv[2] if argv[:2] == ["/bin/sh", "-c"] else shlex.join(argv))
-        banner("final status")
-        status = yaml.safe_load(kubectl("get", "dtj", name, "-n", NAMESPACE, "-o", "yaml", capture=True))[
-            "status"
-        ]
-        print(yaml.safe_dump({"status": status}, sort_keys=False))
-        banner("events")
-        kubectl(
-            "get",
-            "events",
-            "-n",
-            NAMESPACE,
-            "--field-selector",
-            f"involvedObject.name={name}",
-            "--sort-by=.metadata.creationTimestamp",
-        )
-    finally:
-        stop(operator)
-    print(f"\njob {name}: {outcome}. The cluster keeps running: `make cluster-down` stops it.")
+        uid = kubectl("get", "dtj", name, "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}", capture=True)
+        run_prefix = f"runs/{NAMESPACE}/{name}/{uid}/"
+        out_dir = state_dir / "output" / f"{name}-{uid[:8]}"
+        banner(f"uploaded to Azurite under {CONTAINER}/{run_prefix} (copied to {out_dir})")
+        for blob in service.get_container_client(CONTAINER).list_blobs(name_starts_with=run_prefix):
+            local = out_dir / blob.name.removeprefix(run_prefix)
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(service.get_blob_client(CONTAINER, blob.name).download_blob().readall())
+            print(f"  {blob.name}  ({blob.size} bytes)")
+
+    launcher_logs = sorted((out_dir / "logs").glob(f"{name}-launcher*.log"))
+    if launcher_logs:
+        banner(f"the launcher's log, last lines ({launcher_logs[0]})")
+        print("\n".join(launcher_logs[0].read_text(errors="replace").splitlines()[-12:]))
+    kubectl_path = shutil.which("kubectl") or "kubectl"
+    in_ns = f"hack/netns.sh exec dtjob-demo {kubectl_path} --kubeconfig {shlex.quote(kubeconfig)}"
+    banner("where to look")
+    print(f"  {in_ns} get dtj -n {NAMESPACE} -o wide")
+    print(f"  {in_ns} get pods,jobs,svc,secrets,cm -n {NAMESPACE} -l dtjob.io/job-name={name}")
+    print(f"  results and logs: {out_dir}")
+    print("  make demo-down   stops the cluster")
+    print(f"\nresult: {outcome}")
     return 0 if outcome == "Succeeded" else 1
 
 

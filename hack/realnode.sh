@@ -68,7 +68,7 @@ pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 # A process left by an earlier run whose namespace is gone (a crashed `make test`) still answers on its unix
 # socket: it is reused only when it lives in this network namespace, and stopped otherwise.
-pid_here() { [[ $(readlink "/proc/$(cat "$1")/ns/net" 2>/dev/null) == $(readlink /proc/self/ns/net) ]]; }
+pid_here() { [[ $(readlink "/proc/$(cat "$1")/ns/net" 2>/dev/null) == "$(readlink /proc/self/ns/net)" ]]; }
 
 start_bg() { # name pidfile logfile cmd...
   local what=$1 pidfile=$2 logfile=$3; shift 3
@@ -261,6 +261,10 @@ componentsPatches:
   - name: kube-controller-manager
     extraArgs:
       - {key: service-cluster-ip-range, value: $service_cidr}
+  # Nothing here is worth an fsync; image imports writing gigabytes would stall etcd's and time the API out.
+  - name: etcd
+    extraArgs:
+      - {key: unsafe-no-fsync, value: "true"}
 EOF
   "$kwokctl" create cluster --name "$name" --runtime binary \
     --kube-apiserver-binary "$k8s_bin/kube-apiserver" \

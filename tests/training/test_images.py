@@ -91,7 +91,7 @@ def test_results_uploader_installs_into_a_bare_environment(tmp_path: Path) -> No
     script = REPO / "images" / "common" / "install-uploader.sh"
     # From the wheels `make venv` downloaded: the tests run where no registry is reachable.
     wheels = os.environ.get("UPLOADER_WHEELS", "")
-    assert wheels and Path(wheels, ".ready").exists(), "run through `make test` (it downloads UPLOADER_WHEELS)"
+    assert wheels and Path(wheels, ".ready").exists(), "run it through `make test` (it sets UPLOADER_WHEELS)"
     offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheels}
     done = subprocess.run(
         [str(script), str(python), str(REPO)], capture_output=True, text=True, timeout=300, env=offline

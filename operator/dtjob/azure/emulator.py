@@ -36,6 +36,12 @@ class Azurite:
     def container_url(self, container: str) -> str:
         return f"{self.endpoint}/{container}"
 
+    @property
+    def shared_key(self) -> dict[str, str]:
+        """The account key as azure-storage-blob takes it on any host: the SDK reads the account name from a
+        path-style URL on localhost and 127.0.0.1 only, not on the real node's address."""
+        return {"account_name": self.account_name, "account_key": self.account_key}
+
 
 def azurite_blob_binary() -> str:
     """Path of azurite-blob: $DTJOB_AZURITE_BLOB, else the cached install (installed on first use)."""

@@ -1,0 +1,208 @@
+"""Data on volumes, for real: an ImageNet-layout JPEG tree staged from Azurite onto a PVC by the stager Job
+and trained on by two workers; and a world that loses a rank mid-training, restarts and resumes from rank 0's
+checkpoint on a checkpoints claim.
+
+The claims are bound to hostPath PersistentVolumes (this machine has no kernel NFS client); both nodes share
+the machine's filesystem, so a claim reads the same on either node, as an NFS share would on AKS.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.storage.blob import BlobServiceClient
+from dtjob.azure.emulator import Azurite
+from kubernetes import client
+
+from tests.e2e.test_real_training import (
+    assert_trained_together,
+    blob_names,
+    blob_text,
+    new_container,
+    output_location,
+    run_metrics,
+    storage_key_secret,
+    tiny_training,
+    wait_finished,
+)
+from tests.integration.operator_harness import Jobs, OperatorProcess
+from tests.kube_wait import wait_for
+from tests.training.training_helpers import make_tree
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
+
+
+def host_path_claim(jobs: Jobs, name: str, directory: Path) -> str:
+    """A PVC bound to a hostPath PV on `directory` (writable by the images' users, as an export would be)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o777)
+    pv_name = f"{jobs.ns}-{name}"
+    jobs.core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=pv_name, labels={"dtjob.io/test": "true"}),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "1Gi"},
+                access_modes=["ReadWriteMany"],
+                persistent_volume_reclaim_policy="Retain",
+                storage_class_name="",
+                host_path=client.V1HostPathVolumeSource(path=str(directory), type="Directory"),
+                claim_ref=client.V1ObjectReference(namespace=jobs.ns, name=name),
+            ),
+        )
+    )
+    jobs.core.create_namespaced_persistent_volume_claim(
+        jobs.ns,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                volume_name=pv_name,
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            ),
+        ),
+    )
+    return name
+
+
+@pytest.fixture
+def claims(real_jobs: Jobs) -> Any:
+    made: list[str] = []
+    yield made
+    for pv in made:
+        real_jobs.core.delete_persistent_volume(pv)
+
+
+def upload_tree(azurite: Azurite, container: str, root: Path, prefix: str) -> int:
+    service = BlobServiceClient(azurite.endpoint, credential=azurite.shared_key)
+    files = [p for p in sorted(root.rglob("*")) if p.is_file()]
+    for path in files:
+        blob = f"{prefix}/{path.relative_to(root).as_posix()}"
+        service.get_blob_client(container, blob).upload_blob(path.read_bytes(), overwrite=True)
+    return len(files)
+
+
+def test_imagenet_tree_is_staged_from_blob_onto_a_claim_and_trained_on(
+    real_jobs: Jobs,
+    real_operator: OperatorProcess,
+    node_azurite: Azurite,
+    tmp_path: Path,
+    claims: list[str],
+) -> None:
+    datasets = new_container(node_azurite)
+    results = new_container(node_azurite)
+    tree = make_tree(tmp_path / "tree", per_class_train=8, per_class_val=2)
+    uploaded = upload_tree(node_azurite, datasets, tree, "ilsvrc-mini")
+    storage_key_secret(real_jobs, node_azurite)
+    claim = host_path_claim(real_jobs, "imagenet", tmp_path / "export")
+    claims.append(f"{real_jobs.ns}-{claim}")
+    name = "staged"
+    started = time.monotonic()
+    real_jobs.create(
+        name,
+        framework="pytorch",
+        workers=2,
+        gpusPerWorker=1,
+        dataset={
+            "source": "imagenet",
+            "volume": {"persistentVolumeClaim": {"claimName": claim}, "mountPath": "/data"},
+            "dataDir": "/data/imagenet",
+            "stageFrom": {
+                **output_location(node_azurite, datasets),
+                "prefix": "ilsvrc-mini",
+            },
+        },
+        hyperparameters=tiny_training(),
+        runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 1200, "cleanPodPolicy": "Running"},
+        output=output_location(node_azurite, results),
+    )
+    # The Staging phase comes first, then the workers train on what the stager wrote.
+    real_jobs.wait_phase(name, "Staging", "Starting", "Running", "Succeeded", "Failed", timeout=300)
+    status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=results)
+    print(f"[e2e] staged imagenet job succeeded in {time.monotonic() - started:.0f}s")
+    staged = [p for p in (tmp_path / "export" / "imagenet").rglob("*") if p.is_file()]
+    assert len(staged) >= uploaded, sorted(str(p) for p in staged)
+    assert (tmp_path / "export" / "imagenet" / "train").is_dir()
+    # The stager's own final report, read back from its pod into status.staging.
+    assert status["staging"]["phase"] == "done", status["staging"]
+    assert status["staging"]["filesTotal"] == uploaded, status["staging"]
+    assert status["staging"]["filesCompleted"] + status["staging"]["filesSkipped"] == uploaded
+    metrics = run_metrics(node_azurite, results, real_jobs, name)
+    assert metrics["data"] == "imagenet"
+    assert_trained_together(metrics)
+
+
+def _kill_rank(jobs: Jobs, pod: str) -> None:
+    """SIGKILL the training process in a worker, as an OOM kill or a crash would end it."""
+    script = (
+        "for p in /proc/[0-9]*; do "
+        'if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q "dtjob_train"; then kill -9 ${p#/proc/}; fi; '
+        "done"
+    )
+    from kubernetes.stream import stream
+
+    stream(
+        jobs.core.connect_get_namespaced_pod_exec,
+        pod,
+        jobs.ns,
+        command=["/bin/sh", "-c", script],
+        stderr=True,
+        stdout=True,
+        stdin=False,
+        tty=False,
+    )
+
+
+def test_a_lost_rank_restarts_the_world_which_resumes_from_the_checkpoint(
+    real_jobs: Jobs,
+    real_operator: OperatorProcess,
+    node_azurite: Azurite,
+    tmp_path: Path,
+    claims: list[str],
+) -> None:
+    results = new_container(node_azurite)
+    storage_key_secret(real_jobs, node_azurite)
+    claim = host_path_claim(real_jobs, "checkpoints", tmp_path / "checkpoints")
+    claims.append(f"{real_jobs.ns}-{claim}")
+    name = "resume"
+    epochs = 3
+    real_jobs.create(
+        name,
+        framework="pytorch",
+        workers=2,
+        gpusPerWorker=1,
+        dataset={"source": "synthetic"},
+        hyperparameters=tiny_training(epochs=epochs),
+        checkpoints={"persistentVolumeClaim": {"claimName": claim}, "mountPath": "/checkpoints"},
+        runPolicy={"backoffLimit": 2, "activeDeadlineSeconds": 1500, "cleanPodPolicy": "Running"},
+        output=output_location(node_azurite, results),
+    )
+
+    def in_second_epoch() -> dict[str, Any] | None:
+        status = real_jobs.status(name)
+        assert status.get("phase") not in ("Succeeded", "Failed"), json.dumps(status, indent=1)
+        progress = status.get("progress") or {}
+        return progress if progress.get("epoch", 0) >= 2 and status.get("restarts", 0) == 0 else None
+
+    wait_for(in_second_epoch, timeout=900, interval=0.5, what=f"{name} training its second epoch")
+    _kill_rank(real_jobs, f"{name}-worker-1")
+
+    status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=results)
+    assert status["restarts"] == 1, json.dumps(status, indent=1)
+    metrics = run_metrics(node_azurite, results, real_jobs, name)
+    # Resumed from the checkpoint of an epoch the first world finished, not restarted from step 0.
+    assert metrics["resumedFromEpoch"] >= 1, metrics
+    assert metrics["epochsDone"] == epochs
+    assert metrics["weightsConsistent"] is True
+    uid = real_jobs.get(name)["metadata"]["uid"]
+    run = f"runs/{real_jobs.ns}/{name}/{uid}/"
+    names = blob_names(node_azurite, results, run)
+    failed_attempt = [n for n in names if n.startswith(f"{run}logs/attempt-0/")]
+    assert f"{run}logs/attempt-0/{name}-worker-1.log" in failed_attempt, names
+    final_launcher = [n for n in names if n.startswith(f"{run}logs/{name}-launcher")]
+    assert final_launcher, names
+    assert "resuming from" in blob_text(node_azurite, results, final_launcher[0])
