@@ -24,6 +24,9 @@
 # Horovod wheel is built once per build-input key there (training/install.sh): a rebuild downloads nothing
 # big and compiles nothing.
 #
+# One build at a time per cache (a lock; imports wait for a running build). Disk is checked before each build
+# (horovod-pytorch needs about 16 GB at its peak); when short, the image's previous build is dropped first.
+#
 # Environment it honours:
 #   DTJOB_CACHE             cache root (default ~/.cache/dtjob): buildah's storage, logs and the exported
 #                           images live in $DTJOB_CACHE/buildah (make clean-cache removes them), wheels in
@@ -90,6 +93,10 @@ import_images() {
   [[ -S $address ]] || die "import: no containerd socket at $address"
   [[ $# -gt 0 ]] || set -- "${all_images[@]}"
   command -v ctr >/dev/null || die "ctr is missing (apt-get install containerd)"
+  # A build replaces the exported images: wait for a running one (imports side by side are fine).
+  mkdir -p "$store"
+  exec 9>"$store/build.lock"
+  flock -s -n 9 || { log "a build is running; waiting for it"; flock -s 9; }
   local ctr=(ctr --address "$address" -n "$namespace") arg ref layout want have started
   for arg in "$@"; do
     ref=$(resolve "$arg")
