@@ -118,7 +118,7 @@ test-python-deps: azurite venv-training
 test: deps
 	@$(MAKE) --no-print-directory -j2 control-plane test-python-deps
 	@$(MAKE) --no-print-directory lint
-	$(IN_TEST_NETNS) $(PY) -m pytest tests
+	$(IN_TEST_NETNS) $(PY) -m pytest --durations=15 tests
 
 # The real demo keeps its cluster in a named network namespace, so it can be looked at afterwards.
 DEMO_NETNS := dtjob-demo
