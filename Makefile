@@ -120,14 +120,15 @@ test: deps
 	@$(MAKE) --no-print-directory lint
 	$(IN_TEST_NETNS) $(PY) -m pytest --durations=15 tests
 
-# The real demo keeps its cluster in a named network namespace, so it can be looked at afterwards.
+# The real demo keeps its cluster in a named network namespace, so it can be looked at afterwards; a cluster
+# name of its own keeps it apart from the one `make test` starts and stops.
 DEMO_NETNS := dtjob-demo
 demo: control-plane azurite venv
 	@hack/build-images.sh horovod-pytorch
-	hack/netns.sh exec $(DEMO_NETNS) $(PY) hack/demo.py
+	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=dtjob-demo $(PY) hack/demo.py
 
 demo-down:
-	hack/netns.sh exec $(DEMO_NETNS) hack/realnode.sh down
+	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=dtjob-demo hack/realnode.sh down
 	hack/netns.sh delete $(DEMO_NETNS)
 
 demo-sim: cluster-up venv
@@ -138,6 +139,6 @@ bench: venv-training azurite cluster-up
 
 clean-cache:
 	hack/cluster.sh down || true
-	hack/netns.sh exec $(DEMO_NETNS) hack/realnode.sh down || true
+	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=dtjob-demo hack/realnode.sh down || true
 	hack/netns.sh delete $(DEMO_NETNS) || true
 	rm -rf $(DTJOB_CACHE)

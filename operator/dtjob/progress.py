@@ -7,6 +7,7 @@ forward every rank's stdout to the launcher, sometimes behind a rank tag such as
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -39,13 +40,15 @@ def _status_progress(record: Any) -> dict[str, Any] | None:
         loss = float(record["loss"])
     except (KeyError, TypeError, ValueError):
         return None
-    return {
-        "epoch": epoch,
-        "epochs": epochs,
-        "step": step,
-        "stepsPerEpoch": steps,
-        "imagesPerSec": round(images_per_sec, 1),
-        "loss": round(loss, 4),
-        "updatedAt": str(record.get("updatedAt") or ""),
-        "summary": f"epoch {epoch}/{epochs} step {step}/{steps} {images_per_sec:.0f} img/s loss {loss:.3f}",
-    }
+    progress: dict[str, Any] = {"epoch": epoch, "epochs": epochs, "step": step, "stepsPerEpoch": steps}
+    # A diverged run reports a NaN or infinite loss (Python's json writes them as NaN/Infinity): status is
+    # JSON, which has no such numbers, and the API server refuses the whole patch. The field is left out and
+    # the summary says what rank 0 saw.
+    if math.isfinite(images_per_sec):
+        progress["imagesPerSec"] = round(images_per_sec, 1)
+    if math.isfinite(loss):
+        progress["loss"] = round(loss, 4)
+    progress["updatedAt"] = str(record.get("updatedAt") or "")
+    rate = f"{images_per_sec:.0f}" if math.isfinite(images_per_sec) else str(images_per_sec)
+    progress["summary"] = f"epoch {epoch}/{epochs} step {step}/{steps} {rate} img/s loss {loss:.3f}"
+    return progress

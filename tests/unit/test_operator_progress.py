@@ -61,3 +61,13 @@ def test_a_malformed_newest_line_falls_back_to_the_last_good_one(bad: str) -> No
 def test_no_progress_yet() -> None:
     assert latest_progress("") is None
     assert latest_progress("sshd ready\nhorovodrun starting 8 ranks\n") is None
+
+
+def test_a_diverged_loss_never_reaches_status_as_a_number_json_cannot_hold() -> None:
+    # Rank 0 prints Python's json, which writes NaN; the API server refuses a status patch holding one, and
+    # the job stayed Running forever on the real node.
+    progress = latest_progress(line({**RECORD, "loss": float("nan")}))
+    assert progress is not None
+    assert "loss" not in progress
+    assert progress["summary"].endswith("loss nan")
+    json.dumps(progress, allow_nan=False)  # raises on any NaN or Infinity left
