@@ -359,6 +359,12 @@ up() {
   [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] || die "CNI plugins missing (containernetworking-plugins)"
   [[ $(id -u) == 0 ]] || die "the real node needs root (containerd, runc, mounts)"
   isolated || die "refusing to start: this network namespace has a route or address out; run inside hack/netns.sh"
+  if [[ -d $run ]] && ! { [[ -f $kubeconfig ]] && kctl get --raw /readyz >/dev/null 2>&1; }; then
+    # A run whose namespace this one cannot reach (an interrupted `make test`): its containers, kubelets and
+    # mounts go first, so nothing of it keeps running beside the new cluster.
+    log "clearing an earlier run of '$name' that this network namespace cannot reach"
+    down
+  fi
   network_up
   sysctl -qw net.ipv4.ip_forward=1
   mkdir -p "$run"
