@@ -11,7 +11,9 @@ import math
 import re
 from typing import Any
 
-PROGRESS_LINE = re.compile(r"DTJOB_PROGRESS (\{.*\})\s*$")
+# The record is flat JSON. mpirun's --tag-output sometimes writes the next tag on the same line, after the
+# record (`...}[1,0]<stdout>:`), so nothing may be required after the closing brace.
+PROGRESS_LINE = re.compile(r"DTJOB_PROGRESS (\{[^{}]*\})")
 
 
 def latest_progress(log_text: str) -> dict[str, Any] | None:

@@ -71,3 +71,10 @@ def test_a_diverged_loss_never_reaches_status_as_a_number_json_cannot_hold() -> 
     assert "loss" not in progress
     assert progress["summary"].endswith("loss nan")
     json.dumps(progress, allow_nan=False)  # raises on any NaN or Infinity left
+
+
+def test_a_record_followed_by_the_next_rank_tag_on_the_same_line_is_read() -> None:
+    # As mpirun --tag-output wrote it on the real node: the next line's tag glued after the record.
+    log = line(RECORD, prefix="[1,0]<stdout>:") + "[1,0]<stdout>:\n[1,0]<stdout>:Img/sec per worker: 1.1"
+    progress = latest_progress(log)
+    assert progress is not None and progress["step"] == RECORD["step"]
