@@ -6,6 +6,7 @@ sim.dtjob.io/ready-after, sim.dtjob.io/run-duration (launcher), sim.dtjob.io/out
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -301,7 +302,14 @@ def test_reconcile_twice_changes_nothing(
             launcher=api_client.sanitize_for_serialization(launcher) if launcher else None,
         )
 
-    before = snapshot()
+    def settled() -> dict[str, str] | None:
+        # The Job controller writes the launcher Job's status a batch period after its pod turns Ready;
+        # wait until no other controller is still writing, so only the reconcile can move a version.
+        first = snapshot()
+        time.sleep(2)
+        return first if snapshot() == first else None
+
+    before = wait_for(settled, timeout=60, interval=0, what="children no controller still writes")
     for _ in range(2):
         reconcile(kube, load_config(), jobs.ns, "twice", children())
     assert snapshot() == before
