@@ -204,11 +204,5 @@ def test_tensorflow_and_keras_train_for_real(
     assert metrics["framework"] == framework
     assert_trained_together(metrics)
     progress = status.get("progress")
-    if progress is None and framework == "keras":
-        # An open bug, seen in about half the Keras runs here: the job ends without status.progress although
-        # rank 0 printed its lines (the operator also reads the log as the job finishes). Reported as xfail,
-        # with the logs, until it is found; every other framework must report progress.
-        logs = pod_logs(real_jobs, name, node_azurite, container)
-        pytest.xfail(f"Keras run ended without status.progress:\n{logs}")
     assert progress is not None, pod_logs(real_jobs, name, node_azurite, container, lines=80)
     assert progress["stepsPerEpoch"] == STEPS
