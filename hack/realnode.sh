@@ -368,6 +368,7 @@ up() {
   network_up
   sysctl -qw net.ipv4.ip_forward=1
   mkdir -p "$run"
+  touch "$run/started"
   local pause
   pause=$(pause_image)
   for n in "${nodes[@]}"; do write_node_config "$n"; done
@@ -417,6 +418,21 @@ stop_containers() { # node: whatever the kubelet left, stopped through container
   done
 }
 
+remove_pod_netns() {
+  # A sandbox that containerd had no time to remove leaves its network namespace under /run/netns
+  # (containerd's fixed place, shared by every network namespace). Ours are those with one of our pod
+  # addresses, or, once CNI took the address away, those made during this run with no process left in them.
+  local ns file
+  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^cni-/ { print $1 }'); do
+    file=/run/netns/$ns
+    if ip netns exec "$ns" ip -4 -o addr show 2>/dev/null | grep -q " ${pod_gateway%.*.*}\." ||
+      { [[ -f $run/started && $file -nt $run/started ]] && [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] &&
+        [[ $(ip netns exec "$ns" ip -o link show 2>/dev/null | wc -l) -le 1 ]]; }; then
+      ip netns delete "$ns" 2>/dev/null || true
+    fi
+  done
+}
+
 unmount_under() { # dir: every mount below it, deepest first
   local dir=$1
   awk -v d="$dir" '$2 == d || index($2, d "/") == 1 { print $2 }' /proc/self/mounts | sort -r |
@@ -432,6 +448,7 @@ down() {
   done
   # Shims outlive containerd: stop those of our nodes (their command line names our state directory).
   pkill -f "containerd-shim-runc-v2 .*-address $run/" 2>/dev/null || true
+  remove_pod_netns
   stop_pidfile "$run/dns/coredns.pid"
   stop_pidfile "$run/proxy/kube-proxy.pid"
   if [[ -d $cluster_dir ]]; then "$kwokctl" delete cluster --name "$name" >/dev/null 2>&1 || true; fi
