@@ -428,7 +428,9 @@ remove_pod_netns() {
     if ip netns exec "$ns" ip -4 -o addr show 2>/dev/null | grep -q " ${pod_gateway%.*.*}\." ||
       { [[ -f $run/started && $file -nt $run/started ]] && [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] &&
         [[ $(ip netns exec "$ns" ip -o link show 2>/dev/null | wc -l) -le 1 ]]; }; then
-      ip netns delete "$ns" 2>/dev/null || true
+      # The mount can sit there more than once (/run/netns propagates mounts): unmount until none is left.
+      while umount "$file" 2>/dev/null; do :; done
+      rm -f "$file"
     fi
   done
 }
