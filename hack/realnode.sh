@@ -367,6 +367,7 @@ up() {
   fi
   network_up
   sysctl -qw net.ipv4.ip_forward=1
+  share_netns_dir
   mkdir -p "$run"
   touch "$run/started"
   local pause
@@ -416,6 +417,15 @@ stop_containers() { # node: whatever the kubelet left, stopped through container
     ctr --address "$address" -n k8s.io tasks delete -f "$c" >/dev/null 2>&1 || true
     ctr --address "$address" -n k8s.io containers delete "$c" >/dev/null 2>&1 || true
   done
+}
+
+share_netns_dir() {
+  # iproute2 turns /run/netns into a shared bind mount of itself the first time it adds a namespace. A pod
+  # namespace containerd mounted there before that ends up hidden under the bind, where containerd can
+  # never remove it; so make the bind before any pod starts.
+  mkdir -p /run/netns
+  mountpoint -q /run/netns || mount --bind /run/netns /run/netns
+  mount --make-shared /run/netns
 }
 
 remove_pod_netns() {
