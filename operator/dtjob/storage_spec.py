@@ -40,6 +40,24 @@ SECRET_NAME_RE = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z
 SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 PUBLIC_BLOB_SUFFIX = "blob.core.windows.net"
+# Blob Storage's own DNS suffixes: public Azure, US Government, Azure China, and the public cloud's DNS zone
+# endpoints (`<account>.z<NN>.blob.storage.azure.net`). The operator sends its workload identity's bearer
+# token (and account-key signed requests) to the endpoint, so it accepts no other host except an emulator.
+# The dfs (Data Lake) endpoints are not accepted: the operator and the pods speak the Blob API, which
+# hierarchical-namespace accounts serve on their blob endpoint too.
+AZURE_BLOB_SUFFIXES = ("blob.core.windows.net", "blob.core.usgovcloudapi.net", "blob.core.chinacloudapi.cn")
+AZURE_BLOB_HOST_RE = re.compile(
+    r"^([a-z0-9]{3,24})\.(blob\.core\.windows\.net|blob\.core\.usgovcloudapi\.net|"
+    r"blob\.core\.chinacloudapi\.cn|z[0-9]{2}\.blob\.storage\.azure\.net)$"
+)
+# The CRD's pattern for `endpoint` (RE2): an https Azure Blob endpoint, or a path-style emulator endpoint
+# (`http://host:port/<account>`). Whether the emulator host is allowed (loopback or DTJOB_EMULATOR_HOSTS) only
+# the operator knows; it refuses any other host.
+ENDPOINT_PATTERN = (
+    r"^(https://[a-z0-9]{3,24}\.(blob\.core\.windows\.net|blob\.core\.usgovcloudapi\.net|"
+    r"blob\.core\.chinacloudapi\.cn|z[0-9]{2}\.blob\.storage\.azure\.net)/?"
+    r"|https?://[^/?#@]+/[a-z0-9]{3,24}/?)$"
+)
 DEFAULT_ACCOUNT_KEY_KEY = "azurestorageaccountkey"  # the key name AKS's azure-file Secrets use
 DEFAULT_CONCURRENCY = 16
 MAX_CONCURRENCY = 256
@@ -148,29 +166,45 @@ def is_emulator_host(host: str, emulator_hosts: Collection[str] = ()) -> bool:
     return is_loopback_host(host) or host in emulator_hosts
 
 
-def parse_endpoint(endpoint: str, path: str, emulator_hosts: Collection[str] = ()) -> tuple[str, str | None]:
-    """(normalized endpoint, account name it implies or None). HTTPS only, except for an emulator: on
-    loopback, or on one of `emulator_hosts` (the operator's DTJOB_EMULATOR_HOSTS, e.g. an in-cluster Azurite).
-    Path-style endpoints (`http://127.0.0.1:10000/devstoreaccount1`) carry the account in the path."""
+def parse_endpoint(endpoint: str, path: str, emulator_hosts: Collection[str] = ()) -> tuple[str, str]:
+    """(normalized endpoint, the account it names).
+
+    Only two kinds of endpoint: an Azure Blob endpoint (`https://<account>.blob.core.windows.net` and the
+    sovereign clouds' suffixes, AZURE_BLOB_HOST_RE), https only, no port, no path; or an emulator on loopback
+    or on one of `emulator_hosts` (the operator's DTJOB_EMULATOR_HOSTS, e.g. an in-cluster Azurite), http or
+    https, path-style (`http://127.0.0.1:10000/devstoreaccount1` carries the account in the path). Any other
+    host is refused: the operator would send it a bearer token or account-key signed requests."""
     parts = urlsplit(endpoint)
     host = parts.hostname or ""
     if parts.scheme not in ("https", "http") or not host:
         raise StorageSpecError(path, f"must be an https:// URL, got {endpoint!r}")
-    emulator = is_emulator_host(host, emulator_hosts)
-    if parts.scheme == "http" and not emulator:
-        raise StorageSpecError(
-            path, "must use https (plain http is accepted only for a local emulator the operator allows)"
-        )
     if parts.query or parts.fragment:
         raise StorageSpecError(path, "must not carry a query (put no SAS in the spec) or fragment")
     if parts.username or parts.password:
         raise StorageSpecError(path, "must not carry credentials")
     segments = [s for s in parts.path.split("/") if s]
-    if len(segments) > 1:
-        raise StorageSpecError(path, "may have at most one path segment (the account, for emulators)")
-    account = segments[0] if segments else (None if emulator else host.split(".", 1)[0])
-    normalized = f"{parts.scheme}://{parts.netloc}" + (f"/{segments[0]}" if segments else "")
-    return normalized, account
+    azure = AZURE_BLOB_HOST_RE.match(host)
+    if azure is not None:
+        if parts.scheme != "https":
+            raise StorageSpecError(path, f"must use https, got {endpoint!r}")
+        if parts.netloc != host or segments:
+            raise StorageSpecError(
+                path, f"must be the account's endpoint in lowercase, without port or path: https://{host}"
+            )
+        return f"https://{host}", azure.group(1)
+    if not is_emulator_host(host, emulator_hosts):
+        hint = " (use the account's blob endpoint)" if ".dfs." in f".{host}" else ""
+        raise StorageSpecError(
+            path,
+            f"host {host!r} is not an Azure Blob Storage endpoint{hint}: use https://<account>."
+            f"{{{','.join(AZURE_BLOB_SUFFIXES)}}} or https://<account>.zNN.blob.storage.azure.net; "
+            "an emulator only on loopback or on a host the operator allows (DTJOB_EMULATOR_HOSTS)",
+        )
+    if len(segments) != 1 or not ACCOUNT_RE.match(segments[0]):
+        raise StorageSpecError(
+            path, "an emulator endpoint names the account as its one path segment: http://host:port/<account>"
+        )
+    return f"{parts.scheme}://{parts.netloc}/{segments[0]}", segments[0]
 
 
 def _credentials(raw: Any, path: str) -> Credentials:
@@ -216,17 +250,11 @@ def _location(data: Mapping[str, Any], path: str, emulator_hosts: Collection[str
             )
         endpoint, account_name = f"https://{account}.{PUBLIC_BLOB_SUFFIX}", account
     else:
-        endpoint, implied = parse_endpoint(endpoint_raw, f"{path}.endpoint", emulator_hosts)
-        if account is not None and implied is not None and account != implied:
+        endpoint, account_name = parse_endpoint(endpoint_raw, f"{path}.endpoint", emulator_hosts)
+        if account is not None and account != account_name:
             raise StorageSpecError(
-                f"{path}.account", f"{account!r} does not match endpoint's account {implied!r}"
+                f"{path}.account", f"{account!r} does not match endpoint's account {account_name!r}"
             )
-        name = account or implied
-        if name is None:
-            raise StorageSpecError(
-                f"{path}.account", "is required when the endpoint does not name the account"
-            )
-        account_name = name
     container = _string(data, "container", path, required=True) or ""
     if not (3 <= len(container) <= 63 and CONTAINER_RE.match(container)):
         raise StorageSpecError(

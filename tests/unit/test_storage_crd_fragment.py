@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -76,3 +77,46 @@ def test_fragment_fields_are_the_parsers_fields(fragment: dict[str, Any]) -> Non
     )
     assert stage["properties"]["concurrency"]["maximum"] == storage_spec.MAX_CONCURRENCY
     assert stage["properties"]["account"]["pattern"] == storage_spec.ACCOUNT_RE.pattern
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://acct1.blob.core.windows.net",
+        "https://acct1.blob.core.windows.net/",
+        "https://acct1.blob.core.usgovcloudapi.net",
+        "https://acct1.blob.core.chinacloudapi.cn",
+        "https://acct1.z07.blob.storage.azure.net",
+        "http://acct1.blob.core.windows.net",
+        "https://acct1.dfs.core.windows.net",
+        "https://attacker.example.com",
+        "https://acct1.blob.core.windows.net.attacker.example",
+        "https://ACCT1.blob.core.windows.net",
+        "https://acct1.blob.core.windows.net:8443",
+        "https://acct1.blob.core.windows.net?sv=1",
+        "ftp://acct1.blob.core.windows.net",
+        "http://127.0.0.1:10000/devstoreaccount1",
+        "http://10.224.0.1:10000/devstoreaccount1",
+        "http://azurite.storage.svc:10000/devstoreaccount1/",
+        "http://127.0.0.1:10000",
+        "http://127.0.0.1:10000/a/b",
+        "http://user@127.0.0.1:10000/devstoreaccount1",
+    ],
+)
+def test_endpoint_pattern_admits_what_some_install_of_the_operator_would(
+    fragment: dict[str, Any], endpoint: str
+) -> None:
+    """The schema cannot know the installer's emulator hosts: it admits a path-style endpoint on any host, and
+    the operator refuses a host that is neither loopback nor allowed. So the schema must agree with the parser
+    when the endpoint's own host is an allowed emulator, and refuse everything else at apply."""
+    schema = fragment["output"]["properties"]["endpoint"]
+    assert schema["pattern"] == storage_spec.ENDPOINT_PATTERN
+    by_schema = bool(re.match(schema["pattern"], endpoint))
+    host = urlsplit(endpoint).hostname or ""
+    raw = {"endpoint": endpoint, "container": "runs", "credentials": {"authMode": "workloadIdentity"}}
+    try:
+        storage_spec.parse_output(raw, emulator_hosts=frozenset({host}))
+        by_parser = True
+    except storage_spec.StorageSpecError:
+        by_parser = False
+    assert by_schema == by_parser

@@ -123,8 +123,8 @@ def test_workload_identity_output() -> None:
         ),
         (
             stage(endpoint="http://127.0.0.1:10000", account=None),
-            "spec.dataset.stageFrom.account",
-            "is required",
+            "spec.dataset.stageFrom.endpoint",
+            "one path segment",
         ),
         (stage(prefix="a/../b"), "spec.dataset.stageFrom.prefix", "'..'"),
         (stage(destination="data/x"), "spec.dataset.stageFrom.destination", "absolute"),
@@ -162,6 +162,58 @@ def test_errors_name_the_field(raw: Any, path: str, fragment: str) -> None:
     err = error_of(raw)
     assert err.path == path
     assert fragment in err.message
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "account"),
+    [
+        ("https://acct1.blob.core.windows.net", "acct1"),
+        ("https://acct1.blob.core.windows.net/", "acct1"),
+        ("https://acct1.blob.core.usgovcloudapi.net", "acct1"),
+        ("https://acct1.blob.core.chinacloudapi.cn", "acct1"),
+        ("https://acct1.z17.blob.storage.azure.net", "acct1"),
+        ("http://127.0.0.1:10000/devstoreaccount1", "devstoreaccount1"),
+        ("https://localhost:10000/devstoreaccount1", "devstoreaccount1"),
+        ("http://[::1]:10000/devstoreaccount1", "devstoreaccount1"),
+    ],
+)
+def test_azure_storage_domains_and_loopback_emulators_are_accepted(endpoint: str, account: str) -> None:
+    parsed = parse_output({"endpoint": endpoint, "container": "runs", "credentials": WI_CREDS})
+    assert parsed is not None
+    assert parsed.target.account_name == account
+    assert parsed.target.endpoint == endpoint.rstrip("/")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "fragment"),
+    [
+        # Hosts that are not Azure Storage: the operator would send them its workload identity's token.
+        ("https://attacker.example.com", "not an Azure Blob Storage endpoint"),
+        ("https://acct1.blob.core.windows.net.attacker.example", "not an Azure Blob Storage endpoint"),
+        ("https://attacker.example/acct1", "not an Azure Blob Storage endpoint"),
+        ("https://blob.core.windows.net", "not an Azure Blob Storage endpoint"),
+        ("https://a.b.blob.core.windows.net", "not an Azure Blob Storage endpoint"),
+        ("https://acct1.queue.core.windows.net", "not an Azure Blob Storage endpoint"),
+        ("https://acct1.dfs.core.windows.net", "use the account's blob endpoint"),
+        ("https://10.0.0.5:10000/devstoreaccount1", "not an Azure Blob Storage endpoint"),
+        ("https://acct1.blob.core.windows.net.", "not an Azure Blob Storage endpoint"),
+        # Azure's own domains: https, no port, no path.
+        ("http://acct1.blob.core.windows.net", "must use https"),
+        ("https://acct1.blob.core.windows.net:8443", "without port or path"),
+        ("https://acct1.blob.core.windows.net/acct1", "without port or path"),
+        ("https://ACCT1.blob.core.windows.net", "in lowercase"),
+        ("https://user:pw@acct1.blob.core.windows.net", "credentials"),
+        # Emulators name their account in the path.
+        ("http://127.0.0.1:10000", "one path segment"),
+        ("http://127.0.0.1:10000/a/b", "one path segment"),
+    ],
+)
+def test_other_endpoints_are_refused_naming_the_field(endpoint: str, fragment: str) -> None:
+    fields = ((parse_output, "spec.output.endpoint"), (parse_stage_from, "spec.dataset.stageFrom.endpoint"))
+    for parse, path in fields:
+        err = error_of({"endpoint": endpoint, "container": "runs", "credentials": WI_CREDS}, parse)
+        assert err.path == path
+        assert fragment in err.message
 
 
 def test_output_errors_use_the_output_path() -> None:
