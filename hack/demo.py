@@ -89,6 +89,8 @@ def main() -> int:
         kubectl("delete", "secret", KEY_SECRET, "-n", NAMESPACE, "--ignore-not-found")
         kubectl("create", "secret", "generic", KEY_SECRET, "-n", NAMESPACE,
                 f"--from-literal=azurestorageaccountkey={azurite.account_key}")  # fmt: skip
+        # The operator signs with an account key only from a Secret labelled for it.
+        kubectl("label", "secret", KEY_SECRET, "-n", NAMESPACE, "dtjob.io/storage-key=true")
         manifest = job_manifest(azurite.endpoint)
         name = manifest["metadata"]["name"]
         kubectl("delete", "dtj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
@@ -96,6 +98,7 @@ def main() -> int:
         env = {
             "DTJOB_IMAGE_PYTORCH": IMAGE,
             "DTJOB_EMULATOR_HOSTS": NODE_IP,
+            "DTJOB_ALLOWED_STORAGE_ACCOUNTS": azurite.account_name,
             "DTJOB_PROGRESS_SECONDS": "2",
         }
         banner(f"starting the operator (log: {state_dir / 'operator.log'})")

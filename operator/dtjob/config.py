@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dtjob.stager.job import DEFAULT_STAGER_IMAGE
+from dtjob.tenancy import StoragePolicy, cluster_policy
 
 FRAMEWORKS = ("pytorch", "tensorflow", "keras")
 DEFAULT_IMAGES = {
@@ -37,6 +38,9 @@ class OperatorConfig:
     # Hosts of Blob Storage emulators (Azurite) whose plain-http endpoints jobs may use, besides loopback.
     # Empty on a production install: jobs then reach storage over https only.
     emulator_hosts: frozenset[str] = frozenset()
+    # Which accounts, containers and client IDs jobs may use, cluster-wide (namespaces' annotations override
+    # it per namespace; see dtjob.tenancy). The defaults allow no storage account and no explicit client ID.
+    storage_policy: StoragePolicy = field(default_factory=lambda: cluster_policy({}))
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -59,6 +63,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         emulator_hosts=frozenset(
             h.strip() for h in env.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()
         ),
+        storage_policy=cluster_policy(env),
     )
 
 

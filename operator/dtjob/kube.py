@@ -57,6 +57,10 @@ class Kube:
             lambda: self.core.read_namespaced_persistent_volume_claim(name, namespace, _preload_content=False)
         )
 
+    def get_namespace(self, name: str) -> Json | None:
+        """The Namespace object (its annotations carry the namespace's storage allowlists)."""
+        return _raw_or_none(lambda: self.core.read_namespace(name, _preload_content=False))
+
     def read_pod_log(
         self,
         namespace: str,

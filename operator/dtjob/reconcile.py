@@ -86,8 +86,9 @@ def reconcile(
         if prev.phase not in FINISHED and not spec.run_policy.suspend:
             # Before anything that mounts them exists: the SAS Secrets, minted or rotated.
             owner = owner_reference(name, meta["uid"])
-            sas = storage.ensure_sas_secrets(kube, spec, prev, owner, now, config.sas_rotate_fraction)
-            if sas.blocker is not None and blocker is None:
+            sas = storage.ensure_sas_secrets(kube, spec, prev, owner, now, config)
+            # A refusal that can never clear (storage the namespace may not use) outranks a wait.
+            if sas.blocker is not None and (blocker is None or (sas.blocker.fatal and not blocker.fatal)):
                 blocker = sas.blocker
                 log.warning("%s/%s: %s", namespace, name, sas.blocker.message)
             sas_requeue = sas.next_rotation_s

@@ -33,16 +33,21 @@ from dtjob.azure.sas import (
     validity_window,
     workload_identity_credential,
 )
+from dtjob.config import OperatorConfig
 from dtjob.kube import Kube, LogUnavailable
 from dtjob.spec import JobSpec
 from dtjob.stager.job import STAGER_ROLE, StagingOutcome, staging_outcome
 from dtjob.status import Blocker, JobStatus, parse_time
 from dtjob.storage_spec import AuthMode, BlobLocation
+from dtjob.tenancy import check_locations, namespace_policy
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 STAGING_LOG_TAIL_LINES = 20
+# accountKey mode: the operator reads only Secrets that carry this label, so a job cannot point it at another
+# system's key in its namespace that its author may not read.
+STORAGE_KEY_LABEL = "dtjob.io/storage-key"
 # The container that writes each role's log (pods/log needs the name when a pod could have several).
 CONTAINER_OF_ROLE = {names.ROLE_WORKER: "worker", names.ROLE_LAUNCHER: "launcher", STAGER_ROLE: "stager"}
 
@@ -86,10 +91,39 @@ def job_deadline(spec: JobSpec, status: JobStatus, now: datetime) -> datetime | 
     return start + timedelta(seconds=seconds)
 
 
+def spec_locations(spec: JobSpec) -> list[tuple[BlobLocation, str]]:
+    """(location, field path) of every storage location the spec names."""
+    found: list[tuple[BlobLocation, str]] = []
+    if spec.dataset.staging is not None:
+        found.append((spec.dataset.staging.source.source, "spec.dataset.stageFrom"))
+    if spec.output is not None:
+        found.append((spec.output.target, "spec.output"))
+    return found
+
+
+def storage_allowed(kube: Kube, spec: JobSpec, config: OperatorConfig) -> Blocker | None:
+    """A fatal blocker when the job names an account, container or client ID its namespace may not use."""
+    locations = spec_locations(spec)
+    if not locations:
+        return None
+    namespace = kube.get_namespace(spec.namespace) or {}
+    annotations = (namespace.get("metadata") or {}).get("annotations") or {}
+    policy = namespace_policy(config.storage_policy, spec.namespace, annotations)
+    violation = check_locations(policy, spec.namespace, locations)
+    if violation is None:
+        return None
+    return Blocker("StorageNotAllowed", f"{violation.path}: {violation.message}", fatal=True)
+
+
 def ensure_sas_secrets(
-    kube: Kube, spec: JobSpec, status: JobStatus, owner: Json, now: datetime, rotate_at: float
+    kube: Kube, spec: JobSpec, status: JobStatus, owner: Json, now: datetime, config: OperatorConfig
 ) -> SasState:
-    """Create each needed `<job>-sas-*` Secret, or replace its token once `rotate_at` of its life is used."""
+    """Create each needed `<job>-sas-*` Secret, or replace its token once `config.sas_rotate_fraction` of its
+    life is used. Nothing is signed for a location the namespace's storage policy does not allow."""
+    refused = storage_allowed(kube, spec, config)
+    if refused is not None:
+        return SasState(blocker=refused)
+    rotate_at = config.sas_rotate_fraction
     next_due: float | None = None
     for access, location, path in sas_locations(spec, status):
         name = sas_secret_name(spec.name, access)
@@ -144,6 +178,13 @@ def _mint(
             raise _CredentialsProblem(Blocker(
                 "StorageCredentialsNotFound",
                 f"{path}.secretRef.key: Secret {ref.name!r} has no key {ref.key!r}; waiting for it",
+            ))  # fmt: skip
+        labels = (secret.get("metadata") or {}).get("labels") or {}
+        if labels.get(STORAGE_KEY_LABEL) != "true":
+            raise _CredentialsProblem(Blocker(
+                "StorageCredentialsNotAllowed",
+                f"{path}.secretRef: Secret {ref.name!r} is not labelled {STORAGE_KEY_LABEL}=true; the "
+                "operator uses only account keys whose Secret opts in with that label; waiting for it",
             ))  # fmt: skip
         key = base64.b64decode(encoded).decode()
         return mint_with_account_key(

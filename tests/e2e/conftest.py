@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from dtjob.azure.emulator import Azurite, run_azurite
+from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite, run_azurite
 from kubernetes import client, config
 
 from tests.integration.operator_harness import Jobs, OperatorProcess, install_crd
@@ -109,6 +109,7 @@ def operator_env() -> dict[str, str]:
         "DTJOB_IMAGE_KERAS": IMAGES["tensorflow"],
         "DTJOB_STAGER_IMAGE": IMAGES["stager"],
         "DTJOB_EMULATOR_HOSTS": NODE_IP,
+        "DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME,
         "DTJOB_PROGRESS_SECONDS": "3",
         "DTJOB_RESYNC_SECONDS": "10",
     }

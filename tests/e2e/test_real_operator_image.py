@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from dtjob.azure.emulator import Azurite
+from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
 from kubernetes import client
 
 from tests.e2e.conftest import IMAGES, NODE_IP, RealCluster
@@ -53,6 +53,7 @@ def installed_operator(real_cluster: RealCluster, real_namespace: str) -> Iterat
         "--set", f"trainingImages.keras={IMAGES['tensorflow']}",
         "--set", f"stagerImage={IMAGES['stager']}",
         "--set", f"emulatorHosts={{{NODE_IP}}}",
+        "--set", f"storagePolicy.accounts={{{DEV_ACCOUNT_NAME}}}",
         "--set", f"watchNamespaces={{{real_namespace}}}",
         "--set", "progressSeconds=3",
         "--set", "logLevel=verbose",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from azure.storage.blob import BlobServiceClient
 from dtjob.azure.emulator import Azurite
+from dtjob.storage import STORAGE_KEY_LABEL
 from kubernetes import client
 
 from tests.e2e.conftest import RealCluster
@@ -26,7 +27,7 @@ STEPS = 4
 
 def storage_key_secret(jobs: Jobs, azurite: Azurite) -> None:
     secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=KEY_SECRET),
+        metadata=client.V1ObjectMeta(name=KEY_SECRET, labels={STORAGE_KEY_LABEL: "true"}),
         string_data={"azurestorageaccountkey": azurite.account_key},
     )
     jobs.core.create_namespaced_secret(jobs.ns, secret)

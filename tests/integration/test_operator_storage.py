@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 from azure.storage.blob import BlobServiceClient
-from dtjob.azure.emulator import Azurite
+from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
 from dtjob.azure.progress import PROGRESS_MARKER, ProgressSnapshot
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED, parse_rfc3339
+from dtjob.storage import STORAGE_KEY_LABEL
+from dtjob.tenancy import ANNOTATION_CLIENT_IDS, ANNOTATION_CONTAINERS
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -37,7 +39,8 @@ ROTATE_FRACTION = "0.05"  # rotate 15 s after issue
 
 @pytest.fixture
 def operator_env() -> dict[str, str]:
-    return {"DTJOB_SAS_ROTATE_FRACTION": ROTATE_FRACTION}
+    # The installer allows Azurite's account (no storage account is allowed by default).
+    return {"DTJOB_SAS_ROTATE_FRACTION": ROTATE_FRACTION, "DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME}
 
 
 @pytest.fixture
@@ -45,9 +48,11 @@ def blob(azurite: Azurite) -> BlobServiceClient:  # noqa: F811
     return BlobServiceClient(azurite.endpoint, credential=azurite.account_key)
 
 
-def key_secret(jobs: Jobs, azurite: Azurite) -> None:  # noqa: F811
+def key_secret(jobs: Jobs, azurite: Azurite, opt_in: bool = True) -> None:  # noqa: F811
+    """The account key Secret; `opt_in`: labelled for the operator's use, as the docs tell users to."""
+    labels = {STORAGE_KEY_LABEL: "true"} if opt_in else {}
     secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=KEY_SECRET),
+        metadata=client.V1ObjectMeta(name=KEY_SECRET, labels=labels),
         string_data={"azurestorageaccountkey": azurite.account_key},
     )
     jobs.core.create_namespaced_secret(jobs.ns, secret)
@@ -271,6 +276,59 @@ def test_missing_key_secret_waits_naming_the_field_then_proceeds(
     key_secret(jobs, azurite)
     jobs.wait_phase("nokey", "Staging", timeout=60)  # rechecked every 15 s while waiting
     assert secret_files(jobs, "nokey-sas-in") is not None
+
+
+def test_key_secret_without_the_opt_in_label_waits_naming_the_field_then_proceeds(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+) -> None:
+    key_secret(jobs, azurite, opt_in=False)
+    jobs.create("optin", **storage_spec(azurite, {"sim.dtjob.io/run-duration": "600s"}, {}, output=None))
+    status = jobs.wait_phase("optin", "Pending", timeout=60)
+    created = jobs.condition("optin", "Created")
+    assert created and created["reason"] == "StorageCredentialsNotAllowed", status
+    field = "spec.dataset.stageFrom.credentials.secretRef"
+    expected = f"{field}: Secret 'storage-key' is not labelled {STORAGE_KEY_LABEL}=true"
+    assert created["message"].startswith(expected)
+    assert secret_files(jobs, "optin-sas-in") is None and stager_pod(jobs, "optin") is None
+    opt_in = {"metadata": {"labels": {STORAGE_KEY_LABEL: "true"}}}
+    jobs.core.patch_namespaced_secret(KEY_SECRET, jobs.ns, opt_in)
+    jobs.wait_phase("optin", "Staging", timeout=60)
+    assert secret_files(jobs, "optin-sas-in") is not None
+
+
+def test_storage_the_namespace_may_not_use_fails_the_job_before_anything_is_signed(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    container_name: str,  # noqa: F811
+) -> None:
+    key_secret(jobs, azurite)
+    # The cluster-wide settings allow Azurite's account; this namespace may use one container of it only.
+    annotations = {ANNOTATION_CONTAINERS: "datasets", ANNOTATION_CLIENT_IDS: ""}
+    jobs.core.patch_namespace(jobs.ns, {"metadata": {"annotations": annotations}})
+    jobs.create("foreign", **storage_spec(azurite, {}, {}, output=container_name))
+    status = jobs.wait_phase("foreign", "Failed", "Succeeded", timeout=60)
+    failed = jobs.condition("foreign", "Failed")
+    assert failed and failed["reason"] == "StorageNotAllowed", status
+    assert failed["message"] == (
+        f"spec.output.container: container {container_name!r} is not allowed in namespace {jobs.ns} "
+        f"(allowed: datasets (annotation {ANNOTATION_CONTAINERS} on Namespace {jobs.ns}))"
+    )
+    # A client ID of the installer's choosing only: refused before the operator asks Azure for anything.
+    identity = {"authMode": "workloadIdentity", "clientId": "0b7f7c3e-1d2a-4c5b-9e8f-123456789abc"}
+    spec = storage_spec(azurite, {}, {}, output=None)
+    spec["dataset"]["stageFrom"]["credentials"] = identity
+    jobs.create("borrowed", **spec)
+    jobs.wait_phase("borrowed", "Failed", "Succeeded", timeout=60)
+    refused = jobs.condition("borrowed", "Failed")
+    assert refused and refused["reason"] == "StorageNotAllowed"
+    assert refused["message"].startswith("spec.dataset.stageFrom.credentials.clientId: client ID 0b7f7c3e-")
+    for job in ("foreign", "borrowed"):
+        assert secret_files(jobs, f"{job}-sas-in") is None and secret_files(jobs, f"{job}-sas-out") is None
+        assert not jobs.pods(job) and stager_pod(jobs, job) is None and jobs.launcher(job) is None
+    assert "user delegation key" not in operator.log_path.read_text(errors="replace")
 
 
 def test_sas_is_rotated_before_it_expires(
