@@ -39,6 +39,7 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
 
     # --- reads ---------------------------------------------------------------------------------------
 
@@ -120,6 +121,7 @@ class Kube:
             "Secret": self.core.create_namespaced_secret,
             "ConfigMap": self.core.create_namespaced_config_map,
             "Job": self.batch.create_namespaced_job,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
         }[kind]
         name = obj["metadata"]["name"]
         try:

@@ -39,6 +39,10 @@ def service_name(job: str) -> str:
     return f"{job}-workers"
 
 
+def network_policy_name(job: str) -> str:
+    return f"{job}-mpi"
+
+
 def host_fqdn(pod_hostname: str, job: str, namespace: str) -> str:
     return f"{pod_hostname}.{service_name(job)}.{namespace}.svc"
 

@@ -210,6 +210,8 @@ def _apply(kube: Kube, config: OperatorConfig, spec: JobSpec, owner: Json, actio
                 kube.create_if_absent(desired.ssh_secret(spec, owner, keys))
             kube.ensure_config_map(desired.hostfile_config_map(spec, owner))
             kube.create_if_absent(desired.workers_service(spec, owner))
+            if config.network_policy:
+                kube.create_if_absent(desired.network_policy(spec, owner))
         case CreateWorker(index=index, attempt=attempt):
             kube.create_if_absent(desired.worker_pod(spec, owner, index, attempt))
         case CreateLauncher(attempt=attempt):

@@ -164,6 +164,8 @@ class JobSpec:
     output: Output | None = None
     # Where rank 0 keeps checkpoints, so a restarted world resumes instead of starting over.
     checkpoints: DataVolume | None = None
+    # Mount the namespace's default ServiceAccount token into workers and launcher (off: they need no API).
+    automount_service_account_token: bool = False
 
     @property
     def total_slots(self) -> int:
@@ -320,6 +322,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         checkpoints=_volume(spec.child("checkpoints"), "/checkpoints", nfs_read_only=False)
         if spec.has("checkpoints")
         else None,
+        automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
     )
 
 

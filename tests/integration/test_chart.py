@@ -82,6 +82,30 @@ def test_cluster_wide_by_default_and_scoped_when_namespaces_are_listed() -> None
     assert "--namespace=ml-a" in args and "--namespace=ml-b" in args and "--all-namespaces" not in args
 
 
+def operator_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    return {e["name"]: e["value"] for e in env}
+
+
+def test_storage_policy_and_network_policy_reach_the_operator() -> None:
+    default = operator_env(render())
+    # Safe defaults: no storage account, any container of an allowed one, no explicit client ID, no policy.
+    assert default["DTJOB_ALLOWED_STORAGE_ACCOUNTS"] == ""
+    assert default["DTJOB_ALLOWED_STORAGE_CONTAINERS"] == "*"
+    assert default["DTJOB_ALLOWED_CLIENT_IDS"] == ""
+    assert default["DTJOB_NETWORK_POLICY"] == "false"
+    client_id = "0b7f7c3e-1d2a-4c5b-9e8f-123456789abc"
+    env = operator_env(render(
+        "storagePolicy.accounts={teamadata,shared}", "storagePolicy.containers={runs}",
+        f"storagePolicy.clientIds={{{client_id}}}", "networkPolicy.enabled=true",
+    ))  # fmt: skip
+    assert env["DTJOB_ALLOWED_STORAGE_ACCOUNTS"] == "teamadata,shared"
+    assert env["DTJOB_ALLOWED_STORAGE_CONTAINERS"] == "runs"
+    assert env["DTJOB_ALLOWED_CLIENT_IDS"] == client_id
+    assert env["DTJOB_NETWORK_POLICY"] == "true"
+
+
 @pytest.fixture
 def release(kubeconfig: str, core_v1: client.CoreV1Api) -> Iterator[tuple[str, str]]:
     namespace = f"dtjob-system-{uuid.uuid4().hex[:6]}"

@@ -104,7 +104,11 @@ def test_worker_pod_gets_gpus_placement_readiness_and_data() -> None:
     assert "exec /usr/sbin/sshd -D" in container["command"][2]
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
     # Group-readable: kubelet writes the files owned by root with group fsGroup, the pod's user's group.
-    assert volumes["ssh"]["secret"] == {"secretName": "rn50-ssh", "defaultMode": 0o440}
+    assert volumes["ssh"]["secret"] == {
+        "secretName": "rn50-ssh",
+        "defaultMode": 0o440,
+        "items": [{"key": "authorized_keys", "path": "authorized_keys"}],  # no private key on workers
+    }
     assert pod_spec["securityContext"]["fsGroup"] == pod_spec["securityContext"]["runAsUser"] == 1000
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,

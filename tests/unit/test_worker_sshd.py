@@ -79,7 +79,8 @@ def _run(driver: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_the_job_key_logs_in_and_another_key_does_not(tmp_path: Path) -> None:
+def test_root_is_refused_even_with_the_job_key(tmp_path: Path) -> None:
+    """Run as root (as this test is): sshd starts, but no key logs root in (PermitRootLogin no)."""
     ssh_dir = _write_keys(tmp_path)
     script = worker_sshd_script(ssh_dir=str(ssh_dir), state_dir=str(tmp_path / "state"), port=2222)
     run_sshd_existed = Path("/run/sshd").exists()
@@ -89,8 +90,11 @@ def test_the_job_key_logs_in_and_another_key_does_not(tmp_path: Path) -> None:
         {"SSHD_SCRIPT": script, "KEYS": str(tmp_path), "LOG": str(tmp_path / "sshd.log")},
     )
     sshd_log = (tmp_path / "sshd.log").read_text() if (tmp_path / "sshd.log").exists() else ""
-    assert "job key: rank-ready" in result.stdout, result.stdout + result.stderr + sshd_log
-    assert "other key: " in result.stdout and "Permission denied" in result.stdout, result.stdout
+    output = result.stdout + result.stderr + sshd_log
+    job_key = next(line for line in result.stdout.splitlines() if line.startswith("job key: "))
+    assert "Permission denied" in job_key and "rank-ready" not in job_key, output
+    assert "other key: " in result.stdout, output
+    assert "ROOT LOGIN REFUSED" in sshd_log.upper(), output
     # The per-pod host key was minted where an unprivileged user can write.
     assert (tmp_path / "state" / "ssh_host_ed25519_key").exists()
     # A root sshd's /run/sshd was made in the private /run, not on this machine.

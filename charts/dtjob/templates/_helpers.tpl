@@ -29,27 +29,49 @@ app.kubernetes.io/component: operator
 {{- end -}}
 {{- end -}}
 
-{{/* Rules on namespaced objects: the job, its status, and every child it owns. */}}
+{{/* Rules on namespaced objects: exactly the calls the operator makes (tests/integration/test_rbac.py checks
+them against the code). Reads of pods and Jobs come from watches; Secrets are only read by name. */}}
 {{- define "dtjob.namespacedRules" -}}
+# kopf watches jobs; the operator reads one to reconcile it and deletes it after ttlSecondsAfterFinished.
 - apiGroups: [dtjob.io]
   resources: [distributedtrainingjobs]
-  verbs: [get, list, watch, patch, update, delete]
+  verbs: [get, list, watch, delete]
 - apiGroups: [dtjob.io]
   resources: [distributedtrainingjobs/status]
-  verbs: [get, patch, update]
+  verbs: [patch]
+# Children carry a controller ownerReference with blockOwnerDeletion, which clusters running the
+# OwnerReferencesPermissionEnforcement admission plugin allow only to who may update the owner's finalizers.
+- apiGroups: [dtjob.io]
+  resources: [distributedtrainingjobs/finalizers]
+  verbs: [update]
 - apiGroups: [""]
-  resources: [pods, services, configmaps, secrets]
-  verbs: [get, list, watch, create, patch, update, delete]
+  resources: [pods]
+  verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
 - apiGroups: [""]
+  resources: [services]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create, patch]
+# The SSH key and SAS Secrets the operator owns, and the account-key Secret a job names (read by name).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create, update, delete]
+- apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [get, list, watch]
+  verbs: [get]
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, patch, update, delete]
-- apiGroups: ["", events.k8s.io]
+  verbs: [list, watch, create, delete]
+- apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
+{{- if .Values.networkPolicy.enabled }}
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create]
+{{- end }}
 {{- end -}}

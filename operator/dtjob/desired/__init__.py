@@ -2,12 +2,19 @@
 
 from dtjob.desired.pods import launcher_job, worker_pod
 from dtjob.desired.staging import staging_job
-from dtjob.desired.world import hostfile_config_map, hostfile_text, ssh_secret, workers_service
+from dtjob.desired.world import (
+    hostfile_config_map,
+    hostfile_text,
+    network_policy,
+    ssh_secret,
+    workers_service,
+)
 
 __all__ = [
     "hostfile_config_map",
     "hostfile_text",
     "launcher_job",
+    "network_policy",
     "ssh_secret",
     "staging_job",
     "worker_pod",

@@ -34,7 +34,7 @@ mkdir -p {keys}
 [ -f {keys}/ssh_host_ed25519_key ] || ssh-keygen -q -t ed25519 -N "" -f {keys}/ssh_host_ed25519_key
 exec /usr/sbin/sshd -D -e -p {port} -h {keys}/ssh_host_ed25519_key -o PidFile={keys}/sshd.pid \\
   -o AuthorizedKeysFile={shlex.quote(ssh_dir)}/authorized_keys -o StrictModes=no \\
-  -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password -o UsePAM=no
+  -o PasswordAuthentication=no -o PermitRootLogin=no -o UsePAM=no
 """
 
 

@@ -11,6 +11,7 @@ from dtjob.desired.common import (
     MPI_DIR,
     OUTPUT_DIR,
     SSH_DIR,
+    SSH_KEY_FILE,
     SSH_PORT,
     TRAINING_UID,
     Json,
@@ -27,6 +28,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # sshkey_perm_ok: st_uid == getuid() && mode & 077), and the workers' sshd runs with StrictModes=no.
 SSH_KEY_MODE = 0o440
 SCRIPT_MODE = 0o555
+# Each pod gets only the half of the job's key pair it uses: the launcher the private key it logs in with (it
+# starts every rank's daemon itself: plm_rsh_no_tree_spawn), workers the authorized_keys their sshd checks.
+AUTHORIZED_KEYS = "authorized_keys"
+WORKER_SSH_FILES = (AUTHORIZED_KEYS,)
+LAUNCHER_SSH_FILES = (SSH_KEY_FILE,)
 
 
 def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
@@ -155,6 +161,8 @@ def _pod_labels(spec: JobSpec, role: str, attempt: int) -> dict[str, str]:
 def _common_pod_spec(spec: JobSpec, pod_spec: Json, gpu_placement: bool) -> None:
     # The MPI world runs as the training images' user: sshd, ssh and the ranks alike.
     pod_spec["securityContext"] = pod_security_context(TRAINING_UID)
+    # Nothing in the world talks to the Kubernetes API: no token in the pods unless the job asks for one.
+    pod_spec["automountServiceAccountToken"] = spec.automount_service_account_token
     if spec.run_policy.scheduling.scheduler_name:
         pod_spec["schedulerName"] = spec.run_policy.scheduling.scheduler_name
     if spec.image_pull_secrets:
@@ -209,10 +217,15 @@ def _mounts(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: b
 
 
 def _volumes(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: bool = False) -> list[Json]:
+    ssh_files = LAUNCHER_SSH_FILES if with_hostfile else WORKER_SSH_FILES
     volumes: list[Json] = [
         {
             "name": "ssh",
-            "secret": {"secretName": names.ssh_secret_name(spec.name), "defaultMode": SSH_KEY_MODE},
+            "secret": {
+                "secretName": names.ssh_secret_name(spec.name),
+                "defaultMode": SSH_KEY_MODE,
+                "items": [{"key": f, "path": f} for f in ssh_files],
+            },
         },
         {"name": "output", "emptyDir": {}},
         # NCCL and PyTorch data loaders share memory through /dev/shm, which defaults to 64 MiB.

@@ -54,6 +54,24 @@ def hostfile_config_map(spec: JobSpec, owner: Json) -> Json:
     }
 
 
+def network_policy(spec: JobSpec, owner: Json) -> Json:
+    """Only pods of this job may reach its MPI hosts: sshd, and the ports Open MPI, Gloo and NCCL open between
+    ranks (any port, so the policy never breaks a framework). Pods of other jobs, namespaces or the internet
+    reach none. Selects by the operator's job label, so it needs a network plugin that enforces policies."""
+    name = names.network_policy_name(spec.name)
+    same_job = {"matchLabels": {names.JOB_NAME_LABEL: spec.name}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(name, spec.namespace, names.labels(spec.name, "network-policy"), owner),
+        "spec": {
+            "podSelector": {"matchLabels": {names.JOB_NAME_LABEL: spec.name, names.MPI_HOST_LABEL: "true"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": same_job}]}],
+        },
+    }
+
+
 def workers_service(spec: JobSpec, owner: Json) -> Json:
     """Headless Service giving each MPI host a stable DNS name (`<pod>.<job>-workers.<ns>.svc`).
 

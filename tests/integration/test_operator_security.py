@@ -1,0 +1,59 @@
+"""The MPI world as the real API server stores it: no API token in its pods, each pod only its half of the
+SSH key pair, and (with the chart's networkPolicy option) a NetworkPolicy the API server accepts."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from tests.integration.operator_harness import Jobs, OperatorProcess
+from tests.kube_wait import wait_for
+
+pytestmark = pytest.mark.integration
+
+LONG_LAUNCHER = {"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}}
+
+
+@pytest.fixture
+def operator_env() -> dict[str, str]:
+    return {"DTJOB_NETWORK_POLICY": "true"}
+
+
+def ssh_items(pod: client.V1Pod) -> list[str]:
+    volume = next(v for v in pod.spec.volumes if v.name == "ssh")
+    return [item.path for item in volume.secret.items]
+
+
+def test_pods_get_no_token_and_only_their_half_of_the_key_pair(
+    jobs: Jobs, operator: OperatorProcess, api_client: client.ApiClient
+) -> None:
+    jobs.create("hardened", launcher=LONG_LAUNCHER)
+    launcher = wait_for(
+        lambda: next(iter(jobs.pods("hardened", "launcher")), None), timeout=90, what="the launcher pod"
+    )
+    workers = jobs.pods("hardened", "worker")
+    assert len(workers) == 2
+    for pod in [*workers, launcher]:
+        assert pod.spec.automount_service_account_token is False, pod.metadata.name
+        # The ServiceAccount admission plugin adds no token volume to such a pod.
+        assert not [v for v in pod.spec.volumes if v.name.startswith("kube-api-access")], pod.metadata.name
+    assert [ssh_items(w) for w in workers] == [["authorized_keys"], ["authorized_keys"]]
+    assert ssh_items(launcher) == ["id_ed25519"]
+
+    policy = client.NetworkingV1Api(api_client).read_namespaced_network_policy("hardened-mpi", jobs.ns)
+    uid = (jobs.get("hardened") or {})["metadata"]["uid"]
+    assert policy.metadata.owner_references[0].uid == uid
+    selected = {"dtjob.io/job-name": "hardened", "dtjob.io/mpi-host": "true"}
+    assert policy.spec.pod_selector.match_labels == selected
+    assert policy.spec.policy_types == ["Ingress"]
+    [rule] = policy.spec.ingress
+    [peer] = rule._from
+    assert peer.pod_selector.match_labels == {"dtjob.io/job-name": "hardened"}
+    assert peer.namespace_selector is None and peer.ip_block is None and rule.ports is None
+
+
+def test_a_job_that_asks_gets_the_token(jobs: Jobs, operator: OperatorProcess) -> None:
+    jobs.create("withtoken", automountServiceAccountToken=True, launcher=LONG_LAUNCHER)
+    wait_for(lambda: len(jobs.pods("withtoken", "worker")) == 2, timeout=60, what="workers")
+    for pod in jobs.pods("withtoken", "worker"):
+        assert pod.spec.automount_service_account_token is True

@@ -1,0 +1,224 @@
+"""The chart grants the operator exactly the API verbs its code uses: no more (least privilege), no fewer.
+
+What the code uses is read from the code itself: every Kubernetes client method the operator references
+(dtjob.kube is the only module that calls the API), every watch kopf opens for the handlers' registrations,
+and the few needs of kopf and the API server that no call in our code spells out (each listed with why).
+What the chart grants is what real helm renders, bound to the operator's ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import dtjob
+import pytest
+import yaml
+from dtjob.desired.common import owner_reference
+
+from tests.tools import REPO, tool
+
+pytestmark = pytest.mark.integration
+CHART = REPO / "charts" / "dtjob"
+PACKAGE = REPO / "operator" / "dtjob"
+RELEASE, RELEASE_NS = "dtjob", "dtjob-system"
+Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
+
+# The API group behind each client attribute of dtjob.kube.Kube.
+CLIENT_GROUPS = {"core": "", "batch": "batch", "custom": dtjob.API_GROUP, "networking": "networking.k8s.io"}
+# Client method prefix -> RBAC verb (longest prefix first).
+VERBS = (
+    ("delete_collection_", "deletecollection"),
+    ("create_", "create"),
+    ("read_", "get"),
+    ("get_", "get"),
+    ("list_", "list"),
+    ("patch_", "patch"),
+    ("replace_", "update"),
+    ("delete_", "delete"),
+)
+# Client method object name -> RBAC resource (CustomObjectsApi's methods are only ever used on our jobs).
+RESOURCES = {
+    "pod": "pods",
+    "pod_log": "pods/log",
+    "service": "services",
+    "secret": "secrets",
+    "config_map": "configmaps",
+    "event": "events",
+    "persistent_volume_claim": "persistentvolumeclaims",
+    "node": "nodes",
+    "namespace": "namespaces",
+    "job": "jobs",
+    "network_policy": "networkpolicies",
+    "custom_object": dtjob.PLURAL,
+    "custom_object_status": f"{dtjob.PLURAL}/status",
+}
+CLUSTER_SCOPED = {"nodes", "namespaces", "customresourcedefinitions"}
+# Used only when a chart value turns the feature on.
+OPTIONAL = {("networking.k8s.io", "networkpolicies", "create"): "networkPolicy.enabled=true"}
+
+
+def permission_of(client_attr: str, method: str) -> Permission:
+    match = next(((prefix, verb) for prefix, verb in VERBS if method.startswith(prefix)), None)
+    assert match is not None, f"no RBAC verb known for the client method {method}: add it to VERBS"
+    prefix, verb = match
+    noun = method.removeprefix(prefix).removeprefix("namespaced_").removesuffix("_for_all_namespaces")
+    assert noun in RESOURCES, f"no RBAC resource known for the client method {method}: add it to RESOURCES"
+    return CLIENT_GROUPS[client_attr], RESOURCES[noun], verb
+
+
+def client_calls() -> set[Permission]:
+    """Every `self.<core|batch|custom|networking>.<method>` the operator's code references."""
+    used: set[Permission] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr in CLIENT_GROUPS
+                and isinstance(node.value.value, ast.Name)
+                and node.value.value.id == "self"
+            ):
+                used.add(permission_of(node.value.attr, node.attr))
+    return used
+
+
+def _constant(node: ast.expr) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    assert isinstance(node, ast.Name), ast.dump(node)
+    value = getattr(dtjob, node.id)
+    assert isinstance(value, str)
+    return value
+
+
+def kopf_watches(path: Path = PACKAGE / "handlers.py") -> set[Permission]:
+    """list + watch for every resource a kopf.index or kopf.on.event registration serves."""
+    used: set[Permission] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        name = ast.unparse(node.func)
+        if name not in ("kopf.index", "kopf.on.event"):
+            continue
+        args = [_constant(a) for a in node.args]
+        group = "" if len(args) == 2 else args[0]  # ("v1", "pods") is the core group
+        used |= {(group, args[-1], "list"), (group, args[-1], "watch")}
+    assert used, "no kopf registrations found"
+    return used
+
+
+def implicit_needs(namespaced_install: bool) -> set[Permission]:
+    """What no call in our code spells out."""
+    needs = {
+        # kopf posts its own events about handler failures.
+        ("", "events", "create"),
+        # kopf watches CRDs, so a CRD installed after the operator is served without a restart.
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    }
+    if namespaced_install:
+        # Serving listed namespaces, kopf watches Namespaces to start and stop serving them.
+        needs |= {("", "namespaces", "list"), ("", "namespaces", "watch")}
+    # Children point at their job with blockOwnerDeletion; with the OwnerReferencesPermissionEnforcement
+    # admission plugin that needs update on the owner's finalizers.
+    if owner_reference("j", "uid")["blockOwnerDeletion"]:
+        needs.add((dtjob.API_GROUP, f"{dtjob.PLURAL}/finalizers", "update"))
+    return needs
+
+
+def used_permissions(namespaced_install: bool, enabled: set[str]) -> set[Permission]:
+    used = client_calls() | kopf_watches() | implicit_needs(namespaced_install)
+    return {p for p in used if OPTIONAL.get(p) is None or OPTIONAL[p] in enabled}
+
+
+def render(*sets: str) -> list[dict[str, Any]]:
+    args = [tool("helm"), "template", RELEASE, str(CHART), "--namespace", RELEASE_NS]
+    for value in sets:
+        args += ["--set", value]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def granted(docs: list[dict[str, Any]]) -> dict[Permission, set[str | None]]:
+    """Permission -> namespaces where the operator's ServiceAccount has it (None: cluster-wide)."""
+    roles = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")): d for d in docs
+             if d["kind"] in ("Role", "ClusterRole")}  # fmt: skip
+    result: dict[Permission, set[str | None]] = {}
+    for binding in docs:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        subjects = binding.get("subjects") or []
+        if not any(s["kind"] == "ServiceAccount" and s["namespace"] == RELEASE_NS for s in subjects):
+            continue
+        ref = binding["roleRef"]
+        scope = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        role = roles[(ref["kind"], ref["name"], scope if ref["kind"] == "Role" else None)]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        assert "*" not in (group, resource, verb), f"wildcard in {rule}"
+                        result.setdefault((group, resource, verb), set()).add(scope)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("sets", "namespaced"),
+    [
+        ((), False),
+        (("watchNamespaces={ml-a,ml-b}",), True),
+        (("networkPolicy.enabled=true",), False),
+        (("watchNamespaces={ml-a}", "networkPolicy.enabled=true"), True),
+    ],
+)
+def test_the_operator_is_granted_exactly_the_verbs_its_code_uses(
+    sets: tuple[str, ...], namespaced: bool
+) -> None:
+    grants = granted(render(*sets))
+    used = used_permissions(namespaced, set(sets))
+    assert set(grants) - used == set(), "granted but never used"
+    assert used - set(grants) == set(), "used but not granted"
+    namespaces = {"ml-a", "ml-b"} if "watchNamespaces={ml-a,ml-b}" in sets else {"ml-a"}
+    for (_group, resource, _verb), scopes in grants.items():
+        if resource in CLUSTER_SCOPED or resource.split("/")[0] in CLUSTER_SCOPED:
+            assert scopes == {None}
+        else:
+            assert scopes == (namespaces if namespaced else {None}), (resource, scopes)
+
+
+def test_the_scan_reads_the_calls_the_code_makes() -> None:
+    """The scan is not vacuous: it finds what dtjob.kube is known to do, and nothing it must never do."""
+    used = client_calls()
+    known = {
+        ("", "pods", "create"), ("", "secrets", "get"), ("", "pods/log", "get"), ("batch", "jobs", "delete"),
+        (dtjob.API_GROUP, f"{dtjob.PLURAL}/status", "patch"),
+    }  # fmt: skip
+    assert known <= used
+    never = {("", "secrets", "list"), ("", "secrets", "watch"), ("", "pods", "patch")}
+    assert not never & used and ("batch", "jobs", "patch") not in used
+    with pytest.raises(AssertionError, match="add it to RESOURCES"):
+        permission_of("core", "create_namespaced_pod_eviction")
+
+
+def test_user_roles_aggregate_into_admin_edit_and_view() -> None:
+    docs = render()
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    edit, view = roles[f"{RELEASE}-edit"], roles[f"{RELEASE}-view"]
+    edit_labels, view_labels = edit["metadata"]["labels"], view["metadata"]["labels"]
+    assert edit_labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert edit_labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert view_labels["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert "rbac.authorization.k8s.io/aggregate-to-edit" not in view_labels
+    for role in (edit, view):
+        assert {g for rule in role["rules"] for g in rule["apiGroups"]} == {dtjob.API_GROUP}
+    edit_jobs = next(r for r in edit["rules"] if r["resources"] == [dtjob.PLURAL])
+    assert {"create", "update", "patch", "delete"} <= set(edit_jobs["verbs"])
+    assert {v for r in view["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
+    # Nobody is bound to them by the chart: cluster admins' aggregation does that.
+    bound = {d["roleRef"]["name"] for d in docs if d["kind"].endswith("Binding")}
+    assert not {f"{RELEASE}-edit", f"{RELEASE}-view"} & bound
+    without = render("rbac.userRoles=false")
+    assert not [d for d in without if d["metadata"]["name"].endswith(("-edit", "-view"))]
