@@ -41,6 +41,8 @@ class OperatorConfig:
     # Which accounts, containers and client IDs jobs may use, cluster-wide (namespaces' annotations override
     # it per namespace; see dtjob.tenancy). The defaults allow no storage account and no explicit client ID.
     storage_policy: StoragePolicy = field(default_factory=lambda: cluster_policy({}))
+    # Storage accounts with a hierarchical namespace: output SAS tokens there reach only the run's directory.
+    hns_accounts: frozenset[str] = frozenset()
     # Create a NetworkPolicy per job that admits traffic to its MPI hosts only from its own pods.
     network_policy: bool = False
 
@@ -66,6 +68,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
             h.strip() for h in env.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()
         ),
         storage_policy=cluster_policy(env),
+        hns_accounts=frozenset(
+            a.strip().lower() for a in env.get("DTJOB_HNS_ACCOUNTS", "").split(",") if a.strip()
+        ),
         network_policy=env.get("DTJOB_NETWORK_POLICY", "false").lower() == "true",
     )
 

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dtjob import names
+from dtjob.azure.results import run_prefix
 from dtjob.azure.sas import (
     ANNOTATION_EXPIRES,
     ANNOTATION_ISSUED,
@@ -133,8 +134,9 @@ def ensure_sas_secrets(
                 start, expiry = validity_window(now, location.sas_lifetime, job_deadline(spec, status, now))
             except ValueError:
                 continue  # the deadline has passed: the state machine fails the job
+            directory = output_directory(spec, location, str(owner.get("uid", "")), config, access)
             try:
-                sas = _mint(kube, spec.namespace, location, path, access, start, expiry)
+                sas = _mint(kube, spec.namespace, location, path, access, start, expiry, directory)
             except _CredentialsProblem as problem:
                 return SasState(blocker=problem.blocker)
             secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
@@ -154,6 +156,16 @@ def ensure_sas_secrets(
     return SasState(next_rotation_s=next_due)
 
 
+def output_directory(
+    spec: JobSpec, location: BlobLocation, uid: str, config: OperatorConfig, access: Access
+) -> str | None:
+    """The run's directory (`<prefix>/<namespace>/<job>/<uid>`) when the output SAS can be scoped to it: on
+    the accounts the installer names as hierarchical-namespace ones (DTJOB_HNS_ACCOUNTS). None: container."""
+    if access is not Access.OUTPUT or location.account_name not in config.hns_accounts or not uid:
+        return None
+    return run_prefix(location.prefix, spec.namespace, spec.name, uid).rstrip("/")
+
+
 def _mint(
     kube: Kube,
     namespace: str,
@@ -162,6 +174,7 @@ def _mint(
     access: Access,
     start: datetime,
     expiry: datetime,
+    directory: str | None = None,
 ) -> ContainerSas:
     creds = location.credentials
     if creds.auth_mode is AuthMode.ACCOUNT_KEY:
@@ -188,14 +201,22 @@ def _mint(
             ))  # fmt: skip
         key = base64.b64decode(encoded).decode()
         return mint_with_account_key(
-            location.endpoint, location.account_name, key, location.container, access, start, expiry
-        )
+            location.endpoint, location.account_name, key, location.container, access, start, expiry,
+            directory,
+        )  # fmt: skip
     from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 
     try:
         credential = workload_identity_credential(creds.client_id)
         return mint_with_user_delegation(
-            location.endpoint, location.account_name, credential, location.container, access, start, expiry
+            location.endpoint,
+            location.account_name,
+            credential,
+            location.container,
+            access,
+            start,
+            expiry,
+            directory,
         )
     except (ClientAuthenticationError, HttpResponseError) as err:
         if isinstance(err, HttpResponseError) and err.status_code not in (401, 403):

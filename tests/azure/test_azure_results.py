@@ -49,12 +49,14 @@ def test_results_and_logs_land_at_the_output_prefix(
     prefix = run_prefix("runs", "team-a", "r50", "0b1c-uid")
     assert prefix == "runs/team-a/r50/0b1c-uid/"
 
+    # As rank 0 runs it: the output SAS cannot list, so every file is uploaded without looking first.
     args = (
         "upload",
         "--src",
         str(tmp_path / "out"),
         "--prefix",
         prefix,
+        "--overwrite",
         "--termination-file",
         str(tmp_path / "t"),
     )
@@ -82,6 +84,25 @@ def test_results_and_logs_land_at_the_output_prefix(
     assert url == f"{azurite.endpoint}/{container.container_name}/runs/team-a/r50/0b1c-uid/"
     assert "sig=" not in url
 
+    # A retried upload (the launcher failed after it) rewrites the run's own files.
+    again = run_stager(files, *args)
+    assert again.returncode == 0, again.stderr
+    snap = ProgressSnapshot.from_json((tmp_path / "t").read_text())
+    assert (snap.files_done, snap.files_skipped) == (4, 0)
+    # Without --overwrite the uploader would list first, which the output SAS does not allow.
+    listing = run_stager(files, *[a for a in args if a != "--overwrite"])
+    assert listing.returncode != 0 and "403" in listing.stderr, listing.stderr
+
+
+def test_a_resumable_upload_skips_what_is_there(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path
+) -> None:
+    """With a SAS that may list (a user's own, or `dtjob data upload`), unchanged files are not sent again."""
+    _write_tree(tmp_path / "out")
+    files = sas_files(tmp_path / "sas", mint_raw(azurite, container.container_name, "cwl"))
+    args = ("upload", "--src", str(tmp_path / "out"), "--prefix", "p",
+            "--termination-file", str(tmp_path / "t"))  # fmt: skip
+    assert run_stager(files, *args).returncode == 0
     again = run_stager(files, *args)
     assert again.returncode == 0, again.stderr
     snap = ProgressSnapshot.from_json((tmp_path / "t").read_text())

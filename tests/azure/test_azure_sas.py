@@ -56,20 +56,31 @@ def test_read_sas_lists_and_reads_but_cannot_write_or_delete(
     assert seeded.download_blob("data/a.bin").readall() == b"alpha"
 
 
-def test_write_sas_creates_and_lists_but_cannot_read_or_delete(
+def test_write_sas_creates_and_rewrites_but_cannot_list_read_or_delete(
     azurite: Azurite, seeded: ContainerClient
 ) -> None:
     sas = _mint(azurite, seeded.container_name, Access.OUTPUT, datetime.now(UTC), timedelta(hours=1))
     writer = _client(sas)
     writer.upload_blob("results/model.pt", b"weights")
-    assert sorted(b.name for b in writer.list_blobs()) == ["data/a.bin", "results/model.pt"]
+    # A retried upload rewrites its own blob; a large file goes in blocks (Put Block + Put Block List).
+    writer.upload_blob("results/model.pt", b"weights, again", overwrite=True)
+    big = bytes(range(256)) * 4096
+    writer.upload_blob("results/big.bin", big, max_concurrency=2, overwrite=True)
+    # Nothing else: other runs' results can be neither found nor read, nor removed.
+    with pytest.raises(HttpResponseError) as denied_list:
+        list(writer.list_blobs())
+    assert _status(denied_list) == 403
     with pytest.raises(HttpResponseError) as denied_read:
         writer.download_blob("data/a.bin").readall()
     assert _status(denied_read) == 403
+    with pytest.raises(HttpResponseError) as denied_props:
+        writer.get_blob_client("data/a.bin").get_blob_properties()
+    assert _status(denied_props) == 403
     with pytest.raises(HttpResponseError) as denied_delete:
         writer.delete_blob("data/a.bin")
     assert _status(denied_delete) == 403
-    assert seeded.download_blob("results/model.pt").readall() == b"weights"
+    assert seeded.download_blob("results/model.pt").readall() == b"weights, again"
+    assert seeded.download_blob("results/big.bin").readall() == big
 
 
 def test_expired_sas_is_denied(azurite: Azurite, seeded: ContainerClient) -> None:

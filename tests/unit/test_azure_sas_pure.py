@@ -22,6 +22,10 @@ from dtjob.azure.sas import (
     validity_window,
     workload_identity_credential,
 )
+from dtjob.config import OperatorConfig
+from dtjob.storage import output_directory
+
+from tests.unit.operator_fixtures import job_spec
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 OWNER = {"apiVersion": "dtjob.io/v1alpha1", "kind": "DistributedTrainingJob", "name": "r50", "uid": "u-1"}
@@ -89,9 +93,31 @@ def test_minted_token_carries_permissions_protocol_and_times() -> None:
     sas_out = mint_with_account_key(
         "https://acct.blob.core.windows.net/", "acct", FAKE_KEY, "out", Access.OUTPUT, start, expiry
     )
-    assert "sp=acwl" in sas_out.token
+    out_fields = dict(part.split("=", 1) for part in sas_out.token.split("&"))
+    # Create + write only: no list, read, add or delete of what other runs wrote.
+    assert (out_fields["sp"], out_fields["sr"]) == ("cw", "c")
     assert sas_out.container_url == "https://acct.blob.core.windows.net/out"
     assert FAKE_KEY not in sas_out.token
+
+
+def test_output_sas_on_a_hierarchical_namespace_account_reaches_only_the_run_directory() -> None:
+    start, expiry = validity_window(NOW, timedelta(hours=1))
+    sas = mint_with_account_key(
+        "https://acct.blob.core.windows.net", "acct", FAKE_KEY, "out", Access.OUTPUT, start, expiry,
+        directory="runs/team-a/r50/0b1c-uid/",
+    )  # fmt: skip
+    fields = dict(part.split("=", 1) for part in sas.token.split("&"))
+    assert (fields["sr"], fields["sdd"], fields["sp"]) == ("d", "4", "cw")
+    # Clients still address blobs by their full name under the container.
+    assert sas.container_url == "https://acct.blob.core.windows.net/out"
+    container_wide = mint_with_account_key(
+        "https://acct.blob.core.windows.net", "acct", FAKE_KEY, "out", Access.OUTPUT, start, expiry
+    )
+    assert container_wide.token != sas.token
+    with pytest.raises(ValueError, match="needs a directory"):
+        mint_with_account_key(
+            "https://acct.blob.core.windows.net", "acct", FAKE_KEY, "out", Access.OUTPUT, start, expiry, "/"
+        )
 
 
 def test_repr_and_str_never_show_the_token() -> None:
@@ -153,3 +179,14 @@ def test_user_delegation_tokens_never_outlive_a_seven_day_key() -> None:
 def test_workload_identity_credential_is_built_without_contacting_azure() -> None:
     credential = workload_identity_credential("0b7f7c3e-1d2a-4c5b-9e8f-123456789abc")
     assert callable(getattr(credential, "get_token", None))
+
+
+def test_only_the_output_sas_on_an_hns_account_is_scoped_to_the_run_directory() -> None:
+    creds = {"authMode": "workloadIdentity"}
+    spec = job_spec(output={"account": "lake1", "container": "runs", "prefix": "r50/", "credentials": creds})
+    assert spec.output is not None
+    target = spec.output.target
+    hns = OperatorConfig(hns_accounts=frozenset({"lake1"}))
+    assert output_directory(spec, target, "uid-1", hns, Access.OUTPUT) == "r50/ml/rn50/uid-1"
+    assert output_directory(spec, target, "uid-1", hns, Access.INPUT) is None
+    assert output_directory(spec, target, "uid-1", OperatorConfig(), Access.OUTPUT) is None

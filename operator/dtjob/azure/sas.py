@@ -41,12 +41,14 @@ class Access(StrEnum):
     """Which side of a job a SAS serves, and so which permissions it carries."""
 
     INPUT = "in"  # read + list: the dataset container
-    OUTPUT = "out"  # create + write + list + add: the results container, never read or delete
+    # create + write: what the uploads need (Put Blob, Put Block, Put Block List, overwriting their own
+    # retries). No list, read, add or delete: a job can neither find nor read other runs' results.
+    OUTPUT = "out"
 
     @property
     def permission(self) -> str:
         # Canonical permission letters, in the order the service expects.
-        return "rl" if self is Access.INPUT else "acwl"
+        return "rl" if self is Access.INPUT else "cw"
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,33 @@ def container_url(endpoint: str, container: str) -> str:
     return f"{endpoint.rstrip('/')}/{container}"
 
 
+def _generate(
+    account_name: str,
+    container: str,
+    access: Access,
+    start: datetime,
+    expiry: datetime,
+    protocol: str,
+    directory: str | None,
+    **credential: Any,
+) -> str:
+    """A container SAS (sr=c), or with `directory` a directory SAS (sr=d, sdd = its depth) that reaches only
+    the blobs under `<directory>/`, which Azure accepts on hierarchical-namespace accounts only."""
+    from azure.storage.blob import generate_blob_sas, generate_container_sas
+
+    common: dict[str, Any] = {
+        "permission": access.permission, "start": start, "expiry": expiry, "protocol": protocol, **credential,
+    }  # fmt: skip
+    if directory is None:
+        token: str = generate_container_sas(account_name, container, **common)
+        return token
+    name = directory.strip("/")
+    if not name:
+        raise ValueError("a directory SAS needs a directory")
+    token = generate_blob_sas(account_name, container, name, is_directory=True, **common)
+    return token
+
+
 def mint_with_account_key(
     endpoint: str,
     account_name: str,
@@ -124,18 +153,13 @@ def mint_with_account_key(
     access: Access,
     start: datetime,
     expiry: datetime,
+    directory: str | None = None,
 ) -> ContainerSas:
-    """A service SAS for one container, signed with the account key (the key itself never leaves here)."""
-    from azure.storage.blob import generate_container_sas
-
-    token = generate_container_sas(
-        account_name,
-        container,
-        account_key=account_key,
-        permission=access.permission,
-        start=start,
-        expiry=expiry,
-        protocol=allowed_protocol(endpoint),
+    """A service SAS for one container (or one directory of it), signed with the account key (the key itself
+    never leaves here)."""
+    protocol = allowed_protocol(endpoint)
+    token = _generate(
+        account_name, container, access, start, expiry, protocol, directory, account_key=account_key
     )
     return ContainerSas(container_url(endpoint, container), token, start, expiry)
 
@@ -153,22 +177,18 @@ def mint_with_user_delegation(
     access: Access,
     start: datetime,
     expiry: datetime,
+    directory: str | None = None,
 ) -> ContainerSas:
     """A user delegation SAS for clusters without account keys: the operator's workload identity (Entra ID)
     obtains a delegation key and signs with it. Needs the "Storage Blob Delegator" role plus data access."""
-    from azure.storage.blob import BlobServiceClient, generate_container_sas
+    from azure.storage.blob import BlobServiceClient
 
     expiry = delegation_expiry(start, expiry)
     service = BlobServiceClient(endpoint, credential=credential)
     key = service.get_user_delegation_key(key_start_time=start, key_expiry_time=expiry)
-    token = generate_container_sas(
-        account_name,
-        container,
-        user_delegation_key=key,
-        permission=access.permission,
-        start=start,
-        expiry=expiry,
-        protocol=allowed_protocol(endpoint),
+    protocol = allowed_protocol(endpoint)
+    token = _generate(
+        account_name, container, access, start, expiry, protocol, directory, user_delegation_key=key
     )
     return ContainerSas(container_url(endpoint, container), token, start, expiry)
 

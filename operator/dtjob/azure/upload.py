@@ -74,14 +74,19 @@ class Uploader:
     subject: str  # e.g. "output container results"
     credentials_hint: str
     concurrency: int = 8
+    # Skip files already uploaded with the same size and MD5, which takes listing the prefix first. Off for
+    # a write-only SAS (a job's output SAS carries no list permission): every file is uploaded.
+    skip_existing: bool = True
 
     def run(self, root: Path, prefix: str) -> ProgressSnapshot:
         try:
             files = walk_tree(root)
-            listed = retry_once_on_denial(
-                lambda: list_remote(self.client(), directory_prefix(prefix)), self.refresh
-            )
-            remote = {r.name: r for r in listed}
+            remote: dict[str, RemoteFile] = {}
+            if self.skip_existing:
+                listed = retry_once_on_denial(
+                    lambda: list_remote(self.client(), directory_prefix(prefix)), self.refresh
+                )
+                remote = {r.name: r for r in listed}
             self.progress.planned(len(files), sum(f.size for f in files))
             self.progress.set_phase("transferring")
 

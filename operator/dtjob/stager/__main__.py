@@ -49,6 +49,11 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
     else:
         parser.add_argument("--src", type=Path, required=True, help="local directory to upload")
+        parser.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="upload every file without listing the prefix first (for a SAS without list permission)",
+        )
     return parser
 
 
@@ -79,7 +84,13 @@ def _transfer(command: str, args: argparse.Namespace, source: SasFileSource, pro
 
         subject = f"output container {container}"
         Uploader(
-            source, source.refresh, progress, subject, args.credentials_hint, concurrency=args.concurrency
+            source,
+            source.refresh,
+            progress,
+            subject,
+            args.credentials_hint,
+            concurrency=args.concurrency,
+            skip_existing=not args.overwrite,
         ).run(args.src, args.prefix)
 
 

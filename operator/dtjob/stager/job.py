@@ -95,6 +95,8 @@ def results_upload_command(job: str, source_dir: str, run_prefix: str, python: s
         source_dir,
         "--prefix",
         run_prefix,
+        # The output SAS is create+write only: nothing to list, so every file is uploaded.
+        "--overwrite",
         "--termination-file",
         "/dev/null",
     ]
