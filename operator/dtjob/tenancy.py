@@ -104,13 +104,13 @@ def check_location(
             f"({policy.containers.describe()})",
         )
     creds = location.credentials
-    if creds.auth_mode is AuthMode.WORKLOAD_IDENTITY and creds.client_id is not None:
-        if not policy.client_ids.allows(creds.client_id):
-            return Violation(
-                f"{path}.credentials.clientId",
-                f"client ID {creds.client_id} is not allowed in namespace {namespace} "
-                f"({policy.client_ids.describe()}); omit clientId to use the operator's own identity",
-            )
+    explicit_id = creds.client_id if creds.auth_mode is AuthMode.WORKLOAD_IDENTITY else None
+    if explicit_id is not None and not policy.client_ids.allows(explicit_id):
+        return Violation(
+            f"{path}.credentials.clientId",
+            f"client ID {explicit_id} is not allowed in namespace {namespace} "
+            f"({policy.client_ids.describe()}); omit clientId to use the operator's own identity",
+        )
     return None
 
 

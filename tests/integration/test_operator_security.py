@@ -46,10 +46,12 @@ def test_pods_get_no_token_and_only_their_half_of_the_key_pair(
     selected = {"dtjob.io/job-name": "hardened", "dtjob.io/mpi-host": "true"}
     assert policy.spec.pod_selector.match_labels == selected
     assert policy.spec.policy_types == ["Ingress"]
-    [rule] = policy.spec.ingress
-    [peer] = rule._from
-    assert peer.pod_selector.match_labels == {"dtjob.io/job-name": "hardened"}
-    assert peer.namespace_selector is None and peer.ip_block is None and rule.ports is None
+    rules = policy.spec.ingress or []
+    assert len(rules) == 1 and rules[0].ports is None
+    peers = rules[0]._from or []
+    assert len(peers) == 1
+    assert peers[0].pod_selector.match_labels == {"dtjob.io/job-name": "hardened"}
+    assert peers[0].namespace_selector is None and peers[0].ip_block is None
 
 
 def test_a_job_that_asks_gets_the_token(jobs: Jobs, operator: OperatorProcess) -> None:

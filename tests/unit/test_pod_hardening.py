@@ -44,7 +44,7 @@ def test_the_private_key_is_only_on_the_launcher(run_as_worker: bool) -> None:
     assert ssh_files(specs["worker"]) == ["authorized_keys"]
     assert ssh_files(specs["launcher"]) == [SSH_KEY_FILE]
     # What each side reads is what it gets: the launcher's ssh client the identity, workers' sshd the keys.
-    assert SSH_KEY_PATH == f"{SSH_DIR}/{SSH_KEY_FILE}"
+    assert f"{SSH_DIR}/{SSH_KEY_FILE}" == SSH_KEY_PATH
     script = launcher_script(job_spec(launcher={"runAsWorker": run_as_worker}))
     assert f"IdentityFile {SSH_KEY_PATH}" in script
     assert f"-o AuthorizedKeysFile={SSH_DIR}/authorized_keys" in worker_sshd_script()
