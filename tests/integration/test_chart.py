@@ -34,8 +34,17 @@ def render(*sets: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
-def can_i(kubeconfig: str, service_account: str, verb: str, resource: str, namespace: str | None) -> bool:
+def can_i(
+    kubeconfig: str,
+    service_account: str,
+    verb: str,
+    resource: str,
+    namespace: str | None,
+    subresource: str | None = None,
+) -> bool:
     scope = ["-n", namespace] if namespace else []
+    if subresource:
+        scope.append(f"--subresource={subresource}")
     result = subprocess.run(
         [
             tool("kubectl"),
@@ -157,13 +166,19 @@ def test_install_runs_the_operator_with_least_privilege(
 
     sa = f"system:serviceaccount:{release_ns}:{name}"
     assert can_i(kubeconfig, sa, "create", "pods", namespace)
-    assert can_i(kubeconfig, sa, "patch", "distributedtrainingjobs.dtjob.io/status", namespace)
+    assert can_i(kubeconfig, sa, "patch", "distributedtrainingjobs.dtjob.io", namespace, subresource="status")
     assert can_i(kubeconfig, sa, "create", "jobs.batch", namespace)
     assert can_i(kubeconfig, sa, "list", "customresourcedefinitions.apiextensions.k8s.io", None)
     # Scoped to the watched namespace, and no more than the operator needs.
     assert not can_i(kubeconfig, sa, "create", "pods", "default")
     assert not can_i(kubeconfig, sa, "delete", "nodes", None)
     assert not can_i(kubeconfig, sa, "create", "clusterrolebindings.rbac.authorization.k8s.io", None)
+    # The job itself is never written (status only), nor Secrets listed, nor pods or Jobs patched.
+    assert not can_i(kubeconfig, sa, "patch", "distributedtrainingjobs.dtjob.io", namespace)
+    assert not can_i(kubeconfig, sa, "list", "secrets", namespace)
+    assert not can_i(kubeconfig, sa, "patch", "pods", namespace)
+    assert not can_i(kubeconfig, sa, "patch", "jobs.batch", namespace)
+    assert can_i(kubeconfig, sa, "get", "namespaces", None)
 
     helm(kubeconfig, "uninstall", name, "--namespace", release_ns, "--wait")
     wait_for(
