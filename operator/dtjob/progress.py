@@ -14,6 +14,7 @@ from typing import Any
 # The record is flat JSON. mpirun's --tag-output sometimes writes the next tag on the same line, after the
 # record (`...}[1,0]<stdout>:`), so nothing may be required after the closing brace.
 PROGRESS_LINE = re.compile(r"DTJOB_PROGRESS (\{[^{}]*\})")
+INT64_MAX = 2**63 - 1
 
 
 def latest_progress(log_text: str) -> dict[str, Any] | None:
@@ -24,8 +25,10 @@ def latest_progress(log_text: str) -> dict[str, Any] | None:
             continue
         try:
             record = json.loads(match.group(1))
-        except json.JSONDecodeError:
-            continue  # a line cut by the log tail or interleaved with another rank's output
+        except ValueError:
+            # A line cut by the log tail or interleaved with another rank's output (JSONDecodeError), or an
+            # integer too long for Python to convert (a plain ValueError).
+            continue
         progress = _status_progress(record)
         if progress is not None:
             return progress
@@ -36,12 +39,15 @@ def _status_progress(record: Any) -> dict[str, Any] | None:
     if not isinstance(record, dict):
         return None
     try:
+        # int() of an infinite float (json reads `Infinity` and `1e999` as one) raises OverflowError.
         epoch, epochs = int(record["epoch"]), int(record["epochs"])
         step, steps = int(record["step"]), int(record["stepsPerEpoch"])
         images_per_sec = float(record["imagesPerSec"])
         loss = float(record["loss"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
+    if not all(0 <= n <= INT64_MAX for n in (epoch, epochs, step, steps)):
+        return None  # status holds int64 counters: the API server refuses a patch with anything larger
     progress: dict[str, Any] = {"epoch": epoch, "epochs": epochs, "step": step, "stepsPerEpoch": steps}
     # A diverged run reports a NaN or infinite loss (Python's json writes them as NaN/Infinity): status is
     # JSON, which has no such numbers, and the API server refuses the whole patch. The field is left out and

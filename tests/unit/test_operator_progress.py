@@ -78,3 +78,23 @@ def test_a_record_followed_by_the_next_rank_tag_on_the_same_line_is_read() -> No
     log = line(RECORD, prefix="[1,0]<stdout>:") + "[1,0]<stdout>:\n[1,0]<stdout>:Img/sec per worker: 1.1"
     progress = latest_progress(log)
     assert progress is not None and progress["step"] == RECORD["step"]
+
+
+@pytest.mark.parametrize(
+    ("field", "text"),
+    [("loss", "Infinity"), ("loss", "-Infinity"), ("imagesPerSec", "NaN"), ("imagesPerSec", "Infinity")],
+)
+def test_every_non_finite_float_is_left_out_of_status(field: str, text: str) -> None:
+    raw = json.dumps({**RECORD, field: 0.5}).replace("0.5", text)
+    progress = latest_progress(f"DTJOB_PROGRESS {raw}")
+    assert progress is not None and field not in progress
+    json.dumps(progress, allow_nan=False)
+
+
+@pytest.mark.parametrize("number", ["Infinity", "NaN", "1e999", str(2**63), "1" * 5000, "-3"])
+def test_a_counter_no_status_can_hold_skips_the_record_instead_of_failing_the_reconcile(number: str) -> None:
+    # int(Infinity) raised OverflowError, and a 5000-digit integer a ValueError json.loads does not wrap:
+    # either failed every reconcile of the job while that line was the newest.
+    bad = json.dumps({**RECORD, "step": 7}).replace('"step": 7', f'"step": {number}')
+    progress = latest_progress(line(RECORD) + "\nDTJOB_PROGRESS " + bad)
+    assert progress is not None and progress["step"] == RECORD["step"]
