@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from dtjob import validators as rules
 from dtjob.config import FRAMEWORKS, OperatorConfig
 from dtjob.storage_spec import (
     Output,
@@ -30,7 +31,10 @@ MAX_NAME_LENGTH = 45
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 RUNNERS = ("horovodrun", "mpirun")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 SOURCES = ("synthetic", "imagenet")
+# Deadlines and TTLs: 68 years, the batch Job's own int32 bound, so date arithmetic never overflows.
+MAX_DURATION_SECONDS = 2**31 - 1
 
 Json = dict[str, Any]
 _T = TypeVar("_T")
@@ -208,12 +212,16 @@ class _Reader:
         return value
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
-        value = self.string(key, default) or default
+        value = self.string(key)
+        if value is None:
+            return default
         if value not in choices:
             raise SpecError(self.at(key), f"must be one of {', '.join(choices)}; got {value!r}")
         return value
 
-    def integer(self, key: str, default: int | None, minimum: int | None = None) -> int | None:
+    def integer(
+        self, key: str, default: int | None, minimum: int | None = None, maximum: int | None = None
+    ) -> int | None:
         value = self.data.get(key, default)
         if value is None:
             return None
@@ -221,15 +229,50 @@ class _Reader:
             raise SpecError(self.at(key), f"must be an integer, got {value!r}")
         if minimum is not None and value < minimum:
             raise SpecError(self.at(key), f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise SpecError(self.at(key), f"must be <= {maximum}, got {value}")
         return value
 
-    def number(self, key: str, default: float, minimum: float = 0.0) -> float:
+    def number(self, key: str, default: float, minimum: float = 0.0, below: float | None = None) -> float:
+        """A number >= minimum and, with `below`, strictly less than it."""
         value = self.data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise SpecError(self.at(key), f"must be a number, got {value!r}")
         if value < minimum:
             raise SpecError(self.at(key), f"must be >= {minimum}, got {value}")
+        if below is not None and value >= below:
+            raise SpecError(self.at(key), f"must be < {below}, got {value}")
         return float(value)
+
+    def checked(self, key: str, problem: Callable[[str], str | None]) -> str | None:
+        """An optional string that `problem` (from dtjob.validators) finds nothing wrong with."""
+        value = self.string(key)
+        if value is not None and (found := problem(value)) is not None:
+            raise SpecError(self.at(key), found)
+        return value
+
+    def labels(self, key: str, values_are_labels: bool = True) -> dict[str, str]:
+        """A map of label (or, with values_are_labels False, annotation) keys to values."""
+        found = self.string_map(key)
+        if len(found) > rules.MAX_MAP_ENTRIES:
+            raise SpecError(self.at(key), f"must have at most {rules.MAX_MAP_ENTRIES} entries")
+        for k, value in found.items():
+            problem = rules.label_key_problem(k)
+            if problem is None and values_are_labels:
+                problem = rules.label_value_problem(value)
+            if problem is not None:
+                raise SpecError(f"{self.at(key)}[{k}]", problem)
+        return found
+
+    def tolerations(self, key: str) -> tuple[Json, ...]:
+        found = self.object_list(key)
+        if len(found) > rules.MAX_TOLERATIONS:
+            raise SpecError(self.at(key), f"must have at most {rules.MAX_TOLERATIONS} items")
+        for i, toleration in enumerate(found):
+            problem = rules.toleration_problem(toleration)
+            if problem is not None:
+                raise SpecError(f"{self.at(key)}[{i}].{problem[0]}", problem[1])
+        return found
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
@@ -296,16 +339,26 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     for i, item in enumerate(env):
         if not isinstance(item.get("name"), str) or not item["name"]:
             raise SpecError(f"spec.env[{i}].name", "is required")
+        if not rules.matches(rules.ENV_NAME, item["name"]):
+            raise SpecError(
+                f"spec.env[{i}].name",
+                f"{item['name']!r} is not a valid environment variable name (letters, digits, '_', '-', '.', "
+                "not starting with a digit)",
+            )
     pull_secrets = tuple(
         _required(s, f"spec.imagePullSecrets[{i}].name")
         for i, s in enumerate(spec.object_list("imagePullSecrets"))
     )
+    for i, secret in enumerate(pull_secrets):
+        if (problem := rules.name_problem(secret, subdomain=True)) is not None:
+            raise SpecError(f"spec.imagePullSecrets[{i}].name", problem)
+    data = _dataset(spec.child("dataset"), config)
     return JobSpec(
         name=name,
         namespace=str(metadata.get("namespace", "default")),
         framework=framework,
-        image=spec.string("image") or config.image_for(framework),
-        image_pull_policy=spec.string("imagePullPolicy"),
+        image=spec.checked("image", rules.image_problem) or config.image_for(framework),
+        image_pull_policy=spec.choice("imagePullPolicy", PULL_POLICIES, "") or None,
         image_pull_secrets=pull_secrets,
         command=spec.string_list("command"),
         args=spec.string_list("args"),
@@ -313,15 +366,13 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         workers=workers,
         gpus_per_worker=gpus,
         worker=_pod_overrides(spec.child("worker")),
-        dataset=_dataset(spec.child("dataset"), config),
+        dataset=data,
         hyperparameters=_hyperparameters(spec.child("hyperparameters")),
         placement=_placement(spec.child("placement"), config),
         launcher=_launcher(spec.child("launcher")),
         run_policy=_run_policy(spec.child("runPolicy")),
         output=_storage(lambda: parse_output(spec.data.get("output"), emulator_hosts=config.emulator_hosts)),
-        checkpoints=_volume(spec.child("checkpoints"), "/checkpoints", nfs_read_only=False)
-        if spec.has("checkpoints")
-        else None,
+        checkpoints=_checkpoints(spec.child("checkpoints"), data) if spec.has("checkpoints") else None,
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
     )
 
@@ -343,31 +394,60 @@ def _required(item: Json, path: str) -> str:
 
 def _pod_overrides(r: _Reader) -> PodOverrides:
     return PodOverrides(
-        annotations=r.string_map("podAnnotations"),
-        labels=r.string_map("podLabels"),
+        annotations=r.labels("podAnnotations", values_are_labels=False),
+        labels=r.labels("podLabels"),
         resources=r.optional_object("resources"),
     )
 
 
-def _volume(v: _Reader, default_mount: str, nfs_read_only: bool) -> DataVolume:
+def _volume(r: _Reader, default_mount: str, nfs_read_only: bool) -> DataVolume:
     """An NFS share or an existing PVC with its mount path (spec.dataset.volume, spec.checkpoints)."""
     nfs = pvc = None
-    if v.has("nfs"):
-        n = v.child("nfs")
-        nfs = NfsVolume(
-            n.required_string("server"), n.required_string("path"), n.boolean("readOnly", nfs_read_only)
-        )
-    if v.has("persistentVolumeClaim"):
-        p = v.child("persistentVolumeClaim")
-        pvc = PvcVolume(p.required_string("claimName"), p.boolean("readOnly", False))
+    if r.has("nfs"):
+        n = r.child("nfs")
+        server, path = n.required_string("server"), n.required_string("path")
+        if len(server) > rules.NFS_SERVER_MAX or not rules.matches(rules.NFS_SERVER, server):
+            raise SpecError(n.at("server"), f"must be a host name or an IP address, got {server!r}")
+        if len(path) > rules.PATH_MAX or not rules.matches(rules.NFS_PATH, path):
+            raise SpecError(
+                n.at("path"),
+                f"must be '/' or an absolute path without empty, '.' or '..' segments; got {path!r}",
+            )
+        nfs = NfsVolume(server, path, n.boolean("readOnly", nfs_read_only))
+    if r.has("persistentVolumeClaim"):
+        p = r.child("persistentVolumeClaim")
+        claim = p.required_string("claimName")
+        if (problem := rules.name_problem(claim, subdomain=True)) is not None:
+            raise SpecError(p.at("claimName"), problem)
+        pvc = PvcVolume(claim, p.boolean("readOnly", False))
     if nfs and pvc:
-        raise SpecError(v.path, "set either nfs or persistentVolumeClaim, not both")
+        raise SpecError(r.path, "set either nfs or persistentVolumeClaim, not both")
     if not nfs and not pvc:
-        raise SpecError(v.path, "must set nfs or persistentVolumeClaim")
-    mount_path = v.string("mountPath", default_mount) or default_mount
-    if not mount_path.startswith("/"):
-        raise SpecError(v.at("mountPath"), f"must be an absolute path, got {mount_path!r}")
+        raise SpecError(r.path, "must set nfs or persistentVolumeClaim")
+    mount_path = r.checked("mountPath", rules.path_problem) or default_mount
+    reserved = rules.reserved_mount(mount_path)
+    if reserved is not None:
+        raise SpecError(
+            r.at("mountPath"),
+            f"{mount_path!r} collides with {reserved}, which the operator mounts itself "
+            f"(reserved: {', '.join(rules.RESERVED_MOUNT_PATHS)})",
+        )
     return DataVolume(nfs=nfs, pvc=pvc, mount_path=mount_path)
+
+
+def _checkpoints(r: _Reader, data: Dataset) -> DataVolume:
+    volume = _volume(r, "/checkpoints", nfs_read_only=False)
+    if volume.nfs is not None and volume.nfs.read_only:
+        raise SpecError(r.at("nfs.readOnly"), "must be false: rank 0 writes its checkpoints there")
+    if volume.pvc is not None and volume.pvc.read_only:
+        raise SpecError(
+            r.at("persistentVolumeClaim.readOnly"), "must be false: rank 0 writes its checkpoints there"
+        )
+    if data.volume is not None and data.volume.mount_path == volume.mount_path:
+        raise SpecError(
+            r.at("mountPath"), f"{volume.mount_path!r} is spec.dataset.volume's mount path too: use another"
+        )
+    return volume
 
 
 def _dataset(r: _Reader, config: OperatorConfig) -> Dataset:
@@ -376,7 +456,11 @@ def _dataset(r: _Reader, config: OperatorConfig) -> Dataset:
     if source == "imagenet" and volume is None:
         raise SpecError("spec.dataset.volume", "is required when spec.dataset.source is imagenet")
     default_dir = volume.mount_path if volume else "/data"
-    data_dir = r.string("dataDir", default_dir) or default_dir
+    data_dir = r.checked("dataDir", rules.path_problem) or default_dir
+    if volume is not None and source == "imagenet" and not _inside(data_dir, volume.mount_path):
+        raise SpecError(
+            r.at("dataDir"), f"{data_dir!r} is outside spec.dataset.volume's mount path {volume.mount_path!r}"
+        )
     stage = _storage(lambda: parse_stage_from(r.data.get("stageFrom"), emulator_hosts=config.emulator_hosts))
     staging = None
     if stage is not None:
@@ -385,9 +469,18 @@ def _dataset(r: _Reader, config: OperatorConfig) -> Dataset:
                 "spec.dataset.volume", "is required with spec.dataset.stageFrom (the stager writes to it)"
             )
         destination = _storage(lambda: resolve_destination(stage, volume.mount_path, data_dir))
-        annotations = r.child("stageFrom").string_map("podAnnotations")
+        if source != "imagenet":
+            raise SpecError(
+                r.at("stageFrom"),
+                "applies only to spec.dataset.source imagenet (synthetic data reads nothing)",
+            )
+        annotations = r.child("stageFrom").labels("podAnnotations", values_are_labels=False)
         staging = Staging(stage, destination, annotations)
     return Dataset(source=source, volume=volume, data_dir=data_dir, staging=staging)
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory + "/")
 
 
 def _hyperparameters(r: _Reader) -> Hyperparameters:
@@ -401,37 +494,45 @@ def _hyperparameters(r: _Reader) -> Hyperparameters:
         warmup_epochs=r.number("warmupEpochs", d.warmup_epochs),
         momentum=r.number("momentum", d.momentum),
         weight_decay=r.number("weightDecay", d.weight_decay),
-        label_smoothing=r.number("labelSmoothing", d.label_smoothing),
+        label_smoothing=r.number("labelSmoothing", d.label_smoothing, below=1.0),
         amp=r.boolean("amp", d.amp),
         fp16_allreduce=r.boolean("fp16Allreduce", d.fp16_allreduce),
         channels_last=r.boolean("channelsLast", d.channels_last),
         image_size=r.integer("imageSize", d.image_size, minimum=8) or d.image_size,
         log_interval=r.integer("logInterval", d.log_interval, minimum=1) or d.log_interval,
-        seed=r.integer("seed", d.seed, minimum=0) or 0,
+        seed=r.integer("seed", d.seed, minimum=0, maximum=rules.MAX_SEED) or 0,
     )
 
 
 def _placement(r: _Reader, config: OperatorConfig) -> Placement:
-    pool = r.string("nodePool", config.gpu_pool) or config.gpu_pool
+    pool = r.checked("nodePool", _node_pool_problem) or config.gpu_pool
     selector = {"kubernetes.azure.com/agentpool": pool}
-    selector.update(r.string_map("nodeSelector"))
+    selector.update(r.labels("nodeSelector"))
     gpu_toleration: Json = {
         "key": config.gpu_taint_key,
         "operator": "Equal",
         "value": config.gpu_taint_value,
         "effect": "NoSchedule",
     }
-    tolerations = (gpu_toleration, *(t for t in r.object_list("tolerations") if t != gpu_toleration))
+    tolerations = (gpu_toleration, *(t for t in r.tolerations("tolerations") if t != gpu_toleration))
     launcher = r.child("launcher")
-    launcher_pool = launcher.string("nodePool", config.cpu_pool) or config.cpu_pool
+    launcher_pool = launcher.checked("nodePool", _node_pool_problem) or config.cpu_pool
     launcher_selector = {"kubernetes.azure.com/agentpool": launcher_pool}
-    launcher_selector.update(launcher.string_map("nodeSelector"))
+    launcher_selector.update(launcher.labels("nodeSelector"))
     return Placement(
         node_selector=selector,
         tolerations=tolerations,
         affinity=r.optional_object("affinity"),
         launcher_node_selector=launcher_selector,
-        launcher_tolerations=launcher.object_list("tolerations"),
+        launcher_tolerations=launcher.tolerations("tolerations"),
+    )
+
+
+def _node_pool_problem(pool: str) -> str | None:
+    if rules.matches(rules.NODE_POOL, pool):
+        return None
+    return (
+        f"{pool!r} is not an AKS node pool name (1-12 lowercase letters and digits, starting with a letter)"
     )
 
 
@@ -449,13 +550,17 @@ def _run_policy(r: _Reader) -> RunPolicy:
     s = r.child("scheduling")
     return RunPolicy(
         backoff_limit=r.integer("backoffLimit", d.backoff_limit, minimum=0) or 0,
-        active_deadline_seconds=r.integer("activeDeadlineSeconds", None, minimum=1),
-        ttl_seconds_after_finished=r.integer("ttlSecondsAfterFinished", None, minimum=0),
+        active_deadline_seconds=r.integer(
+            "activeDeadlineSeconds", None, minimum=1, maximum=MAX_DURATION_SECONDS
+        ),
+        ttl_seconds_after_finished=r.integer(
+            "ttlSecondsAfterFinished", None, minimum=0, maximum=MAX_DURATION_SECONDS
+        ),
         clean_pod_policy=r.choice("cleanPodPolicy", CLEAN_POD_POLICIES, d.clean_pod_policy),
         suspend=r.boolean("suspend", False),
         scheduling=Scheduling(
-            scheduler_name=s.string("schedulerName"),
-            queue_name=s.string("queueName"),
-            pod_group=s.string("podGroup"),
+            scheduler_name=s.checked("schedulerName", lambda n: rules.name_problem(n, subdomain=True)),
+            queue_name=s.checked("queueName", lambda n: rules.name_problem(n, subdomain=False)),
+            pod_group=s.checked("podGroup", lambda n: rules.name_problem(n, subdomain=False)),
         ),
     )

@@ -33,6 +33,8 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from dtjob.validators import BLOB_PREFIX, DESTINATION, PATH_MAX
+
 ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
 # RE2-compatible (no lookarounds), so the CRD schema can use the same pattern; length is checked apart.
 CONTAINER_RE = re.compile(r"^[a-z0-9]([a-z0-9]|-[a-z0-9])*$")
@@ -65,6 +67,10 @@ DEFAULT_SAS_LIFETIME_S = 6 * 3600
 MIN_SAS_LIFETIME_S = 300  # rotation at 80% must leave the kubelet time to refresh mounted files
 MAX_SAS_LIFETIME_S = 7 * 24 * 3600  # a user delegation key lives at most 7 days
 MAX_PREFIX_LENGTH = 1024
+# The run's path after the output prefix, <namespace>/<job>/<uid>/logs/attempt-<n>/<pod>.log, takes up to
+# 63+45+36+4+16+67 characters and 6 slashes: 768 leaves room under Azure's 1024-character blob names.
+MAX_OUTPUT_PREFIX_LENGTH = 768
+MAX_OUTPUT_PREFIX_SEGMENTS = 254 - 6
 _LOOPBACK_NAMES = {"localhost"}
 
 
@@ -222,15 +228,17 @@ def _credentials(raw: Any, path: str) -> Credentials:
             raise StorageSpecError(f"{path}.secretRef", "is required for authMode accountKey")
         ref = _mapping(data["secretRef"], f"{path}.secretRef")
         name = _string(ref, "name", f"{path}.secretRef", required=True) or ""
-        if not SECRET_NAME_RE.match(name):
+        if not SECRET_NAME_RE.fullmatch(name):
             raise StorageSpecError(f"{path}.secretRef.name", f"is not a valid Secret name: {name!r}")
         key = _string(ref, "key", f"{path}.secretRef") or DEFAULT_ACCOUNT_KEY_KEY
-        if not SECRET_KEY_RE.match(key):
+        if not SECRET_KEY_RE.fullmatch(key):
             raise StorageSpecError(f"{path}.secretRef.key", f"is not a valid Secret key: {key!r}")
         return Credentials(mode, secret_ref=SecretKeyRef(name, key))
     if "secretRef" in data:
         raise StorageSpecError(f"{path}.secretRef", "applies only to authMode accountKey")
     client_id = _string(data, "clientId", path)
+    if data.get("clientId") == "":
+        client_id = ""  # set but empty: refused below, as the CRD's pattern refuses it
     if client_id is not None and not UUID_RE.match(client_id):
         raise StorageSpecError(f"{path}.clientId", f"must be a client ID (a UUID), got {client_id!r}")
     return Credentials(mode, client_id=client_id)
@@ -262,11 +270,14 @@ def _location(data: Mapping[str, Any], path: str, emulator_hosts: Collection[str
             f"must be 3-63 lowercase letters, digits and single hyphens, starting with a letter or digit; "
             f"got {container!r}",
         )
-    prefix = (_string(data, "prefix", path) or "").strip("/")
-    if len(prefix) > MAX_PREFIX_LENGTH:
+    raw_prefix = _string(data, "prefix", path) or ""
+    if len(raw_prefix) > MAX_PREFIX_LENGTH:
         raise StorageSpecError(f"{path}.prefix", f"must be at most {MAX_PREFIX_LENGTH} characters")
-    if any(part in (".", "..") for part in prefix.split("/")) or "//" in prefix:
-        raise StorageSpecError(f"{path}.prefix", f"must not contain empty, '.' or '..' segments: {prefix!r}")
+    if not re.fullmatch(BLOB_PREFIX, raw_prefix):
+        raise StorageSpecError(
+            f"{path}.prefix", f"must not contain empty, '.' or '..' segments: {raw_prefix!r}"
+        )
+    prefix = raw_prefix.strip("/")
     if data.get("credentials") is None:
         raise StorageSpecError(f"{path}.credentials", "is required (authMode accountKey or workloadIdentity)")
     credentials = _credentials(data["credentials"], f"{path}.credentials")
@@ -285,11 +296,14 @@ def parse_stage_from(
     data = _mapping(raw, path)
     source = _location(data, path, emulator_hosts)
     destination = _string(data, "destination", path)
+    if data.get("destination") == "":
+        destination = ""  # set but empty: refused below, as the CRD's pattern refuses it
     if destination is not None:
-        if not destination.startswith("/"):
-            raise StorageSpecError(f"{path}.destination", f"must be an absolute path, got {destination!r}")
-        if ".." in destination.split("/"):
-            raise StorageSpecError(f"{path}.destination", "must not contain '..'")
+        if len(destination) > PATH_MAX or not re.fullmatch(DESTINATION, destination):
+            raise StorageSpecError(
+                f"{path}.destination",
+                f"must be an absolute path without empty, '.' or '..' segments; got {destination!r}",
+            )
         destination = posixpath.normpath(destination)
     concurrency = _integer(data, "concurrency", path, DEFAULT_CONCURRENCY, 1, MAX_CONCURRENCY)
     return StageFrom(source, destination, concurrency)
@@ -299,7 +313,23 @@ def parse_output(raw: Any, path: str = "spec.output", emulator_hosts: Collection
     """`spec.output`, or None when absent."""
     if raw is None:
         return None
-    return Output(_location(_mapping(raw, path), path, emulator_hosts))
+    data = _mapping(raw, path)
+    output = Output(_location(data, path, emulator_hosts))
+    # Blob names are at most 1024 characters and 254 segments: leave room for the run's own path.
+    prefix = output.target.prefix
+    if len(_string(data, "prefix", path) or "") > MAX_OUTPUT_PREFIX_LENGTH:
+        raise StorageSpecError(
+            f"{path}.prefix",
+            f"must be at most {MAX_OUTPUT_PREFIX_LENGTH} characters (blob names are at most 1024 characters, "
+            "and the run's <namespace>/<job>/<uid>/logs/... path follows the prefix)",
+        )
+    if prefix and prefix.count("/") + 1 > MAX_OUTPUT_PREFIX_SEGMENTS:
+        raise StorageSpecError(
+            f"{path}.prefix",
+            f"must have at most {MAX_OUTPUT_PREFIX_SEGMENTS} segments (blob names have at most 254, and the "
+            "run's own path adds up to 6)",
+        )
+    return output
 
 
 def resolve_destination(stage: StageFrom, mount_path: str, data_dir: str) -> str:

@@ -57,6 +57,82 @@ CASES = [
     ({"runPolicy": {"cleanPodPolicy": "Sometimes"}}, "spec.runPolicy.cleanPodPolicy"),
 ]
 
+PVC = {"persistentVolumeClaim": {"claimName": "imagenet"}}
+NFS = {"nfs": {"server": "files.example.net", "path": "/share"}}
+STAGE = {"account": "acct1", "container": "datasets", "credentials": {"authMode": "workloadIdentity"}}
+INT64_MAX = 2**63 - 1
+
+
+def imagenet(**volume: Any) -> dict[str, Any]:
+    return {"source": "imagenet", "volume": {**PVC, **volume}}
+
+
+# Input that passed `kubectl apply` and failed later (a crash loop, a pod the API or kubelet refuses, a rank
+# that exits): each is refused at apply now, the message naming the field. README: "Rejected at apply".
+APPLY_REJECTS = [
+    ({"runPolicy": {"activeDeadlineSeconds": INT64_MAX}}, "spec.runPolicy.activeDeadlineSeconds"),
+    ({"runPolicy": {"ttlSecondsAfterFinished": INT64_MAX}}, "spec.runPolicy.ttlSecondsAfterFinished"),
+    ({"placement": {"nodePool": "GPU pool"}}, "spec.placement.nodePool"),
+    ({"placement": {"launcher": {"nodePool": "sys_1"}}}, "spec.placement.launcher.nodePool"),
+    ({"placement": {"nodeSelector": {"zone": "west eu"}}}, "spec.placement.nodeSelector.zone"),
+    ({"placement": {"nodeSelector": {"bad key!": "x"}}}, "spec.placement.nodeSelector: Invalid value"),
+    ({"worker": {"podLabels": {"team": "a" * 64}}}, "spec.worker.podLabels.team"),
+    ({"launcher": {"podAnnotations": {"a/b/c": "x"}}}, "keys must be qualified names"),
+    ({"worker": {"podLabels": {f"k{i}": "v" for i in range(65)}}}, "spec.worker.podLabels: Too many"),
+    ({"env": [{"name": "1ST", "value": "x"}]}, "spec.env[0].name"),
+    ({"runPolicy": {"scheduling": {"queueName": "Team_Queue"}}}, "spec.runPolicy.scheduling.queueName"),
+    ({"runPolicy": {"scheduling": {"podGroup": "g" * 64}}}, "spec.runPolicy.scheduling.podGroup"),
+    ({"runPolicy": {"scheduling": {"schedulerName": "My Sched"}}}, "spec.runPolicy.scheduling.schedulerName"),
+    ({"imagePullSecrets": [{"name": "ACR"}]}, "spec.imagePullSecrets[0].name"),
+    ({"image": "ghcr.io/Team/Trainer:1"}, "spec.image"),
+    ({"image": "trainer:"}, "spec.image"),
+    ({"dataset": imagenet(mountPath="data")}, "spec.dataset.volume.mountPath"),
+    ({"dataset": imagenet(mountPath="/data/../etc")}, "spec.dataset.volume.mountPath"),
+    ({"dataset": imagenet(mountPath="/etc/mpi")}, "operator mounts itself"),
+    ({"dataset": imagenet(mountPath="/etc")}, "operator mounts itself"),
+    ({"dataset": imagenet(mountPath="/dev/shm")}, "spec.dataset.volume.mountPath"),
+    ({"checkpoints": {**NFS, "mountPath": "/dtjob/output"}}, "spec.checkpoints.mountPath"),
+    ({"dataset": imagenet(), "checkpoints": {**NFS, "mountPath": "/data"}},
+     "spec.checkpoints.mountPath must differ from spec.dataset.volume.mountPath"),
+    ({"checkpoints": {"nfs": {**NFS["nfs"], "readOnly": True}}}, "checkpoints.nfs.readOnly must be false"),
+    ({"checkpoints": {"persistentVolumeClaim": {"claimName": "c", "readOnly": True}}},
+     "spec.checkpoints.persistentVolumeClaim.readOnly must be false"),
+    ({"dataset": {"source": "imagenet", "volume": {"nfs": {"server": "nfs://files", "path": "/share"}}}},
+     "spec.dataset.volume.nfs.server"),
+    ({"dataset": {"source": "imagenet", "volume": {"nfs": {"server": "files", "path": "share"}}}},
+     "spec.dataset.volume.nfs.path"),
+    ({"dataset": imagenet(persistentVolumeClaim={"claimName": "ImageNet"})},
+     "spec.dataset.volume.persistentVolumeClaim.claimName"),
+    ({"placement": {"tolerations": [{"operator": "Equal", "value": "x"}]}},
+     "a toleration without key must use operator Exists"),
+    ({"placement": {"tolerations": [{"key": "k", "operator": "Exists", "value": "x"}]}},
+     "value must be empty with operator Exists"),
+    ({"placement": {"tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 60}]}},
+     "tolerationSeconds applies only to effect NoExecute"),
+    ({"placement": {"launcher": {"tolerations": [{"key": "bad key", "operator": "Exists"}]}}},
+     "spec.placement.launcher.tolerations[0].key"),
+    ({"hyperparameters": {"seed": 2**32}}, "spec.hyperparameters.seed"),
+    ({"hyperparameters": {"labelSmoothing": 1}}, "spec.hyperparameters.labelSmoothing"),
+    ({"dataset": {**imagenet(), "dataDir": "/imagenet"}},
+     "spec.dataset.dataDir must lie inside spec.dataset.volume.mountPath"),
+    ({"dataset": {**imagenet(), "stageFrom": {**STAGE, "destination": "/scratch"}}},
+     "spec.dataset.stageFrom.destination must lie inside spec.dataset.volume.mountPath"),
+    ({"dataset": {**imagenet(), "source": "synthetic", "stageFrom": STAGE}},
+     "spec.dataset.stageFrom applies only to spec.dataset.source imagenet"),
+    ({"dataset": {**imagenet(), "stageFrom": {**STAGE, "prefix": "train/../../other-team"}}},
+     "spec.dataset.stageFrom.prefix"),
+    ({"output": {**STAGE, "prefix": "a" * 769}}, "spec.output.prefix"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "expected"), APPLY_REJECTS)
+def test_input_that_would_fail_later_is_refused_at_apply(
+    crd: str, namespace: str, spec: dict[str, Any], expected: str
+) -> None:
+    done = kubectl(crd, "apply", "-n", namespace, "-f", "-", stdin=manifest(**spec))
+    assert done.returncode != 0, f"accepted: {spec}"
+    assert expected in done.stderr, done.stderr
+
 
 @pytest.mark.parametrize(("spec", "expected"), CASES)
 def test_schema_rejects_bad_spec(crd: str, namespace: str, spec: dict[str, Any], expected: str) -> None:
