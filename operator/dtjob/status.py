@@ -32,6 +32,8 @@ FINISHED = (SUCCEEDED, FAILED)
 # How long a finished job waits for its pod logs to reach the output container before cleaning up anyway.
 LOG_UPLOAD_GRACE = timedelta(minutes=5)
 STAGING_POLL_SECONDS = 10.0
+# The longest a decision asks to wait for a timer; a far deadline is simply looked at again later.
+MAX_REQUEUE_SECONDS = 24 * 3600.0
 
 CONDITION_TYPES = ("Staged", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
@@ -237,6 +239,15 @@ def parse_time(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
+def seconds_after(moment: datetime, seconds: int) -> datetime:
+    """moment + seconds, saturating at the last representable instant: a deadline or TTL beyond it never
+    comes, and must not raise OverflowError in the middle of a reconcile."""
+    try:
+        return moment + timedelta(seconds=seconds)
+    except OverflowError:
+        return datetime.max.replace(tzinfo=UTC)
+
+
 def set_condition(
     conditions: tuple[Condition, ...], kind: str, status: bool, reason: str, message: str, now: datetime
 ) -> tuple[Condition, ...]:
@@ -277,7 +288,7 @@ class _Builder:
         self.status = replace(self.status, phase=phase, message=message)
 
     def requeue(self, seconds: float) -> None:
-        seconds = max(seconds, 1.0)
+        seconds = min(max(seconds, 1.0), MAX_REQUEUE_SECONDS)
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
     def decision(self) -> Decision:
@@ -341,7 +352,7 @@ def decide(
     b.status = replace(b.status, start_time=start_time)
     deadline = spec.run_policy.active_deadline_seconds
     if deadline is not None:
-        remaining = parse_time(start_time) + timedelta(seconds=deadline) - now
+        remaining = seconds_after(parse_time(start_time), deadline) - now
         if remaining <= timedelta(0):
             _finish(
                 b, spec, observed, FAILED, "DeadlineExceeded",
@@ -590,7 +601,7 @@ def _ttl(b: _Builder, spec: JobSpec) -> None:
     ttl = spec.run_policy.ttl_seconds_after_finished
     if ttl is None or b.status.completion_time is None:
         return
-    remaining = parse_time(b.status.completion_time) + timedelta(seconds=ttl) - b.now
+    remaining = seconds_after(parse_time(b.status.completion_time), ttl) - b.now
     if remaining <= timedelta(0):
         b.actions.append(DeleteJob())
     else:

@@ -11,7 +11,7 @@ import base64
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from dtjob import names
@@ -38,7 +38,7 @@ from dtjob.config import OperatorConfig
 from dtjob.kube import Kube, LogUnavailable
 from dtjob.spec import JobSpec
 from dtjob.stager.job import STAGER_ROLE, StagingOutcome, staging_outcome
-from dtjob.status import Blocker, JobStatus, parse_time
+from dtjob.status import Blocker, JobStatus, parse_time, seconds_after
 from dtjob.storage_spec import AuthMode, BlobLocation
 from dtjob.tenancy import check_locations, namespace_policy
 
@@ -89,7 +89,7 @@ def job_deadline(spec: JobSpec, status: JobStatus, now: datetime) -> datetime | 
     if seconds is None:
         return None
     start = parse_time(status.start_time) if status.start_time else now
-    return start + timedelta(seconds=seconds)
+    return seconds_after(start, seconds)
 
 
 def spec_locations(spec: JobSpec) -> list[tuple[BlobLocation, str]]:

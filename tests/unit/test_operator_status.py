@@ -369,3 +369,22 @@ def test_a_restart_uploads_the_failed_worlds_logs_before_deleting_it() -> None:
     assert not d.status.logs_uploaded
     # Without an output there is nowhere to upload to.
     assert not any(isinstance(a, UploadLogs) for a in decide(job_spec(), obs, started(), NOW).actions)
+
+
+def test_a_deadline_near_int64_max_never_overflows() -> None:
+    # The parser and the CRD refuse such values; an older CRD or a direct write must still not crash decide().
+    spec = job_spec()
+    far = replace(spec, run_policy=replace(spec.run_policy, active_deadline_seconds=2**63 - 1))
+    d = decide(far, Observed(pods=(worker(0), worker(1)), launcher=launcher()), started(), NOW)
+    assert d.status.phase == "Running"
+    assert d.requeue_after is not None and d.requeue_after <= 24 * 3600
+
+
+def test_a_ttl_near_int64_max_still_cleans_up_a_finished_job() -> None:
+    # Before: OverflowError once the launcher completed, so the job stayed Running, holding its workers' GPUs.
+    spec = job_spec()
+    far = replace(spec, run_policy=replace(spec.run_policy, ttl_seconds_after_finished=2**63 - 1))
+    obs = Observed(pods=(worker(0), worker(1)), launcher=launcher(running=False, succeeded=True))
+    d = decide(far, obs, started(), NOW)
+    assert d.status.phase == "Succeeded"
+    assert DeletePod("rn50-worker-0") in d.actions and DeleteJob() not in d.actions
