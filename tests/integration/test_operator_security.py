@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.integration.operator_harness import Jobs, OperatorProcess
 from tests.kube_wait import wait_for
@@ -59,3 +60,25 @@ def test_a_job_that_asks_gets_the_token(jobs: Jobs, operator: OperatorProcess) -
     wait_for(lambda: len(jobs.pods("withtoken", "worker")) == 2, timeout=60, what="workers")
     for pod in jobs.pods("withtoken", "worker"):
         assert pod.spec.automount_service_account_token is True
+
+
+def test_foreign_storage_endpoints_are_refused_at_apply_or_by_the_operator(
+    jobs: Jobs, operator: OperatorProcess
+) -> None:
+    identity = {"authMode": "workloadIdentity"}
+    # No install of the operator could accept it: the API server refuses it at apply.
+    with pytest.raises(ApiException) as refused:
+        jobs.create("exfil", output={"endpoint": "https://attacker.example.com", "container": "runs",
+                                     "credentials": identity})  # fmt: skip
+    assert refused.value.status == 422
+    assert "spec.output.endpoint" in str(refused.value.body)
+    # Path-style, as an emulator would be: only the operator knows this host is not an allowed emulator.
+    jobs.create("pathstyle", output={"endpoint": "https://attacker.example.com/acct1", "container": "runs",
+                                     "credentials": identity})  # fmt: skip
+    jobs.wait_phase("pathstyle", "Failed", timeout=60)
+    failed = jobs.condition("pathstyle", "Failed")
+    assert failed and failed["message"].startswith(
+        "spec.output.endpoint: host 'attacker.example.com' is not an Azure Blob Storage endpoint"
+    ), failed
+    assert not jobs.pods("pathstyle")
+    assert "user delegation key" not in operator.log_path.read_text(errors="replace")
