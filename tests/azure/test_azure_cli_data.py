@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import time
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 from azure.storage.blob import ContainerClient
 from dtjob.azure.emulator import Azurite
-from dtjob.azure.errors import ExitCode
+from dtjob.azure.errors import ExitCode, StorageFailure
 from dtjob.azure.progress import Progress
 from dtjob.azure.sas import Access
 from dtjob.cli import main
-from dtjob.commands.data import _progress_lines
+from dtjob.commands.data import _endpoint_and_account, _progress_lines
 
 from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service, tree_of
 
@@ -150,6 +151,14 @@ def test_bad_arguments_name_the_flag(capsys: pytest.CaptureFixture[str]) -> None
     )
     refused = capsys.readouterr().err
     assert "--endpoint: host 'storage.example.com' is not an Azure Blob Storage endpoint" in refused
+
+
+def test_an_emulator_host_is_allowed_as_the_operator_allows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = argparse.Namespace(account=None, endpoint="http://10.224.0.1:10000/devstoreaccount1")
+    with pytest.raises(StorageFailure, match="not an Azure Blob Storage endpoint"):
+        _endpoint_and_account(args)
+    monkeypatch.setenv("DTJOB_EMULATOR_HOSTS", "10.224.0.1")
+    assert _endpoint_and_account(args) == ("http://10.224.0.1:10000/devstoreaccount1", "devstoreaccount1")
 
 
 def test_progress_without_a_terminal_is_plain_lines() -> None:

@@ -56,8 +56,10 @@ def _endpoint_and_account(args: argparse.Namespace) -> tuple[str, str | None]:
         if not ACCOUNT_RE.match(args.account):
             raise StorageFailure(ExitCode.USAGE, "--account: must be 3-24 lowercase letters or digits")
         return f"https://{args.account}.{PUBLIC_BLOB_SUFFIX}", args.account
+    # The operator's rule: Azure Storage's own domains, or an emulator on loopback or DTJOB_EMULATOR_HOSTS.
+    emulators = {h.strip() for h in os.environ.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()}
     try:
-        return parse_endpoint(args.endpoint, "--endpoint")
+        return parse_endpoint(args.endpoint, "--endpoint", emulators)
     except StorageSpecError as err:
         raise StorageFailure(ExitCode.USAGE, str(err)) from None
 
