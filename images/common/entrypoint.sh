@@ -2,15 +2,21 @@
 # Container entrypoint for workers and the launcher.
 #   worker:   `entrypoint.sh worker`   starts sshd in the foreground with keys from the mounted Secret.
 #   launcher: `entrypoint.sh <command>` sets up the ssh client and runs the command (horovodrun/mpirun).
-# The operator mounts the SSH Secret at $DTJOB_SSH_DIR (default /etc/dtjob/ssh) with id_ed25519,
-# id_ed25519.pub and authorized_keys (mode 0400); sshd_config reads authorized_keys from there.
+# The SSH Secret is mounted at $DTJOB_SSH_DIR (default /etc/dtjob/ssh), each pod with only its half of the key
+# pair: workers authorized_keys (sshd_config reads it from there), the launcher id_ed25519.
 set -euo pipefail
 ssh_dir=${DTJOB_SSH_DIR:-/etc/dtjob/ssh}
-for f in id_ed25519 authorized_keys; do
-  [[ -r $ssh_dir/$f ]] || { echo "entrypoint: $ssh_dir/$f is missing (is the SSH Secret mounted?)" >&2; exit 2; }
-done
+need=id_ed25519
+[[ ${1:-} == worker ]] && need=authorized_keys
+[[ -r $ssh_dir/$need ]] || { echo "entrypoint: $ssh_dir/$need is missing (is the SSH Secret mounted?)" >&2; exit 2; }
 
-# Client side: the MPI launcher connects to every worker on port 2222 with the shared key.
+if [[ ${1:-} == worker ]]; then
+  mkdir -p /tmp/ssh
+  [[ -f /tmp/ssh/ssh_host_ed25519_key ]] || ssh-keygen -q -t ed25519 -N "" -f /tmp/ssh/ssh_host_ed25519_key
+  exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config
+fi
+
+# Client side: the MPI launcher connects to every worker on port 2222 with the job's key.
 mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh"
 install -m 0600 "$ssh_dir/id_ed25519" "$HOME/.ssh/id_ed25519"
 cat >"$HOME/.ssh/config" <<CFG
@@ -23,10 +29,4 @@ Host *
   ServerAliveInterval 30
 CFG
 chmod 600 "$HOME/.ssh/config"
-
-if [[ ${1:-} == worker ]]; then
-  mkdir -p /tmp/ssh
-  [[ -f /tmp/ssh/ssh_host_ed25519_key ]] || ssh-keygen -q -t ed25519 -N "" -f /tmp/ssh/ssh_host_ed25519_key
-  exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config
-fi
 exec "$@"

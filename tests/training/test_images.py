@@ -72,15 +72,31 @@ def test_sshd_config_is_valid_and_key_only(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stderr
 
 
-def test_entrypoint_without_the_ssh_secret_says_what_is_missing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("role", "needs"), [("worker", "authorized_keys"), ("true", "id_ed25519")], ids=["worker", "launcher"]
+)
+def test_entrypoint_without_the_ssh_secret_says_what_is_missing(
+    tmp_path: Path, role: str, needs: str
+) -> None:
+    """Each role needs only its half of the key pair: workers authorized_keys, the launcher the key."""
     run = subprocess.run(
-        [str(REPO / "images/common/entrypoint.sh"), "worker"],
+        [str(REPO / "images/common/entrypoint.sh"), role],
         env={"DTJOB_SSH_DIR": str(tmp_path), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
     )
     assert run.returncode == 2
-    assert f"{tmp_path}/id_ed25519 is missing (is the SSH Secret mounted?)" in run.stderr
+    assert f"{tmp_path}/{needs} is missing (is the SSH Secret mounted?)" in run.stderr
+    (tmp_path / needs).write_text("key\n")
+    if role == "true":  # the launcher sets up its ssh client and runs the command
+        done = subprocess.run(
+            [str(REPO / "images/common/entrypoint.sh"), role],
+            env={"DTJOB_SSH_DIR": str(tmp_path), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"IdentityFile {tmp_path}/.ssh/id_ed25519" in (tmp_path / ".ssh" / "config").read_text()
 
 
 def test_results_uploader_installs_into_a_bare_environment(tmp_path: Path) -> None:
