@@ -33,6 +33,10 @@ class Rejected(Exception):
     """The API server (or the client's own schema check) refused an object built from the spec."""
 
 
+class Forbidden(Exception):
+    """The API server refused a create with 403: admission (Pod Security, a ResourceQuota) or RBAC."""
+
+
 class Kube:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
@@ -85,13 +89,16 @@ class Kube:
         return data.decode(errors="replace")
 
     def list_nodes(self, label_selector: str) -> list[Json]:
-        """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install)."""
+        """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install).
+        Rejected when the API server refuses the selector itself (400: a key or value it cannot parse)."""
         try:
             response: Any = self.core.list_node(label_selector=label_selector, _preload_content=False)
         except ApiException as err:
             if err.status == 403:
                 log.warning("cannot list nodes (forbidden): skipping the GPUs-per-node check")
                 return []
+            if err.status == 400:
+                raise Rejected(f"node selector {label_selector!r} refused: {_api_message(err)}") from err
             raise
         return list(json.loads(response.data).get("items") or [])
 
@@ -131,6 +138,8 @@ class Kube:
                 return False
             if err.status in (400, 422):
                 raise Rejected(f"{kind} {name} rejected by the API server: {_api_message(err)}") from err
+            if err.status == 403:
+                raise Forbidden(f"{kind} {name} refused by the API server: {_api_message(err)}") from err
             raise
         except ValueError as err:  # the typed client validates bodies before sending them
             raise Rejected(f"{kind} {name} is invalid: {'; '.join(str(err).splitlines()[:3])}") from err

@@ -6,7 +6,7 @@ Returns a Blocker (the job waits in Pending, or fails when it can never run) ins
 from __future__ import annotations
 
 from dtjob.desired.pods import GPU_RESOURCE
-from dtjob.kube import Kube
+from dtjob.kube import Kube, Rejected
 from dtjob.spec import JobSpec
 from dtjob.status import Blocker
 
@@ -37,7 +37,16 @@ def preflight(kube: Kube, spec: JobSpec) -> Blocker | None:
 def _gpu_capacity(kube: Kube, spec: JobSpec) -> Blocker | None:
     """Fail a job whose workers fit on no node of the pool; a pool scaled to zero is given the benefit."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
-    nodes = kube.list_nodes(selector)
+    try:
+        nodes = kube.list_nodes(selector)
+    except Rejected as err:
+        # The parser refuses such pools and labels; this catches a CRD older than the operator, or a pool name
+        # from the operator's own configuration.
+        return Blocker(
+            "InvalidNodeSelector",
+            f"spec.placement.nodePool / spec.placement.nodeSelector: {err}",
+            fatal=True,
+        )
     if not nodes:
         return None
     capacities = [_gpus(n) for n in nodes]

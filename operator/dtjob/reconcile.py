@@ -15,10 +15,11 @@ from dtjob import desired, names, storage
 from dtjob.azure.results import output_url
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
-from dtjob.kube import Kube, LogUnavailable, Rejected
+from dtjob.kube import Forbidden, Kube, LogUnavailable, Rejected
 from dtjob.observed import observe
 from dtjob.preflight import preflight
 from dtjob.progress import latest_progress
+from dtjob.refusals import create_forbidden
 from dtjob.spec import JobSpec, SpecError, parse_spec
 from dtjob.sshkeys import generate_keypair
 from dtjob.status import (
@@ -122,6 +123,8 @@ def reconcile(
         except Rejected as err:
             _fail_rejected(kube, namespace, name, str(err), now)
             return None
+        except Forbidden as err:
+            return _forbidden(kube, namespace, name, str(err), now)
     if sas_requeue is not None:
         requeue = min(sas_requeue, requeue or sas_requeue)
     return requeue
@@ -185,6 +188,28 @@ def _fail_rejected(kube: Kube, namespace: str, name: str, message: str, now: dat
     kube.patch_status(namespace, name, decision.status.to_dict(), meta["resourceVersion"])
     for event in decision.events:
         kube.emit_event(job, event.type, event.reason, event.message, now)
+    _delete_world(kube, namespace, name)
+
+
+def _forbidden(kube: Kube, namespace: str, name: str, message: str, now: datetime) -> float | None:
+    """A child refused with 403: Failed naming the field (Pod Security admission) and no world left, or a
+    waiting condition quoting the API server (a quota, RBAC) and another try later."""
+    job = kube.get_job(namespace, name)
+    if job is None:
+        return None
+    meta = job["metadata"]
+    decision = create_forbidden(status_from_dict(job.get("status")), message, now, meta.get("generation"))
+    new_status = decision.status.to_dict()
+    if _status_changed(job.get("status") or {}, new_status):
+        kube.patch_status(namespace, name, new_status, meta["resourceVersion"])
+    for event in decision.events:
+        kube.emit_event(job, event.type, event.reason, event.message, now)
+    if decision.status.phase in FINISHED:
+        _delete_world(kube, namespace, name)
+    return decision.requeue_after
+
+
+def _delete_world(kube: Kube, namespace: str, name: str) -> None:
     kube.delete_pods(namespace, f"{names.JOB_NAME_LABEL}={name}")
     kube.delete_batch_job(namespace, names.launcher_name(name))
 

@@ -35,6 +35,10 @@ STAGING_POLL_SECONDS = 10.0
 # The longest a decision asks to wait for a timer; a far deadline is simply looked at again later.
 MAX_REQUEUE_SECONDS = 24 * 3600.0
 
+# Condition Created=False with this reason: the API server refused a create with 403 (dtjob.refusals); the
+# job waits and tries again, and keeps saying why instead of "creating N worker pod(s)".
+CREATE_FORBIDDEN = "CreateForbidden"
+
 CONDITION_TYPES = ("Staged", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
@@ -508,15 +512,21 @@ def _progress(
     if missing:
         b.actions.append(EnsureWorld())
         b.actions.extend(CreateWorker(i, attempt) for i in missing)
-    if not b.status.is_true("Created"):
-        b.cond("Created", True, "WorldCreated", "SSH secret, hostfile, service and worker pods created")
-
     all_ready = len(workers) == spec.workers and all(
         p.ready and p.phase == "Running" for p in workers.values()
     )
-    if launcher is None and all_ready and not stale_launcher:
+    create_launcher = launcher is None and all_ready and not stale_launcher
+    if create_launcher:
         b.actions.append(CreateLauncher(attempt))
         b.status = replace(b.status, launcher_state="Pending")
+
+    refused = b.prev.condition("Created")
+    if refused is not None and refused.reason == CREATE_FORBIDDEN and (missing or create_launcher):
+        # The last create was refused (a quota, RBAC): try again, and keep the API server's words in view.
+        b.phase(RESTARTING if b.prev.phase == RESTARTING else PENDING, refused.message)
+        return
+    if not b.status.is_true("Created"):
+        b.cond("Created", True, "WorldCreated", "SSH secret, hostfile, service and worker pods created")
 
     restarting = b.prev.phase == RESTARTING or b.status.is_true("Restarting")
     if launcher is not None and launcher.running:

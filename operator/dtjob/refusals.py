@@ -1,0 +1,61 @@
+"""What a create that the API server refused with 403 Forbidden means for the job. Pure.
+
+Admission refuses creates with 403 for two kinds of cause:
+- Pod Security admission: the namespace enforces a level the pod does not meet. The operator's own settings
+  meet `restricted`, so the cause is something the spec asked for (an inline NFS volume): the job fails with
+  a message naming the field, and nothing of its world is left.
+- A ResourceQuota, or the operator's own RBAC: room or permission may come later. The job waits in Pending
+  with condition Created=False (reason CreateForbidden) quoting the API server, and tries again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from dtjob.status import (
+    CREATE_FORBIDDEN,
+    PENDING,
+    RESTARTING,
+    Decision,
+    Event,
+    JobStatus,
+    invalid_spec,
+    set_condition,
+)
+
+POD_SECURITY_VIOLATION = "PodSecurityViolation"
+RETRY_SECONDS = 30.0
+# Pod volumes built from the spec (dtjob.desired.pods), by name.
+_VOLUME_FIELDS = {"data": "spec.dataset.volume", "checkpoints": "spec.checkpoints"}
+
+
+def is_pod_security(message: str) -> bool:
+    return "violates PodSecurity" in message
+
+
+def pod_security_field(message: str) -> str:
+    """The spec field behind a Pod Security refusal: the only thing a job can add that `restricted` forbids
+    is an inline NFS volume."""
+    if 'volume type "nfs"' in message:
+        named = [field for volume, field in _VOLUME_FIELDS.items() if f'"{volume}"' in message]
+        if named:
+            return " and ".join(f"{field}.nfs" for field in named)
+    return "spec"
+
+
+def create_forbidden(prev: JobStatus, message: str, now: datetime, generation: int | None) -> Decision:
+    """The decision after a create was refused with 403 (`message` names the object and quotes the API)."""
+    if is_pod_security(message):
+        hint = ""
+        if 'volume type "nfs"' in message:
+            hint = "; give the share to the job as a persistentVolumeClaim instead"
+        return invalid_spec(
+            prev, pod_security_field(message), message + hint, now, generation, reason=POD_SECURITY_VIOLATION
+        )
+    text = f"{message}; retrying every {RETRY_SECONDS:.0f}s"
+    conditions = set_condition(prev.conditions, "Created", False, CREATE_FORBIDDEN, text, now)
+    phase = RESTARTING if prev.phase == RESTARTING else PENDING
+    status = replace(prev, conditions=conditions, observed_generation=generation, phase=phase, message=text)
+    events = [] if prev.message == text else [Event("Warning", CREATE_FORBIDDEN, text)]
+    return Decision(status, [], events, RETRY_SECONDS)

@@ -1,0 +1,98 @@
+"""Refusals from the real API server become a clear status, never a crash loop or a silent retry.
+
+- Pod Security admission (403): the namespace enforces `restricted`, which forbids the inline NFS volume the
+  job asks for. The job fails naming spec.dataset.volume.nfs; no pod is left.
+- A ResourceQuota (403): the job waits in Pending with condition Created=False quoting the quota, and goes
+  on by itself once the quota allows it.
+- A node selector the API server cannot parse (400 to the node list): a Failed job naming the field, where the
+  reconcile used to raise on every attempt. The CRD refuses such pools and labels at apply now, so this drives
+  the operator's own check with a spec the parser never produced (an older CRD, or the operator's config).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from dtjob.kube import Kube
+from dtjob.preflight import preflight
+from kubernetes import client
+
+from tests.integration.operator_harness import Jobs, OperatorProcess
+from tests.kube_wait import wait_for
+from tests.unit.operator_fixtures import job_spec
+
+pytestmark = pytest.mark.integration
+
+NFS_DATA = {
+    "source": "imagenet",
+    "volume": {"nfs": {"server": "files.example.net", "path": "/datasets"}, "mountPath": "/data"},
+}
+
+
+def test_pod_security_refusal_fails_the_job_naming_the_field(
+    jobs: Jobs, operator: OperatorProcess, core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    core_v1.patch_namespace(
+        namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    jobs.create("nfsdata", dataset=NFS_DATA)
+    status = jobs.wait_phase("nfsdata", "Failed", timeout=60)
+    assert status["message"].startswith("spec.dataset.volume.nfs: Pod nfsdata-worker-"), status["message"]
+    assert "violates PodSecurity" in status["message"] and "persistentVolumeClaim" in status["message"]
+    cond = jobs.condition("nfsdata", "Failed")
+    assert cond and cond["reason"] == "PodSecurityViolation"
+    assert any(e.reason == "PodSecurityViolation" for e in jobs.events("nfsdata"))
+    wait_for(lambda: not jobs.pods("nfsdata"), timeout=30, what="no pods left behind")
+    assert jobs.launcher("nfsdata") is None
+
+
+def test_quota_refusal_waits_with_the_cause_and_goes_on_once_it_fits(
+    jobs: Jobs, operator: OperatorProcess, core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    quota = client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "1"})
+    )
+    core_v1.create_namespaced_resource_quota(namespace, quota)
+    # Admission refuses every pod until the quota controller has written the quota's status.
+    wait_for(
+        lambda: (core_v1.read_namespaced_resource_quota("pods", namespace).status.hard or {}).get("pods"),
+        timeout=30,
+        what="quota status",
+    )
+    jobs.create("quota")
+
+    def refused() -> dict[str, str] | None:
+        cond = jobs.condition("quota", "Created")
+        return cond if cond and cond["reason"] == "CreateForbidden" else None
+
+    cond = wait_for(refused, timeout=60, what="Created=False CreateForbidden")
+    assert cond["status"] == "False" and "exceeded quota: pods" in cond["message"]
+    status = jobs.status("quota")
+    assert status["phase"] == "Pending" and "exceeded quota" in status["message"]
+    assert "creating" not in status["message"]
+    assert len(jobs.pods("quota")) == 1  # worker 0 fitted; the job keeps it while it waits for room
+    assert any(e.reason == "CreateForbidden" for e in jobs.events("quota"))
+
+    # Room for the world: the next retry creates worker 1, and the launcher follows once both are Ready. (The
+    # launcher's own pod is the Job controller's to create, under the same quota, with its own backoff.)
+    core_v1.patch_namespaced_resource_quota("pods", namespace, {"spec": {"hard": {"pods": "10"}}})
+    wait_for(lambda: jobs.launcher("quota"), timeout=90, what="the launcher Job, once both workers are Ready")
+    assert jobs.condition("quota", "Created")["status"] == "True"
+    status = jobs.status("quota")
+    assert status["phase"] in ("Starting", "Running", "Succeeded")
+    assert "exceeded quota" not in status["message"]
+
+
+def test_a_node_selector_the_api_server_refuses_fails_the_job_naming_the_field(
+    api_client: client.ApiClient, simulated_pool: object
+) -> None:
+    spec = job_spec()
+    bad = replace(
+        spec, placement=replace(spec.placement, node_selector={"kubernetes.azure.com/agentpool": "GPU pool"})
+    )
+    blocker = preflight(Kube(api_client), bad)  # raised ApiException(400) in every reconcile before
+    assert blocker is not None and blocker.fatal and blocker.reason == "InvalidNodeSelector"
+    assert blocker.message.startswith("spec.placement.nodePool / spec.placement.nodeSelector:")
+    assert "GPU pool" in blocker.message
+    assert preflight(Kube(api_client), spec) is None  # the pool as the operator builds it is fine
