@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ARCHS = ("resnet50", "resnet-tiny")
+# numpy seeds (keras.utils.set_random_seed) are unsigned 32-bit; torch and TensorFlow accept more.
+MAX_SEED = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ def parse_args(prog: str, argv: Sequence[str] | None = None) -> TrainConfig:
         parser.error("--data-dir is required with --data imagenet")
     if ns.label_smoothing >= 1:
         parser.error(f"--label-smoothing must be in [0, 1), got {ns.label_smoothing}")
+    if not 0 <= ns.seed <= MAX_SEED:
+        parser.error(f"--seed must be in [0, {MAX_SEED}], got {ns.seed}")
     if ns.val_steps is not None and ns.val_steps < 0:
         parser.error(f"--val-steps must be >= 0, got {ns.val_steps}")
     return TrainConfig(**{k: v for k, v in vars(ns).items()})

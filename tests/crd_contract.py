@@ -1,0 +1,297 @@
+"""Probes of every bound the CRD's spec schema sets, for comparing it with the operator's parser.
+
+The schema is walked leaf by leaf; each constrained leaf (minimum, maximum, enum, pattern, length, or a CEL
+rule about it) gets values on and beyond its bounds, set one at a time into a full, valid job. The unit test
+judges each probe by the schema's keywords and the parser (tests/unit/test_crd_contract.py); the integration
+test by the real API server, CEL rules included, and the parser (tests/integration/test_crd_contract_api.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CRD = Path(__file__).resolve().parents[1] / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
+Json = dict[str, Any]
+Path_ = tuple[str | int, ...]
+MAP_KEY = "k"  # the key under which map values are probed
+
+UUID = "0b7f7c3e-1234-4abc-8def-0123456789ab"
+_COMMON: Json = {
+    "framework": "pytorch",
+    "workers": 2,
+    "gpusPerWorker": 4,
+    "image": "ghcr.io/dtjob/horovod-pytorch:0.1.0",
+    "imagePullPolicy": "IfNotPresent",
+    "imagePullSecrets": [{"name": "acr"}],
+    "command": ["python", "-m", "dtjob_train.pytorch"],
+    "args": ["--epochs", "1"],
+    "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+    "worker": {"podAnnotations": {MAP_KEY: "v"}, "podLabels": {MAP_KEY: "v"},
+               "resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "1"}}},
+    "hyperparameters": {"batchSizePerGpu": 8, "epochs": 1, "stepsPerEpoch": 5, "learningRate": 0.1,
+                        "warmupEpochs": 1, "momentum": 0.9, "weightDecay": 0.0001, "labelSmoothing": 0.1,
+                        "amp": True, "fp16Allreduce": True, "channelsLast": True, "imageSize": 32,
+                        "logInterval": 1, "seed": 7},
+    "placement": {
+        "nodePool": "gpu",
+        "nodeSelector": {MAP_KEY: "v"},
+        "tolerations": [{"key": "spot", "operator": "Equal", "value": "true", "effect": "NoExecute",
+                         "tolerationSeconds": 30}],
+        "affinity": {},
+        "launcher": {"nodePool": "system", "nodeSelector": {MAP_KEY: "v"},
+                     "tolerations": [{"key": "spot", "operator": "Exists"}]},
+    },
+    "launcher": {"runner": "horovodrun", "runAsWorker": False, "mpiArgs": ["-v"],
+                 "podAnnotations": {MAP_KEY: "v"}, "podLabels": {MAP_KEY: "v"},
+                 "resources": {"limits": {"cpu": "1"}}},
+    "runPolicy": {"backoffLimit": 1, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60,
+                  "cleanPodPolicy": "Running", "suspend": False,
+                  "scheduling": {"schedulerName": "sched", "queueName": "queue", "podGroup": "group"}},
+}  # fmt: skip
+_NFS = {"server": "files.example.net", "path": "/share"}
+_IDENTITY = {"authMode": "workloadIdentity", "clientId": UUID}
+_KEY = {"authMode": "accountKey", "secretRef": {"name": "storage-key", "key": "azurestorageaccountkey"}}
+
+
+def _stage(credentials: Json) -> Json:
+    return {"account": "acct1", "container": "datasets", "prefix": "in", "destination": "/data/imagenet",
+            "concurrency": 4, "sasLifetimeSeconds": 3600, "credentials": credentials,
+            "podAnnotations": {MAP_KEY: "v"}}  # fmt: skip
+
+
+def _output(credentials: Json) -> Json:
+    return {"account": "acct1", "container": "results", "prefix": "runs", "sasLifetimeSeconds": 3600,
+            "credentials": credentials}  # fmt: skip
+
+
+# Full, valid jobs; between them every field of the schema appears (nfs and PVC variants, both auth modes).
+BASES: tuple[Json, ...] = (
+    {**_COMMON,
+     "dataset": {"source": "imagenet", "dataDir": "/data/imagenet", "stageFrom": _stage(_IDENTITY),
+                 "volume": {"mountPath": "/data", "nfs": {**_NFS, "readOnly": True}}},
+     "output": _output(_KEY),
+     "checkpoints": {"mountPath": "/checkpoints", "nfs": {**_NFS, "readOnly": False}}},
+    {**_COMMON,
+     "dataset": {"source": "imagenet", "dataDir": "/data/imagenet", "stageFrom": _stage(_KEY),
+                 "volume": {"mountPath": "/data",
+                            "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": False}}},
+     "output": _output(_IDENTITY),
+     "checkpoints": {"mountPath": "/checkpoints",
+                     "persistentVolumeClaim": {"claimName": "ckpt", "readOnly": False}}},
+)  # fmt: skip
+
+# Decided by the operator's configuration, not by the schema: which emulator hosts may serve plain http.
+OPERATOR_CONFIG_FIELDS = {"endpoint"}
+
+# Strings tried on every string field besides its length bounds: the edges of every pattern the schema uses.
+STRINGS = (
+    "", "a", "A", "0", "-a", "a-", "a_b", "a.b", "a b", "a\n", "é", "a/b", "a//b", "/", "/a", "/a/", "/a/b",
+    "//a", "/a/../b", "/a/./b", "/..", "/..a", "..", "a/../b", "/etc", "/etc/mpi", "/etc/dtjob/ssh", "/dev",
+    "/dev/shm/x", "/proc", "/dtjob", "/dtjobs", "/var/run/dtjob/sas-in", "/data", "/data/x", "/data2",
+    "/checkpoints", "ghcr.io/a/b:1", "A/b", "a:1", "a:", "a@sha256:" + "0" * 64, "10.0.0.4", "fd00::4",
+    "host:2049", "x" * 13, "gpu", "gpu1", "1gpu", "spot", "team.example/key", "key/", "imagenet", "synthetic",
+    "Exists", "Equal", "NoSchedule", "NoExecute", "accountKey", "workloadIdentity", "Running", "horovodrun",
+    "IfNotPresent", UUID, "acct1", "datasets",
+)  # fmt: skip
+# Keys tried on every map whose keys a CEL rule checks.
+KEYS = ("k", "team.example/k", "a/b/c", "-k", "k-", "k k", "x" * 63, "x" * 64, "a" * 253 + "/k",
+        "a" * 254 + "/k", "/k", "Example.com/k")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Probe:
+    path: Path_
+    value: Any
+    body: Json  # the whole spec with the value set
+    keywords_ok: bool  # what the schema's keywords (not its CEL rules) say
+    cel: bool  # a CEL rule may decide this field too
+
+    @property
+    def field(self) -> str:
+        text = "spec"
+        for part in self.path:
+            text += f"[{part}]" if isinstance(part, int) else f".{part}"
+        return text
+
+    @property
+    def name(self) -> str:
+        return f"{self.field}={_short(self.value)}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)})"
+
+
+def spec_schema() -> Json:
+    crd: Json = yaml.safe_load(CRD.read_text())
+    spec: Json = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return spec
+
+
+def keyword_ok(schema: Json, value: Any) -> bool:
+    """The schema's own keywords, as the API server applies them (its regexes are RE2, where `$` matches
+    only at the very end)."""
+    kind = schema.get("type")
+    if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        return False
+    if kind == "number" and (isinstance(value, bool) or not isinstance(value, int | float)):
+        return False
+    if kind == "string" and not isinstance(value, str):
+        return False
+    if kind == "boolean" and not isinstance(value, bool):
+        return False
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    if "minimum" in schema and value < schema["minimum"]:
+        return False
+    if "maximum" in schema:
+        over = value >= schema["maximum"] if schema.get("exclusiveMaximum") else value > schema["maximum"]
+        if over:
+            return False
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", len(value)):
+            return False
+        pattern = schema.get("pattern")
+        if pattern is not None and re.search(pattern.replace("$", r"\Z"), value) is None:
+            return False
+    return True
+
+
+def _values(schema: Json, sample: Any) -> list[Any]:
+    kind = schema.get("type")
+    values: list[Any] = []
+    if "enum" in schema:
+        values += [*schema["enum"], "Bogus", ""]
+    if kind in ("integer", "number"):
+        values += [0, 1]
+        step = 1 if kind == "integer" else 0.001
+        for bound in (schema.get("minimum"), schema.get("maximum")):
+            if bound is not None:
+                values += [bound - step, bound, bound + step]
+    if kind == "boolean":
+        values += [True, False]
+    if kind == "string" and "enum" not in schema:
+        values += list(STRINGS)
+        base = sample if isinstance(sample, str) else ""
+        for length in (schema.get("maxLength"), schema.get("minLength")):
+            if length is not None:
+                values += [(base + "a" * n)[:n] for n in (length - 1, length, length + 1) if n >= 0]
+    unique: list[Any] = []
+    for v in values:
+        if not any(type(v) is type(u) and v == u for u in unique):
+            unique.append(v)
+    return unique
+
+
+def _constrained(schema: Json) -> bool:
+    keys = {"enum", "minimum", "maximum", "pattern", "minLength", "maxLength", "x-kubernetes-validations"}
+    return bool(keys & set(schema))
+
+
+def _get(body: Any, path: Path_) -> Any:
+    for part in path:
+        if isinstance(part, int):
+            if not isinstance(body, list) or part >= len(body):
+                return _MISSING
+            body = body[part]
+        else:
+            if not isinstance(body, dict) or part not in body:
+                return _MISSING
+            body = body[part]
+    return body
+
+
+_MISSING = object()
+
+
+def _set(body: Json, path: Path_, value: Any) -> Json:
+    out = copy.deepcopy(body)
+    target: Any = out
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    return out
+
+
+def _rename_key(body: Json, path: Path_, key: str) -> Json:
+    out = copy.deepcopy(body)
+    target: Any = out
+    for part in path:
+        target = target[part]
+    target[key] = target.pop(MAP_KEY)
+    return out
+
+
+def leaves(schema: Json, path: Path_ = (), rules: tuple[str, ...] = ()) -> Iterator[tuple[Path_, Json, bool]]:
+    """(path, schema, a CEL rule may decide it) of every constrained scalar; maps as (path, schema) too."""
+    own = tuple(r["rule"] for r in schema.get("x-kubernetes-validations", ()))
+    kind = schema.get("type")
+    if kind == "object" and "properties" in schema:
+        for key, child in schema["properties"].items():
+            yield from leaves(child, (*path, key), rules + own)
+        return
+    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        yield path, schema, bool(own)
+        yield from leaves(schema["additionalProperties"], (*path, MAP_KEY), rules)
+        return
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        if "maxItems" in schema:
+            yield path, schema, bool(own)
+        yield from leaves(schema["items"], (*path, 0), rules + own)
+        return
+    if kind in ("string", "integer", "number", "boolean"):
+        name = str(path[-1]) if path else ""
+        cel = bool(own) or any(f".{name}" in rule for rule in rules)
+        if _constrained(schema) or cel:
+            yield path, schema, cel
+
+
+def probes() -> Iterator[Probe]:
+    schema = spec_schema()
+    for path, node, cel in leaves(schema):
+        if str(path[-1]) in OPERATOR_CONFIG_FIELDS:
+            continue
+        base = next((b for b in BASES if _get(b, path) is not _MISSING), None)
+        base = base or next((b for b in BASES if isinstance(_get(b, path[:-1]), dict)), None)
+        if base is None:
+            raise AssertionError(f"no base job holds {path}: add it to tests/crd_contract.py BASES")
+        sample = _get(base, path)
+        kind = node.get("type")
+        if kind == "object":  # a map: its keys, which only CEL checks
+            if "x-kubernetes-validations" in node:
+                for key in KEYS:
+                    yield Probe(path, {key: "v"}, _rename_key(base, path, key), True, True)
+            if "maxProperties" in node:
+                for n in (node["maxProperties"], node["maxProperties"] + 1):
+                    many = {f"k{i}": "v" for i in range(n)}
+                    yield Probe(path, many, _set(base, path, many), keyword_ok_size(node, n), bool(cel))
+            continue
+        if kind == "array":
+            for n in (node["maxItems"], node["maxItems"] + 1):
+                items = [copy.deepcopy(sample[0]) for _ in range(n)]
+                yield Probe(path, items, _set(base, path, items), n <= node["maxItems"], cel)
+            continue
+        for value in _values(node, sample):
+            yield Probe(path, value, _set(base, path, value), keyword_ok(node, value), cel)
+
+
+def keyword_ok_size(node: Json, n: int) -> bool:
+    limit: int = node.get("maxProperties", n)
+    return n <= limit
+
+
+def job(spec: Json, name: str = "probe", namespace: str = "ml") -> Json:
+    return {
+        "apiVersion": "dtjob.io/v1alpha1",
+        "kind": "DistributedTrainingJob",
+        "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 1},
+        "spec": spec,
+    }

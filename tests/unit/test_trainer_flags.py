@@ -1,0 +1,78 @@
+"""The flags the operator builds for the trainers are read by the trainers' own parser (dtjob_train.cli), so a
+flag renamed or a bound tightened on either side fails here, not in every rank of a running job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from dtjob.desired.command import training_flags
+from dtjob.spec import SpecError
+from dtjob_train.cli import TrainConfig, parse_args
+
+from tests.unit.operator_fixtures import job_spec
+
+IMAGENET = {"source": "imagenet", "volume": {"persistentVolumeClaim": {"claimName": "imagenet"}},
+            "dataDir": "/data/imagenet"}  # fmt: skip
+# The spec's bounds on hyperparameters, on the accepted side of each (the CRD holds the same, see
+# test_crd_contract.py), and every combination of optional flags.
+SPECS: list[dict[str, Any]] = [
+    {},
+    {"dataset": IMAGENET, "checkpoints": {"persistentVolumeClaim": {"claimName": "ckpt"}}},
+    {"hyperparameters": {"amp": False, "fp16Allreduce": False, "channelsLast": False, "stepsPerEpoch": 3}},
+    {"hyperparameters": {"batchSizePerGpu": 1, "epochs": 1, "stepsPerEpoch": 1, "learningRate": 0,
+                         "warmupEpochs": 0, "momentum": 0, "weightDecay": 0, "labelSmoothing": 0,
+                         "imageSize": 8, "logInterval": 1, "seed": 0}},
+    {"hyperparameters": {"labelSmoothing": 0.999999, "seed": 2**32 - 1, "learningRate": 1e-9,
+                         "warmupEpochs": 0.5, "batchSizePerGpu": 4096, "epochs": 1000}},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("changes", SPECS)
+def test_the_trainers_parser_reads_every_flag_the_operator_passes(changes: dict[str, Any]) -> None:
+    spec = job_spec(**changes)
+    cfg: TrainConfig = parse_args("dtjob_train.pytorch", training_flags(spec))
+    hp = spec.hyperparameters
+    assert cfg.data == spec.dataset.source
+    assert (str(cfg.data_dir) if cfg.data_dir else None) == (
+        spec.dataset.data_dir if spec.dataset.source == "imagenet" else None
+    )
+    assert (cfg.batch_size, cfg.epochs, cfg.steps_per_epoch) == (hp.batch_size_per_gpu, hp.epochs,
+                                                                  hp.steps_per_epoch)  # fmt: skip
+    assert (cfg.base_lr, cfg.warmup_epochs, cfg.momentum, cfg.weight_decay, cfg.label_smoothing) == (
+        hp.learning_rate,
+        hp.warmup_epochs,
+        hp.momentum,
+        hp.weight_decay,
+        hp.label_smoothing,
+    )
+    assert (cfg.amp, cfg.fp16_allreduce, cfg.channels_last) == (hp.amp, hp.fp16_allreduce, hp.channels_last)
+    assert (cfg.image_size, cfg.log_interval, cfg.seed) == (hp.image_size, hp.log_interval, hp.seed)
+    assert cfg.checkpoint_dir is not None and cfg.output_dir is not None and cfg.progress_file is not None
+
+
+@pytest.mark.parametrize(
+    ("hyperparameters", "flag"),
+    [
+        ({"labelSmoothing": 1}, "--label-smoothing"),
+        ({"seed": 2**32}, "--seed"),
+        ({"batchSizePerGpu": 0}, "--batch-size"),
+        ({"learningRate": -1}, "--base-lr"),
+        ({"logInterval": 0}, "--log-interval"),
+    ],
+)
+def test_what_the_trainers_refuse_the_operator_refuses_first(
+    hyperparameters: dict[str, Any], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SpecError):
+        job_spec(hyperparameters=hyperparameters)
+    # The trainer refuses the same value: without the operator's check every rank would exit with status 2.
+    accepted = job_spec()
+    flags = training_flags(accepted)
+    value = {"--label-smoothing": "1", "--seed": str(2**32), "--batch-size": "0", "--base-lr": "-1",
+             "--log-interval": "0"}[flag]  # fmt: skip
+    flags[flags.index(flag) + 1] = value
+    with pytest.raises(SystemExit) as exited:
+        parse_args("dtjob_train.pytorch", flags)
+    assert exited.value.code == 2
+    assert flag in capsys.readouterr().err
