@@ -18,14 +18,14 @@ from azure.storage.blob import BlobServiceClient
 from dtjob.azure.emulator import Azurite
 from kubernetes import client
 
-from tests.e2e.test_real_training import (
+from tests.e2e.real_jobs import (
     assert_trained_together,
     blob_names,
     blob_text,
+    create_tiny_job,
     new_container,
     output_location,
     run_metrics,
-    storage_key_secret,
     tiny_training,
     wait_finished,
 )
@@ -97,16 +97,15 @@ def test_imagenet_tree_is_staged_from_blob_onto_a_claim_and_trained_on(
     results = new_container(node_azurite)
     tree = make_tree(tmp_path / "tree", per_class_train=8, per_class_val=2)
     uploaded = upload_tree(node_azurite, datasets, tree, "ilsvrc-mini")
-    storage_key_secret(real_jobs, node_azurite)
     claim = host_path_claim(real_jobs, "imagenet", tmp_path / "export")
     claims.append(f"{real_jobs.ns}-{claim}")
     name = "staged"
     started = time.monotonic()
-    real_jobs.create(
+    create_tiny_job(
+        real_jobs,
         name,
-        framework="pytorch",
-        workers=2,
-        gpusPerWorker=1,
+        node_azurite,
+        results,
         dataset={
             "source": "imagenet",
             "volume": {"persistentVolumeClaim": {"claimName": claim}, "mountPath": "/data"},
@@ -116,9 +115,6 @@ def test_imagenet_tree_is_staged_from_blob_onto_a_claim_and_trained_on(
                 "prefix": "ilsvrc-mini",
             },
         },
-        hyperparameters=tiny_training(),
-        runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 1200, "cleanPodPolicy": "Running"},
-        output=output_location(node_azurite, results),
     )
     # The Staging phase comes first, then the workers train on what the stager wrote.
     real_jobs.wait_phase(name, "Staging", "Starting", "Running", "Succeeded", "Failed", timeout=300)
@@ -165,21 +161,18 @@ def test_a_lost_rank_restarts_the_world_which_resumes_from_the_checkpoint(
     claims: list[str],
 ) -> None:
     results = new_container(node_azurite)
-    storage_key_secret(real_jobs, node_azurite)
     claim = host_path_claim(real_jobs, "checkpoints", tmp_path / "checkpoints")
     claims.append(f"{real_jobs.ns}-{claim}")
     name = "resume"
     epochs = 3
-    real_jobs.create(
+    create_tiny_job(
+        real_jobs,
         name,
-        framework="pytorch",
-        workers=2,
-        gpusPerWorker=1,
-        dataset={"source": "synthetic"},
+        node_azurite,
+        results,
         hyperparameters=tiny_training(epochs=epochs),
         checkpoints={"persistentVolumeClaim": {"claimName": claim}, "mountPath": "/checkpoints"},
         runPolicy={"backoffLimit": 2, "activeDeadlineSeconds": 1500, "cleanPodPolicy": "Running"},
-        output=output_location(node_azurite, results),
     )
 
     def in_second_epoch() -> dict[str, Any] | None:

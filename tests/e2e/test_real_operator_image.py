@@ -14,14 +14,12 @@ from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
 from kubernetes import client
 
 from tests.e2e.conftest import IMAGES, NODE_IP, RealCluster
-from tests.e2e.test_real_training import (
+from tests.e2e.real_jobs import (
     assert_trained_together,
     blob_names,
+    create_tiny_job,
     new_container,
-    output_location,
     run_metrics,
-    storage_key_secret,
-    tiny_training,
     wait_finished,
 )
 from tests.integration.operator_harness import REPO, Jobs
@@ -83,19 +81,9 @@ def test_operator_installed_by_helm_from_its_image_runs_a_real_job(
     assert pod.spec.security_context.run_as_user == 65532
     assert pod.spec.node_name.startswith("aks-system-")
     container = new_container(node_azurite)
-    storage_key_secret(real_jobs, node_azurite)
     name = "in-cluster"
     started = time.monotonic()
-    real_jobs.create(
-        name,
-        framework="pytorch",
-        workers=2,
-        gpusPerWorker=1,
-        dataset={"source": "synthetic"},
-        hyperparameters=tiny_training(),
-        runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 1200, "cleanPodPolicy": "Running"},
-        output=output_location(node_azurite, container),
-    )
+    create_tiny_job(real_jobs, name, node_azurite, container)
     wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
     print(f"[e2e] job under the Helm-installed operator succeeded in {time.monotonic() - started:.0f}s")
     assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))

@@ -5,123 +5,26 @@ Azurite, all through the operator.
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
-from typing import Any
 
 import pytest
-from azure.storage.blob import BlobServiceClient
 from dtjob.azure.emulator import Azurite
-from dtjob.storage import STORAGE_KEY_LABEL
-from kubernetes import client
 
 from tests.e2e.conftest import RealCluster
+from tests.e2e.real_jobs import (
+    STEPS,
+    assert_trained_together,
+    blob_names,
+    blob_text,
+    create_tiny_job,
+    new_container,
+    pod_logs,
+    run_metrics,
+    wait_finished,
+)
 from tests.integration.operator_harness import Jobs, OperatorProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
-
-KEY_SECRET = "storage-key"
-STEPS = 4
-
-
-def storage_key_secret(jobs: Jobs, azurite: Azurite) -> None:
-    secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=KEY_SECRET, labels={STORAGE_KEY_LABEL: "true"}),
-        string_data={"azurestorageaccountkey": azurite.account_key},
-    )
-    jobs.core.create_namespaced_secret(jobs.ns, secret)
-
-
-def output_location(azurite: Azurite, container: str) -> dict[str, Any]:
-    return {
-        "endpoint": azurite.endpoint,
-        "container": container,
-        "prefix": "runs",
-        "credentials": {"authMode": "accountKey", "secretRef": {"name": KEY_SECRET}},
-    }
-
-
-def tiny_training(**extra: Any) -> dict[str, Any]:
-    """A few real steps of ResNet-50 at a tiny image size: minutes on two CPU cores, not hours."""
-    return {
-        "batchSizePerGpu": 2,
-        "epochs": 1,
-        "stepsPerEpoch": STEPS,
-        "imageSize": 32,
-        "logInterval": 1,
-        "warmupEpochs": 0,
-        "amp": False,
-        **extra,
-    }
-
-
-def new_container(azurite: Azurite) -> str:
-    container = f"e2e{uuid.uuid4().hex[:12]}"
-    BlobServiceClient(azurite.endpoint, credential=azurite.shared_key).create_container(container)
-    return container
-
-
-def run_metrics(azurite: Azurite, container: str, jobs: Jobs, name: str) -> dict[str, Any]:
-    """metrics.json that rank 0 wrote and uploaded at the end of the run."""
-    uid = jobs.get(name)["metadata"]["uid"]
-    metrics: dict[str, Any] = json.loads(
-        blob_text(azurite, container, f"runs/{jobs.ns}/{name}/{uid}/metrics.json")
-    )
-    return metrics
-
-
-def assert_trained_together(metrics: dict[str, Any], world_size: int = 2) -> None:
-    """Both ranks trained every step and their allreduced weights ended identical."""
-    assert metrics["worldSize"] == world_size, metrics
-    assert metrics["globalStep"] == STEPS * metrics["epochs"], metrics
-    assert metrics["weightsConsistent"] is True, metrics["weightDigests"]
-
-
-def wait_finished(
-    jobs: Jobs, name: str, timeout: float, azurite: Azurite | None = None, container: str = ""
-) -> dict[str, Any]:
-    """The final status of a job that must succeed; otherwise fail showing its status and its pods' logs
-    (as uploaded to `container`, or live from the API server)."""
-    try:
-        status = jobs.wait_phase(name, "Succeeded", "Failed", timeout=timeout)
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{pod_logs(jobs, name, azurite, container)}") from None
-    if status["phase"] != "Succeeded":
-        raise AssertionError(
-            f"{name} ended {status['phase']}:\n{json.dumps(status, indent=1)}\n"
-            f"{pod_logs(jobs, name, azurite, container)}"
-        )
-    return status
-
-
-def pod_logs(jobs: Jobs, name: str, azurite: Azurite | None, container: str, lines: int = 40) -> str:
-    """The last lines of each of the job's pod logs, for a failure message."""
-    texts: dict[str, str] = {}
-    if azurite is not None and container:
-        uid = (jobs.get(name) or {}).get("metadata", {}).get("uid", "")
-        prefix = f"runs/{jobs.ns}/{name}/{uid}/logs/"
-        for blob in blob_names(azurite, container, prefix):
-            texts[blob.removeprefix(prefix)] = blob_text(azurite, container, blob)
-    for pod in jobs.pods(name):
-        pod_name = str(pod.metadata.name)
-        try:
-            texts.setdefault(pod_name, jobs.core.read_namespaced_pod_log(pod_name, jobs.ns))
-        except client.ApiException as err:
-            texts.setdefault(pod_name, f"(no log: {err.status})")
-    return "\n".join(
-        f"--- {pod}:\n" + "\n".join(text.splitlines()[-lines:]) for pod, text in sorted(texts.items())
-    )
-
-
-def blob_names(azurite: Azurite, container: str, prefix: str) -> list[str]:
-    service = BlobServiceClient(azurite.endpoint, credential=azurite.shared_key)
-    return sorted(b.name for b in service.get_container_client(container).list_blobs(name_starts_with=prefix))
-
-
-def blob_text(azurite: Azurite, container: str, name: str) -> str:
-    service = BlobServiceClient(azurite.endpoint, credential=azurite.shared_key)
-    return service.get_blob_client(container, name).download_blob().readall().decode(errors="replace")
 
 
 def test_pytorch_trains_for_real_and_uploads_results_and_logs(
@@ -131,19 +34,9 @@ def test_pytorch_trains_for_real_and_uploads_results_and_logs(
     node_azurite: Azurite,
 ) -> None:
     container = new_container(node_azurite)
-    storage_key_secret(real_jobs, node_azurite)
     name = "torch"
     started = time.monotonic()
-    real_jobs.create(
-        name,
-        framework="pytorch",
-        workers=2,
-        gpusPerWorker=1,
-        dataset={"source": "synthetic"},
-        hyperparameters=tiny_training(),
-        runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 1200, "cleanPodPolicy": "Running"},
-        output=output_location(node_azurite, container),
-    )
+    create_tiny_job(real_jobs, name, node_azurite, container)
     status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
     print(f"[e2e] pytorch job succeeded in {time.monotonic() - started:.0f}s")
 
@@ -185,19 +78,10 @@ def test_tensorflow_and_keras_train_for_real(
     runner: str,
 ) -> None:
     container = new_container(node_azurite)
-    storage_key_secret(real_jobs, node_azurite)
     name = f"{framework[:5]}-{runner[:3]}"
     started = time.monotonic()
-    real_jobs.create(
-        name,
-        framework=framework,
-        workers=2,
-        gpusPerWorker=1,
-        dataset={"source": "synthetic"},
-        hyperparameters=tiny_training(),
-        launcher={"runner": runner},
-        runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 1200, "cleanPodPolicy": "Running"},
-        output=output_location(node_azurite, container),
+    create_tiny_job(
+        real_jobs, name, node_azurite, container, framework=framework, launcher={"runner": runner}
     )
     status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
     print(f"[e2e] {framework} under {runner} succeeded in {time.monotonic() - started:.0f}s")

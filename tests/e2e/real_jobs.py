@@ -1,0 +1,141 @@
+"""What the real-node e2e tests share: a tiny real training job writing to Azurite, and reading back its
+results, metrics and logs."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from azure.storage.blob import BlobServiceClient
+from dtjob.azure.emulator import Azurite
+from dtjob.storage import STORAGE_KEY_LABEL
+from kubernetes import client
+
+from tests.integration.operator_harness import Jobs
+
+KEY_SECRET = "storage-key"
+STEPS = 4
+
+
+def storage_key_secret(jobs: Jobs, azurite: Azurite) -> None:
+    """The account-key Secret the jobs sign with, labelled for the operator (made once per namespace)."""
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=KEY_SECRET, labels={STORAGE_KEY_LABEL: "true"}),
+        string_data={"azurestorageaccountkey": azurite.account_key},
+    )
+    try:
+        jobs.core.create_namespaced_secret(jobs.ns, secret)
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+
+
+def output_location(azurite: Azurite, container: str) -> dict[str, Any]:
+    return {
+        "endpoint": azurite.endpoint,
+        "container": container,
+        "prefix": "runs",
+        "credentials": {"authMode": "accountKey", "secretRef": {"name": KEY_SECRET}},
+    }
+
+
+def tiny_training(**extra: Any) -> dict[str, Any]:
+    """A few real steps of ResNet-50 at a tiny image size: minutes on two CPU cores, not hours."""
+    return {
+        "batchSizePerGpu": 2,
+        "epochs": 1,
+        "stepsPerEpoch": STEPS,
+        "imageSize": 32,
+        "logInterval": 1,
+        "warmupEpochs": 0,
+        "amp": False,
+        **extra,
+    }
+
+
+def new_container(azurite: Azurite) -> str:
+    container = f"e2e{uuid.uuid4().hex[:12]}"
+    BlobServiceClient(azurite.endpoint, credential=azurite.shared_key).create_container(container)
+    return container
+
+
+def run_metrics(azurite: Azurite, container: str, jobs: Jobs, name: str) -> dict[str, Any]:
+    """metrics.json that rank 0 wrote and uploaded at the end of the run."""
+    uid = jobs.get(name)["metadata"]["uid"]
+    metrics: dict[str, Any] = json.loads(
+        blob_text(azurite, container, f"runs/{jobs.ns}/{name}/{uid}/metrics.json")
+    )
+    return metrics
+
+
+def assert_trained_together(metrics: dict[str, Any], world_size: int = 2) -> None:
+    """Both ranks trained every step and their allreduced weights ended identical."""
+    assert metrics["worldSize"] == world_size, metrics
+    assert metrics["globalStep"] == STEPS * metrics["epochs"], metrics
+    assert metrics["weightsConsistent"] is True, metrics["weightDigests"]
+
+
+def wait_finished(
+    jobs: Jobs, name: str, timeout: float, azurite: Azurite | None = None, container: str = ""
+) -> dict[str, Any]:
+    """The final status of a job that must succeed; otherwise fail showing its status and its pods' logs
+    (as uploaded to `container`, or live from the API server)."""
+    try:
+        status = jobs.wait_phase(name, "Succeeded", "Failed", timeout=timeout)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{pod_logs(jobs, name, azurite, container)}") from None
+    if status["phase"] != "Succeeded":
+        raise AssertionError(
+            f"{name} ended {status['phase']}:\n{json.dumps(status, indent=1)}\n"
+            f"{pod_logs(jobs, name, azurite, container)}"
+        )
+    return status
+
+
+def pod_logs(jobs: Jobs, name: str, azurite: Azurite | None, container: str, lines: int = 40) -> str:
+    """The last lines of each of the job's pod logs, for a failure message."""
+    texts: dict[str, str] = {}
+    if azurite is not None and container:
+        uid = (jobs.get(name) or {}).get("metadata", {}).get("uid", "")
+        prefix = f"runs/{jobs.ns}/{name}/{uid}/logs/"
+        for blob in blob_names(azurite, container, prefix):
+            texts[blob.removeprefix(prefix)] = blob_text(azurite, container, blob)
+    for pod in jobs.pods(name):
+        pod_name = str(pod.metadata.name)
+        try:
+            texts.setdefault(pod_name, jobs.core.read_namespaced_pod_log(pod_name, jobs.ns))
+        except client.ApiException as err:
+            texts.setdefault(pod_name, f"(no log: {err.status})")
+    return "\n".join(
+        f"--- {pod}:\n" + "\n".join(text.splitlines()[-lines:]) for pod, text in sorted(texts.items())
+    )
+
+
+def blob_names(azurite: Azurite, container: str, prefix: str) -> list[str]:
+    service = BlobServiceClient(azurite.endpoint, credential=azurite.shared_key)
+    return sorted(b.name for b in service.get_container_client(container).list_blobs(name_starts_with=prefix))
+
+
+def blob_text(azurite: Azurite, container: str, name: str) -> str:
+    service = BlobServiceClient(azurite.endpoint, credential=azurite.shared_key)
+    return service.get_blob_client(container, name).download_blob().readall().decode(errors="replace")
+
+
+def create_tiny_job(jobs: Jobs, name: str, azurite: Azurite, output_container: str, **spec: Any) -> None:
+    """A two-worker synthetic PyTorch job of a few tiny steps that writes to `output_container`, signed with
+    a labelled account-key Secret; `spec` overrides any top-level field."""
+    storage_key_secret(jobs, azurite)
+    jobs.create(
+        name,
+        **{
+            "framework": "pytorch",
+            "workers": 2,
+            "gpusPerWorker": 1,
+            "dataset": {"source": "synthetic"},
+            "hyperparameters": tiny_training(),
+            "runPolicy": {"backoffLimit": 0, "activeDeadlineSeconds": 1200, "cleanPodPolicy": "Running"},
+            "output": output_location(azurite, output_container),
+            **spec,
+        },
+    )
