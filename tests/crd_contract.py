@@ -50,7 +50,7 @@ _COMMON: Json = {
     },
     "launcher": {"runner": "horovodrun", "runAsWorker": False, "mpiArgs": ["-v"],
                  "podAnnotations": {MAP_KEY: "v"}, "podLabels": {MAP_KEY: "v"},
-                 "resources": {"limits": {"cpu": "1"}}},
+                 "resources": {"limits": {"cpu": "1"}, "requests": {"memory": "1Gi"}}},
     "runPolicy": {"backoffLimit": 1, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60,
                   "cleanPodPolicy": "Running", "suspend": False,
                   "scheduling": {"schedulerName": "sched", "queueName": "queue", "podGroup": "group"}},
@@ -150,12 +150,13 @@ def keyword_ok(schema: Json, value: Any) -> bool:
         return False
     if "enum" in schema and value not in schema["enum"]:
         return False
-    if "minimum" in schema and value < schema["minimum"]:
-        return False
-    if "maximum" in schema:
-        over = value >= schema["maximum"] if schema.get("exclusiveMaximum") else value > schema["maximum"]
-        if over:
+    if isinstance(value, int | float) and not isinstance(value, bool):  # bounds apply to numbers only
+        if "minimum" in schema and value < schema["minimum"]:
             return False
+        if "maximum" in schema:
+            top = schema["maximum"]
+            if value >= top if schema.get("exclusiveMaximum") else value > top:
+                return False
     if isinstance(value, str):
         if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", len(value)):
             return False
@@ -178,6 +179,8 @@ def _values(schema: Json, sample: Any) -> list[Any]:
                 values += [bound - step, bound, bound + step]
     if kind == "boolean":
         values += [True, False]
+    if schema.get("x-kubernetes-int-or-string"):
+        values += [0, 1, -1, 2**40, "1", "500m", "16Gi", "1.5e3", "+1", "-1", "1Gb", "lots", "", " 1"]
     if kind == "string" and "enum" not in schema:
         values += list(STRINGS)
         base = sample if isinstance(sample, str) else ""
@@ -226,7 +229,7 @@ def _rename_key(body: Json, path: Path_, key: str) -> Json:
     target: Any = out
     for part in path:
         target = target[part]
-    target[key] = target.pop(MAP_KEY)
+    target[key] = target.pop(next(iter(target)))
     return out
 
 
@@ -247,7 +250,7 @@ def leaves(schema: Json, path: Path_ = (), rules: tuple[str, ...] = ()) -> Itera
             yield path, schema, bool(own)
         yield from leaves(schema["items"], (*path, 0), rules + own)
         return
-    if kind in ("string", "integer", "number", "boolean"):
+    if kind in ("string", "integer", "number", "boolean") or schema.get("x-kubernetes-int-or-string"):
         name = str(path[-1]) if path else ""
         cel = bool(own) or any(f".{name}" in rule for rule in rules)
         if _constrained(schema) or cel:

@@ -396,8 +396,33 @@ def _pod_overrides(r: _Reader) -> PodOverrides:
     return PodOverrides(
         annotations=r.labels("podAnnotations", values_are_labels=False),
         labels=r.labels("podLabels"),
-        resources=r.optional_object("resources"),
+        resources=_resources(r),
     )
+
+
+def _resources(r: _Reader) -> Json | None:
+    """Container resources: qualified resource names, each a quantity (an integer or a quantity string)."""
+    resources = r.optional_object("resources")
+    if resources is None:
+        return None
+    for kind in ("limits", "requests"):
+        values = resources.get(kind) or {}
+        path = f"{r.at('resources')}.{kind}"
+        if not isinstance(values, Mapping):
+            raise SpecError(path, "must be an object")
+        if len(values) > rules.MAX_MAP_ENTRIES:
+            raise SpecError(path, f"must have at most {rules.MAX_MAP_ENTRIES} entries")
+        for name, quantity in values.items():
+            problem = rules.label_key_problem(str(name))
+            if problem is not None:
+                raise SpecError(f"{path}[{name}]", problem)
+            if isinstance(quantity, bool) or not isinstance(quantity, int | str):
+                raise SpecError(f"{path}[{name}]", f"must be a quantity, got {quantity!r}")
+            if isinstance(quantity, str) and not rules.matches(rules.QUANTITY, quantity):
+                raise SpecError(
+                    f"{path}[{name}]", f"{quantity!r} is not a quantity (e.g. 2, 500m, 16Gi, 1.5e3)"
+                )
+    return resources
 
 
 def _volume(r: _Reader, default_mount: str, nfs_read_only: bool) -> DataVolume:

@@ -78,6 +78,13 @@ NFS_SERVER_MAX = 253
 # neither one of them, nor inside one, nor above one (it would hide it).
 RESERVED_MOUNT_PATHS = ("/etc/dtjob", "/etc/mpi", "/dtjob", "/dev/shm", "/var/run/dtjob", "/proc")
 
+# A resource quantity as a string (integers are quantities too): a non-negative decimal with an optional
+# binary (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or an exponent.
+QUANTITY = (
+    r"^[+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
 # numpy's seed (keras.utils.set_random_seed) is an unsigned 32-bit integer; torch and TensorFlow take more.
 MAX_SEED = 2**32 - 1
 

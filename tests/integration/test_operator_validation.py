@@ -80,6 +80,7 @@ APPLY_REJECTS = [
     ({"launcher": {"podAnnotations": {"a/b/c": "x"}}}, "keys must be qualified names"),
     ({"worker": {"podLabels": {f"k{i}": "v" for i in range(65)}}}, "spec.worker.podLabels: Too many"),
     ({"env": [{"name": "1ST", "value": "x"}]}, "spec.env[0].name"),
+    ({"worker": {"resources": {"requests": {"cpu": "lots"}}}}, "spec.worker.resources.requests.cpu"),
     ({"runPolicy": {"scheduling": {"queueName": "Team_Queue"}}}, "spec.runPolicy.scheduling.queueName"),
     ({"runPolicy": {"scheduling": {"podGroup": "g" * 64}}}, "spec.runPolicy.scheduling.podGroup"),
     ({"runPolicy": {"scheduling": {"schedulerName": "My Sched"}}}, "spec.runPolicy.scheduling.schedulerName"),

@@ -31,6 +31,7 @@ def tolerations(*items: dict[str, Any]) -> dict[str, Any]:
 
 TOL = "spec.placement.tolerations[0]"
 SEL = "spec.placement.nodeSelector"
+RES = "spec.worker.resources"
 
 
 BAD: list[tuple[dict[str, Any], str, str]] = [
@@ -49,6 +50,10 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"worker": {"podAnnotations": {"a/b/c": "any text"}}}, "spec.worker.podAnnotations[a/b/c]", "key"),
     ({"launcher": {"podLabels": {"x": "-y"}}}, "spec.launcher.podLabels[x]", "label value"),
     ({"worker": {"podLabels": {f"k{i}": "v" for i in range(65)}}}, "spec.worker.podLabels", "at most 64"),
+    ({"worker": {"resources": {"requests": {"cpu": "lots"}}}}, f"{RES}.requests[cpu]", "quantity"),
+    ({"launcher": {"resources": {"limits": {"memory": "-1Gi"}}}}, "spec.launcher.resources.limits[memory]",
+     "quantity"),
+    ({"worker": {"resources": {"limits": {"nvidia gpu": 1}}}}, f"{RES}.limits[nvidia gpu]", "key"),
     ({"env": [{"name": "1ST"}]}, "spec.env[0].name", "environment variable"),
     ({"env": [{"name": "A=B", "value": "x"}]}, "spec.env[0].name", "environment variable"),
     ({"runPolicy": {"scheduling": {"queueName": "Team_Q"}}}, "spec.runPolicy.scheduling.queueName", "DNS"),
