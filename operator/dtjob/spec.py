@@ -315,7 +315,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     """The whole object (metadata + spec) -> JobSpec with every default filled in."""
     metadata = body.get("metadata") or {}
     name = str(metadata.get("name", ""))
-    if len(name) > MAX_NAME_LENGTH or not NAME_RE.match(name):
+    if len(name) > MAX_NAME_LENGTH or not NAME_RE.fullmatch(name):
         raise SpecError(
             "metadata.name",
             f"must be a DNS-1035 label of at most {MAX_NAME_LENGTH} characters "

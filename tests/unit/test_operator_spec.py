@@ -84,7 +84,7 @@ def test_missing_required_fields() -> None:
         parse_spec(body, CONFIG)
 
 
-@pytest.mark.parametrize("name", ["Bad_Name", "1job", "x" * 46, "job-", ""])
+@pytest.mark.parametrize("name", ["Bad_Name", "1job", "x" * 46, "job-", "", "job\n"])
 def test_bad_names(name: str) -> None:
     with pytest.raises(SpecError) as info:
         parse_spec(job_body(name=name), CONFIG)
