@@ -87,7 +87,10 @@ def reconcile(
         if prev.phase not in FINISHED and not spec.run_policy.suspend:
             # Before anything that mounts them exists: the SAS Secrets, minted or rotated.
             owner = owner_reference(name, meta["uid"])
-            sas = storage.ensure_sas_secrets(kube, spec, prev, owner, now, config)
+            try:
+                sas = storage.ensure_sas_secrets(kube, spec, prev, owner, now, config)
+            except Forbidden as err:  # a quota on Secrets, say: the same wait as a refused pod
+                return _forbidden(kube, namespace, name, str(err), now)
             # A refusal that can never clear (storage the namespace may not use) outranks a wait.
             if sas.blocker is not None and (blocker is None or (sas.blocker.fatal and not blocker.fatal)):
                 blocker = sas.blocker

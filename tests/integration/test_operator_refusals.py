@@ -2,8 +2,8 @@
 
 - Pod Security admission (403): the namespace enforces `restricted`, which forbids the inline NFS volume the
   job asks for. The job fails naming spec.dataset.volume.nfs; no pod is left.
-- A ResourceQuota (403): the job waits in Pending with condition Created=False quoting the quota, and goes
-  on by itself once the quota allows it.
+- A ResourceQuota (403), on pods or on the job's SAS Secrets: the job waits in Pending with condition
+  Created=False quoting the quota, and goes on by itself once the quota allows it.
 - A node selector the API server cannot parse (400 to the node list): a Failed job naming the field, where the
   reconcile used to raise on every attempt. The CRD refuses such pools and labels at apply now, so this drives
   the operator's own check with a spec the parser never produced (an older CRD, or the operator's config).
@@ -14,10 +14,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
 from dtjob.kube import Kube
 from dtjob.preflight import preflight
+from dtjob.storage import STORAGE_KEY_LABEL
 from kubernetes import client
 
+from tests.azure.conftest import azurite  # noqa: F401  (fixture: a running Azurite)
 from tests.integration.operator_harness import Jobs, OperatorProcess
 from tests.kube_wait import wait_for
 from tests.unit.operator_fixtures import job_spec
@@ -96,3 +99,54 @@ def test_a_node_selector_the_api_server_refuses_fails_the_job_naming_the_field(
     assert blocker.message.startswith("spec.placement.nodePool / spec.placement.nodeSelector:")
     assert "GPU pool" in blocker.message
     assert preflight(Kube(api_client), spec) is None  # the pool as the operator builds it is fine
+
+
+@pytest.fixture
+def operator_env() -> dict[str, str]:
+    return {"DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME}
+
+
+@pytest.mark.azure
+def test_a_sas_secret_refused_by_a_quota_waits_with_the_cause(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    core_v1: client.CoreV1Api,
+    namespace: str,
+    azurite: Azurite,  # noqa: F811
+) -> None:
+    # The SAS Secrets come first, before anything that mounts them: a quota on Secrets refuses them there.
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name="storage-key", labels={STORAGE_KEY_LABEL: "true"}),
+        string_data={"azurestorageaccountkey": azurite.account_key},
+    )
+    core_v1.create_namespaced_secret(namespace, secret)
+    quota = client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="secrets"), spec=client.V1ResourceQuotaSpec(hard={"secrets": "1"})
+    )
+    core_v1.create_namespaced_resource_quota(namespace, quota)
+    wait_for(
+        lambda: (
+            (core_v1.read_namespaced_resource_quota("secrets", namespace).status.used or {}).get("secrets")
+            == "1"
+        ),
+        timeout=30,
+        what="quota status counting the key Secret",
+    )
+    credentials = {"authMode": "accountKey", "secretRef": {"name": "storage-key"}}
+    jobs.create(
+        "sasquota", output={"endpoint": azurite.endpoint, "container": "results", "credentials": credentials}
+    )
+
+    def refused() -> dict[str, str] | None:
+        cond = jobs.condition("sasquota", "Created")
+        return cond if cond and cond["reason"] == "CreateForbidden" else None
+
+    cond = wait_for(refused, timeout=60, what="Created=False CreateForbidden")
+    assert (
+        "Secret sasquota-sas-out refused" in cond["message"] and "exceeded quota: secrets" in cond["message"]
+    )
+    assert jobs.status("sasquota")["phase"] == "Pending" and not jobs.pods("sasquota")
+
+    core_v1.patch_namespaced_resource_quota("secrets", namespace, {"spec": {"hard": {"secrets": "10"}}})
+    wait_for(lambda: jobs.live_workers("sasquota"), timeout=90, what="workers, once the SAS Secret fits")
+    assert core_v1.read_namespaced_secret("sasquota-sas-out", namespace) is not None
