@@ -23,7 +23,6 @@ rm -rf /var/lib/apt/lists/* /var/log/apt/* /var/log/dpkg.log /var/cache/debconf/
 # The training user: MPI runs as this user over ssh between pods (no root, no passwords).
 id -u dtjob >/dev/null 2>&1 || useradd --create-home --uid 1000 --shell /bin/bash dtjob
 mkdir -p /run/sshd
-install -m 0644 /opt/dtjob/images/common/sshd_config /etc/ssh/sshd_config
 # Host keys are generated at container start (entrypoint), never baked into the image.
 rm -f /etc/ssh/ssh_host_*
 echo "[install-system] $stage: ${pkgs[*]} on $PRETTY_NAME" >&2
