@@ -23,6 +23,7 @@ from tests.e2e.real_jobs import (
     wait_finished,
 )
 from tests.integration.operator_harness import Jobs, OperatorProcess
+from tests.kube_wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -61,9 +62,14 @@ def test_pytorch_trains_for_real_and_uploads_results_and_logs(
     assert launcher_logs, names
     launcher_log = blob_text(node_azurite, container, f"{run}logs/{launcher_logs[0]}")
     assert "DTJOB_PROGRESS" in launcher_log
-    # The SAS Secrets are gone once the job has finished.
-    secrets = real_jobs.core.list_namespaced_secret(real_jobs.ns).items
-    assert not [s.metadata.name for s in secrets if s.metadata.name.startswith(f"{name}-sas-")]
+
+    # The SAS Secrets go once the logs are uploaded: a reconcile or two after the phase turns Succeeded.
+    def sas_secrets() -> list[str]:
+        secrets = real_jobs.core.list_namespaced_secret(real_jobs.ns).items
+        return [str(s.metadata.name) for s in secrets if str(s.metadata.name).startswith(f"{name}-sas-")]
+
+    wait_for(lambda: not sas_secrets(), timeout=60, what=f"{name}'s SAS Secrets deleted")
+    assert real_jobs.status(name).get("sasSecretsDeleted") is True
 
 
 @pytest.mark.parametrize(
