@@ -66,6 +66,9 @@ def _projection(body: kopf.Body) -> dict[str, Any]:
     return {
         "metadata": {
             "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            # Only the owners' UIDs: a job re-created under the same name must not adopt what the old left.
+            "ownerReferences": [{"uid": ref.get("uid")} for ref in meta.get("ownerReferences") or ()],
             "labels": dict(meta.get("labels") or {}),
             "deletionTimestamp": meta.get("deletionTimestamp"),
             "creationTimestamp": meta.get("creationTimestamp"),

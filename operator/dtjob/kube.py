@@ -10,12 +10,14 @@ import json
 import logging
 from collections.abc import Mapping
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
+from dtjob.desired.owned import drift, is_ours
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -35,6 +37,22 @@ class Rejected(Exception):
 
 class Forbidden(Exception):
     """The API server refused a create with 403: admission (Pod Security, a ResourceQuota) or RBAC."""
+
+
+class NotOurs(Exception):
+    """A child's name is taken by an object another owner holds (an older job of the same name, not yet
+    garbage collected): the job waits instead of adopting it."""
+
+
+class Applied(StrEnum):
+    """What ensure() found and did."""
+
+    CREATED = "Created"
+    UNCHANGED = "Unchanged"
+    UPDATED = "Updated"
+    NOT_OURS = (
+        "NotOurs"  # an object of that name exists and another owner's (say, an older job's of that name)
+    )
 
 
 class Kube:
@@ -106,17 +124,19 @@ class Kube:
 
     def patch_status(
         self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str
-    ) -> None:
-        """Merge-patch status, guarded by resourceVersion so a stale read never overwrites newer status."""
+    ) -> str:
+        """Merge-patch status, guarded by resourceVersion so a stale read never overwrites newer status.
+        Returns the job's resourceVersion after the patch."""
         body = {"metadata": {"resourceVersion": resource_version}, "status": dict(status)}
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            response: Any = self.custom.patch_namespaced_custom_object_status(
                 API_GROUP, API_VERSION, namespace, PLURAL, name, body, _preload_content=False
             )
         except ApiException as err:
             if err.status == 409:
                 raise Conflict(f"{namespace}/{name} changed; retrying") from err
             raise
+        return str(json.loads(response.data)["metadata"]["resourceVersion"])
 
     def create_if_absent(self, obj: Json) -> bool:
         """Create obj; False when it already exists."""
@@ -146,14 +166,42 @@ class Kube:
         log.info("created %s %s/%s", kind, namespace, name)
         return True
 
-    def ensure_config_map(self, obj: Json) -> None:
-        """Create the ConfigMap, or bring its data up to date (the hostfile follows spec.workers)."""
+    def ensure(self, obj: Json) -> Applied:
+        """Create obj; or, when it exists, check that it is ours (an ownerReference with our UID) and bring
+        the fields the operator owns back in line (dtjob.desired.owned)."""
         if self.create_if_absent(obj):
-            return
-        meta = obj["metadata"]
-        self.core.patch_namespaced_config_map(
-            meta["name"], meta["namespace"], {"data": obj["data"]}, _preload_content=False
-        )
+            return Applied.CREATED
+        kind, meta = obj["kind"], obj["metadata"]
+        existing = self._read(kind, meta["namespace"], meta["name"])
+        if existing is None:
+            return Applied.UNCHANGED  # deleted since the create said it exists: the next pass creates it
+        if not is_ours(existing, obj):
+            return Applied.NOT_OURS
+        patch = drift(obj, existing)
+        if patch is None:
+            return Applied.UNCHANGED
+        self._patch(kind, meta["namespace"], meta["name"], patch)
+        log.info("updated %s %s/%s", kind, meta["namespace"], meta["name"])
+        return Applied.UPDATED
+
+    def _read(self, kind: str, namespace: str, name: str) -> Json | None:
+        read: Any = {
+            "Pod": self.core.read_namespaced_pod,
+            "Service": self.core.read_namespaced_service,
+            "Secret": self.core.read_namespaced_secret,
+            "ConfigMap": self.core.read_namespaced_config_map,
+            "Job": self.batch.read_namespaced_job,
+            "NetworkPolicy": self.networking.read_namespaced_network_policy,
+        }[kind]
+        return _raw_or_none(lambda: read(name, namespace, _preload_content=False))
+
+    def _patch(self, kind: str, namespace: str, name: str, body: Json) -> None:
+        patch: Any = {
+            "Service": self.core.patch_namespaced_service,
+            "ConfigMap": self.core.patch_namespaced_config_map,
+            "NetworkPolicy": self.networking.patch_namespaced_network_policy,
+        }[kind]
+        patch(name, namespace, body, _preload_content=False)
 
     def replace_secret(self, obj: Json, resource_version: str) -> None:
         """Replace a Secret's content in place (mounted copies follow); guarded by resourceVersion."""

@@ -9,6 +9,8 @@ ROLE_LABEL = f"{API_GROUP}/role"
 # The world attempt a pod belongs to (status.restarts when it was created); older attempts are stale.
 ATTEMPT_LABEL = f"{API_GROUP}/attempt"
 WORKER_INDEX_LABEL = f"{API_GROUP}/worker-index"
+# On the launcher Job: how many workers its world has (spec.workers edited mid-run applies at the next world).
+WORLD_SIZE_LABEL = f"{API_GROUP}/world-size"
 # Pods that are MPI hosts, selected by the headless Service (workers, plus the launcher when it runs ranks).
 MPI_HOST_LABEL = f"{API_GROUP}/mpi-host"
 MANAGED_BY = "dtjob-operator"

@@ -1,17 +1,49 @@
 """What exists in the cluster for one job, reduced to the few facts the state machine decides on.
 
-Built from raw Pod and Job dicts (as the watch cache holds them); pure.
+Built from raw Pod and Job dicts (as the watch cache holds them) and from the reads of dtjob.observer; pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dtjob import names
+from dtjob.stager.job import StagingOutcome
 
 Json = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Children:
+    """The job's pods, launcher Job and staging Job as the watch cache last saw them (raw dicts)."""
+
+    pods: tuple[Mapping[str, Any], ...] = ()
+    launcher: Mapping[str, Any] | None = None
+    staging: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Something only the operator can find (a missing PVC, Secret, or no node big enough).
+
+    fatal: the job cannot ever run as written -> Failed; otherwise it waits in Pending and is rechecked.
+    """
+
+    reason: str
+    message: str
+    fatal: bool = False
+
+
+@dataclass(frozen=True)
+class SasObservation:
+    """One `<job>-sas-<access>` Secret as read now: whether a token must be minted (absent, or past its
+    rotation time), the seconds until its rotation otherwise, and what stops a mint (credentials, policy)."""
+
+    mint_needed: bool
+    rotate_in_s: float | None = None
+    blocked: Blocker | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +73,7 @@ class LauncherState:
     failed: bool
     pod_name: str | None = None
     reason: str | None = None
+    world_size: int | None = None  # the workers its hostfile names
 
     @property
     def finished(self) -> bool:
@@ -49,11 +82,27 @@ class LauncherState:
 
 @dataclass(frozen=True)
 class Observed:
+    """Every read of one reconcile, gathered before anything is decided."""
+
     pods: tuple[PodState, ...] = ()
     launcher: LauncherState | None = None
+    generation: int | None = None  # metadata.generation of the job
+    uid: str = ""  # metadata.uid of the job
+    # Preflight and storage facts that stop the first world (missing PVC, credentials, storage policy).
+    blocker: Blocker | None = None
+    # The SAS Secrets the job needs now, by access ("in", "out"); an access not listed was not looked at.
+    sas: Mapping[str, SasObservation] = field(default_factory=dict)
+    staging: StagingOutcome | None = None  # the staging Job's outcome, when that Job exists
+    training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress, from the launcher's log
+    progress_poll_s: float | None = None  # how soon progress should be read again while training
 
     def workers(self) -> list[PodState]:
         return [p for p in self.pods if p.role == names.ROLE_WORKER]
+
+    @property
+    def world_exists(self) -> bool:
+        """A worker pod or the launcher of any attempt exists."""
+        return bool(self.workers()) or self.launcher is not None
 
 
 def _int_label(labels: Json, key: str) -> int | None:
@@ -143,9 +192,23 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
         failed=is_failed,
         pod_name=pod.name if pod else None,
         reason=reason,
+        world_size=_int_label(meta.get("labels") or {}, names.WORLD_SIZE_LABEL),
     )
 
 
-def observe(pods: Iterable[Json], launcher_job: Json | None) -> Observed:
+def observe_children(pods: Iterable[Json], launcher_job: Json | None, job_uid: str = "") -> Observed:
+    """The children's facts alone; dtjob.observer adds the rest. With `job_uid`, what another owner holds (an
+    older job of the same name, not yet garbage collected) is left out: it is never taken for ours."""
+    if job_uid and launcher_job is not None and not _owned_by(launcher_job, {job_uid}):
+        launcher_job = None
+    if job_uid:
+        owners = {job_uid} | ({str(launcher_job["metadata"].get("uid"))} if launcher_job else set())
+        pods = [p for p in pods if _owned_by(p, owners)]
     states = tuple(pod_state(p) for p in pods)
     return Observed(pods=states, launcher=launcher_state(launcher_job, states) if launcher_job else None)
+
+
+def _owned_by(obj: Json, uids: set[str]) -> bool:
+    """Whether an ownerReference names one of `uids`; a copy without ownerReferences is taken as ours."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences")
+    return refs is None or any(str(ref.get("uid")) in uids for ref in refs)

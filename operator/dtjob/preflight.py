@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube import Kube, Rejected
+from dtjob.observed import Blocker
 from dtjob.spec import JobSpec
-from dtjob.status import Blocker
 
 
 def preflight(kube: Kube, spec: JobSpec) -> Blocker | None:

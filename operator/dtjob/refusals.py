@@ -1,4 +1,5 @@
-"""What a create that the API server refused with 403 Forbidden means for the job. Pure.
+"""What a refused create means for the job: 403 Forbidden from the API server, or a name another owner holds.
+Pure.
 
 Admission refuses creates with 403 for two kinds of cause:
 - Pod Security admission: the namespace enforces a level the pod does not meet. The operator's own settings
@@ -6,6 +7,8 @@ Admission refuses creates with 403 for two kinds of cause:
   a message naming the field, and nothing of its world is left.
 - A ResourceQuota, or the operator's own RBAC: room or permission may come later. The job waits in Pending
   with condition Created=False (reason CreateForbidden) quoting the API server, and tries again.
+A child whose name an object of another owner holds (an older job of the same name) is never adopted: the job
+waits the same way (reason ChildNotOwned) until the garbage collector removes it.
 """
 
 from __future__ import annotations
@@ -13,16 +16,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from dtjob.status import (
-    CREATE_FORBIDDEN,
-    PENDING,
-    RESTARTING,
-    Decision,
-    Event,
-    JobStatus,
-    invalid_spec,
-    set_condition,
-)
+from dtjob.actions import Decision, Event
+from dtjob.machine import invalid_spec
+from dtjob.status import CHILD_NOT_OURS, CREATE_FORBIDDEN, PENDING, RESTARTING, JobStatus, set_condition
 
 POD_SECURITY_VIOLATION = "PodSecurityViolation"
 RETRY_SECONDS = 30.0
@@ -53,9 +49,23 @@ def create_forbidden(prev: JobStatus, message: str, now: datetime, generation: i
         return invalid_spec(
             prev, pod_security_field(message), message + hint, now, generation, reason=POD_SECURITY_VIOLATION
         )
-    text = f"{message}; retrying every {RETRY_SECONDS:.0f}s"
-    conditions = set_condition(prev.conditions, "Created", False, CREATE_FORBIDDEN, text, now)
+    return _wait(prev, CREATE_FORBIDDEN, f"{message}; retrying every {RETRY_SECONDS:.0f}s", now, generation)
+
+
+def child_not_ours(prev: JobStatus, child: str, now: datetime, generation: int | None) -> Decision:
+    """A child's name is held by another owner's object (`child`, e.g. "ConfigMap rn50-hostfile"): most often
+    an older job of the same name whose children the garbage collector has not removed yet."""
+    text = (
+        f"{child} exists and belongs to another owner (an older job of the same name?); waiting for it to be "
+        f"deleted, retrying every {RETRY_SECONDS:.0f}s"
+    )
+    return _wait(prev, CHILD_NOT_OURS, text, now, generation)
+
+
+def _wait(prev: JobStatus, reason: str, text: str, now: datetime, generation: int | None) -> Decision:
+    """Created=False with the reason, the phase kept (Pending or Restarting), another try later."""
+    conditions = set_condition(prev.conditions, "Created", False, reason, text, now)
     phase = RESTARTING if prev.phase == RESTARTING else PENDING
     status = replace(prev, conditions=conditions, observed_generation=generation, phase=phase, message=text)
-    events = [] if prev.message == text else [Event("Warning", CREATE_FORBIDDEN, text)]
+    events = [] if prev.message == text else [Event("Warning", reason, text)]
     return Decision(status, [], events, RETRY_SECONDS)

@@ -35,10 +35,12 @@ from dtjob.azure.sas import (
     workload_identity_credential,
 )
 from dtjob.config import OperatorConfig
-from dtjob.kube import Kube, LogUnavailable
+from dtjob.desired.owned import is_ours, owner_uids
+from dtjob.kube import Applied, Kube, LogUnavailable, NotOurs
+from dtjob.observed import Blocker, SasObservation
 from dtjob.spec import JobSpec
 from dtjob.stager.job import STAGER_ROLE, StagingOutcome, staging_outcome
-from dtjob.status import Blocker, JobStatus, parse_time, seconds_after
+from dtjob.status import JobStatus
 from dtjob.storage_spec import AuthMode, BlobLocation
 from dtjob.tenancy import check_locations, namespace_policy
 
@@ -54,19 +56,15 @@ CONTAINER_OF_ROLE = {names.ROLE_WORKER: "worker", names.ROLE_LAUNCHER: "launcher
 
 
 @dataclass(frozen=True)
-class SasState:
-    blocker: Blocker | None = None
-    next_rotation_s: float | None = None  # seconds until the earliest rotation is due
-
-
-@dataclass(frozen=True)
 class LogUpload:
     uploaded: bool
     missing: tuple[str, ...] = ()
     error: str | None = None
 
 
-class _CredentialsProblem(Exception):
+class StorageRefused(Exception):
+    """Minting a SAS was refused for a reason the job's author must fix (credentials, identity)."""
+
     def __init__(self, blocker: Blocker) -> None:
         super().__init__(blocker.message)
         self.blocker = blocker
@@ -82,14 +80,6 @@ def sas_locations(spec: JobSpec, status: JobStatus) -> list[tuple[Access, BlobLo
     if spec.output is not None:
         wanted.append((Access.OUTPUT, spec.output.target, "spec.output.credentials"))
     return wanted
-
-
-def job_deadline(spec: JobSpec, status: JobStatus, now: datetime) -> datetime | None:
-    seconds = spec.run_policy.active_deadline_seconds
-    if seconds is None:
-        return None
-    start = parse_time(status.start_time) if status.start_time else now
-    return seconds_after(start, seconds)
 
 
 def spec_locations(spec: JobSpec) -> list[tuple[BlobLocation, str]]:
@@ -116,44 +106,65 @@ def storage_allowed(kube: Kube, spec: JobSpec, config: OperatorConfig) -> Blocke
     return Blocker("StorageNotAllowed", f"{violation.path}: {violation.message}", fatal=True)
 
 
-def ensure_sas_secrets(
-    kube: Kube, spec: JobSpec, status: JobStatus, owner: Json, now: datetime, config: OperatorConfig
-) -> SasState:
-    """Create each needed `<job>-sas-*` Secret, or replace its token once `config.sas_rotate_fraction` of its
-    life is used. Nothing is signed for a location the namespace's storage policy does not allow."""
-    refused = storage_allowed(kube, spec, config)
-    if refused is not None:
-        return SasState(blocker=refused)
-    rotate_at = config.sas_rotate_fraction
-    next_due: float | None = None
+def observe_sas(
+    kube: Kube, spec: JobSpec, status: JobStatus, uid: str, now: datetime, config: OperatorConfig
+) -> dict[str, SasObservation]:
+    """Each SAS Secret the job needs now: present and fresh (seconds to its rotation), or in need of a mint,
+    and then whether the namespace's storage policy and the credentials allow one. The policy and the
+    credentials are read only when a token is due, so a running job costs one Secret read per location."""
+    found: dict[str, SasObservation] = {}
+    policy_checked = False
+    refused: Blocker | None = None
     for access, location, path in sas_locations(spec, status):
-        name = sas_secret_name(spec.name, access)
-        existing = kube.get_secret(spec.namespace, name)
-        if existing is None or secret_rotation_due(existing, now, rotate_at):
-            try:
-                start, expiry = validity_window(now, location.sas_lifetime, job_deadline(spec, status, now))
-            except ValueError:
-                continue  # the deadline has passed: the state machine fails the job
-            directory = output_directory(spec, location, str(owner.get("uid", "")), config, access)
-            try:
-                sas = _mint(kube, spec.namespace, location, path, access, start, expiry, directory)
-            except _CredentialsProblem as problem:
-                return SasState(blocker=problem.blocker)
-            secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
-            if existing is None:
-                kube.create_if_absent(secret)
-            else:
-                kube.replace_secret(secret, existing["metadata"]["resourceVersion"])
-                log.info("rotated the SAS in %s/%s; it now expires at %s", spec.namespace, name,
-                         sas.expiry.isoformat())  # fmt: skip
-            issued, expires = now, sas.expiry
-        else:
+        existing = kube.get_secret(spec.namespace, sas_secret_name(spec.name, access))
+        if existing is not None and uid not in owner_uids(existing):
+            existing = None  # an older job's of the same name: minting ours waits until it is gone
+        if existing is not None and not secret_rotation_due(existing, now, config.sas_rotate_fraction):
             annotations = existing["metadata"].get("annotations") or {}
             issued = parse_rfc3339(annotations[ANNOTATION_ISSUED])
             expires = parse_rfc3339(annotations[ANNOTATION_EXPIRES])
-        due = (rotation_time(issued, expires, rotate_at) - now).total_seconds()
-        next_due = due if next_due is None else min(next_due, due)
-    return SasState(next_rotation_s=next_due)
+            due = rotation_time(issued, expires, config.sas_rotate_fraction) - now
+            found[access.value] = SasObservation(mint_needed=False, rotate_in_s=due.total_seconds())
+            continue
+        if not policy_checked:  # nothing is signed for a location the namespace may not use
+            refused, policy_checked = storage_allowed(kube, spec, config), True
+        blocked = refused or _credentials_blocker(kube, spec.namespace, location, path)
+        if blocked is not None:
+            log.warning("%s/%s: %s", spec.namespace, spec.name, blocked.message)
+        found[access.value] = SasObservation(mint_needed=True, blocked=blocked)
+    return found
+
+
+def mint_sas(
+    kube: Kube,
+    spec: JobSpec,
+    access: Access,
+    not_after: datetime | None,
+    owner: Json,
+    now: datetime,
+    config: OperatorConfig,
+) -> None:
+    """Create `<job>-sas-<access>` with a fresh token, or replace the token of the one there (rotation).
+    StorageRefused when the credentials do not allow it."""
+    wanted = {a: (location, path) for a, location, path in sas_locations(spec, JobStatus())}
+    location, path = wanted[access]
+    try:
+        start, expiry = validity_window(now, location.sas_lifetime, not_after)
+    except ValueError:
+        return  # the deadline has passed: the state machine fails the job
+    directory = output_directory(spec, location, str(owner.get("uid", "")), config, access)
+    sas = _mint(kube, spec.namespace, location, path, access, start, expiry, directory)
+    secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
+    existing = kube.get_secret(spec.namespace, sas_secret_name(spec.name, access))
+    if existing is None:
+        if kube.ensure(secret) is Applied.NOT_OURS:
+            raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
+        return
+    if not is_ours(existing, secret):
+        raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
+    kube.replace_secret(secret, existing["metadata"]["resourceVersion"])
+    log.info("rotated the SAS in %s/%s; it now expires at %s", spec.namespace,
+             sas_secret_name(spec.name, access), sas.expiry.isoformat())  # fmt: skip
 
 
 def output_directory(
@@ -164,6 +175,42 @@ def output_directory(
     if access is not Access.OUTPUT or location.account_name not in config.hns_accounts or not uid:
         return None
     return run_prefix(location.prefix, spec.namespace, spec.name, uid).rstrip("/")
+
+
+def _credentials_blocker(kube: Kube, namespace: str, location: BlobLocation, path: str) -> Blocker | None:
+    """What stops an account-key mint before Azure is asked (workload identity is checked by minting)."""
+    if location.credentials.auth_mode is not AuthMode.ACCOUNT_KEY:
+        return None
+    try:
+        _account_key(kube, namespace, location, path)
+    except StorageRefused as refused:
+        return refused.blocker
+    return None
+
+
+def _account_key(kube: Kube, namespace: str, location: BlobLocation, path: str) -> str:
+    ref = location.credentials.secret_ref
+    assert ref is not None
+    secret = kube.get_secret(namespace, ref.name)
+    if secret is None:
+        raise StorageRefused(Blocker(
+            "StorageCredentialsNotFound",
+            f"{path}.secretRef: Secret {ref.name!r} not found in namespace {namespace}; waiting for it",
+        ))  # fmt: skip
+    encoded = (secret.get("data") or {}).get(ref.key)
+    if not encoded:
+        raise StorageRefused(Blocker(
+            "StorageCredentialsNotFound",
+            f"{path}.secretRef.key: Secret {ref.name!r} has no key {ref.key!r}; waiting for it",
+        ))  # fmt: skip
+    labels = (secret.get("metadata") or {}).get("labels") or {}
+    if labels.get(STORAGE_KEY_LABEL) != "true":
+        raise StorageRefused(Blocker(
+            "StorageCredentialsNotAllowed",
+            f"{path}.secretRef: Secret {ref.name!r} is not labelled {STORAGE_KEY_LABEL}=true; the "
+            "operator uses only account keys whose Secret opts in with that label; waiting for it",
+        ))  # fmt: skip
+    return base64.b64decode(encoded).decode()
 
 
 def _mint(
@@ -178,28 +225,7 @@ def _mint(
 ) -> ContainerSas:
     creds = location.credentials
     if creds.auth_mode is AuthMode.ACCOUNT_KEY:
-        ref = creds.secret_ref
-        assert ref is not None
-        secret = kube.get_secret(namespace, ref.name)
-        if secret is None:
-            raise _CredentialsProblem(Blocker(
-                "StorageCredentialsNotFound",
-                f"{path}.secretRef: Secret {ref.name!r} not found in namespace {namespace}; waiting for it",
-            ))  # fmt: skip
-        encoded = (secret.get("data") or {}).get(ref.key)
-        if not encoded:
-            raise _CredentialsProblem(Blocker(
-                "StorageCredentialsNotFound",
-                f"{path}.secretRef.key: Secret {ref.name!r} has no key {ref.key!r}; waiting for it",
-            ))  # fmt: skip
-        labels = (secret.get("metadata") or {}).get("labels") or {}
-        if labels.get(STORAGE_KEY_LABEL) != "true":
-            raise _CredentialsProblem(Blocker(
-                "StorageCredentialsNotAllowed",
-                f"{path}.secretRef: Secret {ref.name!r} is not labelled {STORAGE_KEY_LABEL}=true; the "
-                "operator uses only account keys whose Secret opts in with that label; waiting for it",
-            ))  # fmt: skip
-        key = base64.b64decode(encoded).decode()
+        key = _account_key(kube, namespace, location, path)
         return mint_with_account_key(
             location.endpoint, location.account_name, key, location.container, access, start, expiry,
             directory,
@@ -222,7 +248,7 @@ def _mint(
         if isinstance(err, HttpResponseError) and err.status_code not in (401, 403):
             raise
         first_line = redact(str(err)).splitlines()[0] if str(err) else type(err).__name__
-        raise _CredentialsProblem(Blocker(
+        raise StorageRefused(Blocker(
             "StorageCredentialsDenied",
             f"{path}: the operator's workload identity could not get a user delegation key: {first_line}",
             fatal=True,

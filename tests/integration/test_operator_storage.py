@@ -275,7 +275,8 @@ def test_missing_key_secret_waits_naming_the_field_then_proceeds(
     assert secret_files(jobs, "nokey-sas-in") is None and stager_pod(jobs, "nokey") is None
     key_secret(jobs, azurite)
     jobs.wait_phase("nokey", "Staging", timeout=60)  # rechecked every 15 s while waiting
-    assert secret_files(jobs, "nokey-sas-in") is not None
+    # The status records intent first; the SAS is minted by the same reconcile right after.
+    wait_for(lambda: secret_files(jobs, "nokey-sas-in") is not None, timeout=30, what="nokey-sas-in minted")
 
 
 def test_key_secret_without_the_opt_in_label_waits_naming_the_field_then_proceeds(
@@ -295,7 +296,8 @@ def test_key_secret_without_the_opt_in_label_waits_naming_the_field_then_proceed
     opt_in = {"metadata": {"labels": {STORAGE_KEY_LABEL: "true"}}}
     jobs.core.patch_namespaced_secret(KEY_SECRET, jobs.ns, opt_in)
     jobs.wait_phase("optin", "Staging", timeout=60)
-    assert secret_files(jobs, "optin-sas-in") is not None
+    # The status records intent first; the SAS is minted by the same reconcile right after.
+    wait_for(lambda: secret_files(jobs, "optin-sas-in") is not None, timeout=30, what="optin-sas-in minted")
 
 
 def test_storage_the_namespace_may_not_use_fails_the_job_before_anything_is_signed(

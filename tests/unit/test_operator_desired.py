@@ -195,3 +195,16 @@ def test_launcher_script_is_valid_shell_around_the_command() -> None:
     argv = shlex.split(last)[1:]
     assert argv == mpi_command(spec)
     assert argv[argv.index("--base-lr") + 1] == "0.1"
+
+
+def test_a_worker_leaves_a_lost_node_within_seconds_not_five_minutes() -> None:
+    owner = owner_reference("rn50", "uid-1")
+    pod = desired.worker_pod(job_spec(), owner, 0, 0)
+    lost = {t["key"]: t for t in pod["spec"]["tolerations"] if t["key"].startswith("node.kubernetes.io/")}
+    assert set(lost) == {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+    assert all(t["tolerationSeconds"] == 30 and t["effect"] == "NoExecute" for t in lost.values())
+    # The spec's own toleration for one of those taints wins.
+    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+    mine = desired.worker_pod(job_spec(placement={"tolerations": [own]}), owner, 0, 0)
+    unreachable = [t for t in mine["spec"]["tolerations"] if t["key"] == "node.kubernetes.io/unreachable"]
+    assert unreachable == [own]

@@ -6,19 +6,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from dtjob.actions import CreateStagingJob, CreateWorker, DeleteSasSecrets, SasSecretsDeleted, UploadLogs
 from dtjob.azure.progress import ProgressSnapshot
+from dtjob.machine import decide, with_results
 from dtjob.observed import Observed
 from dtjob.spec import SpecError
 from dtjob.stager.job import StagingOutcome
-from dtjob.status import (
-    CreateStagingJob,
-    CreateWorker,
-    DeleteSasSecrets,
-    JobStatus,
-    UploadLogs,
-    decide,
-    format_time,
-)
+from dtjob.status import JobStatus, format_time
 
 from tests.unit.operator_fixtures import job_spec
 
@@ -46,26 +40,32 @@ def test_staging_comes_before_any_worker() -> None:
 
 def test_running_staging_reports_progress() -> None:
     snap = ProgressSnapshot("transferring", 10, 3, 1, 1000, 300, 100, 5.0, 80.0)
-    d = decide(staged_spec(), Observed(), JobStatus(phase="Staging"), NOW,
-               staging=StagingOutcome("Running", snap))  # fmt: skip
+    d = decide(
+        staged_spec(), Observed(staging=StagingOutcome("Running", snap)), JobStatus(phase="Staging"), NOW
+    )
     assert d.actions == []
     assert d.status.staging is not None and d.status.staging["filesCompleted"] == 4
     assert "4/10 files" in d.status.message and d.requeue_after is not None
 
 
 def test_staged_creates_the_world_and_is_remembered() -> None:
-    d = decide(staged_spec(), Observed(), JobStatus(phase="Staging"), NOW,
-               staging=StagingOutcome("Succeeded", None))  # fmt: skip
+    d = decide(
+        staged_spec(), Observed(staging=StagingOutcome("Succeeded", None)), JobStatus(phase="Staging"), NOW
+    )
     assert d.status.is_true("Staged")
     assert CreateWorker(0, 0) in d.actions and CreateStagingJob() not in d.actions
-    again = decide(staged_spec(), Observed(), d.status, NOW, staging=None)
+    again = decide(staged_spec(), Observed(staging=None), d.status, NOW)
     assert CreateStagingJob() not in again.actions
 
 
 def test_failed_staging_fails_the_job_with_its_reason() -> None:
     reason = "input SAS denied (403): check Secret rn50-sas-in"
-    d = decide(staged_spec(), Observed(), JobStatus(phase="Staging"), NOW,
-               staging=StagingOutcome("Failed", None, reason))  # fmt: skip
+    d = decide(
+        staged_spec(),
+        Observed(staging=StagingOutcome("Failed", None, reason)),
+        JobStatus(phase="Staging"),
+        NOW,
+    )
     assert d.status.phase == "Failed"
     failed = d.status.condition("Failed")
     assert failed is not None and failed.reason == "StagingFailed" and reason in failed.message
@@ -80,7 +80,11 @@ def test_finished_job_uploads_logs_before_cleanup_then_revokes_sas() -> None:
     first = decide(spec, Observed(), finished, NOW)
     assert first.actions == [UploadLogs()]
     uploaded = decide(spec, Observed(), JobStatus(**{**finished.__dict__, "logs_uploaded": True}), NOW)
-    assert uploaded.actions[0] == DeleteSasSecrets() and uploaded.status.sas_secrets_deleted
+    assert uploaded.actions[0] == DeleteSasSecrets()
+    # sasSecretsDeleted is written only once the delete has happened, from the action's result.
+    assert not uploaded.status.sas_secrets_deleted
+    recorded, _ = with_results(uploaded.status, [SasSecretsDeleted()])
+    assert recorded.sas_secrets_deleted
     # Logs that cannot be uploaded stop holding cleanup after the grace period.
     late = decide(spec, Observed(), finished, NOW + timedelta(minutes=6))
     assert UploadLogs() not in late.actions and DeleteSasSecrets() in late.actions

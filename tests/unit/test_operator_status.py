@@ -6,22 +6,19 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dtjob.observed import LauncherState, Observed, PodState, observe
-from dtjob.status import (
-    Blocker,
+from dtjob.actions import (
     CreateLauncher,
     CreateWorker,
     DeleteJob,
     DeleteLauncher,
     DeletePod,
     EnsureWorld,
-    JobStatus,
     UploadLogs,
-    decide,
-    format_time,
-    invalid_spec,
-    status_from_dict,
 )
+from dtjob.machine import decide, invalid_spec
+from dtjob.observed import Blocker, LauncherState, Observed, PodState
+from dtjob.observed import observe_children as observe
+from dtjob.status import JobStatus, format_time, status_from_dict
 
 from tests.unit.operator_fixtures import job_spec
 
@@ -52,7 +49,7 @@ def started(**kw: Any) -> JobStatus:
 
 
 def test_new_job_creates_world_and_workers_but_no_launcher() -> None:
-    d = decide(job_spec(), Observed(), JobStatus(), NOW, generation=1)
+    d = decide(job_spec(), Observed(generation=1), JobStatus(), NOW)
     assert d.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0)]
     assert d.status.phase == "Pending"
     assert d.status.start_time == format_time(NOW)
@@ -235,7 +232,7 @@ def test_suspended_before_start_creates_nothing() -> None:
 
 def test_waiting_blocker_keeps_pending_and_creates_nothing() -> None:
     blocker = Blocker("PVCNotFound", "spec.dataset.volume.persistentVolumeClaim.claimName: 'x' not found")
-    d = decide(job_spec(), Observed(), JobStatus(), NOW, blocker=blocker)
+    d = decide(job_spec(), Observed(blocker=blocker), JobStatus(), NOW)
     assert d.actions == []
     assert d.status.phase == "Pending"
     cond = d.status.condition("Created")
@@ -245,7 +242,7 @@ def test_waiting_blocker_keeps_pending_and_creates_nothing() -> None:
 
 def test_fatal_blocker_fails() -> None:
     blocker = Blocker("InsufficientGPUsPerNode", "spec.gpusPerWorker: 6 > 4", fatal=True)
-    d = decide(job_spec(), Observed(), JobStatus(), NOW, blocker=blocker)
+    d = decide(job_spec(), Observed(blocker=blocker), JobStatus(), NOW)
     assert d.status.phase == "Failed" and d.actions == []
     assert "spec.gpusPerWorker" in d.status.message
 
@@ -274,7 +271,10 @@ def test_invalid_spec_fails_with_field() -> None:
 
 def test_status_round_trips_through_dict() -> None:
     d = decide(
-        job_spec(), Observed(pods=(worker(0), worker(1))), started(phase="Starting", restarts=2), NOW, 3
+        job_spec(),
+        Observed(pods=(worker(0), worker(1)), generation=3),
+        started(phase="Starting", restarts=2),
+        NOW,
     )
     assert status_from_dict(d.status.to_dict()) == d.status
 
@@ -388,3 +388,28 @@ def test_a_ttl_near_int64_max_still_cleans_up_a_finished_job() -> None:
     d = decide(far, obs, started(), NOW)
     assert d.status.phase == "Succeeded"
     assert DeletePod("rn50-worker-0") in d.actions and DeleteJob() not in d.actions
+
+
+def test_spec_workers_edited_mid_run_applies_at_the_next_world_not_as_a_lost_worker() -> None:
+    # The running world was created for 2 workers (its launcher Job says so); the spec now asks for 3.
+    obs = Observed(pods=(worker(0), worker(1)), launcher=launcher(world_size=2))
+    d = decide(job_spec(workers=3), obs, started(), NOW)
+    assert d.status.phase == "Running" and d.status.restarts == 0
+    assert d.actions == []  # no third worker beside a running world, no restart
+    assert "spec.workers=3 applies at the next world" in (d.status.condition("Running") or d.status).message
+    # Shrinking does not delete a rank of the running world either.
+    shrunk = decide(job_spec(workers=1), obs, started(), NOW)
+    assert shrunk.status.phase == "Running" and DeletePod("rn50-worker-1") not in shrunk.actions
+
+
+def test_a_launcher_deleted_by_hand_restarts_the_world_and_counts_it() -> None:
+    obs = Observed(pods=(worker(0), worker(1)))
+    prev = started(launcher_pod="rn50-launcher-x", launcher_state="Running")
+    d = decide(job_spec(), obs, prev, NOW)
+    assert d.status.phase == "Restarting" and d.status.restarts == 1
+    restarting = d.status.condition("Restarting")
+    assert restarting is not None and restarting.reason == "LauncherLost"
+    assert "rn50-launcher-x disappeared" in restarting.message
+    # Our own create, not yet in the cache, is not a loss: no launcher pod was ever seen.
+    fresh = decide(job_spec(), obs, started(phase="Starting", launcher_state="Pending"), NOW)
+    assert fresh.status.restarts == 0

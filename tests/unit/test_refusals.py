@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from dtjob.actions import CreateWorker, EnsureWorld
+from dtjob.machine import decide
 from dtjob.observed import Observed, PodState
 from dtjob.refusals import POD_SECURITY_VIOLATION, RETRY_SECONDS, create_forbidden
-from dtjob.status import CREATE_FORBIDDEN, CreateWorker, EnsureWorld, JobStatus, decide
+from dtjob.status import CREATE_FORBIDDEN, JobStatus
 
 from tests.unit.operator_fixtures import job_spec
 
@@ -47,7 +49,7 @@ def test_decide_keeps_the_refusal_in_view_while_it_retries_the_create() -> None:
     refused = create_forbidden(JobStatus(phase="Pending"), QUOTA, NOW, 1).status
     worker0 = PodState(name="rn50-worker-0", role="worker", attempt=0, index=0, phase="Pending",
                        scheduled=False, ready=False, deleting=False, reason=None)  # fmt: skip
-    d = decide(job_spec(), Observed(pods=(worker0,)), refused, NOW, generation=1)
+    d = decide(job_spec(), Observed(pods=(worker0,), generation=1), refused, NOW)
     assert d.actions == [EnsureWorld(), CreateWorker(1, 0)]  # tried again...
     assert d.status.message == refused.message  # ...without claiming "creating 1 worker pod(s)"
     assert d.status.condition("Created") == refused.condition("Created")
@@ -61,6 +63,6 @@ def test_once_the_create_succeeds_the_world_counts_as_created() -> None:
                  ready=False, deleting=False, reason=None)
         for i in range(2)
     )  # fmt: skip
-    d = decide(job_spec(), Observed(pods=pods), refused, NOW, generation=1)
+    d = decide(job_spec(), Observed(pods=pods, generation=1), refused, NOW)
     assert d.actions == []
     assert d.status.is_true("Created") and "exceeded quota" not in d.status.message

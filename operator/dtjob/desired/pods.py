@@ -26,6 +26,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Group-readable: kubelet writes Secret files owned by root with group fsGroup, so the pod's user reads them
 # through its group. The ssh client only rejects a too-open identity file that the calling user owns (openssh
 # sshkey_perm_ok: st_uid == getuid() && mode & 077), and the workers' sshd runs with StrictModes=no.
+# A worker on a node that went NotReady or unreachable is evicted after this long instead of the default five
+# minutes: its rank is gone, and the world restarts only once the pod is (WorkerLost, counted once).
+NODE_LOST_TOLERATION_SECONDS = 30
 SSH_KEY_MODE = 0o440
 SCRIPT_MODE = 0o555
 # Each pod gets only the half of the job's key pair it uses: the launcher the private key it logs in with (it
@@ -68,7 +71,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "nodeSelector": dict(spec.placement.node_selector),
-        "tolerations": [dict(t) for t in spec.placement.tolerations],
+        "tolerations": _worker_tolerations(spec),
         "containers": [container],
         "volumes": _volumes(spec, with_hostfile=False, rank0=_rank0_worker(spec, index)),
     }
@@ -114,13 +117,16 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
         pod_spec["hostname"] = name
         pod_spec["subdomain"] = names.service_name(spec.name)
         pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
-        pod_spec["tolerations"] = [dict(t) for t in spec.placement.tolerations]
+        pod_spec["tolerations"] = _worker_tolerations(spec)
     else:
         pod_spec["nodeSelector"] = dict(spec.placement.launcher_node_selector)
         if spec.placement.launcher_tolerations:
             pod_spec["tolerations"] = [dict(t) for t in spec.placement.launcher_tolerations]
     _common_pod_spec(spec, pod_spec, gpu_placement=on_gpu)
-    job_labels = {**_pod_labels(spec, names.ROLE_LAUNCHER, attempt)}
+    job_labels = {
+        **_pod_labels(spec, names.ROLE_LAUNCHER, attempt),
+        names.WORLD_SIZE_LABEL: str(spec.workers),
+    }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -136,6 +142,19 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
             },
         },
     }
+
+
+def _worker_tolerations(spec: JobSpec) -> list[Json]:
+    """The spec's tolerations, plus a short stay on a lost node unless the spec tolerates those itself."""
+    tolerations = [dict(t) for t in spec.placement.tolerations]
+    own = {t.get("key") for t in tolerations}
+    for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if taint not in own:
+            tolerations.append({
+                "key": taint, "operator": "Exists", "effect": "NoExecute",
+                "tolerationSeconds": NODE_LOST_TOLERATION_SECONDS,
+            })  # fmt: skip
+    return tolerations
 
 
 def _rank0_worker(spec: JobSpec, index: int) -> bool:

@@ -1,0 +1,89 @@
+"""observe(): every read one reconcile needs, gathered into one Observed value before anything is decided.
+
+The children come from the watch cache; the rest are reads of the API server (the preflight lookups, the SAS
+Secrets, the staging and launcher log tails) and only happen when the state machine can use them.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from dtjob import names, storage
+from dtjob.config import OperatorConfig
+from dtjob.kube import Kube, LogUnavailable
+from dtjob.machine import world_started
+from dtjob.observed import Blocker, Children, Observed, observe_children
+from dtjob.preflight import preflight
+from dtjob.progress import latest_progress
+from dtjob.spec import JobSpec
+from dtjob.status import FINISHED, JobStatus
+
+log = logging.getLogger(__name__)
+
+# The tail is enough: rank 0 prints a progress line every log interval. The byte cap bounds the read when a
+# framework floods the log with one huge line.
+PROGRESS_TAIL_LINES = 50
+PROGRESS_TAIL_BYTES = 64 * 1024
+
+
+def observe(
+    kube: Kube,
+    config: OperatorConfig,
+    spec: JobSpec,
+    job: dict[str, Any],
+    prev: JobStatus,
+    children: Children,
+    now: datetime,
+) -> Observed:
+    meta = job["metadata"]
+    uid = str(meta.get("uid") or "")
+    seen = observe_children(children.pods, children.launcher, uid)
+    active = prev.phase not in FINISHED and not spec.run_policy.suspend
+    blocker = preflight(kube, spec) if active and not world_started(prev, seen) else None
+    sas = storage.observe_sas(kube, spec, prev, uid, now, config) if active else {}
+    sas_blockers = [s.blocked for s in sas.values() if s.blocked is not None]
+    blocker = _worst(blocker, *sas_blockers)
+    staging = None
+    if active and spec.dataset.staging is not None and not prev.is_true("Staged"):
+        staging = storage.observe_staging(kube, spec.namespace, children.staging, children.pods)
+    progress = _training_progress(kube, spec.namespace, prev, seen)
+    return Observed(
+        pods=seen.pods,
+        launcher=seen.launcher,
+        generation=meta.get("generation"),
+        uid=uid,
+        blocker=blocker,
+        sas=sas,
+        staging=staging,
+        training_progress=progress,
+        progress_poll_s=config.progress_seconds if seen.launcher is not None else None,
+    )
+
+
+def _worst(*blockers: Blocker | None) -> Blocker | None:
+    """The first blocker, unless a later one can never clear (a refusal outranks a wait)."""
+    found = [b for b in blockers if b is not None]
+    return next((b for b in found if b.fatal), found[0] if found else None)
+
+
+def _training_progress(kube: Kube, namespace: str, prev: JobStatus, seen: Observed) -> dict[str, Any] | None:
+    """Rank 0's latest progress line while the launcher runs, and once more as it ends (a short run may print
+    all its progress between two reads)."""
+    launcher = seen.launcher
+    if launcher is None or launcher.pod_name is None or prev.phase in FINISHED:
+        return None
+    if not (launcher.running or launcher.finished):
+        return None
+    try:
+        text = kube.read_pod_log(
+            namespace,
+            launcher.pod_name,
+            names.LAUNCHER_CONTAINER,
+            tail_lines=PROGRESS_TAIL_LINES,
+            limit_bytes=PROGRESS_TAIL_BYTES,
+        )
+    except LogUnavailable:
+        return None
+    return latest_progress(text)
