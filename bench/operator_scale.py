@@ -26,7 +26,7 @@ from typing import Any
 
 from dtjob import API_GROUP, API_VERSION, PLURAL, names
 from dtjob.config import load_config
-from dtjob.kube import Kube
+from dtjob.kube import KubeClient
 from dtjob.reconcile import Children, reconcile
 from kubernetes import client, config
 
@@ -86,7 +86,7 @@ def end_to_end(jobs: Jobs, operator: OperatorProcess, count: int) -> None:
 
 
 def observation_cost(api: client.ApiClient, namespace: str, count: int, rounds: int) -> None:
-    kube = Kube(api)
+    kube = KubeClient(api)
     settings = load_config()
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     keys = [f"scale-{i}" for i in range(count)]

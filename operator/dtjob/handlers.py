@@ -18,7 +18,7 @@ from kubernetes import config as k8s_config
 from dtjob import API_GROUP, API_VERSION, PLURAL, names
 from dtjob.config import load_config
 from dtjob.controller import Controller, children_from_indices
-from dtjob.kube import Kube
+from dtjob.kube import KubeClient
 from dtjob.stager.job import STAGER_ROLE
 
 MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY}"
@@ -48,7 +48,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.label_selectors["batch", "v1", "jobs"] = MANAGED_SELECTOR
     # Our own events describe every transition; kopf's per-handler chatter would only add noise.
     settings.posting.level = logging.WARNING
-    controller = Controller(Kube(_api_client()), load_config())
+    controller = Controller(KubeClient(_api_client()), load_config())
     controller.start()
     memo["controller"] = controller
 

@@ -1,4 +1,5 @@
-"""The apply layer: the only module that talks to the Kubernetes API.
+"""The apply layer: the only module that talks to the Kubernetes API (Kube, the Protocol the reconcile uses,
+and KubeClient, its implementation over the official client).
 
 Creates are create-if-absent (409 AlreadyExists means another reconcile got there first: fine), deletes are
 delete-if-present (404 is success), so running any action twice changes nothing.
@@ -11,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -55,7 +56,42 @@ class Applied(StrEnum):
     )
 
 
-class Kube:
+class Kube(Protocol):
+    """The Kubernetes API as a reconcile uses it. KubeClient talks to a real API server; unit tests use an
+    in-memory recording implementation to check the exact calls of a reconcile."""
+
+    def get_job(self, namespace: str, name: str) -> Json | None: ...
+    def get_secret(self, namespace: str, name: str) -> Json | None: ...
+    def get_pvc(self, namespace: str, name: str) -> Json | None: ...
+    def get_namespace(self, name: str) -> Json | None: ...
+    def read_pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str: ...
+    def list_nodes(self, label_selector: str) -> list[Json]: ...
+    def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str
+    ) -> str: ...
+    def create_if_absent(self, obj: Json) -> bool: ...
+    def ensure(self, obj: Json) -> Applied: ...
+    def replace_secret(self, obj: Json, resource_version: str) -> None: ...
+    def delete_secret(self, namespace: str, name: str) -> None: ...
+    def delete_pod(self, namespace: str, name: str) -> None: ...
+    def delete_batch_job(self, namespace: str, name: str) -> None: ...
+    def delete_pods(self, namespace: str, label_selector: str) -> None: ...
+    def delete_training_job(self, namespace: str, name: str) -> None: ...
+    def emit_event(
+        self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime
+    ) -> None: ...
+
+
+class KubeClient:
+    """Kube over the official client, against a real API server."""
+
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)

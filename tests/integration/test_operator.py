@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from dtjob.config import load_config
-from dtjob.kube import Kube
+from dtjob.kube import KubeClient
 from dtjob.reconcile import Children, reconcile
 from kubernetes import client
 
@@ -278,7 +278,7 @@ def test_reconcile_twice_changes_nothing(
     jobs.create("twice", launcher=LONG_LAUNCHER)
     jobs.wait_phase("twice", "Running", timeout=120)
     operator.stop()
-    kube = Kube(api_client)
+    kube = KubeClient(api_client)
 
     def snapshot() -> dict[str, str]:
         selector = "dtjob.io/job-name=twice"

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
-from dtjob.kube import Kube
+from dtjob.kube import KubeClient
 from dtjob.preflight import preflight
 from dtjob.storage import STORAGE_KEY_LABEL
 from kubernetes import client
@@ -94,11 +94,11 @@ def test_a_node_selector_the_api_server_refuses_fails_the_job_naming_the_field(
     bad = replace(
         spec, placement=replace(spec.placement, node_selector={"kubernetes.azure.com/agentpool": "GPU pool"})
     )
-    blocker = preflight(Kube(api_client), bad)  # raised ApiException(400) in every reconcile before
+    blocker = preflight(KubeClient(api_client), bad)  # raised ApiException(400) in every reconcile before
     assert blocker is not None and blocker.fatal and blocker.reason == "InvalidNodeSelector"
     assert blocker.message.startswith("spec.placement.nodePool / spec.placement.nodeSelector:")
     assert "GPU pool" in blocker.message
-    assert preflight(Kube(api_client), spec) is None  # the pool as the operator builds it is fine
+    assert preflight(KubeClient(api_client), spec) is None  # the pool as the operator builds it is fine
 
 
 @pytest.fixture
