@@ -1,0 +1,153 @@
+"""An in-memory Kube that records every call, for unit tests of a reconcile's exact API traffic.
+
+It keeps objects by (kind, namespace, name) and answers as the API server would where the reconcile depends
+on it: 409-style `False` from create_if_absent, ownership and owned-field drift in ensure() (the same pure
+rules as KubeClient), resourceVersions that move on every write. Faults are set per test: `conflict_next`
+makes the next status patch raise Conflict, `reject` makes creates of a kind raise Rejected.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from dtjob.desired.owned import drift, is_ours
+from dtjob.kube import Applied, Conflict, LogUnavailable, Rejected
+
+Json = dict[str, Any]
+JOB_KIND = "DistributedTrainingJob"
+
+
+@dataclass
+class RecordingKube:
+    objects: dict[tuple[str, str, str], Json] = field(default_factory=dict)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, kind, name)
+    events: list[tuple[str, str]] = field(default_factory=list)  # (type, reason)
+    logs: dict[str, str] = field(default_factory=dict)  # pod name -> log text
+    nodes: list[Json] = field(default_factory=list)
+    conflict_next: bool = False
+    reject: set[str] = field(default_factory=set)  # kinds whose creates the "API server" refuses
+    _version: int = 1
+
+    # --- test setup ----------------------------------------------------------------------------------
+
+    def put(self, obj: Json) -> Json:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = self._next_version()
+        self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
+        return obj
+
+    def writes(self) -> list[tuple[str, str, str]]:
+        """The calls that change something, in order."""
+        return [c for c in self.calls if not c[0].startswith(("get", "read", "list"))]
+
+    def _next_version(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    def _get(self, kind: str, namespace: str, name: str, verb: str) -> Json | None:
+        self.calls.append((verb, kind, name))
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    # --- Kube ----------------------------------------------------------------------------------------
+
+    def get_job(self, namespace: str, name: str) -> Json | None:
+        return self._get(JOB_KIND, namespace, name, "get")
+
+    def get_secret(self, namespace: str, name: str) -> Json | None:
+        return self._get("Secret", namespace, name, "get")
+
+    def get_pvc(self, namespace: str, name: str) -> Json | None:
+        return self._get("PersistentVolumeClaim", namespace, name, "get")
+
+    def get_namespace(self, name: str) -> Json | None:
+        return self._get("Namespace", "", name, "get")
+
+    def read_pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str:
+        self.calls.append(("read-log", "Pod", pod))
+        if pod not in self.logs:
+            raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
+        lines = self.logs[pod].splitlines(keepends=True)
+        return "".join(lines[-tail_lines:] if tail_lines else lines)
+
+    def list_nodes(self, label_selector: str) -> list[Json]:
+        self.calls.append(("list", "Node", label_selector))
+        return copy.deepcopy(self.nodes)
+
+    def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str
+    ) -> str:
+        self.calls.append(("patch-status", JOB_KIND, name))
+        job = self.objects[(JOB_KIND, namespace, name)]
+        if self.conflict_next or job["metadata"]["resourceVersion"] != resource_version:
+            self.conflict_next = False
+            raise Conflict(f"{namespace}/{name} changed; retrying")
+        job["status"] = {**(job.get("status") or {}), **copy.deepcopy(dict(status))}
+        job["metadata"]["resourceVersion"] = self._next_version()
+        return str(job["metadata"]["resourceVersion"])
+
+    def create_if_absent(self, obj: Json) -> bool:
+        kind, meta = obj["kind"], obj["metadata"]
+        self.calls.append(("create", kind, meta["name"]))
+        if kind in self.reject:
+            raise Rejected(f"{kind} {meta['name']} rejected by the API server: refused by the test")
+        if (kind, meta["namespace"], meta["name"]) in self.objects:
+            return False
+        self.put(obj)
+        return True
+
+    def ensure(self, obj: Json) -> Applied:
+        if self.create_if_absent(obj):
+            return Applied.CREATED
+        meta = obj["metadata"]
+        existing = self.objects[(obj["kind"], meta["namespace"], meta["name"])]
+        if not is_ours(existing, obj):
+            return Applied.NOT_OURS
+        patch = drift(obj, existing)
+        if patch is None:
+            return Applied.UNCHANGED
+        self.calls.append(("patch", obj["kind"], meta["name"]))
+        existing.update(copy.deepcopy(patch))
+        return Applied.UPDATED
+
+    def replace_secret(self, obj: Json, resource_version: str) -> None:
+        self.calls.append(("replace", "Secret", obj["metadata"]["name"]))
+        self.put(obj)
+
+    def _delete(self, kind: str, namespace: str, name: str) -> None:
+        self.calls.append(("delete", kind, name))
+        self.objects.pop((kind, namespace, name), None)
+
+    def delete_secret(self, namespace: str, name: str) -> None:
+        self._delete("Secret", namespace, name)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self._delete("Pod", namespace, name)
+
+    def delete_batch_job(self, namespace: str, name: str) -> None:
+        self._delete("Job", namespace, name)
+
+    def delete_pods(self, namespace: str, label_selector: str) -> None:
+        key, _, value = label_selector.partition("=")
+        for kind, ns, name in list(self.objects):
+            labels = self.objects[(kind, ns, name)]["metadata"].get("labels") or {}
+            if kind == "Pod" and ns == namespace and labels.get(key) == value:
+                self._delete("Pod", ns, name)
+
+    def delete_training_job(self, namespace: str, name: str) -> None:
+        self._delete(JOB_KIND, namespace, name)
+
+    def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
+        self.events.append((kind, reason))

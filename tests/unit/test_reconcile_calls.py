@@ -1,0 +1,157 @@
+"""The exact API calls of one reconcile, against an in-memory recording Kube, as mpi-operator's controller
+tests check their fake clientset's actions. The integration tests prove the same paths against a real API
+server."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
+from dtjob.desired.common import owner_reference
+from dtjob.kube import Conflict
+from dtjob.observed import Children
+from dtjob.reconcile import reconcile
+from dtjob.storage import STORAGE_KEY_LABEL
+from dtjob.tenancy import ANNOTATION_ACCOUNTS
+
+from tests.unit.operator_fixtures import CONFIG, job_body
+from tests.unit.recording_kube import JOB_KIND, RecordingKube
+
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+JOB = "DistributedTrainingJob"
+OUTPUT = {
+    "account": "acct1",
+    "container": "results",
+    "credentials": {"authMode": "accountKey", "secretRef": {"name": "storage-key"}},
+}
+
+
+def new_job(kube: RecordingKube, **spec: Any) -> dict[str, Any]:
+    return kube.put({**job_body(**spec), "kind": JOB_KIND})
+
+
+def test_a_new_job_records_its_intent_then_creates_its_world() -> None:
+    kube = RecordingKube()
+    new_job(kube)
+    requeue = reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert kube.writes() == [
+        ("patch-status", JOB, "rn50"),
+        ("create", "Secret", "rn50-ssh"),
+        ("create", "ConfigMap", "rn50-hostfile"),
+        ("create", "Service", "rn50-workers"),
+        ("create", "Pod", "rn50-worker-0"),
+        ("create", "Pod", "rn50-worker-1"),
+    ]
+    # Before the first world: the preflight lookups, and no launcher until the workers are Ready.
+    assert ("list", "Node", "kubernetes.azure.com/agentpool=gpu") in kube.calls
+    assert requeue is None
+    status = kube.objects[(JOB, "ml", "rn50")]["status"]
+    assert status["phase"] == "Pending" and status["workersReady"] == "0/2"
+    # A second pass over the same (empty) cache creates nothing new: every create answers "exists".
+    kube.calls.clear()
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert [c for c in kube.writes() if c[0] != "create"] == []
+
+
+def test_a_child_the_api_server_rejects_fails_the_job_and_leaves_no_half_world() -> None:
+    kube = RecordingKube(reject={"Pod"})
+    new_job(kube)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    writes = kube.writes()
+    assert writes[:5] == [
+        ("patch-status", JOB, "rn50"),
+        ("create", "Secret", "rn50-ssh"),
+        ("create", "ConfigMap", "rn50-hostfile"),
+        ("create", "Service", "rn50-workers"),
+        ("create", "Pod", "rn50-worker-0"),
+    ]
+    assert writes[5:] == [("patch-status", JOB, "rn50"), ("delete", "Job", "rn50-launcher")]
+    status = kube.objects[(JOB, "ml", "rn50")]["status"]
+    assert status["phase"] == "Failed"
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "ChildRejected" and "Pod rn50-worker-0" in failed["message"]
+
+
+def _storage(kube: RecordingKube) -> None:
+    kube.put({
+        "kind": "Namespace",
+        "metadata": {"name": "ml", "annotations": {ANNOTATION_ACCOUNTS: "acct1"}},
+    })  # fmt: skip
+    key = base64.b64encode(base64.b64encode(b"k" * 32)).decode()
+    kube.put({
+        "kind": "Secret",
+        "metadata": {"name": "storage-key", "namespace": "ml", "labels": {STORAGE_KEY_LABEL: "true"}},
+        "data": {"azurestorageaccountkey": key},
+    })  # fmt: skip
+
+
+def _sas_secret(issued: datetime, expires: datetime) -> dict[str, Any]:
+    return {
+        "kind": "Secret",
+        "metadata": {
+            "name": "rn50-sas-out",
+            "namespace": "ml",
+            "ownerReferences": [owner_reference("rn50", "uid-1")],
+            "annotations": {
+                ANNOTATION_ISSUED: issued.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                ANNOTATION_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        },
+        "data": {},
+    }
+
+
+def test_the_output_sas_is_minted_before_the_world_that_mounts_it() -> None:
+    kube = RecordingKube()
+    _storage(kube)
+    new_job(kube, output=OUTPUT)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    writes = kube.writes()
+    assert writes[:2] == [("patch-status", JOB, "rn50"), ("create", "Secret", "rn50-sas-out")]
+    assert writes.index(("create", "Secret", "rn50-sas-out")) < writes.index(
+        ("create", "Pod", "rn50-worker-0")
+    )
+    token = kube.objects[("Secret", "ml", "rn50-sas-out")]
+    assert token["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_a_sas_past_its_rotation_time_is_replaced_and_a_fresh_one_is_left_alone() -> None:
+    kube = RecordingKube()
+    _storage(kube)
+    new_job(kube, output=OUTPUT)
+    kube.put(_sas_secret(NOW - timedelta(hours=9), NOW + timedelta(hours=1)))  # 90% of its life used
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert ("replace", "Secret", "rn50-sas-out") in kube.writes()
+    kube.calls.clear()
+    kube.put(_sas_secret(NOW, NOW + timedelta(hours=10)))
+    requeue = reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert not [c for c in kube.writes() if c[2] == "rn50-sas-out"]
+    # Looked at again when 80% of its life is used, not before.
+    assert requeue == pytest.approx(8 * 3600)
+    # A fresh token costs one Secret read: no Namespace read, no key Secret read.
+    assert ("get", "Namespace", "ml") not in kube.calls and ("get", "Secret", "storage-key") not in kube.calls
+
+
+def test_a_conflict_on_the_status_write_stops_the_pass_before_any_action() -> None:
+    kube = RecordingKube(conflict_next=True)
+    new_job(kube)
+    with pytest.raises(Conflict):
+        reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert kube.writes() == [("patch-status", JOB, "rn50")]  # the controller requeues; nothing was created
+
+
+def test_a_name_held_by_another_owner_is_never_adopted() -> None:
+    kube = RecordingKube()
+    new_job(kube)
+    old = {"kind": "Secret", "metadata": {"name": "rn50-ssh", "namespace": "ml",
+           "ownerReferences": [owner_reference("rn50", "uid-of-the-old-job")]}}  # fmt: skip
+    kube.put(old)
+    requeue = reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert not [c for c in kube.writes() if c[0] == "create"]
+    status = kube.objects[(JOB, "ml", "rn50")]["status"]
+    created = next(c for c in status["conditions"] if c["type"] == "Created")
+    assert created["status"] == "False" and created["reason"] == "ChildNotOwned"
+    assert "Secret rn50-ssh" in created["message"] and requeue == 30
