@@ -178,7 +178,7 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
         _fail_world(b, spec, observed, *failure)
         return b.decision()
 
-    _progress(b, spec, observed, workers, launcher, attempt, size)
+    _advance_world(b, spec, observed, workers, launcher, attempt, size)
     if b.status.phase == RUNNING and observed.progress_poll_s is not None:
         b.requeue(observed.progress_poll_s)
     return b.decision()
@@ -231,12 +231,12 @@ def _stage(b: _Builder, spec: JobSpec, observed: Observed, outcome: StagingOutco
         _finish(b, spec, observed, FAILED, "StagingFailed", f"staging Job {job} failed: {outcome.reason}")
         return False
     b.status = replace(b.status, staging=snapshot or b.status.staging or {"phase": "starting"})
-    b.phase(STAGING, f"staging {what} to {staging.destination}{_progress_text(outcome)}")
+    b.phase(STAGING, f"staging {what} to {staging.destination}{_staging_text(outcome)}")
     b.requeue(STAGING_POLL_SECONDS)
     return False
 
 
-def _progress_text(outcome: StagingOutcome) -> str:
+def _staging_text(outcome: StagingOutcome) -> str:
     p = outcome.progress
     if p is None or not p.files_total:
         return ""
@@ -315,7 +315,7 @@ def _fail_world(b: _Builder, spec: JobSpec, observed: Observed, reason: str, mes
     _delete_world_pods(b, observed)
 
 
-def _progress(
+def _advance_world(
     b: _Builder,
     spec: JobSpec,
     observed: Observed,
