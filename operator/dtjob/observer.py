@@ -16,9 +16,9 @@ from dtjob.kube import Kube, LogUnavailable
 from dtjob.machine import world_started
 from dtjob.observed import Blocker, Children, Observed, observe_children
 from dtjob.preflight import preflight
-from dtjob.training_progress import latest_progress
 from dtjob.spec import JobSpec
 from dtjob.status import FINISHED, JobStatus
+from dtjob.training_progress import latest_progress
 
 log = logging.getLogger(__name__)
 
