@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -141,6 +142,48 @@ class KubeClient:
             raise LogUnavailable(f"{namespace}/{pod} ({container}): {err.status} {err.reason}") from err
         data: bytes = response.data
         return data.decode(errors="replace")
+
+    def stream_pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        chunk_bytes: int = 64 * 1024,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 60.0,
+    ) -> Generator[bytes, None, None]:
+        """A container's whole log through the API server (pods/log), in chunks of at most `chunk_bytes` as
+        they arrive, never held whole. The request starts at the first `next()`. LogUnavailable when the
+        kubelet cannot serve it, or when the stream breaks or stalls for `read_timeout_s` part way through.
+        Closing the iterator early drops the connection (unread data must not go back to the pool)."""
+        try:
+            response: Any = self.core.read_namespaced_pod_log(
+                pod,
+                namespace,
+                container=container,
+                _preload_content=False,
+                _request_timeout=(connect_timeout_s, read_timeout_s),
+            )
+        except ApiException as err:
+            raise LogUnavailable(f"{namespace}/{pod} ({container}): {err.status} {err.reason}") from err
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise LogUnavailable(f"{namespace}/{pod} ({container}): {type(err).__name__}: {err}") from err
+        complete = False
+        received = 0
+        try:
+            for chunk in response.stream(chunk_bytes, decode_content=True):
+                received += len(chunk)
+                yield chunk
+            complete = True
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise LogUnavailable(
+                f"{namespace}/{pod} ({container}): the log stream broke after {received} bytes: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        finally:
+            if not complete:
+                response.close()
+            response.release_conn()
 
     def list_nodes(self, label_selector: str) -> list[Json]:
         """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install).
