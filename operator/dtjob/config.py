@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dtjob.azure.logs import DEFAULT_LOG_CAP_BYTES, MIN_LOG_CAP_BYTES
 from dtjob.stager.job import DEFAULT_STAGER_IMAGE
 from dtjob.tenancy import StoragePolicy, cluster_policy
 
@@ -45,6 +46,8 @@ class OperatorConfig:
     hns_accounts: frozenset[str] = frozenset()
     # Create a NetworkPolicy per job that admits traffic to its MPI hosts only from its own pods.
     network_policy: bool = False
+    # The most bytes of one pod's log the operator keeps in storage; a longer log keeps its head and tail.
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -72,6 +75,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
             a.strip().lower() for a in env.get("DTJOB_HNS_ACCOUNTS", "").split(",") if a.strip()
         ),
         network_policy=env.get("DTJOB_NETWORK_POLICY", "false").lower() == "true",
+        log_cap_bytes=_log_cap(env.get("DTJOB_LOG_CAP_BYTES", str(DEFAULT_LOG_CAP_BYTES))),
     )
 
 
@@ -79,4 +83,14 @@ def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value < 1:
         raise ValueError(f"DTJOB_SAS_ROTATE_FRACTION must be between 0 and 1 (exclusive), got {text}")
+    return value
+
+
+def _log_cap(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"DTJOB_LOG_CAP_BYTES must be a whole number of bytes, got {text!r}") from None
+    if value < MIN_LOG_CAP_BYTES:
+        raise ValueError(f"DTJOB_LOG_CAP_BYTES must be at least {MIN_LOG_CAP_BYTES}, got {value}")
     return value

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from dtjob.azure.logs import DEFAULT_LOG_CAP_BYTES
 from kubernetes import client
 
 from tests.kube_wait import wait_for
@@ -113,6 +114,12 @@ def test_storage_policy_and_network_policy_reach_the_operator() -> None:
     assert env["DTJOB_ALLOWED_STORAGE_CONTAINERS"] == "runs"
     assert env["DTJOB_ALLOWED_CLIENT_IDS"] == client_id
     assert env["DTJOB_NETWORK_POLICY"] == "true"
+
+
+def test_the_log_cap_reaches_the_operator_as_whole_bytes() -> None:
+    # Helm reads numbers as floats: unconverted, 64 MiB would render as 6.7108864e+07 (refused at start).
+    assert int(operator_env(render())["DTJOB_LOG_CAP_BYTES"]) == DEFAULT_LOG_CAP_BYTES
+    assert operator_env(render("podLogCapBytes=1048576"))["DTJOB_LOG_CAP_BYTES"] == "1048576"
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from dtjob.azure.logs import (
     stop_when,
     truncation_note,
 )
+from dtjob.config import load_config
 
 CAP = LogCap(MIN_LOG_CAP_BYTES)  # 64 KiB: 16 KiB head, 4 KiB blocks
 
@@ -182,3 +183,12 @@ def test_a_cancelled_upload_stops_reading() -> None:
     cancel.set()
     with pytest.raises(Cancelled):
         next(chunks)
+
+
+def test_the_cap_is_an_operator_setting() -> None:
+    assert load_config({}).log_cap_bytes == 64 * 2**20
+    assert load_config({"DTJOB_LOG_CAP_BYTES": "1048576"}).log_cap_bytes == 2**20
+    with pytest.raises(ValueError, match="DTJOB_LOG_CAP_BYTES must be at least 65536"):
+        load_config({"DTJOB_LOG_CAP_BYTES": "1000"})
+    with pytest.raises(ValueError, match="whole number of bytes, got '64Mi'"):
+        load_config({"DTJOB_LOG_CAP_BYTES": "64Mi"})
