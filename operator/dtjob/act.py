@@ -96,7 +96,9 @@ def _run(
         case CreateStagingJob():
             _ensure(kube, desired.staging_job(spec, owner, config.stager_image))
         case UploadLogs(attempt=attempt):
-            return _upload_logs(kube, spec, str(owner["uid"]), pods, attempt, output_url)
+            return _upload_logs(
+                kube, spec, str(owner["uid"]), pods, attempt, output_url, config.log_cap_bytes
+            )
         case DeleteSasSecrets():
             storage.delete_sas_secrets(kube, ns, spec.name)
             return SasSecretsDeleted()
@@ -118,10 +120,13 @@ def _upload_logs(
     pods: Iterable[Mapping[str, Any]],
     attempt: int | None,
     output_url: str | None,
+    cap_bytes: int,
 ) -> LogsUploaded:
     """At the end every pod's log; before a restart (best effort, once) the failed attempt's."""
     folder = f"{output_url or ''}logs/" if attempt is None else f"{output_url or ''}logs/attempt-{attempt}/"
     if attempt is not None:
         pods = [p for p in pods if storage.pod_attempt(p) == attempt]
-    upload = storage.upload_pod_logs(kube, spec, uid, pods, attempt=attempt)
-    return LogsUploaded(attempt, upload.uploaded, folder, upload.missing, upload.error)
+    upload = storage.upload_pod_logs(kube, spec, uid, pods, attempt=attempt, cap_bytes=cap_bytes)
+    return LogsUploaded(
+        attempt, upload.uploaded, folder, upload.missing, upload.error, upload.truncated, upload.cap_bytes
+    )

@@ -86,6 +86,8 @@ class LogsUploaded:
     folder: str  # where the logs went (or would have gone)
     missing: tuple[str, ...] = ()  # pods whose log could not be read
     error: str | None = None  # why the upload failed (redacted)
+    truncated: tuple[str, ...] = ()  # pods whose log was longer than the cap (head and tail kept)
+    cap_bytes: int = 0  # that cap (DTJOB_LOG_CAP_BYTES)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from dtjob import names
 from dtjob.actions import (
@@ -488,6 +489,7 @@ def with_results(status: JobStatus, results: Sequence[Result]) -> tuple[JobStatu
                     logs_missing=result.missing,
                     logs_error=result.error,
                 )
+                status = replace(status, logs_truncated=_truncation(result))
             case LogsUploaded() if not result.uploaded:  # a failed world's logs: best effort, said once
                 reason = result.error or "unknown error"
                 events.append(Event("Warning", "LogsNotUploaded", f"logs of {result.folder}: {reason}"))
@@ -497,5 +499,12 @@ def with_results(status: JobStatus, results: Sequence[Result]) -> tuple[JobStatu
             text = f"pod logs uploaded to {result.folder}"
             if result.missing:
                 text += f" (not readable: {', '.join(result.missing)})"
+            if result.truncated:
+                text += f" (cut to the {result.cap_bytes}-byte cap: {', '.join(result.truncated)})"
             events.append(Event("Normal", "LogsUploaded", text))
     return status, events
+
+
+def _truncation(result: LogsUploaded) -> dict[str, Any] | None:
+    """status.output.logsTruncated: the pods whose log was cut to the cap, and the cap."""
+    return {"pods": list(result.truncated), "capBytes": result.cap_bytes} if result.truncated else None

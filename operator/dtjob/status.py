@@ -92,6 +92,7 @@ class JobStatus:
     logs_uploaded: bool = False
     logs_missing: tuple[str, ...] = ()  # pods whose log could not be read
     logs_error: str | None = None  # why the last log upload failed (redacted)
+    logs_truncated: Mapping[str, Any] | None = None  # {"pods": [...], "capBytes": n}: logs cut to the cap
     sas_secrets_deleted: bool = False  # written once the delete has happened, never before
 
     def condition(self, kind: str) -> Condition | None:
@@ -125,6 +126,8 @@ class JobStatus:
                 output["logsMissing"] = list(self.logs_missing)
             if self.logs_error:
                 output["logsError"] = self.logs_error
+            if self.logs_truncated:
+                output["logsTruncated"] = dict(self.logs_truncated)
             out["output"] = output
         if self.sas_secrets_deleted:
             out["sasSecretsDeleted"] = True
@@ -164,6 +167,7 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
         logs_uploaded=bool(output.get("logsUploaded")),
         logs_missing=tuple(str(p) for p in output.get("logsMissing") or ()),
         logs_error=output.get("logsError"),
+        logs_truncated=output.get("logsTruncated"),
         sas_secrets_deleted=bool(data.get("sasSecretsDeleted")),
     )
 

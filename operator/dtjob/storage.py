@@ -60,6 +60,8 @@ class LogUpload:
     uploaded: bool
     missing: tuple[str, ...] = ()
     error: str | None = None
+    truncated: tuple[str, ...] = ()  # pods whose log was longer than the cap: head and tail kept
+    cap_bytes: int = 0  # the cap they were cut to
 
 
 class StorageRefused(Exception):
@@ -316,35 +318,62 @@ def observe_staging(
 
 
 def upload_pod_logs(
-    kube: Kube, spec: JobSpec, uid: str, pods: Iterable[Mapping[str, Any]], attempt: int | None = None
+    kube: Kube,
+    spec: JobSpec,
+    uid: str,
+    pods: Iterable[Mapping[str, Any]],
+    attempt: int | None = None,
+    *,
+    cap_bytes: int,
 ) -> LogUpload:
-    """Read every pod's log through the API server and upload them to `<run prefix>/logs/<pod>.log`.
+    """Stream every pod's log from the API server into `<run prefix>/logs/<pod>.log`, a few pods at a time and
+    never a whole log in memory; a log longer than `cap_bytes` keeps its head and tail (dtjob.azure.logs).
     Pods whose log cannot be read are listed, not waited for."""
-    from dtjob.azure.results import upload_logs_with_sas
+    import threading
+    from contextlib import closing
+
+    from dtjob.azure.clients import container_client
+    from dtjob.azure.logs import LOG_UPLOAD_CONCURRENCY, LogCap, stop_when, upload_log
+    from dtjob.azure.parallel import run_bounded
+    from dtjob.azure.results import log_blob_name
 
     assert spec.output is not None
-    target = spec.output.target
-    texts: dict[str, str] = {}
-    missing: list[str] = []
+    prefix = spec.output.target.prefix
+    sources: list[tuple[str, str]] = []
     for pod in pods:
         name, container = _pod_name(pod), CONTAINER_OF_ROLE.get(_role(pod))
-        if not name or container is None:
-            continue
-        try:
-            texts[name] = kube.read_pod_log(spec.namespace, name, container)
-        except LogUnavailable as err:
-            log.info("log unavailable: %s", err)
-            missing.append(name)
+        if name and container is not None:
+            sources.append((name, container))
     sas = read_sas(kube, spec.namespace, spec.name, Access.OUTPUT)
     if sas is None:
-        return LogUpload(
-            False, tuple(sorted(missing)), f"Secret {sas_secret_name(spec.name, Access.OUTPUT)} is missing"
-        )
+        return LogUpload(False, error=f"Secret {sas_secret_name(spec.name, Access.OUTPUT)} is missing")
+    client = container_client(sas.container_url, sas.token, LOG_UPLOAD_CONCURRENCY)
+    cap = LogCap(cap_bytes)
+    missing: list[str] = []
+    truncated: list[str] = []
+
+    def upload_one(source: tuple[str, str], cancel: threading.Event) -> None:
+        name, container = source
+        blob = log_blob_name(prefix, spec.namespace, spec.name, uid, name, attempt)
+        with closing(kube.stream_pod_log(spec.namespace, name, container)) as chunks:
+            try:
+                summary = upload_log(client, blob, stop_when(cancel, chunks), cap)
+            except LogUnavailable as err:
+                log.info("log unavailable: %s", err)
+                missing.append(name)
+                return
+        if summary.truncated:
+            log.info("the log of %s/%s is %d bytes, over the %d-byte cap: kept the first %d and last %d",
+                     spec.namespace, name, summary.total_bytes, cap_bytes, summary.head_bytes,
+                     summary.tail_bytes)  # fmt: skip
+            truncated.append(name)
+
     try:
-        uploaded = upload_logs_with_sas(sas, target.prefix, spec.namespace, spec.name, uid, texts, attempt)
+        run_bounded(sources, upload_one, LOG_UPLOAD_CONCURRENCY, "log-upload")
     except Exception as err:  # any Azure or network failure: retried until the grace period ends
         text = redact(f"{type(err).__name__}: {err}").splitlines()[0]
         log.warning("uploading logs of %s/%s failed: %s", spec.namespace, spec.name, text)
-        return LogUpload(False, tuple(sorted(missing)), text[:300])
-    log.info("uploaded %d pod logs of %s/%s", len(uploaded), spec.namespace, spec.name)
-    return LogUpload(True, tuple(sorted(missing)))
+        # No missing pods with a failure: the retry reads every log again and says which are missing then.
+        return LogUpload(False, error=text[:300])
+    log.info("uploaded %d pod logs of %s/%s", len(sources) - len(missing), spec.namespace, spec.name)
+    return LogUpload(True, tuple(sorted(missing)), truncated=tuple(sorted(truncated)), cap_bytes=cap_bytes)

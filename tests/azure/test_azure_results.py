@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import ContainerClient
-from dtjob.azure.clients import SasFileSource
+from dtjob.azure.clients import SasFileSource, container_client
 from dtjob.azure.emulator import Azurite
+from dtjob.azure.logs import DEFAULT_LOG_CAP_BYTES, LogCap, upload_log
 from dtjob.azure.progress import ProgressSnapshot
-from dtjob.azure.results import output_url, run_prefix, upload_logs_with_sas
+from dtjob.azure.results import log_blob_name, output_url, run_prefix
 from dtjob.azure.sas import Access
 
 from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service
@@ -69,8 +70,12 @@ def test_results_and_logs_land_at_the_output_prefix(
         "r50-worker-0": "sshd ready\n",
         "r50-worker-1": "ünïcode ok\n",
     }
-    names = upload_logs_with_sas(sas, "runs", "team-a", "r50", "0b1c-uid", logs)
-    assert names == [f"{prefix}logs/{pod}.log" for pod in sorted(logs)]
+    # As the operator stores them, with the same SAS.
+    writer = container_client(sas.container_url, sas.token)
+    for pod, text in logs.items():
+        name = log_blob_name("runs", "team-a", "r50", "0b1c-uid", pod)
+        assert name == f"{prefix}logs/{pod}.log"
+        upload_log(writer, name, [text.encode()], LogCap(DEFAULT_LOG_CAP_BYTES))
 
     # Read back with the account key (the write SAS itself cannot read).
     stored = {b.name: container.download_blob(b.name).readall() for b in container.list_blobs()}

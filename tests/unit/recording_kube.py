@@ -9,7 +9,7 @@ makes the next status patch raise Conflict, `reject` makes creates of a kind rai
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -81,6 +81,13 @@ class RecordingKube:
             raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
         lines = self.logs[pod].splitlines(keepends=True)
         return "".join(lines[-tail_lines:] if tail_lines else lines)
+
+    def stream_pod_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]:
+        # A generator, as KubeClient's: the call happens at the first next().
+        self.calls.append(("stream-log", "Pod", pod))
+        if pod not in self.logs:
+            raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
+        yield self.logs[pod].encode()
 
     def list_nodes(self, label_selector: str) -> list[Json]:
         self.calls.append(("list", "Node", label_selector))
