@@ -369,7 +369,8 @@ def upload_pod_logs(
             truncated.append(name)
 
     try:
-        run_bounded(sources, upload_one, LOG_UPLOAD_CONCURRENCY, "log-upload")
+        with client:  # closes its connections after
+            run_bounded(sources, upload_one, LOG_UPLOAD_CONCURRENCY, "log-upload")
     except Exception as err:  # any Azure or network failure: retried until the grace period ends
         text = redact(f"{type(err).__name__}: {err}").splitlines()[0]
         log.warning("uploading logs of %s/%s failed: %s", spec.namespace, spec.name, text)
