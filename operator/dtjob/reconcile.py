@@ -148,7 +148,14 @@ def _delete_world(kube: Kube, namespace: str, name: str) -> None:
 
 
 def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    return any(old.get(key) != value for key, value in new.items())
+    """Whether the patch would change anything; a null in it (a field to remove) equals an absent field."""
+    return any(_present(old.get(key)) != _present(value) for key, value in new.items())
+
+
+def _present(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _present(v) for k, v in value.items() if v is not None}
+    return value
 
 
 __all__ = ["Children", "reconcile"]

@@ -124,8 +124,8 @@ class JobStatus:
             output: dict[str, Any] = {"url": self.output_url, "logsUploaded": self.logs_uploaded}
             if self.logs_missing:
                 output["logsMissing"] = list(self.logs_missing)
-            if self.logs_error:
-                output["logsError"] = self.logs_error
+            # Always written: null removes an old error from the merge patch once an upload succeeds.
+            output["logsError"] = self.logs_error or None
             if self.logs_truncated:
                 output["logsTruncated"] = dict(self.logs_truncated)
             out["output"] = output

@@ -21,6 +21,19 @@ Json = dict[str, Any]
 JOB_KIND = "DistributedTrainingJob"
 
 
+def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> Json:
+    """RFC 7386 JSON merge patch, as the API server applies a merge-patch+json body: null removes a field."""
+    out: Json = copy.deepcopy(dict(target))
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_patch(out[key], value)
+        else:
+            out[key] = merge_patch({}, value) if isinstance(value, Mapping) else copy.deepcopy(value)
+    return out
+
+
 @dataclass
 class RecordingKube:
     objects: dict[tuple[str, str, str], Json] = field(default_factory=dict)
@@ -101,7 +114,7 @@ class RecordingKube:
         if self.conflict_next or job["metadata"]["resourceVersion"] != resource_version:
             self.conflict_next = False
             raise Conflict(f"{namespace}/{name} changed; retrying")
-        job["status"] = {**(job.get("status") or {}), **copy.deepcopy(dict(status))}
+        job["status"] = merge_patch(job.get("status") or {}, status)
         job["metadata"]["resourceVersion"] = self._next_version()
         return str(job["metadata"]["resourceVersion"])
 

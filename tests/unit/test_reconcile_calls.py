@@ -155,3 +155,14 @@ def test_a_name_held_by_another_owner_is_never_adopted() -> None:
     created = next(c for c in status["conditions"] if c["type"] == "Created")
     assert created["status"] == "False" and created["reason"] == "ChildNotOwned"
     assert "Secret rn50-ssh" in created["message"] and requeue == 30
+
+
+def test_an_output_job_reconciled_again_writes_no_status() -> None:
+    # status.output.logsError is always in the patch (null clears an old error); null equals absent.
+    kube = RecordingKube()
+    _storage(kube)
+    new_job(kube, output=OUTPUT)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    kube.calls.clear()
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert ("patch-status", JOB, "rn50") not in kube.writes()
