@@ -1,0 +1,50 @@
+"""The decision being built: status, actions, events and the earliest wake-up. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from dtjob.actions import (
+    Action,
+    Decision,
+    Event,
+)
+from dtjob.status import (
+    JobStatus,
+    set_condition,
+)
+
+MAX_REQUEUE_SECONDS = 24 * 3600.0
+
+
+class Builder:
+    """Accumulates one reconcile's decision; keeps decide() readable."""
+
+    def __init__(self, prev: JobStatus, now: datetime) -> None:
+        self.prev = prev
+        self.now = now
+        self.status = prev
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+        self.requeue_after: float | None = None
+
+    def cond(self, kind: str, status: bool, reason: str, message: str) -> None:
+        conds = set_condition(self.status.conditions, kind, status, reason, message, self.now)
+        self.status = replace(self.status, conditions=conds)
+
+    def cond_false_if_present(self, kind: str, reason: str, message: str = "") -> None:
+        if self.status.condition(kind) is not None:
+            self.cond(kind, False, reason, message)
+
+    def phase(self, phase: str, message: str, event_type: str = "Normal", reason: str | None = None) -> None:
+        if phase != self.prev.phase:
+            self.events.append(Event(event_type, reason or phase, message or phase))
+        self.status = replace(self.status, phase=phase, message=message)
+
+    def requeue(self, seconds: float) -> None:
+        seconds = min(max(seconds, 1.0), MAX_REQUEUE_SECONDS)
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+    def decision(self) -> Decision:
+        return Decision(self.status, self.actions, self.events, self.requeue_after)

@@ -1,0 +1,164 @@
+"""decide(): the order in which the state machine's rules apply to one job. Pure.
+
+A finished job only cleans up; a blocked first world waits or fails; a suspended job deletes its pods; then
+the deadline, the SAS Secrets, staging, the launcher's outcome, a failure of the world, and finally the
+world advanced toward every worker Ready and the launcher running. What actions produce (the log upload,
+the SAS revocation) reaches the status through with_results(), after they ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from dtjob import names
+from dtjob.actions import (
+    Decision,
+    Event,
+    MintSas,
+)
+from dtjob.azure.results import output_url
+from dtjob.machine.builder import Builder
+from dtjob.machine.finish import cleanup, delete_world_pods, finish, ttl
+from dtjob.machine.staging import stage
+from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure
+from dtjob.observed import Observed
+from dtjob.spec import JobSpec
+from dtjob.status import (
+    FAILED,
+    FINISHED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    SUSPENDED,
+    JobStatus,
+    format_time,
+    parse_time,
+    seconds_after,
+)
+
+BLOCKED_POLL_SECONDS = 15.0
+
+
+def world_started(prev: JobStatus, observed: Observed) -> bool:
+    """Whether a world of this job has ever existed: from then on, no preflight lookup may fail it."""
+    return prev.start_time is not None or observed.world_exists
+
+
+def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) -> Decision:
+    b = Builder(prev, now)
+    b.status = replace(
+        prev,
+        observed_generation=observed.generation,
+        workers_total=spec.workers,
+        total_gpus=spec.workers * spec.gpus_per_worker,
+    )
+    _observations(b, spec, observed)
+    attempt = prev.restarts
+    launcher = observed.launcher if observed.launcher and observed.launcher.attempt == attempt else None
+    # A running world keeps the size it was created with; an edit of spec.workers applies at the next one.
+    size = (launcher.world_size if launcher else None) or spec.workers
+    workers = {
+        p.index: p
+        for p in observed.workers()
+        if p.attempt == attempt and p.index is not None and p.index < size and not p.deleting
+    }
+    count_workers(b, spec, workers, launcher)
+
+    if prev.phase in FINISHED:
+        cleanup(b, spec, observed)
+        ttl(b, spec)
+        return b.decision()
+    if _blocked(b, spec, observed) or _suspended(b, spec, observed):
+        return b.decision()
+    deadline = _deadline(b, spec, observed)
+    if b.status.phase in FINISHED:
+        return b.decision()
+    # Before anything that mounts them: the SAS Secrets, minted or rotated.
+    _sas(b, observed, deadline)
+
+    must_stage = spec.dataset.staging is not None and not b.status.is_true("Staged")
+    if must_stage and not (workers or launcher) and not stage(b, spec, observed, observed.staging):
+        return b.decision()
+    if launcher is not None and launcher.succeeded:
+        pod = launcher.pod_name or names.launcher_name(spec.name)
+        finish(b, spec, observed, SUCCEEDED, "LauncherSucceeded", f"launcher pod {pod} completed")
+        return b.decision()
+    failure = first_failure(spec, size, workers, launcher, prev)
+    if failure is not None:
+        fail_world(b, spec, observed, *failure)
+        return b.decision()
+
+    advance_world(b, spec, observed, workers, launcher, attempt, size)
+    if b.status.phase == RUNNING and observed.progress_poll_s is not None:
+        b.requeue(observed.progress_poll_s)
+    return b.decision()
+
+
+def _blocked(b: Builder, spec: JobSpec, observed: Observed) -> bool:
+    """What stops the first world (a missing PVC, credentials, storage policy): wait, or fail when it never
+    clears. A world that has existed is never failed by a later lookup."""
+    blocker = observed.blocker
+    if blocker is None or world_started(b.prev, observed):
+        return False
+    if blocker.fatal:
+        finish(b, spec, observed, FAILED, blocker.reason, blocker.message)
+    else:
+        b.cond("Created", False, blocker.reason, blocker.message)
+        b.phase(PENDING, blocker.message, "Warning", blocker.reason)
+        b.requeue(BLOCKED_POLL_SECONDS)
+    return True
+
+
+def _suspended(b: Builder, spec: JobSpec, observed: Observed) -> bool:
+    if spec.run_policy.suspend:
+        delete_world_pods(b, observed)
+        b.cond("Suspended", True, "Suspended", "runPolicy.suspend is true: pods deleted, job kept")
+        b.cond_false_if_present("Running", "Suspended")
+        b.cond_false_if_present("Restarting", "Suspended")
+        b.status = replace(b.status, start_time=None)
+        b.phase(SUSPENDED, "suspended: pods deleted; set runPolicy.suspend=false to resume")
+        return True
+    if b.prev.phase == SUSPENDED:
+        b.cond("Suspended", False, "Resumed", "runPolicy.suspend is false")
+        b.events.append(Event("Normal", "Resumed", "resumed: recreating the MPI world"))
+    return False
+
+
+def _deadline(b: Builder, spec: JobSpec, observed: Observed) -> datetime | None:
+    """Start the clock; fail the job past runPolicy.activeDeadlineSeconds, else wake up when it comes."""
+    start_time = b.status.start_time or format_time(b.now)
+    b.status = replace(b.status, start_time=start_time)
+    seconds = spec.run_policy.active_deadline_seconds
+    if seconds is None:
+        return None
+    deadline = seconds_after(parse_time(start_time), seconds)
+    remaining = deadline - b.now
+    if remaining <= timedelta(0):
+        finish(
+            b, spec, observed, FAILED, "DeadlineExceeded",
+            f"job was active longer than runPolicy.activeDeadlineSeconds ({seconds}s)",
+        )  # fmt: skip
+    else:
+        b.requeue(remaining.total_seconds())
+    return deadline
+
+
+def _observations(b: Builder, spec: JobSpec, observed: Observed) -> None:
+    """Facts that go into status as read: the results URL and rank 0's training progress."""
+    if spec.output is not None and observed.uid:
+        target = spec.output.target
+        url = output_url(target.container_url, target.prefix, spec.namespace, spec.name, observed.uid)
+        b.status = replace(b.status, output_url=url)
+    if observed.training_progress is not None:
+        b.status = replace(b.status, training_progress=observed.training_progress)
+
+
+def _sas(b: Builder, observed: Observed, deadline: datetime | None) -> None:
+    for access, sas in sorted(observed.sas.items()):
+        if sas.mint_needed and sas.blocked is None:
+            b.actions.append(MintSas(access, not_after=deadline))
+        elif sas.mint_needed:  # the world runs on the old token while the credentials are fixed
+            b.requeue(BLOCKED_POLL_SECONDS)
+        elif sas.rotate_in_s is not None:
+            b.requeue(sas.rotate_in_s)

@@ -1,0 +1,154 @@
+"""The end of a job: its final condition, cleanup per cleanPodPolicy after the logs are uploaded, the SAS
+revocation, the TTL; a spec the operator cannot run; and the results of actions, recorded after they ran.
+Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from dtjob.actions import (
+    Decision,
+    DeleteJob,
+    DeleteLauncher,
+    DeletePod,
+    DeleteSasSecrets,
+    Event,
+    LogsUploaded,
+    Result,
+    SasSecretsDeleted,
+    UploadLogs,
+)
+from dtjob.machine.builder import Builder
+from dtjob.observed import Observed
+from dtjob.spec import JobSpec
+from dtjob.status import (
+    FAILED,
+    FINISHED,
+    SUCCEEDED,
+    JobStatus,
+    format_time,
+    parse_time,
+    seconds_after,
+)
+
+# How long a finished job waits for its pod logs to reach the output container before cleaning up anyway.
+LOG_UPLOAD_GRACE = timedelta(minutes=5)
+LOG_RETRY_SECONDS = 10.0
+
+
+def finish(b: Builder, spec: JobSpec, observed: Observed, phase: str, reason: str, message: str) -> None:
+    b.status = replace(b.status, completion_time=format_time(b.now))
+    b.cond(phase, True, reason, message)
+    b.cond_false_if_present("Running", reason, message)
+    b.cond_false_if_present("Restarting", reason, message)
+    b.phase(phase, message, "Normal" if phase == SUCCEEDED else "Warning", reason)
+    cleanup(b, spec, observed)
+    ttl(b, spec)
+
+
+def cleanup(b: Builder, spec: JobSpec, observed: Observed) -> None:
+    """runPolicy.cleanPodPolicy once finished: None keeps pods, Running frees GPUs, All removes every pod.
+    With spec.output, pod logs are uploaded first (so they survive), then the SAS Secrets are deleted."""
+    grace_over = _log_grace_over(b.status, b.now)
+    if spec.output is not None and not b.status.logs_uploaded and not grace_over:
+        b.actions.append(UploadLogs())
+        b.requeue(LOG_RETRY_SECONDS if b.status.logs_error else 1)
+        return
+    has_sas = spec.output is not None or spec.dataset.staging is not None
+    if has_sas and not b.status.sas_secrets_deleted:
+        b.actions.append(DeleteSasSecrets())
+        if grace_over and b.status.logs_error and not b.status.logs_uploaded:
+            b.events.append(
+                Event("Warning", "LogsNotUploaded", f"gave up uploading pod logs: {b.status.logs_error}")
+            )
+    policy = spec.run_policy.clean_pod_policy
+    if policy == "None":
+        return
+    for pod in observed.workers():
+        if not pod.deleting and (policy == "All" or not pod.finished):
+            b.actions.append(DeletePod(pod.name))
+    launcher = observed.launcher
+    if launcher is not None and not launcher.deleting and (policy == "All" or not launcher.finished):
+        b.actions.append(DeleteLauncher())
+
+
+def _log_grace_over(status: JobStatus, now: datetime) -> bool:
+    """Logs that cannot be uploaded must not keep GPUs busy forever: give up after LOG_UPLOAD_GRACE."""
+    done = status.completion_time
+    return done is not None and now >= parse_time(done) + LOG_UPLOAD_GRACE
+
+
+def ttl(b: Builder, spec: JobSpec) -> None:
+    ttl = spec.run_policy.ttl_seconds_after_finished
+    if ttl is None or b.status.completion_time is None:
+        return
+    remaining = seconds_after(parse_time(b.status.completion_time), ttl) - b.now
+    if remaining <= timedelta(0):
+        b.actions.append(DeleteJob())
+    else:
+        b.requeue(remaining.total_seconds())
+
+
+def delete_world_pods(b: Builder, observed: Observed) -> None:
+    for pod in observed.workers():
+        if not pod.deleting:
+            b.actions.append(DeletePod(pod.name))
+    if observed.launcher is not None and not observed.launcher.deleting:
+        b.actions.append(DeleteLauncher())
+
+
+def invalid_spec(
+    prev: JobStatus,
+    path: str,
+    message: str,
+    now: datetime,
+    generation: int | None,
+    reason: str = "InvalidSpec",
+) -> Decision:
+    """A spec the operator cannot run -> Failed, naming the field. Parsing comes first: nothing exists yet."""
+    b = Builder(prev, now)
+    b.status = replace(prev, observed_generation=generation)
+    text = f"{path}: {message}"
+    if prev.phase in FINISHED:
+        return b.decision()
+    b.status = replace(b.status, completion_time=format_time(now))
+    b.cond("Failed", True, reason, text)
+    b.cond_false_if_present("Running", reason, text)
+    b.phase(FAILED, text, "Warning", reason)
+    return b.decision()
+
+
+def with_results(status: JobStatus, results: Sequence[Result]) -> tuple[JobStatus, list[Event]]:
+    """The status once the actions ran: what they produced, recorded only now that it has happened."""
+    events: list[Event] = []
+    for result in results:
+        match result:
+            case LogsUploaded(attempt=None):
+                status = replace(
+                    status,
+                    logs_uploaded=result.uploaded,
+                    logs_missing=result.missing,
+                    logs_error=result.error,
+                )
+                status = replace(status, logs_truncated=_truncation(result))
+            case LogsUploaded() if not result.uploaded:  # a failed world's logs: best effort, said once
+                reason = result.error or "unknown error"
+                events.append(Event("Warning", "LogsNotUploaded", f"logs of {result.folder}: {reason}"))
+            case SasSecretsDeleted():
+                status = replace(status, sas_secrets_deleted=True)
+        if isinstance(result, LogsUploaded) and result.uploaded:
+            text = f"pod logs uploaded to {result.folder}"
+            if result.missing:
+                text += f" (not readable: {', '.join(result.missing)})"
+            if result.truncated:
+                text += f" (cut to the {result.cap_bytes}-byte cap: {', '.join(result.truncated)})"
+            events.append(Event("Normal", "LogsUploaded", text))
+    return status, events
+
+
+def _truncation(result: LogsUploaded) -> dict[str, Any] | None:
+    """status.output.logsTruncated: the pods whose log was cut to the cap, and the cap."""
+    return {"pods": list(result.truncated), "capBytes": result.cap_bytes} if result.truncated else None

@@ -1,0 +1,64 @@
+"""Staging: the staging Job copies spec.dataset.stageFrom onto the job's volume before any worker exists;
+the `Staged` condition remembers it, so world restarts never stage again. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dtjob.actions import (
+    CreateStagingJob,
+    Event,
+)
+from dtjob.machine.builder import Builder
+from dtjob.machine.finish import finish
+from dtjob.observed import Observed
+from dtjob.spec import JobSpec
+from dtjob.stager.job import StagingOutcome, staging_job_name
+from dtjob.status import (
+    FAILED,
+    STAGING,
+)
+
+STAGING_POLL_SECONDS = 10.0
+
+
+def stage(b: Builder, spec: JobSpec, observed: Observed, outcome: StagingOutcome | None) -> bool:
+    """Drive the staging Job; True once the data is staged and the world may be created."""
+    staging = spec.dataset.staging
+    assert staging is not None
+    source = staging.source.source
+    what = f"{source.container}/{source.prefix}".rstrip("/")
+    job = staging_job_name(spec.name)
+    if outcome is None:
+        b.actions.append(CreateStagingJob())
+        b.status = replace(b.status, staging={"phase": "starting"})
+        b.phase(STAGING, f"staging {what} to {staging.destination} (Job {job})")
+        b.requeue(STAGING_POLL_SECONDS)
+        return False
+    snapshot = outcome.progress.to_status() if outcome.progress is not None else None
+    if outcome.phase == "Succeeded":
+        b.status = replace(b.status, staging=snapshot or {"phase": "done"})
+        b.cond("Staged", True, "StagingSucceeded", f"{what} staged to {staging.destination}")
+        b.events.append(Event("Normal", "Staged", f"{what} staged to {staging.destination}"))
+        return True
+    if outcome.phase == "Failed":
+        b.status = replace(
+            b.status, staging={**(snapshot or {}), "phase": "failed", "reason": outcome.reason}
+        )
+        b.cond("Staged", False, "StagingFailed", outcome.reason)
+        finish(b, spec, observed, FAILED, "StagingFailed", f"staging Job {job} failed: {outcome.reason}")
+        return False
+    b.status = replace(b.status, staging=snapshot or b.status.staging or {"phase": "starting"})
+    b.phase(STAGING, f"staging {what} to {staging.destination}{_staging_text(outcome)}")
+    b.requeue(STAGING_POLL_SECONDS)
+    return False
+
+
+def _staging_text(outcome: StagingOutcome) -> str:
+    p = outcome.progress
+    if p is None or not p.files_total:
+        return ""
+    return (
+        f": {p.files_complete}/{p.files_total} files, {(p.bytes_done + p.bytes_skipped) / 2**20:.0f}/"
+        f"{p.bytes_total / 2**20:.0f} MiB at {p.bytes_per_s / 2**20:.1f} MiB/s"
+    )

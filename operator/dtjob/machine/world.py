@@ -1,0 +1,182 @@
+"""The world of one attempt: count it, find its first failure, restart it, or advance it toward all workers
+Ready and the launcher running. Pods carry the attempt (`status.restarts`) as a label, so pods of an older
+attempt are recognised as stale after a restart, also after an operator restart. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from dtjob import names
+from dtjob.actions import (
+    CreateLauncher,
+    CreateWorker,
+    DeleteLauncher,
+    DeletePod,
+    EnsureWorld,
+    Event,
+    UploadLogs,
+)
+from dtjob.machine.builder import Builder
+from dtjob.machine.finish import delete_world_pods, finish
+from dtjob.observed import LauncherState, Observed, PodState
+from dtjob.spec import JobSpec
+from dtjob.status import (
+    CHILD_NOT_OURS,
+    CREATE_FORBIDDEN,
+    FAILED,
+    PENDING,
+    RESTARTING,
+    RUNNING,
+    STARTING,
+    SUSPENDED,
+    JobStatus,
+)
+
+
+def count_workers(
+    b: Builder, spec: JobSpec, workers: Mapping[int, PodState], launcher: LauncherState | None
+) -> None:
+    ready = sum(1 for p in workers.values() if p.ready and p.phase == "Running")
+    if launcher is None:
+        state, pod = "Absent", None
+    else:
+        state = (
+            "Succeeded" if launcher.succeeded
+            else "Failed" if launcher.failed
+            else "Running" if launcher.running
+            else "Pending"
+        )  # fmt: skip
+        pod = launcher.pod_name
+    b.status = replace(b.status, workers_ready=ready, launcher_state=state, launcher_pod=pod)
+
+
+def first_failure(
+    spec: JobSpec,
+    size: int,
+    workers: Mapping[int, PodState],
+    launcher: LauncherState | None,
+    prev: JobStatus,
+) -> tuple[str, str] | None:
+    """(reason, message naming the pod) for the first failure of the current attempt, or None."""
+    if launcher is None and prev.launcher_pod is not None and prev.phase != SUSPENDED:
+        # Its pod was seen, so this is no cache lag after our own create: the Job was deleted by hand.
+        return "LauncherLost", f"launcher pod {prev.launcher_pod} disappeared (its Job was deleted)"
+    if launcher is not None and launcher.failed:
+        pod = launcher.pod_name or names.launcher_name(spec.name)
+        return "LauncherFailed", f"launcher pod {pod} failed: {launcher.reason or 'unknown reason'}"
+    for index in sorted(workers):
+        worker = workers[index]
+        if worker.phase == "Failed":
+            return "WorkerFailed", f"worker pod {worker.name} failed: {worker.reason or 'unknown reason'}"
+        if worker.phase == "Succeeded":  # sshd must never exit while the world lives
+            return "WorkerFailed", f"worker pod {worker.name} exited"
+    if launcher is not None and not launcher.finished:
+        # Once the launcher runs, every worker must stay: a vanished one (evicted, deleted) breaks the world.
+        for index in range(size):
+            if index not in workers:
+                name = names.worker_name(spec.name, index)
+                return "WorkerLost", f"worker pod {name} disappeared while the launcher was running"
+    return None
+
+
+def fail_world(b: Builder, spec: JobSpec, observed: Observed, reason: str, message: str) -> None:
+    limit = spec.run_policy.backoff_limit
+    if b.prev.restarts >= limit:
+        finish(
+            b, spec, observed, FAILED, reason,
+            f"{message}; runPolicy.backoffLimit ({limit}) reached after {b.prev.restarts} restarts",
+        )  # fmt: skip
+        return
+    restarts = b.prev.restarts + 1
+    b.status = replace(
+        b.status, restarts=restarts, launcher_state="Absent", launcher_pod=None, workers_ready=0
+    )
+    text = f"{message}; restarting the world (restart {restarts} of {limit})"
+    b.cond("Restarting", True, reason, text)
+    b.cond_false_if_present("Running", reason, message)
+    b.events.append(Event("Warning", reason, text))
+    b.phase(RESTARTING, text, "Warning", "Restarting")
+    if spec.output is not None:
+        # The failed world's logs say why it failed: keep them before its pods go.
+        b.actions.append(UploadLogs(attempt=b.prev.restarts))
+    delete_world_pods(b, observed)
+
+
+def advance_world(
+    b: Builder,
+    spec: JobSpec,
+    observed: Observed,
+    workers: Mapping[int, PodState],
+    launcher: LauncherState | None,
+    attempt: int,
+    size: int,
+) -> None:
+    """Toward a world of `size` workers (spec.workers, or the running world's own size)."""
+    # Children of older attempts (or beyond the world's size) go first; their names are reused.
+    blocked: set[str] = set()
+    for pod in observed.workers():
+        stale = pod.attempt != attempt or (pod.index is not None and pod.index >= size)
+        if stale or pod.deleting:
+            blocked.add(pod.name)
+            if not pod.deleting:
+                b.actions.append(DeletePod(pod.name))
+    stale_launcher = observed.launcher is not None and launcher is None
+    if stale_launcher and observed.launcher and not observed.launcher.deleting:
+        b.actions.append(DeleteLauncher())
+
+    missing = [i for i in range(size) if i not in workers and names.worker_name(spec.name, i) not in blocked]
+    if missing:
+        b.actions.append(EnsureWorld())
+        b.actions.extend(CreateWorker(i, attempt) for i in missing)
+    all_ready = len(workers) == size and all(p.ready and p.phase == "Running" for p in workers.values())
+    create_launcher = launcher is None and all_ready and not stale_launcher
+    if create_launcher:
+        b.actions.append(CreateLauncher(attempt))
+        b.status = replace(b.status, launcher_state="Pending")
+
+    refused = b.prev.condition("Created")
+    held = refused is not None and refused.reason in (CREATE_FORBIDDEN, CHILD_NOT_OURS)
+    if refused is not None and held and (missing or create_launcher):
+        # The last create was refused (a quota, RBAC, a name still held): try again, and keep saying why.
+        b.phase(RESTARTING if b.prev.phase == RESTARTING else PENDING, refused.message)
+        return
+    if not b.status.is_true("Created"):
+        b.cond("Created", True, "WorldCreated", "SSH secret, hostfile, service and worker pods created")
+
+    restarting = b.prev.phase == RESTARTING or b.status.is_true("Restarting")
+    if launcher is not None and launcher.running:
+        ranks = f"{size * spec.total_slots // spec.workers} ranks on {size} workers"
+        if size != spec.workers:
+            ranks += f" (spec.workers={spec.workers} applies at the next world)"
+        b.cond("Running", True, "LauncherRunning", ranks)
+        b.cond_false_if_present("Restarting", "Recovered", f"world running again after {attempt} restarts")
+        if restarting:
+            b.events.append(Event("Normal", "Recovered", f"world running again after {attempt} restarts"))
+        b.phase(RUNNING, f"training: {ranks}")
+        return
+    if launcher is not None or all_ready:
+        message = "all workers ready; launcher starting"
+        phase = STARTING
+    else:
+        waiting = _waiting_message(spec, workers, missing, blocked)
+        scheduled = len(workers) == size and all(p.scheduled for p in workers.values())
+        phase = STARTING if scheduled else PENDING
+        message = waiting
+    b.phase(RESTARTING if restarting else phase, message)
+
+
+def _waiting_message(
+    spec: JobSpec, workers: Mapping[int, PodState], missing: list[int], blocked: set[str]
+) -> str:
+    ready = sum(1 for p in workers.values() if p.ready)
+    text = f"{ready}/{spec.workers} workers ready"
+    if blocked:
+        return f"{text}; waiting for {len(blocked)} old pod(s) to terminate"
+    if missing:
+        return f"{text}; creating {len(missing)} worker pod(s)"
+    for index in sorted(workers):
+        pod = workers[index]
+        if not pod.ready and pod.reason:
+            return f"{text}; {pod.name}: {pod.reason}"
+    return text
