@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
 from dtjob.desired.owned import drift, is_ours
+from dtjob.timefmt import format_micro_time, format_time
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -328,7 +329,6 @@ class KubeClient:
 
     def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         meta = job["metadata"]
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -344,9 +344,9 @@ class KubeClient:
             "type": kind,
             "reason": reason,
             "message": message[:1024],
-            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "eventTime": stamp,
+            "firstTimestamp": format_time(now),
+            "lastTimestamp": format_time(now),
+            "eventTime": format_micro_time(now),
             "count": 1,
             "reportingComponent": "dtjob-operator",
             "reportingInstance": "dtjob-operator",

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+from dtjob.timefmt import format_time
 
 
 class Phase(StrEnum):
@@ -170,23 +172,6 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
         logs_truncated=output.get("logsTruncated"),
         sas_secrets_deleted=bool(data.get("sasSecretsDeleted")),
     )
-
-
-def format_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-
-
-def seconds_after(moment: datetime, seconds: int) -> datetime:
-    """moment + seconds, saturating at the last representable instant: a deadline or TTL beyond it never
-    comes, and must not raise OverflowError in the middle of a reconcile."""
-    try:
-        return moment + timedelta(seconds=seconds)
-    except OverflowError:
-        return datetime.max.replace(tzinfo=UTC)
 
 
 def set_condition(

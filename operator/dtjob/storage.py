@@ -25,7 +25,6 @@ from dtjob.azure.sas import (
     ContainerSas,
     mint_with_account_key,
     mint_with_user_delegation,
-    parse_rfc3339,
     redact,
     rotation_time,
     sas_secret,
@@ -43,6 +42,7 @@ from dtjob.stager.job import STAGER_ROLE, StagingOutcome, staging_outcome
 from dtjob.status import JobStatus
 from dtjob.storage_spec import AuthMode, BlobLocation
 from dtjob.tenancy import check_locations, namespace_policy
+from dtjob.timefmt import parse_time
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -123,8 +123,8 @@ def observe_sas(
             existing = None  # an older job's of the same name: minting ours waits until it is gone
         if existing is not None and not secret_rotation_due(existing, now, config.sas_rotate_fraction):
             annotations = existing["metadata"].get("annotations") or {}
-            issued = parse_rfc3339(annotations[ANNOTATION_ISSUED])
-            expires = parse_rfc3339(annotations[ANNOTATION_EXPIRES])
+            issued = parse_time(annotations[ANNOTATION_ISSUED])
+            expires = parse_time(annotations[ANNOTATION_EXPIRES])
             due = rotation_time(issued, expires, config.sas_rotate_fraction) - now
             found[access.value] = SasObservation(mint_needed=False, rotate_in_s=due.total_seconds())
             continue
@@ -270,8 +270,8 @@ def read_sas(kube: Kube, namespace: str, job: str, access: Access) -> ContainerS
         return ContainerSas(
             url,
             token,
-            parse_rfc3339(annotations[ANNOTATION_ISSUED]),
-            parse_rfc3339(annotations[ANNOTATION_EXPIRES]),
+            parse_time(annotations[ANNOTATION_ISSUED]),
+            parse_time(annotations[ANNOTATION_EXPIRES]),
         )
     except (KeyError, ValueError):
         return None

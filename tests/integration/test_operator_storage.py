@@ -18,9 +18,10 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
 from dtjob.azure.progress import PROGRESS_MARKER, ProgressSnapshot
-from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED, parse_rfc3339
+from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
 from dtjob.storage import STORAGE_KEY_LABEL
 from dtjob.tenancy import ANNOTATION_CLIENT_IDS, ANNOTATION_CONTAINERS
+from dtjob.timefmt import parse_time
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -346,8 +347,8 @@ def test_sas_is_rotated_before_it_expires(
     jobs.create("rotate", **spec)
     first = wait_for(lambda: secret_files(jobs, "rotate-sas-out"), timeout=60, what="the output SAS Secret")
     meta = jobs.core.read_namespaced_secret("rotate-sas-out", jobs.ns).metadata
-    issued = parse_rfc3339(meta.annotations[ANNOTATION_ISSUED])
-    expires = parse_rfc3339(meta.annotations[ANNOTATION_EXPIRES])
+    issued = parse_time(meta.annotations[ANNOTATION_ISSUED])
+    expires = parse_time(meta.annotations[ANNOTATION_EXPIRES])
     assert 0 < (expires - issued).total_seconds() <= LIFETIME_S
 
     def rotated() -> dict[str, str] | None:
@@ -356,7 +357,7 @@ def test_sas_is_rotated_before_it_expires(
 
     second = wait_for(rotated, timeout=90, what="the output SAS rotated")
     assert datetime.now(UTC) < expires, "rotated only after the old token expired"
-    assert parse_rfc3339(second["expires-at"]) > expires
+    assert parse_time(second["expires-at"]) > expires
     meta2 = jobs.core.read_namespaced_secret("rotate-sas-out", jobs.ns).metadata
     assert meta2.uid == meta.uid  # replaced in place: mounted copies follow
     # The new token works against the service: rank 0 can write with it.

@@ -15,7 +15,8 @@ from dtjob.actions import (
 )
 from dtjob.machine import decide, with_results
 from dtjob.observed import Blocker, Observed, SasObservation
-from dtjob.status import JobStatus, format_time
+from dtjob.status import JobStatus
+from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import job_spec
 

@@ -12,7 +12,8 @@ from dtjob.machine import decide, with_results
 from dtjob.observed import Observed
 from dtjob.spec import SpecError
 from dtjob.stager.job import StagingOutcome
-from dtjob.status import JobStatus, format_time
+from dtjob.status import JobStatus
+from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import job_spec
 

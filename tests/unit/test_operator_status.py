@@ -18,7 +18,8 @@ from dtjob.actions import (
 from dtjob.machine import decide, invalid_spec
 from dtjob.observed import Blocker, LauncherState, Observed, PodState
 from dtjob.observed import observe_children as observe
-from dtjob.status import JobStatus, format_time, status_from_dict
+from dtjob.status import JobStatus, status_from_dict
+from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import job_spec
 

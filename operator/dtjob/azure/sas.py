@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from dtjob.timefmt import format_time, parse_time
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -207,10 +209,6 @@ def sas_secret_name(job_name: str, access: Access) -> str:
     return f"{job_name}-sas-{access.value}"
 
 
-def _rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
 def sas_secret(
     job_name: str,
     namespace: str,
@@ -234,22 +232,18 @@ def sas_secret(
             "name": sas_secret_name(job_name, access),
             "namespace": namespace,
             "labels": labels,
-            "annotations": {ANNOTATION_ISSUED: _rfc3339(issued_at), ANNOTATION_EXPIRES: _rfc3339(sas.expiry)},
+            "annotations": {
+                ANNOTATION_ISSUED: format_time(issued_at),
+                ANNOTATION_EXPIRES: format_time(sas.expiry),
+            },
             "ownerReferences": [owner_reference],
         },
         "stringData": {
             SECRET_TOKEN_KEY: sas.token,
             SECRET_URL_KEY: sas.container_url,
-            SECRET_EXPIRES_KEY: _rfc3339(sas.expiry),
+            SECRET_EXPIRES_KEY: format_time(sas.expiry),
         },
     }
-
-
-def parse_rfc3339(value: str) -> datetime:
-    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        raise ValueError(f"timestamp without a timezone: {value!r}")
-    return moment
 
 
 def secret_rotation_due(secret: dict[str, Any], now: datetime, fraction: float = ROTATE_AT_FRACTION) -> bool:
@@ -257,8 +251,8 @@ def secret_rotation_due(secret: dict[str, Any], now: datetime, fraction: float =
     annotations (hand-edited, or from an older operator) is treated as due."""
     annotations = (secret.get("metadata") or {}).get("annotations") or {}
     try:
-        issued = parse_rfc3339(annotations[ANNOTATION_ISSUED])
-        expires = parse_rfc3339(annotations[ANNOTATION_EXPIRES])
+        issued = parse_time(annotations[ANNOTATION_ISSUED])
+        expires = parse_time(annotations[ANNOTATION_EXPIRES])
     except (KeyError, ValueError):
         return True
     return rotation_due(issued, expires, now, fraction)

@@ -24,18 +24,8 @@ from dtjob.machine.staging import stage
 from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure
 from dtjob.observed import Observed
 from dtjob.spec import JobSpec
-from dtjob.status import (
-    FAILED,
-    FINISHED,
-    PENDING,
-    RUNNING,
-    SUCCEEDED,
-    SUSPENDED,
-    JobStatus,
-    format_time,
-    parse_time,
-    seconds_after,
-)
+from dtjob.status import FAILED, FINISHED, PENDING, RUNNING, SUCCEEDED, SUSPENDED, JobStatus
+from dtjob.timefmt import format_time, parse_time, seconds_after
 
 BLOCKED_POLL_SECONDS = 15.0
 

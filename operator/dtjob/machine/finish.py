@@ -24,15 +24,8 @@ from dtjob.actions import (
 from dtjob.machine.builder import Builder
 from dtjob.observed import Observed
 from dtjob.spec import JobSpec
-from dtjob.status import (
-    FAILED,
-    FINISHED,
-    SUCCEEDED,
-    JobStatus,
-    format_time,
-    parse_time,
-    seconds_after,
-)
+from dtjob.status import FAILED, FINISHED, SUCCEEDED, JobStatus
+from dtjob.timefmt import format_time, parse_time, seconds_after
 
 # How long a finished job waits for its pod logs to reach the output container before cleaning up anyway.
 LOG_UPLOAD_GRACE = timedelta(minutes=5)
