@@ -1,4 +1,7 @@
-"""Operator-wide settings read from environment variables, with defaults that fit an AKS cluster."""
+"""Operator-wide settings read from environment variables, with defaults that fit an AKS cluster.
+
+Each default is written once, on OperatorConfig; load_config falls back to it for every unset variable.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dtjob.azure.logs import DEFAULT_LOG_CAP_BYTES, MIN_LOG_CAP_BYTES
-from dtjob.stager.job import DEFAULT_STAGER_IMAGE
 from dtjob.tenancy import StoragePolicy, cluster_policy
 
 FRAMEWORKS = ("pytorch", "tensorflow", "keras")
@@ -17,6 +18,12 @@ DEFAULT_IMAGES = {
     "tensorflow": "ghcr.io/dtjob/horovod-tensorflow:0.1.0",
     "keras": "ghcr.io/dtjob/horovod-tensorflow:0.1.0",
 }
+DEFAULT_STAGER_IMAGE = "ghcr.io/dtjob/stager:0.1.0"
+# Replace a SAS once this fraction of its lifetime has passed (dtjob.azure.sas's rotation timing too).
+DEFAULT_SAS_ROTATE_FRACTION = 0.8
+# The most bytes of one pod's log kept in storage (dtjob.azure.logs cuts longer logs), and the least allowed.
+DEFAULT_LOG_CAP_BYTES = 64 * 2**20
+MIN_LOG_CAP_BYTES = 64 * 2**10
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,7 @@ class OperatorConfig:
     # The staging Job's image (python -m dtjob.stager).
     stager_image: str = DEFAULT_STAGER_IMAGE
     # Replace a SAS once this fraction of its lifetime has passed (tests lower it to see rotation quickly).
-    sas_rotate_fraction: float = 0.8
+    sas_rotate_fraction: float = DEFAULT_SAS_ROTATE_FRACTION
     # Hosts of Blob Storage emulators (Azurite) whose plain-http endpoints jobs may use, besides loopback.
     # Empty on a production install: jobs then reach storage over https only.
     emulator_hosts: frozenset[str] = frozenset()
@@ -55,18 +62,18 @@ class OperatorConfig:
 
 def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
     env = os.environ if environ is None else environ
-    images = {fw: env.get(f"DTJOB_IMAGE_{fw.upper()}", DEFAULT_IMAGES[fw]) for fw in FRAMEWORKS}
+    d = OperatorConfig()
     return OperatorConfig(
-        images=images,
-        gpu_pool=env.get("DTJOB_GPU_POOL", "gpu"),
-        cpu_pool=env.get("DTJOB_CPU_POOL", "system"),
-        gpu_taint_key=env.get("DTJOB_GPU_TAINT_KEY", "sku"),
-        gpu_taint_value=env.get("DTJOB_GPU_TAINT_VALUE", "gpu"),
-        resync_seconds=float(env.get("DTJOB_RESYNC_SECONDS", "60")),
-        reconcile_workers=int(env.get("DTJOB_RECONCILE_WORKERS", "8")),
-        progress_seconds=float(env.get("DTJOB_PROGRESS_SECONDS", "30")),
-        stager_image=env.get("DTJOB_STAGER_IMAGE", DEFAULT_STAGER_IMAGE),
-        sas_rotate_fraction=_fraction(env.get("DTJOB_SAS_ROTATE_FRACTION", "0.8")),
+        images={fw: env.get(f"DTJOB_IMAGE_{fw.upper()}", d.images[fw]) for fw in FRAMEWORKS},
+        gpu_pool=env.get("DTJOB_GPU_POOL", d.gpu_pool),
+        cpu_pool=env.get("DTJOB_CPU_POOL", d.cpu_pool),
+        gpu_taint_key=env.get("DTJOB_GPU_TAINT_KEY", d.gpu_taint_key),
+        gpu_taint_value=env.get("DTJOB_GPU_TAINT_VALUE", d.gpu_taint_value),
+        resync_seconds=float(env.get("DTJOB_RESYNC_SECONDS", d.resync_seconds)),
+        reconcile_workers=int(env.get("DTJOB_RECONCILE_WORKERS", d.reconcile_workers)),
+        progress_seconds=float(env.get("DTJOB_PROGRESS_SECONDS", d.progress_seconds)),
+        stager_image=env.get("DTJOB_STAGER_IMAGE", d.stager_image),
+        sas_rotate_fraction=_fraction(env.get("DTJOB_SAS_ROTATE_FRACTION", str(d.sas_rotate_fraction))),
         emulator_hosts=frozenset(
             h.strip() for h in env.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()
         ),
@@ -74,8 +81,8 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         hns_accounts=frozenset(
             a.strip().lower() for a in env.get("DTJOB_HNS_ACCOUNTS", "").split(",") if a.strip()
         ),
-        network_policy=env.get("DTJOB_NETWORK_POLICY", "false").lower() == "true",
-        log_cap_bytes=_log_cap(env.get("DTJOB_LOG_CAP_BYTES", str(DEFAULT_LOG_CAP_BYTES))),
+        network_policy=env.get("DTJOB_NETWORK_POLICY", str(d.network_policy)).lower() == "true",
+        log_cap_bytes=_log_cap(env.get("DTJOB_LOG_CAP_BYTES", str(d.log_cap_bytes))),
     )
 
 

@@ -65,7 +65,7 @@ DEFAULT_CONCURRENCY = 16
 MAX_CONCURRENCY = 256
 DEFAULT_SAS_LIFETIME_S = 6 * 3600
 MIN_SAS_LIFETIME_S = 300  # rotation at 80% must leave the kubelet time to refresh mounted files
-MAX_SAS_LIFETIME_S = 7 * 24 * 3600  # a user delegation key lives at most 7 days
+MAX_SAS_LIFETIME_S = 7 * 24 * 3600  # a user delegation key lives at most 7 days (dtjob.azure.sas)
 MAX_PREFIX_LENGTH = 1024
 # The run's path after the output prefix, <namespace>/<job>/<uid>/logs/attempt-<n>/<pod>.log, takes up to
 # 63+45+36+4+16+67 characters and 6 slashes: 768 leaves room under Azure's 1024-character blob names.

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dtjob.azure.logs import DEFAULT_LOG_CAP_BYTES
+from dtjob.config import DEFAULT_LOG_CAP_BYTES
 from kubernetes import client
 
 from tests.kube_wait import wait_for

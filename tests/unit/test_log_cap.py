@@ -8,9 +8,7 @@ import threading
 
 import pytest
 from dtjob.azure.logs import (
-    DEFAULT_LOG_CAP_BYTES,
     MAX_BLOCK_BYTES,
-    MIN_LOG_CAP_BYTES,
     NOTE_PREFIX,
     Cancelled,
     CappedLog,
@@ -21,7 +19,7 @@ from dtjob.azure.logs import (
     stop_when,
     truncation_note,
 )
-from dtjob.config import load_config
+from dtjob.config import DEFAULT_LOG_CAP_BYTES, MIN_LOG_CAP_BYTES, load_config
 
 CAP = LogCap(MIN_LOG_CAP_BYTES)  # 64 KiB: 16 KiB head, 4 KiB blocks
 

@@ -30,11 +30,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dtjob.config import MIN_LOG_CAP_BYTES
+
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
-DEFAULT_LOG_CAP_BYTES = 64 * 2**20
-MIN_LOG_CAP_BYTES = 64 * 2**10
 MAX_BLOCK_BYTES = 2**20
 # Logs one upload streams at once; each holds about one block in memory.
 LOG_UPLOAD_CONCURRENCY = 4

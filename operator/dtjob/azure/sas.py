@@ -17,6 +17,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from dtjob.config import DEFAULT_SAS_ROTATE_FRACTION
+from dtjob.storage_spec import DEFAULT_SAS_LIFETIME_S, MAX_SAS_LIFETIME_S
 from dtjob.timefmt import format_time, parse_time
 
 if TYPE_CHECKING:
@@ -25,10 +27,8 @@ if TYPE_CHECKING:
 # Clocks on the operator's node and on the storage front end disagree a little; a start time slightly in
 # the past keeps a freshly minted token from being "not yet valid".
 START_SKEW = timedelta(minutes=5)
-DEFAULT_LIFETIME = timedelta(hours=6)
-# Azure caps user delegation keys at 7 days; a SAS signed with one cannot outlive it.
-MAX_USER_DELEGATION = timedelta(days=7)
-ROTATE_AT_FRACTION = 0.8
+# Azure caps user delegation keys at 7 days; a SAS signed with one cannot outlive it (nor may the spec ask).
+MAX_USER_DELEGATION = timedelta(seconds=MAX_SAS_LIFETIME_S)
 
 SECRET_TOKEN_KEY = "sas-token"
 SECRET_URL_KEY = "container-url"
@@ -81,7 +81,7 @@ def allowed_protocol(endpoint: str) -> str:
 
 def validity_window(
     now: datetime,
-    lifetime: timedelta = DEFAULT_LIFETIME,
+    lifetime: timedelta = timedelta(seconds=DEFAULT_SAS_LIFETIME_S),
     deadline: datetime | None = None,
     cap: timedelta | None = None,
 ) -> tuple[datetime, datetime]:
@@ -102,7 +102,7 @@ def validity_window(
 
 
 def rotation_time(
-    issued_at: datetime, expires_at: datetime, fraction: float = ROTATE_AT_FRACTION
+    issued_at: datetime, expires_at: datetime, fraction: float = DEFAULT_SAS_ROTATE_FRACTION
 ) -> datetime:
     """When a token issued at `issued_at` should be replaced: after `fraction` of its life."""
     if not 0 < fraction < 1:
@@ -111,7 +111,7 @@ def rotation_time(
 
 
 def rotation_due(
-    issued_at: datetime, expires_at: datetime, now: datetime, fraction: float = ROTATE_AT_FRACTION
+    issued_at: datetime, expires_at: datetime, now: datetime, fraction: float = DEFAULT_SAS_ROTATE_FRACTION
 ) -> bool:
     return now >= rotation_time(issued_at, expires_at, fraction)
 
@@ -246,7 +246,9 @@ def sas_secret(
     }
 
 
-def secret_rotation_due(secret: dict[str, Any], now: datetime, fraction: float = ROTATE_AT_FRACTION) -> bool:
+def secret_rotation_due(
+    secret: dict[str, Any], now: datetime, fraction: float = DEFAULT_SAS_ROTATE_FRACTION
+) -> bool:
     """Whether an existing SAS Secret (as read from the API) needs a new token; a Secret without the
     annotations (hand-edited, or from an older operator) is treated as due."""
     annotations = (secret.get("metadata") or {}).get("annotations") or {}

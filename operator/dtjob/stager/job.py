@@ -13,13 +13,13 @@ from typing import Any
 from dtjob.azure.errors import ExitCode
 from dtjob.azure.progress import ProgressSnapshot
 from dtjob.azure.sas import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, sas_secret_name
+from dtjob.config import DEFAULT_STAGER_IMAGE
 from dtjob.names import labels
 
 Json = dict[str, Any]
 
 STAGER_ROLE = "stager"
 SAS_MOUNT_ROOT = "/var/run/dtjob"
-DEFAULT_STAGER_IMAGE = "ghcr.io/dtjob/stager:0.1.0"
 # Transient failures (a node lost, a throttled account) are worth a retry; resumability makes retries cheap.
 STAGER_BACKOFF_LIMIT = 2
 

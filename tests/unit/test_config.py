@@ -1,0 +1,31 @@
+"""Operator settings: every unset variable falls back to the one default on OperatorConfig."""
+
+from __future__ import annotations
+
+import pytest
+from dtjob.config import OperatorConfig, load_config
+
+
+def test_no_variables_give_the_dataclass_defaults() -> None:
+    assert load_config({}) == OperatorConfig()
+
+
+def test_variables_override_the_defaults() -> None:
+    config = load_config(
+        {
+            "DTJOB_GPU_POOL": "a100",
+            "DTJOB_RECONCILE_WORKERS": "2",
+            "DTJOB_SAS_ROTATE_FRACTION": "0.5",
+            "DTJOB_NETWORK_POLICY": "True",
+            "DTJOB_IMAGE_KERAS": "example.com/keras:1",
+        }
+    )
+    assert (config.gpu_pool, config.reconcile_workers, config.sas_rotate_fraction) == ("a100", 2, 0.5)
+    assert config.network_policy
+    assert config.image_for("keras") == "example.com/keras:1"
+    assert config.image_for("pytorch") == OperatorConfig().image_for("pytorch")
+
+
+def test_a_rotation_fraction_outside_zero_to_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="DTJOB_SAS_ROTATE_FRACTION"):
+        load_config({"DTJOB_SAS_ROTATE_FRACTION": "1"})
