@@ -17,9 +17,10 @@ import pytest
 from azure.storage.blob import ContainerClient, ContentSettings
 from dtjob.azure.download import Stager
 from dtjob.azure.emulator import Azurite
-from dtjob.azure.errors import ExitCode, StorageFailure
-from dtjob.azure.progress import Progress, ProgressSnapshot, parse_progress
+from dtjob.azure.errors import StorageFailure
+from dtjob.azure.progress import Progress
 from dtjob.azure.sas import Access, ContainerSas, mint_with_account_key
+from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
 from tests.azure.helpers import (
     mint,

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from azure.storage.blob import BlobServiceClient
 from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
-from dtjob.azure.progress import PROGRESS_MARKER, ProgressSnapshot
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
 from dtjob.storage import STORAGE_KEY_LABEL
 from dtjob.tenancy import ANNOTATION_CLIENT_IDS, ANNOTATION_CONTAINERS
 from dtjob.timefmt import parse_time
+from dtjob.transfer_report import PROGRESS_MARKER, ProgressSnapshot
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob.azure.progress import ProgressSnapshot
 from dtjob.azure.sas import Access
 from dtjob.stager.job import (
     results_upload_command,
@@ -13,6 +12,7 @@ from dtjob.stager.job import (
     staging_job,
     staging_outcome,
 )
+from dtjob.transfer_report import ProgressSnapshot
 
 OWNER = {"apiVersion": "dtjob.io/v1alpha1", "kind": "DistributedTrainingJob", "name": "r50", "uid": "u1"}
 NFS = {"name": "data", "nfs": {"server": "10.0.0.4", "path": "/export"}}

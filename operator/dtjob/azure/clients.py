@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dtjob.azure.errors import ExitCode, StorageFailure
+from dtjob.azure.errors import StorageFailure
+from dtjob.transfer_report import ExitCode
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO
 
-from dtjob.azure.errors import ExitCode, StorageFailure, describe_storage_error
+from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.azure.manifest import (
     COMPLETE_NAME,
     MANIFEST_NAME,
@@ -30,7 +30,8 @@ from dtjob.azure.manifest import (
     load_manifest,
 )
 from dtjob.azure.parallel import retry_once_on_denial, run_bounded
-from dtjob.azure.progress import Progress, ProgressSnapshot
+from dtjob.azure.progress import Progress
+from dtjob.transfer_report import ExitCode, ProgressSnapshot
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient

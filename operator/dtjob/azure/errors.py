@@ -6,21 +6,9 @@ Every reason passes through `redact`, so a signed URL quoted by an exception nev
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
 from dtjob.azure.sas import redact
-
-
-class ExitCode(IntEnum):
-    """Exit statuses of the stager and the `dtjob data` commands (the operator maps them to reasons)."""
-
-    OK = 0
-    USAGE = 2  # bad arguments or unreadable credential files
-    DENIED = 3  # 401/403: missing, expired, tampered or under-privileged credentials
-    NOT_FOUND = 4  # container missing, or nothing under the prefix
-    LOCAL_IO = 5  # the destination (or source tree) could not be read or written
-    STORAGE = 6  # any other storage error, after the SDK's own retries
-    INTEGRITY = 7  # downloaded content does not match the blob's MD5
+from dtjob.transfer_report import ExitCode
 
 
 @dataclass

@@ -1,72 +1,13 @@
-"""Transfer progress: thread-safe counters, and the JSON snapshot the stager publishes for the operator.
-
-The stager prints one `DTJOB_PROGRESS {...}` line per interval and writes the same JSON to its progress file;
-`parse_progress` finds the latest snapshot in a log tail, so the operator can surface files, bytes and rate
-in the job's status without any extra channel.
-"""
+"""Transfer progress: the counters the transfer threads share, snapshotted as dtjob.transfer_report's
+ProgressSnapshot for the stager to publish."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
-PROGRESS_MARKER = "DTJOB_PROGRESS "
-
-
-@dataclass(frozen=True)
-class ProgressSnapshot:
-    phase: str  # listing | transferring | done | failed
-    files_total: int
-    files_done: int  # transferred in this run
-    files_skipped: int  # already present and verified
-    bytes_total: int
-    bytes_done: int
-    bytes_skipped: int
-    elapsed_s: float
-    bytes_per_s: float
-    reason: str = ""
-
-    @property
-    def files_complete(self) -> int:
-        return self.files_done + self.files_skipped
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
-
-    def to_status(self) -> dict[str, Any]:
-        """The camelCase shape for `status.staging` in the job's status."""
-        return {
-            "phase": self.phase,
-            "filesTotal": self.files_total,
-            "filesCompleted": self.files_complete,
-            "filesSkipped": self.files_skipped,
-            "bytesTotal": self.bytes_total,
-            "bytesCompleted": self.bytes_done + self.bytes_skipped,
-            "bytesPerSecond": round(self.bytes_per_s),
-            **({"reason": self.reason} if self.reason else {}),
-        }
-
-    @classmethod
-    def from_json(cls, text: str) -> ProgressSnapshot:
-        raw = json.loads(text)
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in raw.items() if k in names})
-
-
-def parse_progress(log_text: str) -> ProgressSnapshot | None:
-    """The last progress snapshot in a stager log (or None when it has printed none yet)."""
-    for line in reversed(log_text.splitlines()):
-        start = line.find(PROGRESS_MARKER)
-        if start < 0:
-            continue
-        try:
-            return ProgressSnapshot.from_json(line[start + len(PROGRESS_MARKER) :])
-        except (ValueError, TypeError):
-            continue
-    return None
+from dtjob.transfer_report import ProgressSnapshot
 
 
 @dataclass

@@ -15,9 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from dtjob.azure.errors import ExitCode, StorageFailure, describe_storage_error
+from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.azure.progress import Progress
 from dtjob.storage_spec import ACCOUNT_RE, PUBLIC_BLOB_SUFFIX, StorageSpecError, parse_endpoint
+from dtjob.transfer_report import ExitCode
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient

@@ -9,9 +9,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dtjob.azure.clients import SasFileSource
-from dtjob.azure.errors import ExitCode, StorageFailure
+from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
 from dtjob.stager.reporter import Reporter
+from dtjob.transfer_report import ExitCode
 
 DEFAULT_TERMINATION_FILE = Path("/dev/termination-log")
 

@@ -10,11 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dtjob.azure.errors import ExitCode
-from dtjob.azure.progress import ProgressSnapshot
 from dtjob.azure.sas import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, sas_secret_name
 from dtjob.config import DEFAULT_STAGER_IMAGE
 from dtjob.names import labels
+from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
 Json = dict[str, Any]
 
@@ -210,8 +209,6 @@ def _snapshot(message: str) -> ProgressSnapshot | None:
 def staging_outcome(job: Json, pods: Sequence[Json], log_tail: str = "") -> StagingOutcome:
     """Where staging stands, from the staging Job, its pods (newest last) and optionally the running pod's
     log tail (for live progress). A failure's reason comes from the stager's termination message."""
-    from dtjob.azure.progress import parse_progress
-
     conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []}
     last_terminated = next((t for t in (_terminated(p) for p in reversed(pods)) if t is not None), None)
     snap = _snapshot(str(last_terminated.get("message") or "")) if last_terminated else None

@@ -10,7 +10,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
-from dtjob.azure.progress import PROGRESS_MARKER, Progress
+from dtjob.azure.progress import Progress
+from dtjob.transfer_report import PROGRESS_MARKER
 
 # Kubernetes keeps at most 4096 bytes of a termination message.
 TERMINATION_LIMIT = 4000
