@@ -30,10 +30,10 @@ from dtjob.actions import (
     SasSecretsDeleted,
     UploadLogs,
 )
-from dtjob.azure.sas import Access
 from dtjob.config import OperatorConfig
 from dtjob.desired.owned import is_ours
 from dtjob.kube import Applied, Kube, NotOurs
+from dtjob.names import Access
 from dtjob.spec import JobSpec
 from dtjob.sshkeys import generate_keypair
 

@@ -19,7 +19,7 @@ from dtjob import API_GROUP, API_VERSION, PLURAL, names
 from dtjob.config import load_config
 from dtjob.controller import Controller, children_from_indices
 from dtjob.kube import KubeClient
-from dtjob.stager.job import STAGER_ROLE
+from dtjob.names import ROLE_STAGER as STAGER_ROLE
 
 MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY}"
 WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing

@@ -1,6 +1,9 @@
-"""Names and labels of every object the operator creates for a job (one place, so they never drift)."""
+"""Names and labels of every object the operator creates for a job, and the blob paths of its results and
+logs (one place, so they never drift). Pure."""
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 from dtjob import API_GROUP
 
@@ -17,8 +20,38 @@ MANAGED_BY = "dtjob-operator"
 
 ROLE_WORKER = "worker"
 ROLE_LAUNCHER = "launcher"
+ROLE_STAGER = "stager"
+WORKER_CONTAINER = "worker"
 # The launcher pod's one container: its log carries every rank's output, progress lines included.
 LAUNCHER_CONTAINER = "launcher"
+STAGER_CONTAINER = "stager"
+# The container that writes each role's log (pods/log needs the name when a pod could have several).
+CONTAINER_OF_ROLE = {
+    ROLE_WORKER: WORKER_CONTAINER,
+    ROLE_LAUNCHER: LAUNCHER_CONTAINER,
+    ROLE_STAGER: STAGER_CONTAINER,
+}
+
+# The files of a SAS Secret, as pods see them where it is mounted.
+SECRET_TOKEN_KEY = "sas-token"
+SECRET_URL_KEY = "container-url"
+SECRET_EXPIRES_KEY = "expires-at"
+# Under the output prefix, each run's directory holds its pods' logs in this folder.
+LOGS_DIR = "logs"
+
+
+class Access(StrEnum):
+    """Which side of a job a SAS serves, and so which permissions it carries."""
+
+    INPUT = "in"  # read + list: the dataset container
+    # create + write: what the uploads need (Put Blob, Put Block, Put Block List, overwriting their own
+    # retries). No list, read, add or delete: a job can neither find nor read other runs' results.
+    OUTPUT = "out"
+
+    @property
+    def permission(self) -> str:
+        # Canonical permission letters, in the order the service expects.
+        return "rl" if self is Access.INPUT else "cw"
 
 
 def worker_name(job: str, index: int) -> str:
@@ -45,6 +78,14 @@ def network_policy_name(job: str) -> str:
     return f"{job}-mpi"
 
 
+def staging_job_name(job: str) -> str:
+    return f"{job}-stage"
+
+
+def sas_secret_name(job: str, access: Access) -> str:
+    return f"{job}-sas-{access.value}"
+
+
 def host_fqdn(pod_hostname: str, job: str, namespace: str) -> str:
     return f"{pod_hostname}.{service_name(job)}.{namespace}.svc"
 
@@ -65,3 +106,28 @@ def labels(job: str, component: str, role: str | None = None) -> dict[str, str]:
     if role:
         out[ROLE_LABEL] = role
     return out
+
+
+def directory_prefix(prefix: str) -> str:
+    """`train` and `train/` both mean the virtual directory `train/`; empty means the whole container."""
+    prefix = prefix.strip("/")
+    return f"{prefix}/" if prefix else ""
+
+
+def run_prefix(prefix: str, namespace: str, job: str, uid: str) -> str:
+    """`<prefix>/<namespace>/<job>/<uid>/`: the blob prefix of one run (no leading slash). The uid keeps a
+    re-created job with the same name from overwriting an earlier run."""
+    return directory_prefix(prefix) + f"{namespace}/{job}/{uid}/"
+
+
+def output_url(container_url: str, prefix: str, namespace: str, job: str, uid: str) -> str:
+    """The run's URL for the job's status. Built from the container URL only, so it never carries a SAS."""
+    return f"{container_url.split('?', 1)[0].rstrip('/')}/{run_prefix(prefix, namespace, job, uid)}"
+
+
+def log_blob_name(
+    prefix: str, namespace: str, job: str, uid: str, pod: str, attempt: int | None = None
+) -> str:
+    """`logs/<pod>.log` for the final world, `logs/attempt-<n>/<pod>.log` for one a restart replaced."""
+    folder = LOGS_DIR if attempt is None else f"{LOGS_DIR}/attempt-{attempt}"
+    return f"{run_prefix(prefix, namespace, job, uid)}{folder}/{pod}.log"

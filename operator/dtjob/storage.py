@@ -15,20 +15,15 @@ from datetime import datetime
 from typing import Any
 
 from dtjob import names
-from dtjob.azure.results import run_prefix
 from dtjob.azure.sas import (
     ANNOTATION_EXPIRES,
     ANNOTATION_ISSUED,
-    SECRET_TOKEN_KEY,
-    SECRET_URL_KEY,
-    Access,
     ContainerSas,
     mint_with_account_key,
     mint_with_user_delegation,
     redact,
     rotation_time,
     sas_secret,
-    sas_secret_name,
     secret_rotation_due,
     validity_window,
     workload_identity_credential,
@@ -36,9 +31,10 @@ from dtjob.azure.sas import (
 from dtjob.config import OperatorConfig
 from dtjob.desired.owned import is_ours, owner_uids
 from dtjob.kube import Applied, Kube, LogUnavailable, NotOurs
+from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, log_blob_name, run_prefix, sas_secret_name
 from dtjob.observed import Blocker, SasObservation
 from dtjob.spec import JobSpec
-from dtjob.stager.job import STAGER_ROLE, StagingOutcome, staging_outcome
+from dtjob.stager.job import StagingOutcome, staging_outcome
 from dtjob.status import JobStatus
 from dtjob.storage_spec import AuthMode, BlobLocation
 from dtjob.tenancy import check_locations, namespace_policy
@@ -51,8 +47,6 @@ STAGING_LOG_TAIL_LINES = 20
 # accountKey mode: the operator reads only Secrets that carry this label, so a job cannot point it at another
 # system's key in its namespace that its author may not read.
 STORAGE_KEY_LABEL = "dtjob.io/storage-key"
-# The container that writes each role's log (pods/log needs the name when a pod could have several).
-CONTAINER_OF_ROLE = {names.ROLE_WORKER: "worker", names.ROLE_LAUNCHER: "launcher", STAGER_ROLE: "stager"}
 
 
 @dataclass(frozen=True)
@@ -303,7 +297,7 @@ def observe_staging(
     if staging_job is None:
         return None
     stagers = sorted(
-        (p for p in pods if _role(p) == STAGER_ROLE),
+        (p for p in pods if _role(p) == names.ROLE_STAGER),
         key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""),
     )
     outcome = staging_outcome(dict(staging_job), [dict(p) for p in stagers])
@@ -311,7 +305,9 @@ def observe_staging(
     if outcome.phase != "Running" or not running:
         return outcome
     try:
-        tail = kube.read_pod_log(namespace, _pod_name(running[-1]), "stager", STAGING_LOG_TAIL_LINES)
+        tail = kube.read_pod_log(
+            namespace, _pod_name(running[-1]), names.STAGER_CONTAINER, STAGING_LOG_TAIL_LINES
+        )
     except LogUnavailable:
         return outcome  # progress is a nicety; the outcome does not depend on it
     return staging_outcome(dict(staging_job), [dict(p) for p in stagers], tail)
@@ -335,13 +331,12 @@ def upload_pod_logs(
     from dtjob.azure.clients import container_client
     from dtjob.azure.logs import LOG_UPLOAD_CONCURRENCY, LogCap, stop_when, upload_log
     from dtjob.azure.parallel import run_bounded
-    from dtjob.azure.results import log_blob_name
 
     assert spec.output is not None
     prefix = spec.output.target.prefix
     sources: list[tuple[str, str]] = []
     for pod in pods:
-        name, container = _pod_name(pod), CONTAINER_OF_ROLE.get(_role(pod))
+        name, container = _pod_name(pod), names.CONTAINER_OF_ROLE.get(_role(pod))
         if name and container is not None:
             sources.append((name, container))
     sas = read_sas(kube, spec.namespace, spec.name, Access.OUTPUT)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from azure.storage.blob import BlobServiceClient, ContainerClient, generate_container_sas
 from dtjob.azure.emulator import Azurite
-from dtjob.azure.sas import Access, ContainerSas, mint_with_account_key, validity_window
+from dtjob.azure.sas import ContainerSas, mint_with_account_key, validity_window
+from dtjob.names import Access
 
 REPO = Path(__file__).resolve().parents[2]
 

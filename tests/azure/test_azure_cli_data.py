@@ -15,9 +15,9 @@ from azure.storage.blob import ContainerClient
 from dtjob.azure.emulator import Azurite
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
-from dtjob.azure.sas import Access
 from dtjob.cli import main
 from dtjob.commands.data import _endpoint_and_account, _progress_lines
+from dtjob.names import Access
 from dtjob.transfer_report import ExitCode
 
 from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service, tree_of

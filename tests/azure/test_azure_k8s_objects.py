@@ -11,7 +11,6 @@ import pytest
 from azure.storage.blob import ContainerClient
 from dtjob.azure.emulator import Azurite
 from dtjob.azure.sas import (
-    Access,
     ContainerSas,
     mint_with_account_key,
     rotation_time,
@@ -19,6 +18,7 @@ from dtjob.azure.sas import (
     secret_rotation_due,
     validity_window,
 )
+from dtjob.names import Access
 from dtjob.stager.job import staging_job
 from kubernetes import client
 

@@ -17,7 +17,8 @@ from dtjob.azure.logs import (
     truncation_note,
     upload_log,
 )
-from dtjob.azure.sas import Access, redact
+from dtjob.azure.sas import redact
+from dtjob.names import Access
 
 from tests.azure.helpers import mint, service
 

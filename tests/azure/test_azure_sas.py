@@ -9,7 +9,8 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 from dtjob.azure.emulator import Azurite
-from dtjob.azure.sas import Access, ContainerSas, mint_with_account_key, validity_window
+from dtjob.azure.sas import ContainerSas, mint_with_account_key, validity_window
+from dtjob.names import Access
 
 pytestmark = pytest.mark.azure
 

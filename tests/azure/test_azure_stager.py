@@ -19,7 +19,8 @@ from dtjob.azure.download import Stager
 from dtjob.azure.emulator import Azurite
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
-from dtjob.azure.sas import Access, ContainerSas, mint_with_account_key
+from dtjob.azure.sas import ContainerSas, mint_with_account_key
+from dtjob.names import Access
 from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
 from tests.azure.helpers import (

@@ -9,7 +9,6 @@ from dtjob.azure.sas import (
     ANNOTATION_EXPIRES,
     ANNOTATION_ISSUED,
     START_SKEW,
-    Access,
     ContainerSas,
     allowed_protocol,
     delegation_expiry,
@@ -23,6 +22,7 @@ from dtjob.azure.sas import (
     workload_identity_credential,
 )
 from dtjob.config import OperatorConfig
+from dtjob.names import Access
 from dtjob.storage import output_directory
 
 from tests.unit.operator_fixtures import job_spec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob.azure.sas import Access
+from dtjob.names import Access
 from dtjob.stager.job import (
     results_upload_command,
     sas_volume,

@@ -31,6 +31,7 @@ from dtjob.azure.manifest import (
 )
 from dtjob.azure.parallel import retry_once_on_denial, run_bounded
 from dtjob.azure.progress import Progress
+from dtjob.names import directory_prefix
 from dtjob.transfer_report import ExitCode, ProgressSnapshot
 
 if TYPE_CHECKING:
@@ -47,12 +48,6 @@ class RemoteFile:
     size: int
     etag: str
     md5: str | None  # base64 Content-MD5, when the blob has one
-
-
-def directory_prefix(prefix: str) -> str:
-    """`train` and `train/` both mean the virtual directory `train/`; empty means the whole container."""
-    prefix = prefix.strip("/")
-    return f"{prefix}/" if prefix else ""
 
 
 def relative_path(blob_name: str, prefix: str) -> str | None:

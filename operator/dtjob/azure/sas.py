@@ -13,11 +13,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from dtjob import names
 from dtjob.config import DEFAULT_SAS_ROTATE_FRACTION
+from dtjob.names import SECRET_EXPIRES_KEY, SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, sas_secret_name
 from dtjob.storage_spec import DEFAULT_SAS_LIFETIME_S, MAX_SAS_LIFETIME_S
 from dtjob.timefmt import format_time, parse_time
 
@@ -30,27 +31,10 @@ START_SKEW = timedelta(minutes=5)
 # Azure caps user delegation keys at 7 days; a SAS signed with one cannot outlive it (nor may the spec ask).
 MAX_USER_DELEGATION = timedelta(seconds=MAX_SAS_LIFETIME_S)
 
-SECRET_TOKEN_KEY = "sas-token"
-SECRET_URL_KEY = "container-url"
-SECRET_EXPIRES_KEY = "expires-at"
 ANNOTATION_ISSUED = "dtjob.io/sas-issued-at"
 ANNOTATION_EXPIRES = "dtjob.io/sas-expires-at"
 
 _SIG_RE = re.compile(r"(?i)(sig=)[^&\s\"']+")
-
-
-class Access(StrEnum):
-    """Which side of a job a SAS serves, and so which permissions it carries."""
-
-    INPUT = "in"  # read + list: the dataset container
-    # create + write: what the uploads need (Put Blob, Put Block, Put Block List, overwriting their own
-    # retries). No list, read, add or delete: a job can neither find nor read other runs' results.
-    OUTPUT = "out"
-
-    @property
-    def permission(self) -> str:
-        # Canonical permission letters, in the order the service expects.
-        return "rl" if self is Access.INPUT else "cw"
 
 
 @dataclass(frozen=True)
@@ -205,10 +189,6 @@ def workload_identity_credential(client_id: str | None = None) -> TokenCredentia
     return credential
 
 
-def sas_secret_name(job_name: str, access: Access) -> str:
-    return f"{job_name}-sas-{access.value}"
-
-
 def sas_secret(
     job_name: str,
     namespace: str,
@@ -221,9 +201,7 @@ def sas_secret(
     """The `<job>-sas-in` / `<job>-sas-out` Secret. Pods mount it; its files are `sas-token`, `container-url`
     and `expires-at`. Issue and expiry times are annotations too, so the operator can schedule rotation
     without reading the token."""
-    from dtjob.names import labels as child_labels
-
-    labels = {**child_labels(job_name, "sas", f"sas-{access.value}"), **(extra_labels or {})}
+    labels = {**names.labels(job_name, "sas", f"sas-{access.value}"), **(extra_labels or {})}
     return {
         "apiVersion": "v1",
         "kind": "Secret",

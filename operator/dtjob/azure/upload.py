@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dtjob.azure.download import RemoteFile, directory_prefix, file_md5_b64, list_remote
+from dtjob.azure.download import RemoteFile, file_md5_b64, list_remote
 from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.azure.manifest import PART_SUFFIX
 from dtjob.azure.parallel import retry_once_on_denial, run_bounded
 from dtjob.azure.progress import Progress
+from dtjob.names import directory_prefix
 from dtjob.transfer_report import ExitCode, ProgressSnapshot
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.azure.progress import Progress
+from dtjob.names import directory_prefix
 from dtjob.storage_spec import ACCOUNT_RE, PUBLIC_BLOB_SUFFIX, StorageSpecError, parse_endpoint
 from dtjob.transfer_report import ExitCode
 
@@ -201,7 +202,7 @@ def run_upload(args: argparse.Namespace) -> int:
 
 
 def run_ls(args: argparse.Namespace) -> int:
-    from dtjob.azure.download import directory_prefix, list_remote
+    from dtjob.azure.download import list_remote
 
     subject = f"container {args.container}"
     hint = "the credentials"

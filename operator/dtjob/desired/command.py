@@ -5,7 +5,6 @@ from __future__ import annotations
 import shlex
 
 from dtjob import names
-from dtjob.azure.results import run_prefix
 from dtjob.desired.common import (
     HOSTFILE,
     OUTPUT_DIR,
@@ -14,6 +13,7 @@ from dtjob.desired.common import (
     SSH_KEY_FILE,
     SSH_PORT,
 )
+from dtjob.names import run_prefix
 from dtjob.spec import JobSpec
 from dtjob.stager.job import results_upload_command
 

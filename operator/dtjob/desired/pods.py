@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob import names
-from dtjob.azure.sas import Access
 from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, worker_sshd_script
 from dtjob.desired.common import (
     MPI_DIR,
@@ -19,6 +18,7 @@ from dtjob.desired.common import (
     metadata,
     pod_security_context,
 )
+from dtjob.names import Access
 from dtjob.spec import DataVolume, JobSpec, PodOverrides
 from dtjob.stager.job import sas_volume, sas_volume_mount
 
@@ -47,7 +47,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         names.MPI_HOST_LABEL: "true",
     }
     container: Json = {
-        "name": "worker",
+        "name": names.WORKER_CONTAINER,
         "image": spec.image,
         "command": ["/bin/sh", "-c", worker_sshd_script()],
         "ports": [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}],

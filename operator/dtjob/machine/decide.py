@@ -17,11 +17,11 @@ from dtjob.actions import (
     Event,
     MintSas,
 )
-from dtjob.azure.results import output_url
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import cleanup, delete_world_pods, finish, ttl
 from dtjob.machine.staging import stage
 from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure
+from dtjob.names import output_url
 from dtjob.observed import Observed
 from dtjob.spec import JobSpec
 from dtjob.status import FAILED, FINISHED, PENDING, RUNNING, SUCCEEDED, SUSPENDED, JobStatus

@@ -11,9 +11,10 @@ from dtjob.actions import (
 )
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import finish
+from dtjob.names import staging_job_name
 from dtjob.observed import Observed
 from dtjob.spec import JobSpec
-from dtjob.stager.job import StagingOutcome, staging_job_name
+from dtjob.stager.job import StagingOutcome
 from dtjob.status import (
     FAILED,
     STAGING,

@@ -10,14 +10,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dtjob.azure.sas import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, sas_secret_name
 from dtjob.config import DEFAULT_STAGER_IMAGE
-from dtjob.names import labels
+from dtjob.names import (
+    ROLE_STAGER,
+    SECRET_TOKEN_KEY,
+    SECRET_URL_KEY,
+    STAGER_CONTAINER,
+    Access,
+    labels,
+    sas_secret_name,
+    staging_job_name,
+)
 from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
 Json = dict[str, Any]
 
-STAGER_ROLE = "stager"
 SAS_MOUNT_ROOT = "/var/run/dtjob"
 # Transient failures (a node lost, a throttled account) are worth a retry; resumability makes retries cheap.
 STAGER_BACKOFF_LIMIT = 2
@@ -30,10 +37,6 @@ EXIT_REASONS = {
     ExitCode.STORAGE: "Blob Storage returned an error",
     ExitCode.INTEGRITY: "a downloaded file did not match its Content-MD5",
 }
-
-
-def staging_job_name(job: str) -> str:
-    return f"{job}-stage"
 
 
 def sas_mount_path(access: Access) -> str:
@@ -134,7 +137,7 @@ def staging_job(
         "automountServiceAccountToken": False,
         "containers": [
             {
-                "name": "stager",
+                "name": STAGER_CONTAINER,
                 "image": image,
                 "args": stager_args(job, prefix, destination, concurrency),
                 "volumeMounts": [
@@ -163,7 +166,7 @@ def staging_job(
         pod_spec["tolerations"] = list(tolerations)
     if pod_security_context:
         pod_spec["securityContext"] = pod_security_context
-    job_labels = labels(job, "staging", STAGER_ROLE)
+    job_labels = labels(job, "staging", ROLE_STAGER)
     spec: Json = {
         "backoffLimit": STAGER_BACKOFF_LIMIT,
         "template": {"metadata": {"labels": job_labels}, "spec": pod_spec},
@@ -192,7 +195,7 @@ class StagingOutcome:
 
 def _terminated(pod: Json) -> Json | None:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == "stager":
+        if status.get("name") == STAGER_CONTAINER:
             state = status.get("state") or {}
             terminated = state.get("terminated")
             return terminated if isinstance(terminated, dict) else None
