@@ -32,9 +32,8 @@ from dtjob.config import OperatorConfig
 from dtjob.desired.owned import is_ours, owner_uids
 from dtjob.kube import Applied, Kube, LogUnavailable, NotOurs
 from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, log_blob_name, run_prefix, sas_secret_name
-from dtjob.observed import Blocker, SasObservation
+from dtjob.observed import Blocker, SasObservation, StagingOutcome, staging_outcome
 from dtjob.spec import JobSpec
-from dtjob.stager.job import StagingOutcome, staging_outcome
 from dtjob.status import JobStatus
 from dtjob.storage_spec import AuthMode, BlobLocation
 from dtjob.tenancy import check_locations, namespace_policy

@@ -18,11 +18,12 @@ from dtjob.azure.sas import (
     secret_rotation_due,
     validity_window,
 )
+from dtjob.desired.staging import staging_job
 from dtjob.names import Access
-from dtjob.stager.job import staging_job
 from kubernetes import client
 
 from tests.azure.helpers import service
+from tests.unit.operator_fixtures import job_spec
 
 pytestmark = [pytest.mark.azure, pytest.mark.integration]
 
@@ -95,19 +96,22 @@ def test_sas_secret_round_trips_and_rotates_in_place(
 
 def test_staging_job_is_accepted_by_the_api_server(core_v1: client.CoreV1Api, namespace: str) -> None:
     owner = _owner(core_v1, namespace)
-    job: Any = staging_job(
-        "r50",
-        namespace,
-        owner,
-        prefix="ilsvrc2012",
-        destination="/data/imagenet",
-        concurrency=16,
-        data_volume={"name": "data", "nfs": {"server": "10.0.0.4", "path": "/export", "readOnly": True}},
-        data_mount_path="/data",
-        node_selector={"kubernetes.azure.com/agentpool": "system"},
-        active_deadline_seconds=3600,
-        pod_security_context={"runAsUser": 65532, "fsGroup": 65532},
+    volume = {"nfs": {"server": "10.0.0.4", "path": "/export", "readOnly": True}, "mountPath": "/data"}
+    stage_from = {"account": "acct1", "prefix": "ilsvrc2012", "concurrency": 16, "container": "datasets"}
+    dataset = {
+        "source": "imagenet",
+        "volume": volume,
+        "dataDir": "/data/imagenet",
+        "stageFrom": {**stage_from, "credentials": {"authMode": "workloadIdentity"}},
+    }
+    spec = job_spec(
+        name="r50",
+        namespace=namespace,
+        dataset=dataset,
+        placement={"launcher": {"nodePool": "system"}},
+        runPolicy={"activeDeadlineSeconds": 3600},
     )
+    job: Any = staging_job(spec, owner, "stager:1")
     batch = client.BatchV1Api(core_v1.api_client)
     created = batch.create_namespaced_job(namespace, job)
     pod = created.spec.template.spec

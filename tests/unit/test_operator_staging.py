@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 from dtjob.actions import CreateStagingJob, CreateWorker, DeleteSasSecrets, SasSecretsDeleted, UploadLogs
 from dtjob.machine import decide, with_results
-from dtjob.observed import Observed
+from dtjob.observed import Observed, StagingOutcome
 from dtjob.spec import SpecError
-from dtjob.stager.job import StagingOutcome
 from dtjob.status import JobStatus
 from dtjob.timefmt import format_time
 from dtjob.transfer_report import ProgressSnapshot

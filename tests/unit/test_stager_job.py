@@ -4,37 +4,39 @@ from __future__ import annotations
 
 from typing import Any
 
+from dtjob.desired.command import results_upload_command
+from dtjob.desired.pods import sas_volume, sas_volume_mount
+from dtjob.desired.staging import staging_job
 from dtjob.names import Access
-from dtjob.stager.job import (
-    results_upload_command,
-    sas_volume,
-    sas_volume_mount,
-    staging_job,
-    staging_outcome,
-)
+from dtjob.observed import staging_outcome
 from dtjob.transfer_report import ProgressSnapshot
 
+from tests.unit.operator_fixtures import job_spec
+
 OWNER = {"apiVersion": "dtjob.io/v1alpha1", "kind": "DistributedTrainingJob", "name": "r50", "uid": "u1"}
-NFS = {"name": "data", "nfs": {"server": "10.0.0.4", "path": "/export"}}
+# The dataset volume as the stager mounts it: writable, whatever the workers get.
+NFS = {"name": "data", "nfs": {"server": "10.0.0.4", "path": "/export", "readOnly": False}}
+STAGE_FROM = {
+    "account": "acct1",
+    "container": "datasets",
+    "prefix": "ilsvrc2012",
+    "concurrency": 16,
+    "credentials": {"authMode": "workloadIdentity"},
+}
 
 
-def build(**overrides: Any) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "job": "r50",
-        "namespace": "team-a",
-        "owner_reference": OWNER,
-        "prefix": "ilsvrc2012",
-        "destination": "/data/imagenet",
-        "concurrency": 16,
-        "data_volume": NFS,
-        "data_mount_path": "/data",
+def build(volume: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    dataset = {
+        "source": "imagenet",
+        "volume": volume or {"nfs": {"server": "10.0.0.4", "path": "/export"}, "mountPath": "/data"},
+        "dataDir": "/data/imagenet",
+        "stageFrom": STAGE_FROM,
     }
-    kwargs.update(overrides)
-    return staging_job(**kwargs)
+    return staging_job(job_spec(name="r50", namespace="team-a", dataset=dataset, **spec), OWNER, "stager:1")
 
 
 def test_staging_job_mounts_the_volume_and_the_read_sas_only() -> None:
-    job = build(node_selector={"kubernetes.azure.com/agentpool": "system"}, active_deadline_seconds=3600)
+    job = build(placement={"launcher": {"nodePool": "system"}}, runPolicy={"activeDeadlineSeconds": 3600})
     assert job["metadata"]["name"] == "r50-stage"
     assert job["metadata"]["ownerReferences"] == [OWNER]
     assert job["metadata"]["labels"]["dtjob.io/role"] == "stager"
@@ -63,7 +65,7 @@ def test_staging_job_mounts_the_volume_and_the_read_sas_only() -> None:
     assert "sas-out" not in str(job)
 
 
-def test_the_stager_container_is_locked_down_and_takes_the_pod_context_it_is_given() -> None:
+def test_the_stager_container_is_locked_down_and_runs_as_the_stager_images_user() -> None:
     pod = build()["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["securityContext"] == {
@@ -71,14 +73,13 @@ def test_the_stager_container_is_locked_down_and_takes_the_pod_context_it_is_giv
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
     }
-    assert "securityContext" not in pod
     context = {"runAsNonRoot": True, "runAsUser": 65532, "fsGroup": 65532}
-    assert build(pod_security_context=context)["spec"]["template"]["spec"]["securityContext"] == context
+    assert context.items() <= pod["securityContext"].items()
 
 
 def test_the_stager_mounts_a_read_only_dataset_volume_writable() -> None:
-    read_only = {"name": "data", "nfs": {"server": "10.0.0.4", "path": "/export", "readOnly": True}}
-    volumes = build(data_volume=read_only)["spec"]["template"]["spec"]["volumes"]
+    read_only = {"nfs": {"server": "10.0.0.4", "path": "/export", "readOnly": True}, "mountPath": "/data"}
+    volumes = build(volume=read_only)["spec"]["template"]["spec"]["volumes"]
     assert volumes[0] == {"name": "data", "nfs": {"server": "10.0.0.4", "path": "/export", "readOnly": False}}
     assert read_only["nfs"]["readOnly"] is True  # the caller's dict is untouched
 

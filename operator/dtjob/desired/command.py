@@ -1,4 +1,5 @@
-"""Command lines: the training entry point with its flags, the MPI launcher around it, and worker sshd."""
+"""Command lines: the training entry point with its flags, the MPI launcher around it, worker sshd, and the
+stager (`python -m dtjob.stager`) downloading the dataset or uploading rank 0's results."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from dtjob.desired.common import (
     SSH_DIR,
     SSH_KEY_FILE,
     SSH_PORT,
+    sas_mount_path,
 )
-from dtjob.names import run_prefix
+from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, run_prefix
 from dtjob.spec import JobSpec
-from dtjob.stager.job import results_upload_command
 
 SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
 
@@ -123,6 +124,54 @@ def mpi_command(spec: JobSpec) -> list[str]:
     for env in spec.env:
         cmd += ["-x", str(env["name"])]
     return cmd + list(spec.launcher.mpi_args) + training_command(spec)
+
+
+def _credential_args(access: Access, job: str) -> list[str]:
+    """The stager reads the container URL and the token from the mounted SAS Secret's files, never argv."""
+    return [
+        "--container-url-file",
+        f"{sas_mount_path(access)}/{SECRET_URL_KEY}",
+        "--sas-file",
+        f"{sas_mount_path(access)}/{SECRET_TOKEN_KEY}",
+        "--credentials-hint",
+        f"Secret {names.sas_secret_name(job, access)}",
+    ]
+
+
+def stager_download_args(job: str, prefix: str, destination: str, concurrency: int) -> list[str]:
+    """Arguments for `python -m dtjob.stager` (the stager image's entrypoint) in the staging Job."""
+    return [
+        "download",
+        *_credential_args(Access.INPUT, job),
+        "--prefix",
+        prefix,
+        "--dest",
+        destination,
+        "--concurrency",
+        str(concurrency),
+        "--progress-interval",
+        "10",
+    ]
+
+
+def results_upload_command(job: str, source_dir: str, run_prefix: str, python: str = "python") -> list[str]:
+    """What rank 0 runs after training to upload the output directory to the run's prefix
+    (dtjob.names.run_prefix); it needs `<job>-sas-out` mounted (desired.pods.sas_volume/sas_volume_mount)."""
+    return [
+        python,
+        "-m",
+        "dtjob.stager",
+        "upload",
+        *_credential_args(Access.OUTPUT, job),
+        "--src",
+        source_dir,
+        "--prefix",
+        run_prefix,
+        # The output SAS is create+write only: nothing to list, so every file is uploaded.
+        "--overwrite",
+        "--termination-file",
+        "/dev/null",
+    ]
 
 
 def results_upload_script(spec: JobSpec, uid: str) -> str | None:

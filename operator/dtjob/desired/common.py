@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dtjob import API_GROUP, API_VERSION, KIND
+from dtjob.names import Access
 
 Json = dict[str, Any]
 
@@ -18,6 +19,8 @@ HOSTFILE = f"{MPI_DIR}/hostfile"
 DISCOVER_HOSTS = f"{MPI_DIR}/discover_hosts.sh"
 OUTPUT_DIR = "/dtjob/output"
 PROGRESS_FILE = f"{OUTPUT_DIR}/progress.json"
+# Each SAS Secret is mounted as a directory (never with subPath, which would not follow rotation) under here.
+SAS_MOUNT_ROOT = "/var/run/dtjob"
 
 # The training images' user and group (images/common/install-system.sh: `useradd --uid 1000`, whose own group
 # is 1000); it must match them. Pods name it by number: the images say `USER dtjob`, and kubelet refuses
@@ -26,6 +29,10 @@ PROGRESS_FILE = f"{OUTPUT_DIR}/progress.json"
 TRAINING_UID = 1000
 # The stager image's user and group (images/stager/Dockerfile: `USER 65532:65532`); it must match it.
 STAGER_UID = 65532
+
+
+def sas_mount_path(access: Access) -> str:
+    return f"{SAS_MOUNT_ROOT}/sas-{access.value}"
 
 
 def pod_security_context(uid: int) -> Json:

@@ -17,10 +17,10 @@ from dtjob.desired.common import (
     container_security_context,
     metadata,
     pod_security_context,
+    sas_mount_path,
 )
 from dtjob.names import Access
 from dtjob.spec import DataVolume, JobSpec, PodOverrides
-from dtjob.stager.job import sas_volume, sas_volume_mount
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Group-readable: kubelet writes Secret files owned by root with group fsGroup, so the pod's user reads them
@@ -265,6 +265,20 @@ def _volumes(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: 
     if rank0 and spec.checkpoints is not None:
         volumes.append(pod_volume("checkpoints", spec.checkpoints))
     return volumes
+
+
+def sas_volume(job: str, access: Access) -> Json:
+    """The pod volume for `<job>-sas-in|out`; group-readable only (the pod's fsGroup)."""
+    return {
+        "name": f"sas-{access.value}",
+        "secret": {"secretName": names.sas_secret_name(job, access), "defaultMode": 0o440},
+    }
+
+
+def sas_volume_mount(access: Access) -> Json:
+    """Mounted as a directory, never with subPath: subPath mounts do not receive Secret updates, and the
+    token must follow rotation."""
+    return {"name": f"sas-{access.value}", "mountPath": sas_mount_path(access), "readOnly": True}
 
 
 def data_volume(spec: JobSpec) -> Json | None:

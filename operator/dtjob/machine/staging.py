@@ -12,9 +12,8 @@ from dtjob.actions import (
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import finish
 from dtjob.names import staging_job_name
-from dtjob.observed import Observed
+from dtjob.observed import Observed, StagingOutcome
 from dtjob.spec import JobSpec
-from dtjob.stager.job import StagingOutcome
 from dtjob.status import (
     FAILED,
     STAGING,
