@@ -34,6 +34,7 @@ from dtjob.config import OperatorConfig
 from dtjob.desired.owned import is_ours
 from dtjob.kube import Applied, Kube, NotOurs
 from dtjob.names import Access
+from dtjob.observed import pod_state
 from dtjob.spec import JobSpec
 from dtjob.sshkeys import generate_keypair
 
@@ -125,7 +126,7 @@ def _upload_logs(
     """At the end every pod's log; before a restart (best effort, once) the failed attempt's."""
     folder = f"{output_url or ''}logs/" if attempt is None else f"{output_url or ''}logs/attempt-{attempt}/"
     if attempt is not None:
-        pods = [p for p in pods if storage.pod_attempt(p) == attempt]
+        pods = [p for p in pods if pod_state(p).attempt == attempt]
     upload = storage.upload_pod_logs(kube, spec, uid, pods, attempt=attempt, cap_bytes=cap_bytes)
     return LogsUploaded(
         attempt, upload.uploaded, folder, upload.missing, upload.error, upload.truncated, upload.cap_bytes

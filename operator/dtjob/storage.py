@@ -32,7 +32,7 @@ from dtjob.config import OperatorConfig
 from dtjob.desired.owned import is_ours, owner_uids
 from dtjob.kube import Applied, Kube, LogUnavailable, NotOurs
 from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, log_blob_name, run_prefix, sas_secret_name
-from dtjob.observed import Blocker, SasObservation, StagingOutcome, staging_outcome
+from dtjob.observed import Blocker, SasObservation, StagingOutcome, pod_state, staging_outcome
 from dtjob.spec import JobSpec
 from dtjob.status import JobStatus
 from dtjob.storage_spec import AuthMode, BlobLocation
@@ -275,20 +275,6 @@ def delete_sas_secrets(kube: Kube, namespace: str, job: str) -> None:
         kube.delete_secret(namespace, sas_secret_name(job, access))
 
 
-def _role(pod: Mapping[str, Any]) -> str:
-    return str(((pod.get("metadata") or {}).get("labels") or {}).get(names.ROLE_LABEL, ""))
-
-
-def pod_attempt(pod: Mapping[str, Any]) -> int | None:
-    """The world attempt a pod belongs to (its dtjob.io/attempt label)."""
-    value = ((pod.get("metadata") or {}).get("labels") or {}).get(names.ATTEMPT_LABEL)
-    return int(value) if isinstance(value, str) and value.isdigit() else None
-
-
-def _pod_name(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("name", ""))
-
-
 def observe_staging(
     kube: Kube, namespace: str, staging_job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]
 ) -> StagingOutcome | None:
@@ -296,7 +282,7 @@ def observe_staging(
     if staging_job is None:
         return None
     stagers = sorted(
-        (p for p in pods if _role(p) == names.ROLE_STAGER),
+        (p for p in pods if pod_state(p).role == names.ROLE_STAGER),
         key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""),
     )
     outcome = staging_outcome(dict(staging_job), [dict(p) for p in stagers])
@@ -305,7 +291,7 @@ def observe_staging(
         return outcome
     try:
         tail = kube.read_pod_log(
-            namespace, _pod_name(running[-1]), names.STAGER_CONTAINER, STAGING_LOG_TAIL_LINES
+            namespace, pod_state(running[-1]).name, names.STAGER_CONTAINER, STAGING_LOG_TAIL_LINES
         )
     except LogUnavailable:
         return outcome  # progress is a nicety; the outcome does not depend on it
@@ -335,7 +321,8 @@ def upload_pod_logs(
     prefix = spec.output.target.prefix
     sources: list[tuple[str, str]] = []
     for pod in pods:
-        name, container = _pod_name(pod), names.CONTAINER_OF_ROLE.get(_role(pod))
+        state = pod_state(pod)
+        name, container = state.name, names.CONTAINER_OF_ROLE.get(state.role)
         if name and container is not None:
             sources.append((name, container))
     sas = read_sas(kube, spec.namespace, spec.name, Access.OUTPUT)
