@@ -9,20 +9,16 @@ object, so GitOps tools see no drift.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from dtjob import validators as rules
 from dtjob.config import FRAMEWORKS, OperatorConfig
-from dtjob.storage_spec import (
-    Output,
-    StageFrom,
-    StorageSpecError,
-    parse_output,
-    parse_stage_from,
-    resolve_destination,
-)
+from dtjob.spec_reader import Reader, SpecError
+from dtjob.storage_spec import Output, StageFrom, parse_output, parse_stage_from, resolve_destination
+
+__all__ = ["SpecError"]  # spec_reader's; callers keep importing it from here
 
 MAX_GPUS_PER_WORKER = 8  # the largest Azure GPU VMs (ND96 series) carry 8 GPUs
 MAX_WORKERS = 512
@@ -37,16 +33,6 @@ SOURCES = ("synthetic", "imagenet")
 MAX_DURATION_SECONDS = 2**31 - 1
 
 Json = dict[str, Any]
-_T = TypeVar("_T")
-
-
-class SpecError(ValueError):
-    """A spec value the operator cannot run; `path` names the field (e.g. `spec.workers`)."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -177,140 +163,6 @@ class JobSpec:
         return hosts * self.gpus_per_worker
 
 
-class _Reader:
-    """Typed access to one object of the spec, remembering its path for error messages."""
-
-    def __init__(self, data: Any, path: str) -> None:
-        if data is None:
-            data = {}
-        if not isinstance(data, Mapping):
-            raise SpecError(path, f"must be an object, got {type(data).__name__}")
-        self.data: Mapping[str, Any] = data
-        self.path = path
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}"
-
-    def child(self, key: str) -> _Reader:
-        return _Reader(self.data.get(key), self.at(key))
-
-    def has(self, key: str) -> bool:
-        return self.data.get(key) is not None
-
-    def string(self, key: str, default: str | None = None) -> str | None:
-        value = self.data.get(key, default)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise SpecError(self.at(key), f"must be a string, got {value!r}")
-        return value
-
-    def required_string(self, key: str) -> str:
-        value = self.string(key)
-        if not value:
-            raise SpecError(self.at(key), "is required")
-        return value
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
-        value = self.string(key)
-        if value is None:
-            return default
-        if value not in choices:
-            raise SpecError(self.at(key), f"must be one of {', '.join(choices)}; got {value!r}")
-        return value
-
-    def integer(
-        self, key: str, default: int | None, minimum: int | None = None, maximum: int | None = None
-    ) -> int | None:
-        value = self.data.get(key, default)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(self.at(key), f"must be an integer, got {value!r}")
-        if minimum is not None and value < minimum:
-            raise SpecError(self.at(key), f"must be >= {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise SpecError(self.at(key), f"must be <= {maximum}, got {value}")
-        return value
-
-    def number(self, key: str, default: float, minimum: float = 0.0, below: float | None = None) -> float:
-        """A number >= minimum and, with `below`, strictly less than it."""
-        value = self.data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SpecError(self.at(key), f"must be a number, got {value!r}")
-        if value < minimum:
-            raise SpecError(self.at(key), f"must be >= {minimum}, got {value}")
-        if below is not None and value >= below:
-            raise SpecError(self.at(key), f"must be < {below}, got {value}")
-        return float(value)
-
-    def checked(self, key: str, problem: Callable[[str], str | None]) -> str | None:
-        """An optional string that `problem` (from dtjob.validators) finds nothing wrong with."""
-        value = self.string(key)
-        if value is not None and (found := problem(value)) is not None:
-            raise SpecError(self.at(key), found)
-        return value
-
-    def labels(self, key: str, values_are_labels: bool = True) -> dict[str, str]:
-        """A map of label (or, with values_are_labels False, annotation) keys to values."""
-        found = self.string_map(key)
-        if len(found) > rules.MAX_MAP_ENTRIES:
-            raise SpecError(self.at(key), f"must have at most {rules.MAX_MAP_ENTRIES} entries")
-        for k, value in found.items():
-            problem = rules.label_key_problem(k)
-            if problem is None and values_are_labels:
-                problem = rules.label_value_problem(value)
-            if problem is not None:
-                raise SpecError(f"{self.at(key)}[{k}]", problem)
-        return found
-
-    def tolerations(self, key: str) -> tuple[Json, ...]:
-        found = self.object_list(key)
-        if len(found) > rules.MAX_TOLERATIONS:
-            raise SpecError(self.at(key), f"must have at most {rules.MAX_TOLERATIONS} items")
-        for i, toleration in enumerate(found):
-            problem = rules.toleration_problem(toleration)
-            if problem is not None:
-                raise SpecError(f"{self.at(key)}[{i}].{problem[0]}", problem[1])
-        return found
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        if not isinstance(value, bool):
-            raise SpecError(self.at(key), f"must be true or false, got {value!r}")
-        return value
-
-    def string_map(self, key: str) -> dict[str, str]:
-        value = self.data.get(key) or {}
-        if not isinstance(value, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-        ):
-            raise SpecError(self.at(key), "must map strings to strings")
-        return dict(value)
-
-    def string_list(self, key: str) -> tuple[str, ...] | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise SpecError(self.at(key), "must be a list of strings")
-        return tuple(value)
-
-    def object_list(self, key: str) -> tuple[Json, ...]:
-        value = self.data.get(key) or []
-        if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
-            raise SpecError(self.at(key), "must be a list of objects")
-        return tuple(dict(v) for v in value)
-
-    def optional_object(self, key: str) -> Json | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, Mapping):
-            raise SpecError(self.at(key), "must be an object")
-        return dict(value)
-
-
 def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     """The whole object (metadata + spec) -> JobSpec with every default filled in."""
     metadata = body.get("metadata") or {}
@@ -321,7 +173,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
             f"must be a DNS-1035 label of at most {MAX_NAME_LENGTH} characters "
             f"(lowercase letters, digits, '-', starting with a letter); got {name!r}",
         )
-    spec = _Reader(body.get("spec"), "spec")
+    spec = Reader(body.get("spec"), "spec")
     if not spec.has("framework"):
         raise SpecError("spec.framework", f"is required (one of {', '.join(FRAMEWORKS)})")
     framework = spec.choice("framework", FRAMEWORKS, "")
@@ -371,18 +223,10 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         placement=_placement(spec.child("placement"), config),
         launcher=_launcher(spec.child("launcher")),
         run_policy=_run_policy(spec.child("runPolicy")),
-        output=_storage(lambda: parse_output(spec.data.get("output"), emulator_hosts=config.emulator_hosts)),
+        output=parse_output(spec.data.get("output"), emulator_hosts=config.emulator_hosts),
         checkpoints=_checkpoints(spec.child("checkpoints"), data) if spec.has("checkpoints") else None,
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
     )
-
-
-def _storage(parse: Callable[[], _T]) -> _T:
-    """Run a storage_spec parser, re-raising its errors as SpecError (same field path and message)."""
-    try:
-        return parse()
-    except StorageSpecError as err:
-        raise SpecError(err.path, err.message) from None
 
 
 def _required(item: Json, path: str) -> str:
@@ -392,7 +236,7 @@ def _required(item: Json, path: str) -> str:
     return value
 
 
-def _pod_overrides(r: _Reader) -> PodOverrides:
+def _pod_overrides(r: Reader) -> PodOverrides:
     return PodOverrides(
         annotations=r.labels("podAnnotations", values_are_labels=False),
         labels=r.labels("podLabels"),
@@ -400,7 +244,7 @@ def _pod_overrides(r: _Reader) -> PodOverrides:
     )
 
 
-def _resources(r: _Reader) -> Json | None:
+def _resources(r: Reader) -> Json | None:
     """Container resources: qualified resource names, each a quantity (an integer or a quantity string)."""
     resources = r.optional_object("resources")
     if resources is None:
@@ -425,7 +269,7 @@ def _resources(r: _Reader) -> Json | None:
     return resources
 
 
-def _volume(r: _Reader, default_mount: str, nfs_read_only: bool) -> DataVolume:
+def _volume(r: Reader, default_mount: str, nfs_read_only: bool) -> DataVolume:
     """An NFS share or an existing PVC with its mount path (spec.dataset.volume, spec.checkpoints)."""
     nfs = pvc = None
     if r.has("nfs"):
@@ -460,7 +304,7 @@ def _volume(r: _Reader, default_mount: str, nfs_read_only: bool) -> DataVolume:
     return DataVolume(nfs=nfs, pvc=pvc, mount_path=mount_path)
 
 
-def _checkpoints(r: _Reader, data: Dataset) -> DataVolume:
+def _checkpoints(r: Reader, data: Dataset) -> DataVolume:
     volume = _volume(r, "/checkpoints", nfs_read_only=False)
     if volume.nfs is not None and volume.nfs.read_only:
         raise SpecError(r.at("nfs.readOnly"), "must be false: rank 0 writes its checkpoints there")
@@ -475,7 +319,7 @@ def _checkpoints(r: _Reader, data: Dataset) -> DataVolume:
     return volume
 
 
-def _dataset(r: _Reader, config: OperatorConfig) -> Dataset:
+def _dataset(r: Reader, config: OperatorConfig) -> Dataset:
     source = r.choice("source", SOURCES, "synthetic")
     volume = _volume(r.child("volume"), "/data", nfs_read_only=True) if r.has("volume") else None
     if source == "imagenet" and volume is None:
@@ -486,14 +330,14 @@ def _dataset(r: _Reader, config: OperatorConfig) -> Dataset:
         raise SpecError(
             r.at("dataDir"), f"{data_dir!r} is outside spec.dataset.volume's mount path {volume.mount_path!r}"
         )
-    stage = _storage(lambda: parse_stage_from(r.data.get("stageFrom"), emulator_hosts=config.emulator_hosts))
+    stage = parse_stage_from(r.data.get("stageFrom"), emulator_hosts=config.emulator_hosts)
     staging = None
     if stage is not None:
         if volume is None:
             raise SpecError(
                 "spec.dataset.volume", "is required with spec.dataset.stageFrom (the stager writes to it)"
             )
-        destination = _storage(lambda: resolve_destination(stage, volume.mount_path, data_dir))
+        destination = resolve_destination(stage, volume.mount_path, data_dir)
         if source != "imagenet":
             raise SpecError(
                 r.at("stageFrom"),
@@ -508,7 +352,7 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory + "/")
 
 
-def _hyperparameters(r: _Reader) -> Hyperparameters:
+def _hyperparameters(r: Reader) -> Hyperparameters:
     d = Hyperparameters()
     return Hyperparameters(
         batch_size_per_gpu=r.integer("batchSizePerGpu", d.batch_size_per_gpu, minimum=1)
@@ -529,7 +373,7 @@ def _hyperparameters(r: _Reader) -> Hyperparameters:
     )
 
 
-def _placement(r: _Reader, config: OperatorConfig) -> Placement:
+def _placement(r: Reader, config: OperatorConfig) -> Placement:
     pool = r.checked("nodePool", _node_pool_problem) or config.gpu_pool
     selector = {"kubernetes.azure.com/agentpool": pool}
     selector.update(r.labels("nodeSelector"))
@@ -561,7 +405,7 @@ def _node_pool_problem(pool: str) -> str | None:
     )
 
 
-def _launcher(r: _Reader) -> Launcher:
+def _launcher(r: Reader) -> Launcher:
     return Launcher(
         runner=r.choice("runner", RUNNERS, "horovodrun"),
         run_as_worker=r.boolean("runAsWorker", False),
@@ -570,7 +414,7 @@ def _launcher(r: _Reader) -> Launcher:
     )
 
 
-def _run_policy(r: _Reader) -> RunPolicy:
+def _run_policy(r: Reader) -> RunPolicy:
     d = RunPolicy()
     s = r.child("scheduling")
     return RunPolicy(

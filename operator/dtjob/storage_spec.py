@@ -1,7 +1,7 @@
 """Parse and validate the Blob Storage sections of a job's spec: `spec.dataset.stageFrom` and `spec.output`.
 
-Pure: no I/O. Defaults are applied in memory. Every error names the field it is about, in the same
-`(path, message)` shape as dtjob.spec.SpecError, so the operator can re-raise it unchanged:
+Pure: no I/O. Defaults are applied in memory. Every error is a dtjob.spec_reader.SpecError naming the field
+it is about, like the rest of the spec's:
 
     dataset:
       stageFrom:
@@ -26,13 +26,14 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from dtjob.spec_reader import Reader, SpecError
 from dtjob.validators import BLOB_PREFIX, DESTINATION, PATH_MAX
 
 ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
@@ -72,15 +73,6 @@ MAX_PREFIX_LENGTH = 1024
 MAX_OUTPUT_PREFIX_LENGTH = 768
 MAX_OUTPUT_PREFIX_SEGMENTS = 254 - 6
 _LOOPBACK_NAMES = {"localhost"}
-
-
-class StorageSpecError(ValueError):
-    """A storage field the operator cannot use; `path` names it (e.g. `spec.dataset.stageFrom.container`)."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 class AuthMode(StrEnum):
@@ -141,32 +133,6 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-def _mapping(raw: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise StorageSpecError(path, f"must be an object, got {type(raw).__name__}")
-    return raw
-
-
-def _string(raw: Mapping[str, Any], key: str, path: str, required: bool = False) -> str | None:
-    value = raw.get(key)
-    if value is None or value == "":
-        if required:
-            raise StorageSpecError(f"{path}.{key}", "is required")
-        return None
-    if not isinstance(value, str):
-        raise StorageSpecError(f"{path}.{key}", f"must be a string, got {type(value).__name__}")
-    return value
-
-
-def _integer(raw: Mapping[str, Any], key: str, path: str, default: int, low: int, high: int) -> int:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise StorageSpecError(f"{path}.{key}", f"must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise StorageSpecError(f"{path}.{key}", f"must be between {low} and {high}, got {value}")
-    return value
-
-
 def is_emulator_host(host: str, emulator_hosts: Collection[str] = ()) -> bool:
     """Loopback, or a host the operator's installer named as a Blob Storage emulator (Azurite)."""
     return is_loopback_host(host) or host in emulator_hosts
@@ -183,107 +149,97 @@ def parse_endpoint(endpoint: str, path: str, emulator_hosts: Collection[str] = (
     parts = urlsplit(endpoint)
     host = parts.hostname or ""
     if parts.scheme not in ("https", "http") or not host:
-        raise StorageSpecError(path, f"must be an https:// URL, got {endpoint!r}")
+        raise SpecError(path, f"must be an https:// URL, got {endpoint!r}")
     if parts.query or parts.fragment:
-        raise StorageSpecError(path, "must not carry a query (put no SAS in the spec) or fragment")
+        raise SpecError(path, "must not carry a query (put no SAS in the spec) or fragment")
     if parts.username or parts.password:
-        raise StorageSpecError(path, "must not carry credentials")
+        raise SpecError(path, "must not carry credentials")
     segments = [s for s in parts.path.split("/") if s]
     azure = AZURE_BLOB_HOST_RE.match(host)
     if azure is not None:
         if parts.scheme != "https":
-            raise StorageSpecError(path, f"must use https, got {endpoint!r}")
+            raise SpecError(path, f"must use https, got {endpoint!r}")
         if parts.netloc != host or segments:
-            raise StorageSpecError(
+            raise SpecError(
                 path, f"must be the account's endpoint in lowercase, without port or path: https://{host}"
             )
         return f"https://{host}", azure.group(1)
     if not is_emulator_host(host, emulator_hosts):
         hint = " (use the account's blob endpoint)" if ".dfs." in f".{host}" else ""
-        raise StorageSpecError(
+        raise SpecError(
             path,
             f"host {host!r} is not an Azure Blob Storage endpoint{hint}: use https://<account>."
             f"{{{','.join(AZURE_BLOB_SUFFIXES)}}} or https://<account>.zNN.blob.storage.azure.net; "
             "an emulator only on loopback or on a host the operator allows (DTJOB_EMULATOR_HOSTS)",
         )
     if len(segments) != 1 or not ACCOUNT_RE.match(segments[0]):
-        raise StorageSpecError(
+        raise SpecError(
             path, "an emulator endpoint names the account as its one path segment: http://host:port/<account>"
         )
     return f"{parts.scheme}://{parts.netloc}/{segments[0]}", segments[0]
 
 
-def _credentials(raw: Any, path: str) -> Credentials:
-    data = _mapping(raw, path)
-    mode_raw = _string(data, "authMode", path, required=True) or ""
+def _credentials(r: Reader) -> Credentials:
+    mode_raw = r.required_string("authMode")
     try:
         mode = AuthMode(mode_raw)
     except ValueError:
         allowed = ", ".join(m.value for m in AuthMode)
-        raise StorageSpecError(f"{path}.authMode", f"must be one of {allowed}, got {mode_raw!r}") from None
+        raise SpecError(r.at("authMode"), f"must be one of {allowed}, got {mode_raw!r}") from None
     if mode is AuthMode.ACCOUNT_KEY:
-        if "clientId" in data:
-            raise StorageSpecError(f"{path}.clientId", "applies only to authMode workloadIdentity")
-        if data.get("secretRef") is None:
-            raise StorageSpecError(f"{path}.secretRef", "is required for authMode accountKey")
-        ref = _mapping(data["secretRef"], f"{path}.secretRef")
-        name = _string(ref, "name", f"{path}.secretRef", required=True) or ""
+        if "clientId" in r.data:
+            raise SpecError(r.at("clientId"), "applies only to authMode workloadIdentity")
+        if not r.has("secretRef"):
+            raise SpecError(r.at("secretRef"), "is required for authMode accountKey")
+        ref = r.child("secretRef")
+        name = ref.required_string("name")
         if not SECRET_NAME_RE.fullmatch(name):
-            raise StorageSpecError(f"{path}.secretRef.name", f"is not a valid Secret name: {name!r}")
-        key = _string(ref, "key", f"{path}.secretRef") or DEFAULT_ACCOUNT_KEY_KEY
+            raise SpecError(ref.at("name"), f"is not a valid Secret name: {name!r}")
+        key = ref.string("key") or DEFAULT_ACCOUNT_KEY_KEY
         if not SECRET_KEY_RE.fullmatch(key):
-            raise StorageSpecError(f"{path}.secretRef.key", f"is not a valid Secret key: {key!r}")
+            raise SpecError(ref.at("key"), f"is not a valid Secret key: {key!r}")
         return Credentials(mode, secret_ref=SecretKeyRef(name, key))
-    if "secretRef" in data:
-        raise StorageSpecError(f"{path}.secretRef", "applies only to authMode accountKey")
-    client_id = _string(data, "clientId", path)
-    if data.get("clientId") == "":
-        client_id = ""  # set but empty: refused below, as the CRD's pattern refuses it
+    if "secretRef" in r.data:
+        raise SpecError(r.at("secretRef"), "applies only to authMode accountKey")
+    # Set but empty is refused as the CRD's pattern refuses it: an empty string is no UUID.
+    client_id = r.string("clientId")
     if client_id is not None and not UUID_RE.match(client_id):
-        raise StorageSpecError(f"{path}.clientId", f"must be a client ID (a UUID), got {client_id!r}")
+        raise SpecError(r.at("clientId"), f"must be a client ID (a UUID), got {client_id!r}")
     return Credentials(mode, client_id=client_id)
 
 
-def _location(data: Mapping[str, Any], path: str, emulator_hosts: Collection[str]) -> BlobLocation:
-    account = _string(data, "account", path)
-    endpoint_raw = _string(data, "endpoint", path)
+def _location(r: Reader, emulator_hosts: Collection[str]) -> BlobLocation:
+    account = r.string("account") or None
+    endpoint_raw = r.string("endpoint") or None
     if account is not None and not ACCOUNT_RE.match(account):
-        raise StorageSpecError(
-            f"{path}.account", f"must be 3-24 lowercase letters and digits, got {account!r}"
-        )
+        raise SpecError(r.at("account"), f"must be 3-24 lowercase letters and digits, got {account!r}")
     if endpoint_raw is None:
         if account is None:
-            raise StorageSpecError(
-                path, "set account (public Azure) or endpoint (sovereign clouds, emulators)"
-            )
+            raise SpecError(r.path, "set account (public Azure) or endpoint (sovereign clouds, emulators)")
         endpoint, account_name = f"https://{account}.{PUBLIC_BLOB_SUFFIX}", account
     else:
-        endpoint, account_name = parse_endpoint(endpoint_raw, f"{path}.endpoint", emulator_hosts)
+        endpoint, account_name = parse_endpoint(endpoint_raw, r.at("endpoint"), emulator_hosts)
         if account is not None and account != account_name:
-            raise StorageSpecError(
-                f"{path}.account", f"{account!r} does not match endpoint's account {account_name!r}"
+            raise SpecError(
+                r.at("account"), f"{account!r} does not match endpoint's account {account_name!r}"
             )
-    container = _string(data, "container", path, required=True) or ""
+    container = r.required_string("container")
     if not (3 <= len(container) <= 63 and CONTAINER_RE.match(container)):
-        raise StorageSpecError(
-            f"{path}.container",
+        raise SpecError(
+            r.at("container"),
             f"must be 3-63 lowercase letters, digits and single hyphens, starting with a letter or digit; "
             f"got {container!r}",
         )
-    raw_prefix = _string(data, "prefix", path) or ""
+    raw_prefix = r.string("prefix") or ""
     if len(raw_prefix) > MAX_PREFIX_LENGTH:
-        raise StorageSpecError(f"{path}.prefix", f"must be at most {MAX_PREFIX_LENGTH} characters")
+        raise SpecError(r.at("prefix"), f"must be at most {MAX_PREFIX_LENGTH} characters")
     if not re.fullmatch(BLOB_PREFIX, raw_prefix):
-        raise StorageSpecError(
-            f"{path}.prefix", f"must not contain empty, '.' or '..' segments: {raw_prefix!r}"
-        )
+        raise SpecError(r.at("prefix"), f"must not contain empty, '.' or '..' segments: {raw_prefix!r}")
     prefix = raw_prefix.strip("/")
-    if data.get("credentials") is None:
-        raise StorageSpecError(f"{path}.credentials", "is required (authMode accountKey or workloadIdentity)")
-    credentials = _credentials(data["credentials"], f"{path}.credentials")
-    lifetime = _integer(
-        data, "sasLifetimeSeconds", path, DEFAULT_SAS_LIFETIME_S, MIN_SAS_LIFETIME_S, MAX_SAS_LIFETIME_S
-    )
+    if not r.has("credentials"):
+        raise SpecError(r.at("credentials"), "is required (authMode accountKey or workloadIdentity)")
+    credentials = _credentials(r.child("credentials"))
+    lifetime = r.bounded("sasLifetimeSeconds", DEFAULT_SAS_LIFETIME_S, MIN_SAS_LIFETIME_S, MAX_SAS_LIFETIME_S)
     return BlobLocation(endpoint, account_name, container, prefix, credentials, timedelta(seconds=lifetime))
 
 
@@ -293,19 +249,18 @@ def parse_stage_from(
     """`spec.dataset.stageFrom`, or None when absent."""
     if raw is None:
         return None
-    data = _mapping(raw, path)
-    source = _location(data, path, emulator_hosts)
-    destination = _string(data, "destination", path)
-    if data.get("destination") == "":
-        destination = ""  # set but empty: refused below, as the CRD's pattern refuses it
+    r = Reader(raw, path)
+    source = _location(r, emulator_hosts)
+    # Set but empty is refused below, as the CRD's pattern refuses it.
+    destination = r.string("destination")
     if destination is not None:
         if len(destination) > PATH_MAX or not re.fullmatch(DESTINATION, destination):
-            raise StorageSpecError(
-                f"{path}.destination",
+            raise SpecError(
+                r.at("destination"),
                 f"must be an absolute path without empty, '.' or '..' segments; got {destination!r}",
             )
         destination = posixpath.normpath(destination)
-    concurrency = _integer(data, "concurrency", path, DEFAULT_CONCURRENCY, 1, MAX_CONCURRENCY)
+    concurrency = r.bounded("concurrency", DEFAULT_CONCURRENCY, 1, MAX_CONCURRENCY)
     return StageFrom(source, destination, concurrency)
 
 
@@ -313,19 +268,19 @@ def parse_output(raw: Any, path: str = "spec.output", emulator_hosts: Collection
     """`spec.output`, or None when absent."""
     if raw is None:
         return None
-    data = _mapping(raw, path)
-    output = Output(_location(data, path, emulator_hosts))
+    r = Reader(raw, path)
+    output = Output(_location(r, emulator_hosts))
     # Blob names are at most 1024 characters and 254 segments: leave room for the run's own path.
     prefix = output.target.prefix
-    if len(_string(data, "prefix", path) or "") > MAX_OUTPUT_PREFIX_LENGTH:
-        raise StorageSpecError(
-            f"{path}.prefix",
+    if len(r.string("prefix") or "") > MAX_OUTPUT_PREFIX_LENGTH:
+        raise SpecError(
+            r.at("prefix"),
             f"must be at most {MAX_OUTPUT_PREFIX_LENGTH} characters (blob names are at most 1024 characters, "
             "and the run's <namespace>/<job>/<uid>/logs/... path follows the prefix)",
         )
     if prefix and prefix.count("/") + 1 > MAX_OUTPUT_PREFIX_SEGMENTS:
-        raise StorageSpecError(
-            f"{path}.prefix",
+        raise SpecError(
+            r.at("prefix"),
             f"must have at most {MAX_OUTPUT_PREFIX_SEGMENTS} segments (blob names have at most 254, and the "
             "run's own path adds up to 6)",
         )
@@ -338,7 +293,7 @@ def resolve_destination(stage: StageFrom, mount_path: str, data_dir: str) -> str
     target = stage.destination or posixpath.normpath(data_dir)
     mount = posixpath.normpath(mount_path)
     if target != mount and not target.startswith(mount.rstrip("/") + "/"):
-        raise StorageSpecError(
+        raise SpecError(
             "spec.dataset.stageFrom.destination" if stage.destination else "spec.dataset.dataDir",
             f"{target!r} is outside the data volume's mountPath {mount!r}",
         )

@@ -6,10 +6,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from dtjob.spec_reader import SpecError
 from dtjob.storage_spec import (
     AuthMode,
     SecretKeyRef,
-    StorageSpecError,
     parse_output,
     parse_stage_from,
     resolve_destination,
@@ -25,8 +25,8 @@ def stage(**overrides: Any) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if v is not None}
 
 
-def error_of(raw: Any, parse: Any = parse_stage_from) -> StorageSpecError:
-    with pytest.raises(StorageSpecError) as err:
+def error_of(raw: Any, parse: Any = parse_stage_from) -> SpecError:
+    with pytest.raises(SpecError) as err:
         parse(raw)
     return err.value
 
@@ -68,7 +68,7 @@ def test_sovereign_and_emulator_endpoints() -> None:
 
 def test_emulator_hosts_the_operator_allows_may_use_plain_http() -> None:
     node_azurite = "http://10.224.0.1:10000/devstoreaccount1"
-    with pytest.raises(StorageSpecError) as refused:
+    with pytest.raises(SpecError) as refused:
         parse_stage_from(stage(account=None, endpoint=node_azurite))
     assert refused.value.path == "spec.dataset.stageFrom.endpoint"
     assert "https" in refused.value.message
@@ -79,7 +79,7 @@ def test_emulator_hosts_the_operator_allows_may_use_plain_http() -> None:
     assert allowed is not None
     assert allowed.target.account_name == "devstoreaccount1"
     # Allowing one host allows no other.
-    with pytest.raises(StorageSpecError):
+    with pytest.raises(SpecError):
         parse_output(
             {
                 "endpoint": "http://10.224.0.2:10000/devstoreaccount1",
@@ -230,9 +230,9 @@ def test_destination_must_be_inside_the_data_volume() -> None:
     assert resolve_destination(default, "/data", "/data/imagenet") == "/data/imagenet"
     outside = parse_stage_from(stage(destination="/datasets/x"))
     assert outside is not None
-    with pytest.raises(StorageSpecError) as err:
+    with pytest.raises(SpecError) as err:
         resolve_destination(outside, "/data", "/data")
     assert err.value.path == "spec.dataset.stageFrom.destination"
-    with pytest.raises(StorageSpecError) as default_err:
+    with pytest.raises(SpecError) as default_err:
         resolve_destination(default, "/data", "/scratch")
     assert default_err.value.path == "spec.dataset.dataDir"

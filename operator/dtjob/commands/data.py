@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.azure.progress import Progress
 from dtjob.names import directory_prefix
-from dtjob.storage_spec import ACCOUNT_RE, PUBLIC_BLOB_SUFFIX, StorageSpecError, parse_endpoint
+from dtjob.spec_reader import SpecError
+from dtjob.storage_spec import ACCOUNT_RE, PUBLIC_BLOB_SUFFIX, parse_endpoint
 from dtjob.transfer_report import ExitCode
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def _endpoint_and_account(args: argparse.Namespace) -> tuple[str, str | None]:
     emulators = {h.strip() for h in os.environ.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()}
     try:
         return parse_endpoint(args.endpoint, "--endpoint", emulators)
-    except StorageSpecError as err:
+    except SpecError as err:
         raise StorageFailure(ExitCode.USAGE, str(err)) from None
 
 
