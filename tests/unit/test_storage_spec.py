@@ -10,6 +10,7 @@ from dtjob.spec_reader import SpecError
 from dtjob.storage_spec import (
     AuthMode,
     SecretKeyRef,
+    is_loopback_host,
     parse_output,
     parse_stage_from,
     resolve_destination,
@@ -236,3 +237,27 @@ def test_destination_must_be_inside_the_data_volume() -> None:
     with pytest.raises(SpecError) as default_err:
         resolve_destination(default, "/data", "/scratch")
     assert default_err.value.path == "spec.dataset.dataDir"
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),  # all of 127.0.0.0/8 is loopback, not only its first address
+        ("127.255.255.254", True),
+        ("::1", True),
+        ("128.0.0.1", False),
+        ("10.0.0.4", False),
+        ("localhost.example.com", False),
+        ("acct1.blob.core.windows.net", False),
+    ],
+)
+def test_one_loopback_check_for_every_caller(host: str, loopback: bool) -> None:
+    assert is_loopback_host(host) is loopback
+    endpoint = f"http://{'[::1]' if host == '::1' else host}:10000/devstoreaccount1"
+    if loopback:
+        parsed = parse_stage_from(stage(account=None, endpoint=endpoint))
+        assert parsed is not None and parsed.source.is_local
+    else:
+        assert error_of(stage(account=None, endpoint=endpoint)).path == "spec.dataset.stageFrom.endpoint"
