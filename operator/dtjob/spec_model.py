@@ -1,0 +1,139 @@
+"""The parsed spec of a DistributedTrainingJob: frozen dataclasses with every default filled in. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtjob.storage_spec import Output, StageFrom
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NfsVolume:
+    server: str
+    path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class PvcVolume:
+    claim_name: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class DataVolume:
+    nfs: NfsVolume | None
+    pvc: PvcVolume | None
+    mount_path: str
+
+
+@dataclass(frozen=True)
+class Staging:
+    """spec.dataset.stageFrom with its destination resolved against the data volume."""
+
+    source: StageFrom
+    destination: str
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    source: str
+    volume: DataVolume | None
+    # Directory holding train/ and val/, inside the mounted volume.
+    data_dir: str
+    staging: Staging | None = None
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    batch_size_per_gpu: int = 64
+    epochs: int = 1
+    steps_per_epoch: int | None = None
+    learning_rate: float = 0.0125
+    warmup_epochs: float = 5.0
+    momentum: float = 0.9
+    weight_decay: float = 5e-5
+    label_smoothing: float = 0.1
+    amp: bool = True
+    fp16_allreduce: bool = True
+    channels_last: bool = True
+    image_size: int = 224
+    log_interval: int = 10
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class Placement:
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Json, ...]
+    affinity: Json | None
+    launcher_node_selector: Mapping[str, str]
+    launcher_tolerations: tuple[Json, ...]
+
+
+@dataclass(frozen=True)
+class PodOverrides:
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    resources: Json | None = None
+
+
+@dataclass(frozen=True)
+class Launcher:
+    runner: str = "horovodrun"
+    run_as_worker: bool = False
+    mpi_args: tuple[str, ...] = ()
+    pod: PodOverrides = field(default_factory=PodOverrides)
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    scheduler_name: str | None = None
+    queue_name: str | None = None
+    pod_group: str | None = None
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    backoff_limit: int = 3
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: str = "Running"
+    suspend: bool = False
+    scheduling: Scheduling = field(default_factory=Scheduling)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    namespace: str
+    framework: str
+    image: str
+    image_pull_policy: str | None
+    image_pull_secrets: tuple[str, ...]
+    command: tuple[str, ...] | None
+    args: tuple[str, ...] | None
+    env: tuple[Json, ...]
+    workers: int
+    gpus_per_worker: int
+    worker: PodOverrides
+    dataset: Dataset
+    hyperparameters: Hyperparameters
+    placement: Placement
+    launcher: Launcher
+    run_policy: RunPolicy
+    output: Output | None = None
+    # Where rank 0 keeps checkpoints, so a restarted world resumes instead of starting over.
+    checkpoints: DataVolume | None = None
+    # Mount the namespace's default ServiceAccount token into workers and launcher (off: they need no API).
+    automount_service_account_token: bool = False
+
+    @property
+    def total_slots(self) -> int:
+        hosts = self.workers + (1 if self.launcher.run_as_worker else 0)
+        return hosts * self.gpus_per_worker

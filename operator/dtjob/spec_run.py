@@ -1,0 +1,132 @@
+"""Parsing how the job runs: its pods' overrides and placement, the launcher, the run policy and the
+training hyperparameters. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dtjob import validators as rules
+from dtjob.config import OperatorConfig
+from dtjob.spec_model import Hyperparameters, Json, Launcher, Placement, PodOverrides, RunPolicy, Scheduling
+from dtjob.spec_reader import Reader, SpecError
+
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+RUNNERS = ("horovodrun", "mpirun")
+# Deadlines and TTLs: 68 years, the batch Job's own int32 bound, so date arithmetic never overflows.
+MAX_DURATION_SECONDS = 2**31 - 1
+
+
+def parse_pod_overrides(r: Reader) -> PodOverrides:
+    return PodOverrides(
+        annotations=r.labels("podAnnotations", values_are_labels=False),
+        labels=r.labels("podLabels"),
+        resources=_resources(r),
+    )
+
+
+def _resources(r: Reader) -> Json | None:
+    """Container resources: qualified resource names, each a quantity (an integer or a quantity string)."""
+    resources = r.optional_object("resources")
+    if resources is None:
+        return None
+    for kind in ("limits", "requests"):
+        values = resources.get(kind) or {}
+        path = f"{r.at('resources')}.{kind}"
+        if not isinstance(values, Mapping):
+            raise SpecError(path, "must be an object")
+        if len(values) > rules.MAX_MAP_ENTRIES:
+            raise SpecError(path, f"must have at most {rules.MAX_MAP_ENTRIES} entries")
+        for name, quantity in values.items():
+            problem = rules.label_key_problem(str(name))
+            if problem is not None:
+                raise SpecError(f"{path}[{name}]", problem)
+            if isinstance(quantity, bool) or not isinstance(quantity, int | str):
+                raise SpecError(f"{path}[{name}]", f"must be a quantity, got {quantity!r}")
+            if isinstance(quantity, str) and not rules.matches(rules.QUANTITY, quantity):
+                raise SpecError(
+                    f"{path}[{name}]", f"{quantity!r} is not a quantity (e.g. 2, 500m, 16Gi, 1.5e3)"
+                )
+    return resources
+
+
+def parse_hyperparameters(r: Reader) -> Hyperparameters:
+    d = Hyperparameters()
+    return Hyperparameters(
+        batch_size_per_gpu=r.integer("batchSizePerGpu", d.batch_size_per_gpu, minimum=1)
+        or d.batch_size_per_gpu,
+        epochs=r.integer("epochs", d.epochs, minimum=1) or d.epochs,
+        steps_per_epoch=r.integer("stepsPerEpoch", None, minimum=1),
+        learning_rate=r.number("learningRate", d.learning_rate),
+        warmup_epochs=r.number("warmupEpochs", d.warmup_epochs),
+        momentum=r.number("momentum", d.momentum),
+        weight_decay=r.number("weightDecay", d.weight_decay),
+        label_smoothing=r.number("labelSmoothing", d.label_smoothing, below=1.0),
+        amp=r.boolean("amp", d.amp),
+        fp16_allreduce=r.boolean("fp16Allreduce", d.fp16_allreduce),
+        channels_last=r.boolean("channelsLast", d.channels_last),
+        image_size=r.integer("imageSize", d.image_size, minimum=8) or d.image_size,
+        log_interval=r.integer("logInterval", d.log_interval, minimum=1) or d.log_interval,
+        seed=r.integer("seed", d.seed, minimum=0, maximum=rules.MAX_SEED) or 0,
+    )
+
+
+def parse_placement(r: Reader, config: OperatorConfig) -> Placement:
+    pool = r.checked("nodePool", _node_pool_problem) or config.gpu_pool
+    selector = {"kubernetes.azure.com/agentpool": pool}
+    selector.update(r.labels("nodeSelector"))
+    gpu_toleration: Json = {
+        "key": config.gpu_taint_key,
+        "operator": "Equal",
+        "value": config.gpu_taint_value,
+        "effect": "NoSchedule",
+    }
+    tolerations = (gpu_toleration, *(t for t in r.tolerations("tolerations") if t != gpu_toleration))
+    launcher = r.child("launcher")
+    launcher_pool = launcher.checked("nodePool", _node_pool_problem) or config.cpu_pool
+    launcher_selector = {"kubernetes.azure.com/agentpool": launcher_pool}
+    launcher_selector.update(launcher.labels("nodeSelector"))
+    return Placement(
+        node_selector=selector,
+        tolerations=tolerations,
+        affinity=r.optional_object("affinity"),
+        launcher_node_selector=launcher_selector,
+        launcher_tolerations=launcher.tolerations("tolerations"),
+    )
+
+
+def _node_pool_problem(pool: str) -> str | None:
+    if rules.matches(rules.NODE_POOL, pool):
+        return None
+    return (
+        f"{pool!r} is not an AKS node pool name (1-12 lowercase letters and digits, starting with a letter)"
+    )
+
+
+def parse_launcher(r: Reader) -> Launcher:
+    return Launcher(
+        runner=r.choice("runner", RUNNERS, "horovodrun"),
+        run_as_worker=r.boolean("runAsWorker", False),
+        mpi_args=r.string_list("mpiArgs") or (),
+        pod=parse_pod_overrides(r),
+    )
+
+
+def parse_run_policy(r: Reader) -> RunPolicy:
+    d = RunPolicy()
+    s = r.child("scheduling")
+    return RunPolicy(
+        backoff_limit=r.integer("backoffLimit", d.backoff_limit, minimum=0) or 0,
+        active_deadline_seconds=r.integer(
+            "activeDeadlineSeconds", None, minimum=1, maximum=MAX_DURATION_SECONDS
+        ),
+        ttl_seconds_after_finished=r.integer(
+            "ttlSecondsAfterFinished", None, minimum=0, maximum=MAX_DURATION_SECONDS
+        ),
+        clean_pod_policy=r.choice("cleanPodPolicy", CLEAN_POD_POLICIES, d.clean_pod_policy),
+        suspend=r.boolean("suspend", False),
+        scheduling=Scheduling(
+            scheduler_name=s.checked("schedulerName", lambda n: rules.name_problem(n, subdomain=True)),
+            queue_name=s.checked("queueName", lambda n: rules.name_problem(n, subdomain=False)),
+            pod_group=s.checked("podGroup", lambda n: rules.name_problem(n, subdomain=False)),
+        ),
+    )
