@@ -30,8 +30,8 @@ from dtjob.kube import KubeClient
 from dtjob.reconcile import Children, reconcile
 from kubernetes import client, config
 
-from tests.integration.operator_harness import Jobs, OperatorProcess, install_crd
-from tests.kube_wait import wait_for
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import Jobs, OperatorProcess, install_crd
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,10 +27,11 @@ from pathlib import Path
 
 from dtjob.azure.clients import container_client
 from dtjob.azure.download import Stager
-from dtjob.azure.emulator import run_azurite
 from dtjob.azure.progress import Progress
 from dtjob.azure.sas import mint_with_account_key, validity_window
 from dtjob.names import Access
+
+from testbed.azurite import run_azurite
 
 
 class LatencyProxy:

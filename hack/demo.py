@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 from azure.storage.blob import BlobServiceClient
-from dtjob.azure.emulator import run_azurite
 
 from hack.demo_common import banner, follow, kubectl_runner, start_operator, stop, wait_established
+from testbed.azurite import run_azurite
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "pytorch-synthetic-resnet50.yaml"

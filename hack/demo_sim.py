@@ -25,7 +25,7 @@ import yaml
 from kubernetes import config as kube_config
 
 from hack.demo_common import banner, follow, kubectl_runner, start_operator, stop, wait_established
-from tests.sim_logs import append_log, serve_pod_log
+from testbed.sim_logs import append_log, serve_pod_log
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "pytorch-synthetic-resnet50.yaml"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from tests.kube_wait import wait_for
+from testbed.kube_wait import wait_for
 from tests.tools import tool
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from dtjob.azure.emulator import Azurite, run_azurite
+
+from testbed.azurite import Azurite, run_azurite
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from azure.storage.blob import BlobServiceClient, ContainerClient, generate_container_sas
-from dtjob.azure.emulator import Azurite
 from dtjob.azure.sas import ContainerSas, mint_with_account_key, validity_window
 from dtjob.names import Access
+
+from testbed.azurite import Azurite
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from azure.storage.blob import ContainerClient
-from dtjob.azure.emulator import Azurite
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
 from dtjob.cli import main
@@ -20,6 +19,7 @@ from dtjob.commands.data import _endpoint_and_account, _progress_lines
 from dtjob.names import Access
 from dtjob.transfer_report import ExitCode
 
+from testbed.azurite import Azurite
 from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service, tree_of
 
 pytestmark = pytest.mark.azure

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from azure.storage.blob import ContainerClient
-from dtjob.azure.emulator import Azurite
 from dtjob.azure.sas import (
     ContainerSas,
     mint_with_account_key,
@@ -22,6 +21,7 @@ from dtjob.desired.staging import staging_job
 from dtjob.names import Access
 from kubernetes import client
 
+from testbed.azurite import Azurite
 from tests.azure.helpers import service
 from tests.unit.operator_fixtures import job_spec
 

@@ -8,7 +8,6 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import ContainerClient
 from dtjob.azure.clients import container_client
-from dtjob.azure.emulator import Azurite
 from dtjob.azure.logs import (
     LOG_CONTENT_TYPE,
     NOTE_PREFIX,
@@ -20,6 +19,7 @@ from dtjob.azure.logs import (
 from dtjob.azure.sas import redact
 from dtjob.names import Access
 
+from testbed.azurite import Azurite
 from tests.azure.helpers import mint, service
 
 pytestmark = pytest.mark.azure

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobServiceClient, ContainerClient
-from dtjob.azure.emulator import Azurite
 from dtjob.azure.sas import ContainerSas, mint_with_account_key, validity_window
 from dtjob.names import Access
+
+from testbed.azurite import Azurite
 
 pytestmark = pytest.mark.azure
 

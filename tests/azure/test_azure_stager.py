@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from azure.storage.blob import ContainerClient, ContentSettings
 from dtjob.azure.download import Stager
-from dtjob.azure.emulator import Azurite
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
 from dtjob.azure.sas import ContainerSas, mint_with_account_key
 from dtjob.names import Access
 from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
+from testbed.azurite import Azurite
 from tests.azure.helpers import (
     mint,
     mint_raw,

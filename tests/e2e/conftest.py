@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite, run_azurite
 from kubernetes import client, config
 
-from tests.integration.operator_harness import Jobs, OperatorProcess, install_crd
+from testbed.azurite import DEV_ACCOUNT_NAME, Azurite, run_azurite
+from testbed.operator_harness import Jobs, OperatorProcess, install_crd
 
 REPO = Path(__file__).resolve().parents[2]
 REALNODE = REPO / "hack" / "realnode.sh"

@@ -8,11 +8,11 @@ import uuid
 from typing import Any
 
 from azure.storage.blob import BlobServiceClient
-from dtjob.azure.emulator import Azurite
 from dtjob.storage import STORAGE_KEY_LABEL
 from kubernetes import client
 
-from tests.integration.operator_harness import Jobs
+from testbed.azurite import Azurite
+from testbed.operator_harness import Jobs
 
 KEY_SECRET = "storage-key"
 STEPS = 4

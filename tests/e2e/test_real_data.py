@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 from azure.storage.blob import BlobServiceClient
-from dtjob.azure.emulator import Azurite
 from kubernetes import client
 
+from testbed.azurite import Azurite
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import Jobs, OperatorProcess
 from tests.e2e.real_jobs import (
     assert_trained_together,
     blob_names,
@@ -29,8 +31,6 @@ from tests.e2e.real_jobs import (
     tiny_training,
     wait_finished,
 )
-from tests.integration.operator_harness import Jobs, OperatorProcess
-from tests.kube_wait import wait_for
 from tests.training.training_helpers import make_tree
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]

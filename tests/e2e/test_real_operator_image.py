@@ -10,9 +10,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
 from kubernetes import client
 
+from testbed.azurite import DEV_ACCOUNT_NAME, Azurite
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import REPO, Jobs
 from tests.e2e.conftest import IMAGES, NODE_IP, RealCluster
 from tests.e2e.real_jobs import (
     assert_trained_together,
@@ -22,8 +24,6 @@ from tests.e2e.real_jobs import (
     run_metrics,
     wait_finished,
 )
-from tests.integration.operator_harness import REPO, Jobs
-from tests.kube_wait import wait_for
 from tests.tools import tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]

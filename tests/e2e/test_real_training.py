@@ -8,8 +8,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from dtjob.azure.emulator import Azurite
 
+from testbed.azurite import Azurite
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import Jobs, OperatorProcess
 from tests.e2e.conftest import RealCluster
 from tests.e2e.real_jobs import (
     STEPS,
@@ -22,8 +24,6 @@ from tests.e2e.real_jobs import (
     run_metrics,
     wait_finished,
 )
-from tests.integration.operator_harness import Jobs, OperatorProcess
-from tests.kube_wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.operator_harness import Jobs, OperatorProcess, install_crd
+from testbed.operator_harness import Jobs, OperatorProcess, install_crd
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import yaml
 from dtjob.config import DEFAULT_LOG_CAP_BYTES
 from kubernetes import client
 
-from tests.kube_wait import wait_for
+from testbed.kube_wait import wait_for
 from tests.tools import REPO, tool
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from dtjob.spec import SpecError, parse_spec
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from testbed.operator_harness import GROUP, PLURAL, VERSION, install_crd
 from tests.crd_contract import Probe, job, probes
-from tests.integration.operator_harness import GROUP, PLURAL, VERSION, install_crd
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import time
 import pytest
 from kubernetes import client
 
-from tests.integration.operator_harness import Jobs, OperatorProcess
-from tests.kube_wait import wait_for
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import Jobs, OperatorProcess
 
 pytestmark = pytest.mark.integration
 

@@ -18,17 +18,17 @@ from typing import Any, cast
 import pytest
 import yaml
 from azure.storage.blob import BlobServiceClient, ContainerClient
-from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
 from dtjob.azure.logs import NOTE_PREFIX, LogSummary, omission_marker, truncation_note
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from hack.sim_nodes import node
+from testbed.azurite import DEV_ACCOUNT_NAME, Azurite
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import REPO, Jobs, OperatorProcess
+from testbed.sim_logs import serve_pod_log
 from tests.azure.conftest import azurite, container_name  # noqa: F401  (fixtures: Azurite, a fresh name)
-from tests.integration.operator_harness import REPO, Jobs, OperatorProcess
 from tests.integration.test_operator_storage import key_secret, location
-from tests.kube_wait import wait_for
-from tests.sim_logs import serve_pod_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.azure]
 

@@ -9,9 +9,9 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from tests.integration.operator_harness import OperatorProcess, kubectl
-from tests.kube_wait import wait_for
-from tests.sim_logs import append_log, serve_pod_log
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import OperatorProcess, kubectl
+from testbed.sim_logs import append_log, serve_pod_log
 
 pytestmark = pytest.mark.integration
 GROUP, VERSION, PLURAL = "dtjob.io", "v1alpha1", "distributedtrainingjobs"

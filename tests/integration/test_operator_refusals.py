@@ -14,15 +14,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
 from dtjob.kube import KubeClient
 from dtjob.preflight import preflight
 from dtjob.storage import STORAGE_KEY_LABEL
 from kubernetes import client
 
+from testbed.azurite import DEV_ACCOUNT_NAME, Azurite
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import Jobs, OperatorProcess
 from tests.azure.conftest import azurite  # noqa: F401  (fixture: a running Azurite)
-from tests.integration.operator_harness import Jobs, OperatorProcess
-from tests.kube_wait import wait_for
 from tests.unit.operator_fixtures import job_spec
 
 pytestmark = pytest.mark.integration

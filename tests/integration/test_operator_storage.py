@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from azure.storage.blob import BlobServiceClient
-from dtjob.azure.emulator import DEV_ACCOUNT_NAME, Azurite
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
 from dtjob.storage import STORAGE_KEY_LABEL
 from dtjob.tenancy import ANNOTATION_CLIENT_IDS, ANNOTATION_CONTAINERS
@@ -25,10 +24,11 @@ from dtjob.transfer_report import PROGRESS_MARKER, ProgressSnapshot
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from testbed.azurite import DEV_ACCOUNT_NAME, Azurite
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import Jobs, OperatorProcess
+from testbed.sim_logs import append_log, serve_pod_log
 from tests.azure.conftest import azurite, container_name  # noqa: F401  (fixtures: Azurite, a fresh name)
-from tests.integration.operator_harness import Jobs, OperatorProcess
-from tests.kube_wait import wait_for
-from tests.sim_logs import append_log, serve_pod_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.azure]
 

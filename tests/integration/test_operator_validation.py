@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.operator_harness import REPO, install_crd, kubectl
+from testbed.operator_harness import REPO, install_crd, kubectl
 
 pytestmark = pytest.mark.integration
 
@@ -168,7 +168,7 @@ def test_no_defaults_are_written_into_spec(crd: str, namespace: str) -> None:
 def test_kubectl_explain_documents_fields(crd: str) -> None:
     def explained(field: str) -> str:
         # Discovery may lag the CRD by a few seconds.
-        from tests.kube_wait import wait_for
+        from testbed.kube_wait import wait_for
 
         return wait_for(
             lambda: (lambda r: r.stdout if r.returncode == 0 else None)(kubectl(crd, "explain", field)),

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.kube_wait import wait_for
-from tests.sim_logs import append_log, serve_pod_log
+from testbed.kube_wait import wait_for
+from testbed.sim_logs import append_log, serve_pod_log
 from tests.tools import tool
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from pathlib import Path
 DEV_ACCOUNT_NAME = "devstoreaccount1"
 DEV_ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
-_REPO = Path(__file__).resolve().parents[3]
+_REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)

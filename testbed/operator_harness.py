@@ -15,9 +15,9 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_wait import wait_for
+from testbed.kube_wait import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
 GROUP, VERSION, PLURAL = "dtjob.io", "v1alpha1", "distributedtrainingjobs"
 
@@ -161,7 +161,7 @@ class Jobs:
         return list(self.core.list_namespaced_pod(self.ns, label_selector=selector).items)
 
     def live_workers(self, name: str) -> list[client.V1Pod]:
-        return [p for p in self.pods(name, "worker") if p.metadata.deletion_timestamp is None]
+        return [p for p in self.pods(name, "worker") if p.metadata and p.metadata.deletion_timestamp is None]
 
     def launcher(self, name: str) -> client.V1Job | None:
         try:
