@@ -87,10 +87,12 @@ cluster-down:
 cluster-status:
 	@hack/cluster.sh status
 
+# lint-imports checks the layer contracts in pyproject.toml ([tool.importlinter]).
 lint: venv-training
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
