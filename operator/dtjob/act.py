@@ -1,9 +1,9 @@
 """act(): carry out a Decision's actions in order, against the API server and Blob Storage.
 
 Every action is idempotent (create-if-absent, delete-if-present), so a crash halfway and a rerun converge.
-Returns what the status must record: the log upload's outcome, the SAS Secrets' deletion. Raises Rejected,
-Forbidden or StorageRefused when the API server or Azure refuses something the spec asked for, and NotOurs
-when a child's name is held by another owner's object.
+Returns what the status must record: the log upload's outcome, the SAS Secrets' deletion, a pod force-deleted.
+Raises Rejected, Forbidden or StorageRefused when the API server or Azure refuses something the spec asked
+for, and NotOurs when a child's name is held by another owner's object.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from dtjob.actions import (
     DeletePod,
     DeleteSasSecrets,
     EnsureWorld,
+    ForceDeletePod,
     LogsUploaded,
     MintSas,
+    PodForceDeleted,
     Result,
     SasSecretsDeleted,
     UploadLogs,
@@ -92,6 +94,8 @@ def _run(
             _ensure(kube, desired.launcher_job(spec, owner, attempt))
         case DeletePod(name=pod):
             kube.delete_pod(ns, pod)
+        case ForceDeletePod(name=pod, uid=uid, overdue_s=overdue):
+            return PodForceDeleted(pod, overdue) if kube.force_delete_pod(ns, pod, uid) else None
         case DeleteLauncher():
             kube.delete_batch_job(ns, names.launcher_name(spec.name))
         case CreateStagingJob():

@@ -44,6 +44,17 @@ class DeletePod:
 
 
 @dataclass(frozen=True)
+class ForceDeletePod:
+    """Delete a pod without waiting for its kubelet (grace period 0), only while it is still the one with
+    `uid`: it stayed terminating long past its grace period, so its node is lost, and a new world needs its
+    name."""
+
+    name: str
+    uid: str
+    overdue_s: float  # how long past its grace period it was still terminating
+
+
+@dataclass(frozen=True)
 class DeleteLauncher:
     pass
 
@@ -72,8 +83,8 @@ class DeleteSasSecrets:
 
 
 Action = (
-    MintSas | EnsureWorld | CreateWorker | CreateLauncher | DeletePod | DeleteLauncher | DeleteJob
-    | CreateStagingJob | UploadLogs | DeleteSasSecrets
+    MintSas | EnsureWorld | CreateWorker | CreateLauncher | DeletePod | ForceDeletePod | DeleteLauncher
+    | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets
 )  # fmt: skip
 
 
@@ -95,7 +106,15 @@ class SasSecretsDeleted:
     """The outcome of DeleteSasSecrets: both Secrets are gone."""
 
 
-Result = LogsUploaded | SasSecretsDeleted
+@dataclass(frozen=True)
+class PodForceDeleted:
+    """The outcome of ForceDeletePod when the pod was still there."""
+
+    name: str
+    overdue_s: float  # how long past its grace period it was still terminating
+
+
+Result = LogsUploaded | SasSecretsDeleted | PodForceDeleted
 
 
 @dataclass(frozen=True)

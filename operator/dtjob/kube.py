@@ -84,6 +84,7 @@ class Kube(Protocol):
     def replace_secret(self, obj: Json, resource_version: str) -> None: ...
     def delete_secret(self, namespace: str, name: str) -> None: ...
     def delete_pod(self, namespace: str, name: str) -> None: ...
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool: ...
     def delete_batch_job(self, namespace: str, name: str) -> None: ...
     def delete_pods(self, namespace: str, label_selector: str) -> None: ...
     def delete_training_job(self, namespace: str, name: str) -> None: ...
@@ -303,6 +304,20 @@ class KubeClient:
     def delete_pod(self, namespace: str, name: str) -> None:
         _ignore_404(lambda: self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
         log.info("deleted Pod %s/%s", namespace, name)
+
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a pod at once, without its kubelet's confirmation (grace period 0), and only while it is the
+        pod with `uid`. False when it is gone already or was replaced."""
+        body = client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid))
+        try:
+            self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
+        except ApiException as err:
+            if err.status in (404, 409):  # gone, or the name now belongs to another pod
+                return False
+            raise
+        log.warning("force-deleted Pod %s/%s (uid %s): still terminating past its grace period", namespace,
+                    name, uid)  # fmt: skip
+        return True
 
     def delete_batch_job(self, namespace: str, name: str) -> None:
         # Background: the Job object goes at once and the garbage collector removes its pods.

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from dtjob import names
+from dtjob.timefmt import parse_time
 from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
 Json = Mapping[str, Any]
@@ -58,6 +60,13 @@ class PodState:
     deleting: bool
     # Why the pod failed or waits (e.g. "Error, exit code 1", "ImagePullBackOff: ..."), for messages.
     reason: str | None = None
+    uid: str = ""
+    # When a deleting pod's grace period ends (metadata.deletionTimestamp): its kubelet confirms the end by
+    # then, unless the node is lost and no kubelet is left to confirm anything.
+    deletion_deadline: datetime | None = None
+    # Why the cluster took the pod away (its DisruptionTarget condition): an eviction from a NotReady node,
+    # the pod garbage collector after its node was deleted, a preemption. None: no disruption.
+    disruption: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -138,7 +147,29 @@ def pod_state(pod: Json) -> PodState:
         ready=bool(ready and ready.get("status") == "True"),
         deleting=bool(meta.get("deletionTimestamp")),
         reason=pod_reason(pod),
+        uid=str(meta.get("uid") or ""),
+        deletion_deadline=_timestamp(meta.get("deletionTimestamp")),
+        disruption=pod_disruption(pod),
     )
+
+
+def _timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 time of the API server, or None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def pod_disruption(pod: Json) -> str | None:
+    """`<reason>: <message>` of a True DisruptionTarget condition (the cluster, not the container, ended the
+    pod), or None."""
+    found = _true_condition((pod.get("status") or {}).get("conditions"), "DisruptionTarget")
+    if found is None:
+        return None
+    return f"{found.get('reason') or 'DisruptionTarget'}: {found.get('message') or ''}".rstrip(": ")
 
 
 def pod_reason(pod: Json) -> str | None:
@@ -156,6 +187,9 @@ def pod_reason(pod: Json) -> str | None:
     scheduled = _condition(status.get("conditions"), "PodScheduled")
     if scheduled and scheduled.get("status") == "False":
         return f"{scheduled.get('reason', 'Unschedulable')}: {scheduled.get('message', '')}".rstrip(": ")
+    disruption = pod_disruption(pod)
+    if disruption is not None:
+        return disruption
     if status.get("reason"):
         return f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
     return None

@@ -156,6 +156,14 @@ class RecordingKube:
     def delete_pod(self, namespace: str, name: str) -> None:
         self._delete("Pod", namespace, name)
 
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        found = self.objects.get(("Pod", namespace, name))
+        self.calls.append(("force-delete", "Pod", name))
+        if found is None or found["metadata"].get("uid") != uid:
+            return False
+        del self.objects[("Pod", namespace, name)]
+        return True
+
     def delete_batch_job(self, namespace: str, name: str) -> None:
         self._delete("Job", namespace, name)
 

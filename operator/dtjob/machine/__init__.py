@@ -1,6 +1,10 @@
 """The job state machine: decide(spec, observed, previous status, now) -> new status + actions. Pure.
 
 decide.py holds the order of the rules; world.py, staging.py and finish.py the rules themselves.
+
+A worker the cluster takes away (evicted from a lost node, collected with a deleted one) is WorkerLost, and an
+old pod that stays terminating past its grace period (no kubelet left to confirm) is force-deleted, so the
+next world is not held up until the node returns (world.py).
 """
 
 from dtjob.machine.decide import decide, world_started

@@ -53,6 +53,8 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
         for p in observed.workers()
         if p.attempt == attempt and p.index is not None and p.index < size and not p.deleting
     }
+    # Pods of this world that the cluster is taking away (evicted, their node gone): they say why one is lost.
+    leaving = {p.index: p for p in observed.workers() if p.attempt == attempt and p.deleting}
     count_workers(b, spec, workers, launcher)
 
     if prev.phase in FINISHED:
@@ -74,7 +76,7 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
         pod = launcher.pod_name or names.launcher_name(spec.name)
         finish(b, spec, observed, SUCCEEDED, "LauncherSucceeded", f"launcher pod {pod} completed")
         return b.decision()
-    failure = first_failure(spec, size, workers, launcher, prev)
+    failure = first_failure(spec, size, workers, launcher, prev, leaving)
     if failure is not None:
         fail_world(b, spec, observed, *failure)
         return b.decision()

@@ -17,6 +17,7 @@ from dtjob.actions import (
     DeleteSasSecrets,
     Event,
     LogsUploaded,
+    PodForceDeleted,
     Result,
     SasSecretsDeleted,
     UploadLogs,
@@ -132,6 +133,12 @@ def with_results(status: JobStatus, results: Sequence[Result]) -> tuple[JobStatu
                 events.append(Event("Warning", "LogsNotUploaded", f"logs of {result.folder}: {reason}"))
             case SasSecretsDeleted():
                 status = replace(status, sas_secrets_deleted=True)
+            case PodForceDeleted(name=name, overdue_s=overdue):
+                events.append(Event(
+                    "Warning", "PodForceDeleted",
+                    f"{name} was still terminating {overdue:.0f}s after its grace period (its node lost?): "
+                    "deleted without waiting for its kubelet",
+                ))  # fmt: skip
         if isinstance(result, LogsUploaded) and result.uploaded:
             text = f"pod logs uploaded to {result.folder}"
             if result.missing:

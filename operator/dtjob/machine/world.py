@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import timedelta
 
 from dtjob import names
 from dtjob.actions import (
@@ -15,6 +16,7 @@ from dtjob.actions import (
     DeletePod,
     EnsureWorld,
     Event,
+    ForceDeletePod,
     UploadLogs,
 )
 from dtjob.machine.builder import Builder
@@ -32,6 +34,11 @@ from dtjob.status import (
     SUSPENDED,
     JobStatus,
 )
+
+# A live kubelet confirms a pod's end within its grace period. A pod still terminating this long after that is
+# on a lost node (no kubelet left to confirm): it is force-deleted so that the next world can reuse its name,
+# instead of waiting until the node comes back or is deleted.
+FORCE_DELETE_AFTER = timedelta(seconds=30)
 
 
 def count_workers(
@@ -57,8 +64,10 @@ def first_failure(
     workers: Mapping[int, PodState],
     launcher: LauncherState | None,
     prev: JobStatus,
+    leaving: Mapping[int | None, PodState],
 ) -> tuple[str, str] | None:
-    """(reason, message naming the pod) for the first failure of the current attempt, or None."""
+    """(reason, message naming the pod) for the first failure of the current attempt, or None. A worker the
+    cluster took away (evicted from a lost node, removed with a deleted one) is lost, not failed."""
     if launcher is None and prev.launcher_pod is not None and prev.phase != SUSPENDED:
         # Its pod was seen, so this is no cache lag after our own create: the Job was deleted by hand.
         return "LauncherLost", f"launcher pod {prev.launcher_pod} disappeared (its Job was deleted)"
@@ -67,6 +76,8 @@ def first_failure(
         return "LauncherFailed", f"launcher pod {pod} failed: {launcher.reason or 'unknown reason'}"
     for index in sorted(workers):
         worker = workers[index]
+        if worker.phase == "Failed" and worker.disruption:
+            return "WorkerLost", f"worker pod {worker.name} was lost: {worker.disruption}"
         if worker.phase == "Failed":
             return "WorkerFailed", f"worker pod {worker.name} failed: {worker.reason or 'unknown reason'}"
         if worker.phase == "Succeeded":  # sshd must never exit while the world lives
@@ -76,6 +87,11 @@ def first_failure(
         for index in range(size):
             if index not in workers:
                 name = names.worker_name(spec.name, index)
+                gone = leaving.get(index)
+                if gone is not None and gone.disruption:
+                    return "WorkerLost", f"worker pod {name} was lost while the launcher was running: " + (
+                        gone.disruption
+                    )
                 return "WorkerLost", f"worker pod {name} disappeared while the launcher was running"
     return None
 
@@ -121,6 +137,8 @@ def advance_world(
             blocked.add(pod.name)
             if not pod.deleting:
                 b.actions.append(DeletePod(pod.name))
+            else:
+                _force_delete_when_stuck(b, pod)
     stale_launcher = observed.launcher is not None and launcher is None
     if stale_launcher and observed.launcher and not observed.launcher.deleting:
         b.actions.append(DeleteLauncher())
@@ -164,6 +182,20 @@ def advance_world(
         phase = STARTING if scheduled else PENDING
         message = waiting
     b.phase(RESTARTING if restarting else phase, message)
+
+
+def _force_delete_when_stuck(b: Builder, pod: PodState) -> None:
+    """A terminating pod whose kubelet never confirms (its node lost) would hold its name, and with it the
+    next world, until the node comes back or is deleted: force-delete it once FORCE_DELETE_AFTER past its
+    grace period, and look again then (a stuck pod sends no event)."""
+    if pod.deletion_deadline is None:
+        return
+    due = pod.deletion_deadline + FORCE_DELETE_AFTER
+    if b.now >= due:
+        overdue = (b.now - pod.deletion_deadline).total_seconds()
+        b.actions.append(ForceDeletePod(pod.name, pod.uid, overdue))
+    else:
+        b.requeue((due - b.now).total_seconds())
 
 
 def _waiting_message(
