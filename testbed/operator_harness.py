@@ -104,6 +104,12 @@ class OperatorProcess:
             self.proc.kill()
             self.proc.wait(timeout=10)
 
+    def kill(self) -> None:
+        """SIGKILL, as the OOM killer or a lost node ends it: no handler runs, requests are cut mid-flight."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
     def log_tail(self, lines: int = 60) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
