@@ -166,3 +166,23 @@ def test_an_output_job_reconciled_again_writes_no_status() -> None:
     kube.calls.clear()
     reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
     assert ("patch-status", JOB, "rn50") not in kube.writes()
+
+
+def test_an_edit_the_operator_rejects_mid_run_frees_the_world_and_revokes_the_tokens() -> None:
+    kube = RecordingKube()
+    job = new_job(kube, workers=0)  # past the schema (a direct write, an older CRD), refused by parse_spec
+    job["status"] = {"phase": "Running", "startTime": "2026-05-01T11:00:00Z"}
+    for i in range(2):
+        labels = {"dtjob.io/job-name": "rn50", "dtjob.io/role": "worker"}
+        kube.put(
+            {"kind": "Pod", "metadata": {"name": f"rn50-worker-{i}", "namespace": "ml", "labels": labels}}
+        )
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    writes = kube.writes()
+    assert writes[0] == ("patch-status", JOB, "rn50")
+    assert {("delete", "Pod", "rn50-worker-0"), ("delete", "Pod", "rn50-worker-1")} <= set(writes)
+    assert ("delete", "Job", "rn50-launcher") in writes
+    assert {("delete", "Secret", "rn50-sas-in"), ("delete", "Secret", "rn50-sas-out")} <= set(writes)
+    status = kube.objects[(JOB, "ml", "rn50")]["status"]
+    assert status["phase"] == "Failed" and status["sasSecretsDeleted"] is True
+    assert not [k for k in kube.objects if k[0] == "Pod"]
