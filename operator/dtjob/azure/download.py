@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO
 
-from dtjob.azure.errors import StorageFailure, describe_storage_error
+from dtjob.azure.errors import StorageFailure
 from dtjob.azure.manifest import (
     COMPLETE_NAME,
     MANIFEST_NAME,
@@ -154,9 +154,7 @@ class Stager:
             snapshot = self.progress.snapshot()
             _write_marker(marker, prefix, snapshot)
         except Exception as err:
-            failure = describe_storage_error(err, self.subject, self.credentials_hint)
-            self.progress.set_phase("failed", failure.reason)
-            raise failure from err
+            raise self.progress.failed(err, self.subject, self.credentials_hint) from err
         self.progress.set_phase("done")
         return self.progress.snapshot()
 

@@ -7,6 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.transfer_report import ProgressSnapshot
 
 
@@ -46,6 +47,12 @@ class Progress:
     def set_phase(self, phase: str, reason: str = "") -> None:
         with self._lock:
             self.phase, self.reason = phase, reason
+
+    def failed(self, err: Exception, subject: str, credentials_hint: str) -> StorageFailure:
+        """Record why a transfer failed, in the words describe_storage_error finds; the caller raises it."""
+        failure = describe_storage_error(err, subject, credentials_hint)
+        self.set_phase("failed", failure.reason)
+        return failure
 
     def snapshot(self) -> ProgressSnapshot:
         with self._lock:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtjob.azure.download import RemoteFile, file_md5_b64, list_remote
-from dtjob.azure.errors import StorageFailure, describe_storage_error
+from dtjob.azure.errors import StorageFailure
 from dtjob.azure.manifest import PART_SUFFIX
 from dtjob.azure.parallel import retry_once_on_denial, run_bounded
 from dtjob.azure.progress import Progress
@@ -98,9 +98,7 @@ class Uploader:
 
             run_bounded(files, work, self.concurrency, "upload")
         except Exception as err:
-            failure = describe_storage_error(err, self.subject, self.credentials_hint)
-            self.progress.set_phase("failed", failure.reason)
-            raise failure from err
+            raise self.progress.failed(err, self.subject, self.credentials_hint) from err
         self.progress.set_phase("done")
         return self.progress.snapshot()
 

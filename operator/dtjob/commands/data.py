@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -109,22 +109,14 @@ def _fail(err: Exception, subject: str, hint: str) -> int:
     return int(failure.code)
 
 
-def _progress_lines(
-    progress: Progress, interval_s: float = 15.0, out: TextIO | None = None
-) -> Iterator[None]:
-    """Without a terminal (CI, `kubectl logs`), a plain progress line every `interval_s` instead of a bar."""
+@contextmanager
+def _every(interval_s: float, tick: Callable[[], None]) -> Iterator[None]:
+    """Call `tick` every `interval_s` from a thread while the block runs."""
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.wait(interval_s):
-            snap = progress.snapshot()
-            done_mb = (snap.bytes_done + snap.bytes_skipped) / 2**20
-            print(
-                f"upload: {snap.files_complete}/{snap.files_total} files, {done_mb:.1f}/"
-                f"{snap.bytes_total / 2**20:.1f} MiB, {snap.bytes_per_s / 2**20:.1f} MiB/s",
-                file=out or sys.stderr,
-                flush=True,
-            )
+            tick()
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
@@ -133,6 +125,25 @@ def _progress_lines(
     finally:
         stop.set()
         thread.join()
+
+
+def _progress_lines(
+    progress: Progress, interval_s: float = 15.0, out: TextIO | None = None
+) -> Iterator[None]:
+    """Without a terminal (CI, `kubectl logs`), a plain progress line every `interval_s` instead of a bar."""
+
+    def line() -> None:
+        snap = progress.snapshot()
+        done_mb = (snap.bytes_done + snap.bytes_skipped) / 2**20
+        print(
+            f"upload: {snap.files_complete}/{snap.files_total} files, {done_mb:.1f}/"
+            f"{snap.bytes_total / 2**20:.1f} MiB, {snap.bytes_per_s / 2**20:.1f} MiB/s",
+            file=out or sys.stderr,
+            flush=True,
+        )
+
+    with _every(interval_s, line):
+        yield
 
 
 @contextmanager
@@ -147,7 +158,6 @@ def _progress_bar(progress: Progress, enabled: bool) -> Iterator[None]:
         return
     from tqdm import tqdm
 
-    stop = threading.Event()
     bar = tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1024, desc="upload", file=sys.stderr)
 
     def refresh() -> None:
@@ -157,17 +167,10 @@ def _progress_bar(progress: Progress, enabled: bool) -> Iterator[None]:
         bar.set_postfix_str(f"{snap.files_complete}/{snap.files_total} files", refresh=False)
         bar.refresh()
 
-    def loop() -> None:
-        while not stop.wait(0.5):
-            refresh()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
     try:
-        yield
+        with _every(0.5, refresh):
+            yield
     finally:
-        stop.set()
-        thread.join()
         refresh()
         bar.close()
 
