@@ -2,31 +2,51 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
-import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 # isort: off
 from .tf_env import configure_devices, keras, set_precision, tf  # selects Keras 2 before TF loads
-import horovod
 import horovod.tensorflow as hvd
 # isort: on
 
 from . import tf_checkpoint
 from .cli import TrainConfig, parse_args
-from .common import digest, metrics_record, scan_imagenet
+from .data.tf_data import imagenet_datasets, synthetic_batch
 from .models.resnet_keras import build, l2_penalty
-from .progress import Reporter, Throughput
-from .schedule import learning_rate
+from .run import TrainingRun
 
 
-def synthetic_dataset(cfg: TrainConfig) -> Any:
-    """One fixed random batch held on the device and fed again every step: measures compute only."""
-    tf.random.set_seed(cfg.seed + hvd.rank())
-    images = tf.random.normal((cfg.batch_size, cfg.image_size, cfg.image_size, 3))
-    labels = tf.random.uniform((cfg.batch_size,), maxval=cfg.num_classes, dtype=tf.int32)
-    return itertools.repeat((images, labels))
+def make_inputs(run: TrainingRun, skipped: Any) -> tuple[Iterator[Any], Any]:
+    """The training batches (one iterator for the whole run) and the validation dataset, or None."""
+    if run.train_split is None:
+        # One fixed random batch held on the device and fed again every step.
+        return itertools.repeat(synthetic_batch(run.cfg, run.rank)), None
+    train, val = imagenet_datasets(run, skipped, one_hot=False)
+    return iter(train), val
+
+
+def make_train_step(cfg: TrainConfig, model: Any, optimizer: Any, num_classes: int, scaling: bool) -> Any:
+    compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
+    loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=cfg.label_smoothing)
+
+    @tf.function(reduce_retracing=True)  # type: ignore[untyped-decorator]
+    def train_step(images: Any, labels: Any) -> Any:
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = loss_fn(tf.one_hot(labels, num_classes), logits) + l2_penalty(model, cfg.weight_decay)
+            scaled = optimizer.get_scaled_loss(loss) if scaling else loss
+        # Horovod: the tape averages the gradients over the ranks (allreduce; fp16 with --fp16-allreduce).
+        tape = hvd.DistributedGradientTape(tape, compression=compression)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        if scaling:
+            grads = optimizer.get_unscaled_gradients(grads)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    return train_step
 
 
 def evaluate(model: Any, dataset: Any, steps: int | None) -> float:
@@ -35,119 +55,52 @@ def evaluate(model: Any, dataset: Any, steps: int | None) -> float:
         logits = model(images, training=False)
         hit = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), labels), tf.float64))
         counts += tf.stack([hit, tf.cast(tf.size(labels), tf.float64)])
+    # Horovod: the hits and the count summed over the ranks.
     total = hvd.allreduce(counts, op=hvd.Sum, name="val_top1")
     return float(total[0] / tf.maximum(total[1], 1.0))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = parse_args("python -m dtjob_train.tensorflow", argv)
+    # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
     hvd.init()
-    rank, size = hvd.rank(), hvd.size()
     on_gpu = configure_devices(hvd.local_rank(), hvd.local_size())
     set_precision(cfg.amp, on_gpu)
     tf.keras.utils.set_random_seed(cfg.seed)
+    run = TrainingRun("tensorflow", cfg, hvd)
+    skipped = tf.Variable(0, dtype=tf.int64, trainable=False)  # files the input pipeline dropped
+    batches, val_ds = make_inputs(run, skipped)
 
-    skipped = tf.Variable(0, dtype=tf.int64, trainable=False)
-    val_ds = None
-    if cfg.data == "synthetic":
-        num_classes, batches = cfg.num_classes, synthetic_dataset(cfg)
-        steps_per_epoch = cfg.steps_per_epoch or 100
-    else:
-        from .data.tf_data import make_dataset
-
-        dataset, available = scan_imagenet(cfg, rank=rank, size=size)
-        num_classes = len(dataset.train.classes)
-        steps_per_epoch = min(available, cfg.steps_per_epoch or available)
-        common = {"rank": rank, "size": size, "batch_size": cfg.batch_size, "image_size": cfg.image_size}
-        common |= {"seed": cfg.seed, "num_classes": None, "skipped": skipped}
-        batches = iter(make_dataset(dataset.train, train=True, **common))
-        if dataset.val is not None and cfg.val_steps != 0:
-            val_ds = make_dataset(dataset.val, train=False, **common)
-
-    model = build(cfg.arch, num_classes, cfg.image_size)
+    model = build(cfg.arch, run.num_classes, cfg.image_size)
     optimizer = keras.optimizers.SGD(learning_rate=cfg.base_lr, momentum=cfg.momentum)
     if cfg.amp and on_gpu:
         optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)  # slots exist now, so a restore fills them at once
-    compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
-    loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=cfg.label_smoothing)
-    scaling = cfg.amp and on_gpu
+    train_step = make_train_step(cfg, model, optimizer, run.num_classes, scaling=cfg.amp and on_gpu)
 
-    @tf.function(reduce_retracing=True)  # type: ignore[untyped-decorator]
-    def train_step(images: Any, labels: Any) -> Any:
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            loss = loss_fn(tf.one_hot(labels, num_classes), logits) + l2_penalty(model, cfg.weight_decay)
-            scaled = optimizer.get_scaled_loss(loss) if scaling else loss
-        tape = hvd.DistributedGradientTape(tape, compression=compression)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        if scaling:
-            grads = optimizer.get_unscaled_gradients(grads)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
-
-    start_epoch = 0
-    found = tf_checkpoint.restore_latest(cfg.checkpoint_dir, model, optimizer) if rank == 0 else None
-    if found is not None:
-        start_epoch = found[0]
-    start_epoch = int(hvd.broadcast_object(start_epoch, root_rank=0, name="start_epoch"))
+    # Horovod: rank 0 restores the newest checkpoint and broadcasts the epoch to start from.
+    run.resume(lambda directory: tf_checkpoint.restore_latest(directory, model, optimizer))
+    # Horovod: every rank starts from rank 0's weights and optimizer state.
     hvd.broadcast_variables(model.variables, root_rank=0)
     hvd.broadcast_variables(optimizer.variables, root_rank=0)
+    run.begin(f"tensorflow {tf.__version__}", "GPU" if on_gpu else "CPU")
 
-    reporter = Reporter.for_run(cfg, rank=rank, world_size=size, steps_per_epoch=steps_per_epoch)
-    if found is not None:
-        reporter.say(f"resuming from {found[1]}: {start_epoch} epochs done")
-    reporter.say(
-        f"tensorflow {tf.__version__} horovod {horovod.__version__}: {size} ranks, {cfg.arch}, {cfg.data}, "
-        f"batch {cfg.batch_size}/worker, {steps_per_epoch} steps/epoch, {'GPU' if on_gpu else 'CPU'}"
-    )
-    meter = Throughput()
-    loss_avg, val_top1 = math.nan, None
-    step_total = start_epoch * steps_per_epoch
-    for epoch in range(start_epoch, cfg.epochs):
-        for step, (images, labels) in enumerate(itertools.islice(batches, steps_per_epoch), 1):
-            lr = learning_rate(
-                epoch + step / steps_per_epoch,
-                base_lr=cfg.base_lr,
-                world_size=size,
-                warmup_epochs=cfg.warmup_epochs,
-                epochs=cfg.epochs,
-            )
+    for epoch in run.epochs():
+        for step, lr, (images, labels) in run.steps(epoch, batches):
             optimizer.learning_rate.assign(lr)
             loss = train_step(images, labels)
-            meter.add(cfg.batch_size)
-            step_total += 1
-            if step % cfg.log_interval == 0 or step == steps_per_epoch:
-                loss_avg = float(hvd.allreduce(loss, name="loss"))
-                reporter.interval(epoch=epoch, step=step, loss=loss_avg, lr=lr, per_worker=meter.mark())
+            if run.step_done(step, images=cfg.batch_size):
+                # Horovod: the logged loss is averaged over the ranks.
+                run.log(epoch=epoch, step=step, lr=lr, loss=float(hvd.allreduce(loss, name="loss")))
         if val_ds is not None:
-            val_top1 = evaluate(model, val_ds, cfg.val_steps)
-            reporter.say(f"epoch {epoch + 1}/{cfg.epochs} val top-1 {val_top1:.4f}")
-        if rank == 0 and cfg.checkpoint_dir is not None:
-            tf_checkpoint.save(cfg.checkpoint_dir, epoch + 1, model, optimizer)
+            run.validated(evaluate(model, val_ds, cfg.val_steps), epoch)
+        if run.checkpoint_dir is not None:
+            tf_checkpoint.save(run.checkpoint_dir, epoch + 1, model, optimizer)
 
-    total_skipped = int(hvd.allreduce(skipped.read_value(), op=hvd.Sum, name="skipped"))
-    if total_skipped:
-        reporter.say(f"warning: skipped {total_skipped} unreadable images")
-    local_digest = digest(v.numpy().tobytes() for v in model.trainable_variables)
-    digests = [str(d) for d in hvd.allgather_object(local_digest, name="digests")]
-    metrics = metrics_record(
-        cfg,
-        framework="tensorflow",
-        world_size=size,
-        per_worker=meter.overall_per_worker(),
-        epochs_done=cfg.epochs,
-        start_epoch=start_epoch,
-        global_step=step_total,
-        final_loss=loss_avg,
-        val_top1=val_top1,
-        skipped_images=total_skipped,
-        weight_digests=digests,
-    )
-    if rank == 0 and cfg.output_dir is not None:
-        cfg.output_dir.mkdir(parents=True, exist_ok=True)
-        model.save(str(cfg.output_dir / "model.keras"))
-    reporter.finish(metrics)
+    # Horovod: finish gathers every rank's skipped images and weight digest (equal: the ranks kept in step).
+    weights = (v.numpy().tobytes() for v in model.trainable_variables)
+    save = functools.partial(tf_checkpoint.save_model, model)
+    run.finish(weights=weights, save=save, skipped=int(skipped.read_value()))
     hvd.shutdown()
 
 

@@ -1,4 +1,5 @@
-"""TensorFlow/Keras checkpoints: one directory per completed epoch, written to a temp name then renamed."""
+"""TensorFlow/Keras checkpoints: one directory per completed epoch, written to a temp name then renamed; and
+the final model."""
 
 from __future__ import annotations
 
@@ -26,3 +27,8 @@ def restore_latest(directory: Path | None, model: Any, optimizer: Any) -> tuple[
     if found is not None:
         tf.train.Checkpoint(model=model, optimizer=optimizer).read(str(found[1] / "ckpt")).expect_partial()
     return found
+
+
+def save_model(model: Any, output_dir: Path) -> None:
+    """The trained model as output_dir/model.keras."""
+    model.save(str(output_dir / "model.keras"))

@@ -7,8 +7,11 @@ by ignore_errors so a bad file never stops a run.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from dtjob_train.cli import TrainConfig
+from dtjob_train.run import TrainingRun
 from dtjob_train.tf_env import tf
 
 from .folder import MEAN_RGB, STD_RGB, Split
@@ -87,3 +90,32 @@ def make_dataset(
     options = tf.data.Options()
     options.experimental_optimization.map_parallelization = True
     return ds.with_options(options).prefetch(AUTOTUNE)
+
+
+def synthetic_batch(cfg: TrainConfig, rank: int) -> tuple[Any, Any]:
+    """One fixed random batch (float NHWC images, int labels), fed again every step: measures compute only."""
+    tf.random.set_seed(cfg.seed + rank)
+    images = tf.random.normal((cfg.batch_size, cfg.image_size, cfg.image_size, 3))
+    labels = tf.random.uniform((cfg.batch_size,), maxval=cfg.num_classes, dtype=tf.int32)
+    return images, labels
+
+
+def imagenet_datasets(run: TrainingRun, skipped: Any, *, one_hot: bool) -> tuple[Any, Any]:
+    """This rank's training dataset of an ImageNet run and its validation dataset (None without one);
+    one-hot labels for Keras's fit, class indices otherwise."""
+    cfg = run.cfg
+    assert run.train_split is not None
+    num_classes = run.num_classes if one_hot else None
+    dataset = functools.partial(
+        make_dataset,
+        rank=run.rank,
+        size=run.size,
+        batch_size=cfg.batch_size,
+        image_size=cfg.image_size,
+        seed=cfg.seed,
+        num_classes=num_classes,
+        skipped=skipped,
+    )
+    train = dataset(run.train_split, train=True)
+    val = None if run.val_split is None else dataset(run.val_split, train=False)
+    return train, val
