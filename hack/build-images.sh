@@ -13,8 +13,9 @@
 #   hack/build-images.sh prune         drop the cached build stages and intermediate layers (disk back; the
 #                                      next build installs the frameworks again, the Horovod wheel stays)
 #
-# NAME is operator, stager, horovod-pytorch or horovod-tensorflow; the reference is
-# $DTJOB_IMAGE_REGISTRY/NAME:$DTJOB_IMAGE_TAG, e.g. localhost/dtjob/horovod-pytorch:dev.
+# NAME is operator, stager, horovod-pytorch or horovod-tensorflow (both from images/horovod/Dockerfile, with
+# FRAMEWORK=torch or tensorflow); the reference is $DTJOB_IMAGE_REGISTRY/NAME:$DTJOB_IMAGE_TAG, e.g.
+# localhost/dtjob/horovod-pytorch:dev.
 #
 # Cached by content: an image's key hashes exactly its inputs (its Dockerfile, every COPY source less what
 # images/build.dockerignore leaves out, the base image ID, the build arguments, this script's recipe
@@ -197,9 +198,18 @@ python_image=$(awk 'NR == 2 { print $1 }' <<<"$bases")
 python_id=$(awk 'NR == 2 { print $2 }' <<<"$bases")
 
 build_args_of() {
+  local cpu="BUILD_IMAGE=$base_image RUNTIME_IMAGE=$base_image DTJOB_DEVICE=cpu"
   case $1 in
-    horovod-*) echo "BUILD_IMAGE=$base_image RUNTIME_IMAGE=$base_image DTJOB_DEVICE=cpu" ;;
+    horovod-pytorch) echo "$cpu FRAMEWORK=torch" ;;
+    horovod-tensorflow) echo "$cpu FRAMEWORK=tensorflow" ;;
     *) echo "PYTHON_IMAGE=$python_image" ;;
+  esac
+}
+
+dockerfile_of() { # NAME -> its Dockerfile; the two Horovod images build from one, FRAMEWORK telling them apart
+  case $1 in
+    horovod-*) echo images/horovod/Dockerfile ;;
+    *) echo "images/$1/Dockerfile" ;;
   esac
 }
 
@@ -220,7 +230,8 @@ copy_sources() {
 }
 
 content_key() { # NAME
-  local dockerfile=images/$1/Dockerfile
+  local dockerfile
+  dockerfile=$(dockerfile_of "$1")
   local -a files
   mapfile -t files < <(
     cd "$repo" && copy_sources "$dockerfile" | LC_ALL=C sort -u | while read -r src; do
@@ -267,7 +278,7 @@ build_one() { # NAME KEY: build, label, export; all output to its log
   ref=$(ref_of "$name")
   layout=$(layout_of "$ref")
   local -a bud=("${buildah[@]}" bud --isolation chroot --pull=never --layers --force-rm
-    --ignorefile "$ignorefile" -f "images/$name/Dockerfile" "${secret_args[@]}")
+    --ignorefile "$ignorefile" -f "$(dockerfile_of "$name")" "${secret_args[@]}")
   for arg in $(build_args_of "$name"); do bud+=(--build-arg "$arg"); done
   set -x
   # The build stage under a name of its own first: tagged, its cached layers survive the prune after the
@@ -297,7 +308,7 @@ need_gb_of() {
 todo=()
 declare -A keys=() status=() took=()
 for n in "${order[@]}"; do
-  copy_sources "images/$n/Dockerfile" >/dev/null # dies naming a COPY source that matches nothing
+  copy_sources "$(dockerfile_of "$n")" >/dev/null # dies naming a COPY source that matches nothing
   keys[$n]=$(content_key "$n")
   layout=$(layout_of "$(ref_of "$n")")
   if [[ -d $layout && -f $layout.digest && $(cat "$layout.key" 2>/dev/null) == "${keys[$n]}" ]]; then

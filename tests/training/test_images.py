@@ -15,11 +15,23 @@ from tests.training.training_helpers import REPO
 
 pytestmark = pytest.mark.training
 
-DOCKERFILES = sorted((REPO / "images").glob("horovod-*/Dockerfile"))
+# One Dockerfile builds both framework images; its FRAMEWORK build argument picks what it installs.
+DOCKERFILES = sorted((REPO / "images").glob("horovod*/Dockerfile"))
+FRAMEWORK_OF = {"horovod-pytorch": "torch", "horovod-tensorflow": "tensorflow"}
 
 
 def test_both_framework_images_exist() -> None:
-    assert [d.parent.name for d in DOCKERFILES] == ["horovod-pytorch", "horovod-tensorflow"]
+    assert [d.parent.name for d in DOCKERFILES] == ["horovod"]
+    text = DOCKERFILES[0].read_text()
+    assert re.search(r"^ARG FRAMEWORK=torch$", text, re.M)
+    assert re.search(r"^ENV DTJOB_FRAMEWORKS=\$\{FRAMEWORK\} ", text, re.M), "install.sh installs FRAMEWORK"
+    script = REPO / "hack" / "build-images.sh"
+    refs = subprocess.run([str(script), "refs"], capture_output=True, text=True, check=True).stdout.split()
+    assert [ref.split("/")[-1].split(":")[0] for ref in refs if "/horovod" in ref] == list(FRAMEWORK_OF)
+    for name, framework in FRAMEWORK_OF.items():
+        # The build script gives each image its framework, on the one Dockerfile.
+        assert re.search(rf"^ *{name}\) echo .* FRAMEWORK={framework}\"", script.read_text(), re.M), name
+    assert re.search(r"^ *horovod-\*\) echo images/horovod/Dockerfile ;;$", script.read_text(), re.M)
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
