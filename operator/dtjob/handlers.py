@@ -82,62 +82,42 @@ def _job_key(namespace: str | None, labels: Mapping[str, str]) -> tuple[str, str
     return (namespace, job) if namespace and job else None
 
 
-@kopf.index("v1", "pods", labels={names.JOB_NAME_LABEL: kopf.PRESENT})
-async def dtjob_pods(
+# The children the operator caches and reacts to: (index id, API group/version and plural, label filter).
+# Each kind gets one index (the watch cache, keyed by job) and one event handler that enqueues its job.
+CHILD_KINDS: tuple[tuple[str, tuple[str, ...], dict[str, Any]], ...] = (
+    ("dtjob_pods", ("v1", "pods"), {names.JOB_NAME_LABEL: kopf.PRESENT}),
+    ("dtjob_launchers", ("batch", "v1", "jobs"), {names.ROLE_LABEL: names.ROLE_LAUNCHER}),
+    ("dtjob_stagers", ("batch", "v1", "jobs"), {names.ROLE_LABEL: STAGER_ROLE}),
+)
+
+
+async def index_child(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], dict[str, Any]] | None:
     key = _job_key(namespace, labels)
     return {key: _projection(body)} if key else None
 
 
-@kopf.index("batch", "v1", "jobs", labels={names.ROLE_LABEL: names.ROLE_LAUNCHER})
-async def dtjob_launchers(
-    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[tuple[str, str], dict[str, Any]] | None:
+async def child_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     key = _job_key(namespace, labels)
-    return {key: _projection(body)} if key else None
+    if key:
+        memo["controller"].enqueue(key)
 
 
-@kopf.index("batch", "v1", "jobs", labels={names.ROLE_LABEL: STAGER_ROLE})
-async def dtjob_stagers(
-    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[tuple[str, str], dict[str, Any]] | None:
-    key = _job_key(namespace, labels)
-    return {key: _projection(body)} if key else None
+for _index_id, _resource, _labels in CHILD_KINDS:
+    kopf.index(*_resource, id=_index_id, labels=_labels)(index_child)
+    kopf.on.event(*_resource, id=f"{_index_id}_event", labels=_labels)(child_event)
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
 async def job_event(type: str, namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
-    dtjob_pods: kopf.Index[tuple[str, str], dict[str, Any]] = kwargs["dtjob_pods"]
-    dtjob_launchers: kopf.Index[tuple[str, str], dict[str, Any]] = kwargs["dtjob_launchers"]
-    dtjob_stagers: kopf.Index[tuple[str, str], dict[str, Any]] = kwargs["dtjob_stagers"]
+    indices: list[kopf.Index[tuple[str, str], dict[str, Any]]] = [kwargs[kind[0]] for kind in CHILD_KINDS]
     controller: Controller = memo["controller"]
     if controller.children_of is None:
         # kopf fills every index before the first non-index handler runs, so the cache is complete here.
-        controller.children_of = children_from_indices(dtjob_pods, dtjob_launchers, dtjob_stagers)
+        controller.children_of = children_from_indices(*indices)
     if namespace and name:
         controller.observe_job((namespace, name), deleted=type == "DELETED")
-
-
-@kopf.on.event("v1", "pods", labels={names.JOB_NAME_LABEL: kopf.PRESENT})
-async def pod_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-    key = _job_key(namespace, labels)
-    if key:
-        memo["controller"].enqueue(key)
-
-
-@kopf.on.event("batch", "v1", "jobs", labels={names.ROLE_LABEL: names.ROLE_LAUNCHER})
-async def launcher_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-    key = _job_key(namespace, labels)
-    if key:
-        memo["controller"].enqueue(key)
-
-
-@kopf.on.event("batch", "v1", "jobs", labels={names.ROLE_LABEL: STAGER_ROLE})
-async def staging_event(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-    key = _job_key(namespace, labels)
-    if key:
-        memo["controller"].enqueue(key)
 
 
 @kopf.on.probe(id="queue")
