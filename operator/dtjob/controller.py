@@ -21,12 +21,22 @@ from dtjob.reconcile import Children, reconcile
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, job name)
 ChildrenOf = Callable[[Key], Children]
+# reconcile(kube, config, namespace, name, children) -> seconds until the next look, or None. Injected so that
+# the queue's rules can be tested with a stub.
+ReconcileFn = Callable[[Kube, OperatorConfig, str, str, Children], float | None]
+MAX_BACKOFF_S = 60.0
+
+
+def backoff(failures: int) -> float:
+    """Seconds before retrying a job whose reconcile failed `failures` times in a row: 2, 4, 8... up to 60."""
+    return min(2.0**failures, MAX_BACKOFF_S)
 
 
 class Controller:
-    def __init__(self, kube: Kube, config: OperatorConfig) -> None:
+    def __init__(self, kube: Kube, config: OperatorConfig, reconcile_fn: ReconcileFn = reconcile) -> None:
         self.kube = kube
         self.config = config
+        self.reconcile_fn = reconcile_fn
         self.known: set[Key] = set()
         self.children_of: ChildrenOf | None = None
         self._queue: asyncio.Queue[Key] = asyncio.Queue()
@@ -71,6 +81,11 @@ class Controller:
         else:
             self.known.add(key)
             self.enqueue(key)
+
+    def due_in(self, key: Key) -> float | None:
+        """Seconds until the job's timer fires (a requeue, a retry after a failure), None if none is set."""
+        timer = self._timers.get(key)
+        return None if timer is None else max(0.0, timer.when() - asyncio.get_running_loop().time())
 
     @property
     def depth(self) -> int:
@@ -117,7 +132,9 @@ class Controller:
         children = self.children_of(key)
         namespace, name = key
         try:
-            requeue = await asyncio.to_thread(reconcile, self.kube, self.config, namespace, name, children)
+            requeue = await asyncio.to_thread(
+                self.reconcile_fn, self.kube, self.config, namespace, name, children
+            )
             self.reconciles += 1
         except Conflict:
             self.enqueue(key, 0.2)
@@ -125,7 +142,7 @@ class Controller:
         except Exception as error:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
-            delay = min(2.0**failures, 60.0)
+            delay = backoff(failures)
             log.exception("reconcile of %s/%s failed (attempt %d); retrying in %.0fs", namespace, name,
                           failures, delay)  # fmt: skip
             if failures == 1:  # once per streak: the job's events say why it is stuck, not only our log

@@ -1,0 +1,232 @@
+"""The controller's queue rules, with a stub in place of the reconcile (as kopf tests its own queueing):
+a burst of events costs one reconcile, an event during a reconcile runs it once more afterwards, a job is
+never reconciled twice at once, the earliest timer wins, failures back off and conflicts retry at once."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Any, cast
+
+import pytest
+from dtjob import controller as controller_module
+from dtjob.config import OperatorConfig
+from dtjob.controller import MAX_BACKOFF_S, Controller, Key, backoff
+from dtjob.kube import Conflict, Kube
+from dtjob.reconcile import Children
+
+A: Key = ("ns", "a")
+B: Key = ("ns", "b")
+
+
+class StubReconcile:
+    """Records each call (key, start time); `block` holds calls of a key until released; `results` scripts
+    what successive calls return or raise."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Key, float]] = []
+        self.running: dict[Key, int] = {}
+        self.most_at_once: dict[Key, int] = {}
+        self.in_parallel = 0
+        self.most_in_parallel = 0
+        self.block: dict[Key, threading.Event] = {}
+        self.results: list[float | Exception | None] = []
+        self._lock = threading.Lock()
+
+    def __call__(
+        self, kube: Kube, config: OperatorConfig, namespace: str, name: str, children: Children
+    ) -> float | None:
+        key = (namespace, name)
+        with self._lock:
+            self.calls.append((key, time.monotonic()))
+            self.running[key] = self.running.get(key, 0) + 1
+            self.most_at_once[key] = max(self.most_at_once.get(key, 0), self.running[key])
+            self.in_parallel += 1
+            self.most_in_parallel = max(self.most_in_parallel, self.in_parallel)
+            result = self.results.pop(0) if self.results else None
+        try:
+            gate = self.block.get(key)
+            if gate is not None:
+                gate.wait(5)
+            if isinstance(result, Exception):
+                raise result
+            return result
+        finally:
+            with self._lock:
+                self.running[key] -= 1
+                self.in_parallel -= 1
+
+    def count(self, key: Key) -> int:
+        with self._lock:
+            return sum(1 for k, _ in self.calls if k == key)
+
+
+class RecordingKube:
+    """The two calls the controller itself makes (reporting a failed reconcile on the job)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": namespace, "uid": "u"}}
+
+    def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
+        self.events.append((reason, message))
+
+
+def run(test: Callable[[Controller, StubReconcile], Awaitable[None]], workers: int = 2) -> RecordingKube:
+    kube = RecordingKube()
+    stub = StubReconcile()
+
+    async def main() -> None:
+        config = OperatorConfig(reconcile_workers=workers, resync_seconds=3600)
+        controller = Controller(cast(Kube, kube), config, reconcile_fn=stub)
+        controller.children_of = lambda key: Children(pods=(), launcher=None)
+        controller.known.update({A, B})
+        try:
+            await asyncio.wait_for(test(controller, stub), 10)
+        finally:
+            await controller.stop()
+
+    asyncio.run(main())
+    return kube
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+async def settle(seconds: float = 0.15) -> None:
+    await asyncio.sleep(seconds)
+
+
+def test_a_burst_of_events_for_one_job_costs_one_reconcile() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        for _ in range(10):
+            controller.enqueue(A)
+        assert controller.depth == 1
+        controller.start()
+        await until(lambda: stub.count(A) == 1)
+        await settle()
+        assert stub.count(A) == 1 and controller.depth == 0
+
+    run(test)
+
+
+def test_an_event_during_a_reconcile_runs_it_once_more_afterwards_never_at_once() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        gate = stub.block[A] = threading.Event()
+        controller.start()
+        controller.enqueue(A)
+        await until(lambda: stub.count(A) == 1)
+        for _ in range(5):  # all while the first reconcile runs: marked dirty, not queued beside it
+            controller.enqueue(A)
+        await settle()
+        assert stub.count(A) == 1
+        gate.set()
+        await until(lambda: stub.count(A) == 2)
+        await settle()
+        assert stub.count(A) == 2, "the dirty mark runs the job exactly once more"
+        assert stub.most_at_once[A] == 1
+
+    run(test, workers=4)
+
+
+def test_two_jobs_reconcile_side_by_side_up_to_the_worker_count() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        gate = stub.block[A] = stub.block[B] = threading.Event()
+        controller.start()
+        controller.enqueue(A)
+        controller.enqueue(B)
+        await until(lambda: stub.in_parallel == 2)
+        gate.set()
+        await until(lambda: controller.depth == 0)
+
+    run(test, workers=2)
+
+
+def test_the_earliest_timer_wins() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.start()
+        controller.enqueue(A, 30)
+        controller.enqueue(A, 0.05)  # earlier: replaces the later one
+        controller.enqueue(B, 0.05)
+        controller.enqueue(B, 30)  # later: ignored
+        assert (controller.due_in(A) or 99) <= 0.05 and (controller.due_in(B) or 99) <= 0.05
+        await until(lambda: stub.count(A) == 1 and stub.count(B) == 1, timeout=1)
+        assert controller.due_in(A) is None and controller.due_in(B) is None
+
+    run(test)
+
+
+def test_a_reconcile_asks_for_its_next_look() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        stub.results = [0.1, None]
+        controller.start()
+        controller.enqueue(A)
+        await until(lambda: stub.count(A) == 2, timeout=1)
+        first, second = (at for key, at in stub.calls if key == A)
+        assert second - first >= 0.09
+        await settle()
+        assert stub.count(A) == 2 and controller.due_in(A) is None
+
+    run(test)
+
+
+def test_failures_back_off_exponentially_and_a_success_resets_the_streak(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert [backoff(n) for n in range(1, 8)] == [2, 4, 8, 16, 32, MAX_BACKOFF_S, MAX_BACKOFF_S]
+    monkeypatch.setattr(controller_module, "backoff", lambda failures: 0.05 * 2**failures)
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        down = RuntimeError("API down")
+        stub.results = [down, down, down, None, RuntimeError("again"), None]
+        controller.start()
+        controller.enqueue(A)
+        await until(lambda: stub.count(A) == 4)
+        await settle(0.05)
+        controller.enqueue(A)  # an event after the success: fails, and the streak starts over
+        await until(lambda: stub.count(A) == 6)
+        times = [at for key, at in stub.calls if key == A]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        assert gaps[:3] == pytest.approx([0.1, 0.2, 0.4], abs=0.05)
+        assert gaps[4] == pytest.approx(0.1, abs=0.04)
+
+    kube = run(test)
+    # The job's events say it is stuck once per streak, not on every retry.
+    assert [reason for reason, _ in kube.events] == ["ReconcileError", "ReconcileError"]
+    assert "API down" in kube.events[0][1] and "again" in kube.events[1][1]
+
+
+def test_a_conflict_retries_at_once_without_backoff() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        stub.results = [Conflict("changed"), Conflict("changed"), None]
+        controller.start()
+        controller.enqueue(A)
+        await until(lambda: stub.count(A) == 3, timeout=1.5)
+
+    kube = run(test)
+    assert kube.events == [], "a conflict is routine: no error event"
+
+
+def test_a_deleted_job_loses_its_timer_and_its_queued_reconcile() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.enqueue(A, 0.05)
+        controller.enqueue(B)
+        controller.observe_job(A, deleted=True)
+        controller.observe_job(B, deleted=True)
+        controller.start()
+        await settle(0.3)
+        assert stub.calls == []
+        controller.observe_job(A, deleted=False)  # created again under the same name
+        await until(lambda: stub.count(A) == 1)
+
+    run(test)
