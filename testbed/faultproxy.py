@@ -120,7 +120,8 @@ def parse_request(method: str, path: str, query: Mapping[str, str]) -> Request:
 @dataclass
 class Rule:
     """Which requests get which fault. Empty sets and None match anything; `subresource=""` matches only the
-    main resource. `times`: how many requests it applies to before it retires itself (None: until removed)."""
+    main resource. `every`: the fault hits every n-th matching request and lets the others through.
+    `times`: how many faults it injects before it retires itself (None: until removed)."""
 
     fault: Fault
     status: int = 500
@@ -128,13 +129,17 @@ class Rule:
     resources: AbstractSet[str] = frozenset()
     subresource: str | None = None
     namespace: str | None = None
+    names: AbstractSet[str] = frozenset()
+    every: int = 1
     times: int | None = None
     after: bool = False
-    hits: int = 0
+    seen: int = 0  # matching requests
+    hits: int = 0  # faults injected
 
     def __post_init__(self) -> None:
         self.verbs = frozenset(self.verbs)
         self.resources = frozenset(self.resources)
+        self.names = frozenset(self.names)
 
     def matches(self, request: Request) -> bool:
         return (
@@ -142,6 +147,7 @@ class Rule:
             and (not self.resources or request.resource in self.resources)
             and (self.subresource is None or request.subresource == self.subresource)
             and (self.namespace is None or request.namespace == self.namespace)
+            and (not self.names or request.name in self.names)
         )
 
 
@@ -364,13 +370,18 @@ class FaultProxy:
         return ended
 
     def _match(self, request: Request) -> Rule | None:
+        """The first rule that faults this request (rules are tried in the order they were added)."""
         with self._lock:
-            for rule in self._rules:
-                if rule.matches(request):
-                    rule.hits += 1
-                    if rule.times is not None and rule.hits >= rule.times:
-                        self._rules.remove(rule)
-                    return rule
+            for rule in list(self._rules):
+                if not rule.matches(request):
+                    continue
+                rule.seen += 1
+                if rule.seen % rule.every:
+                    continue
+                rule.hits += 1
+                if rule.times is not None and rule.hits >= rule.times:
+                    self._rules.remove(rule)
+                return rule
         return None
 
     def _record(self, request: Request, status: int | None, fault: Fault | None) -> None:

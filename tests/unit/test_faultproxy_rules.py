@@ -42,3 +42,9 @@ def test_rules_match_on_every_field_they_set() -> None:
     assert Rule(Fault.ERROR, subresource="").matches(spec_patch)
     assert not Rule(Fault.ERROR, namespace="other").matches(spec_patch)
     assert Rule(Fault.HANG).matches(Request("GET", "/version", "get"))
+
+
+def test_every_nth_request_and_a_name() -> None:
+    rule = Rule(Fault.ERROR, names={"j"}, every=2)
+    assert rule.matches(parse_request("GET", f"{CR}/j", {}))
+    assert not rule.matches(parse_request("GET", f"{CR}/k", {}))
