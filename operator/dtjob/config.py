@@ -5,6 +5,7 @@ Each default is written once, on OperatorConfig; load_config falls back to it fo
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,6 +56,12 @@ class OperatorConfig:
     network_policy: bool = False
     # The most bytes of one pod's log the operator keeps in storage; a longer log keeps its head and tail.
     log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
+    # Every Kubernetes API call: seconds to connect and to wait for an answer (a call that names its own
+    # timeout keeps it), and how many times a 429/5xx answer or a broken connection is retried. A hung call
+    # ends after (1 + 1 read retry) x the read timeout.
+    kube_connect_timeout_seconds: float = 10.0
+    kube_timeout_seconds: float = 20.0
+    kube_retries: int = 3
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -83,6 +90,11 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         ),
         network_policy=env.get("DTJOB_NETWORK_POLICY", str(d.network_policy)).lower() == "true",
         log_cap_bytes=_log_cap(env.get("DTJOB_LOG_CAP_BYTES", str(d.log_cap_bytes))),
+        kube_connect_timeout_seconds=_positive(
+            env, "DTJOB_KUBE_CONNECT_TIMEOUT_SECONDS", d.kube_connect_timeout_seconds
+        ),
+        kube_timeout_seconds=_positive(env, "DTJOB_KUBE_TIMEOUT_SECONDS", d.kube_timeout_seconds),
+        kube_retries=int(_positive(env, "DTJOB_KUBE_RETRIES", d.kube_retries, allow_zero=True)),
     )
 
 
@@ -100,4 +112,16 @@ def _log_cap(text: str) -> int:
         raise ValueError(f"DTJOB_LOG_CAP_BYTES must be a whole number of bytes, got {text!r}") from None
     if value < MIN_LOG_CAP_BYTES:
         raise ValueError(f"DTJOB_LOG_CAP_BYTES must be at least {MIN_LOG_CAP_BYTES}, got {value}")
+    return value
+
+
+def _positive(env: Mapping[str, str], name: str, default: float, allow_zero: bool = False) -> float:
+    text = env.get(name)
+    if text is None:
+        return default
+    value = float(text)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(
+            f"{name} must be a {'non-negative' if allow_zero else 'positive'} number, got {text}"
+        )
     return value

@@ -12,26 +12,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from dtjob import API_GROUP, API_VERSION, PLURAL, names
 from dtjob.config import load_config
 from dtjob.controller import Controller, children_from_indices
-from dtjob.kube import KubeClient
+from dtjob.kube import KubeClient, connect
 from dtjob.names import ROLE_STAGER as STAGER_ROLE
 
 MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY}"
 WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
 WATCH_CLIENT_TIMEOUT = 330
-
-
-def _api_client() -> k8s.ApiClient:
-    try:
-        k8s_config.load_incluster_config()
-    except k8s_config.ConfigException:
-        k8s_config.load_kube_config()
-    return k8s.ApiClient()
 
 
 @kopf.on.startup()
@@ -44,11 +34,16 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
     settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT
     settings.watching.connect_timeout = 30
+    config = load_config()
+    # kopf's own requests (the lists before each watch, its events): the same deadlines as ours.
+    settings.networking.connect_timeout = config.kube_connect_timeout_seconds
+    settings.networking.request_timeout = 2 * config.kube_timeout_seconds
     settings.watching.label_selectors["v1", "pods"] = MANAGED_SELECTOR
     settings.watching.label_selectors["batch", "v1", "jobs"] = MANAGED_SELECTOR
     # Our own events describe every transition; kopf's per-handler chatter would only add noise.
     settings.posting.level = logging.WARNING
-    controller = Controller(KubeClient(_api_client()), load_config())
+    api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, config.kube_retries)
+    controller = Controller(KubeClient(api), config)
     controller.start()
     memo["controller"] = controller
 
