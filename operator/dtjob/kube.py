@@ -304,13 +304,18 @@ class KubeClient:
 
     def ensure(self, obj: Json) -> Applied:
         """Create obj; or, when it exists, check that it is ours (an ownerReference with our UID) and bring
-        the fields the operator owns back in line (dtjob.desired.owned)."""
+        the fields the operator owns back in line (dtjob.desired.owned). A create answered 409 for an
+        object that is gone again, or on its way out, raises Conflict: the world that needs it must not
+        go on without it, so the job is retried shortly instead of at the next event."""
         if self.create_if_absent(obj):
             return Applied.CREATED
         kind, meta = obj["kind"], obj["metadata"]
         existing = self._read(kind, meta["namespace"], meta["name"])
-        if existing is None:
-            return Applied.UNCHANGED  # deleted since the create said it exists: the next pass creates it
+        if existing is None or (existing.get("metadata") or {}).get("deletionTimestamp"):
+            state = "gone" if existing is None else "being deleted"
+            raise Conflict(
+                f"{kind} {meta['namespace']}/{meta['name']} already exists, but is {state}; retrying"
+            )
         if not is_ours(existing, obj):
             return Applied.NOT_OURS
         patch = drift(obj, existing)

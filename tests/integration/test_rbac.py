@@ -57,7 +57,11 @@ RESOURCES = {
 }
 CLUSTER_SCOPED = {"nodes", "namespaces", "customresourcedefinitions"}
 # Used only when a chart value turns the feature on.
-OPTIONAL = {("networking.k8s.io", "networkpolicies", "create"): "networkPolicy.enabled=true"}
+OPTIONAL = {
+    ("networking.k8s.io", "networkpolicies", "create"): "networkPolicy.enabled=true",
+    ("networking.k8s.io", "networkpolicies", "get"): "networkPolicy.enabled=true",
+    ("networking.k8s.io", "networkpolicies", "patch"): "networkPolicy.enabled=true",
+}
 
 
 def permission_of(client_attr: str, method: str) -> Permission:
@@ -95,15 +99,20 @@ def _constant(node: ast.expr) -> str:
 
 
 def kopf_watches(path: Path = PACKAGE / "handlers.py") -> set[Permission]:
-    """list + watch for every resource a kopf.index or kopf.on.event registration serves."""
-    used: set[Permission] = set()
+    """list + watch for every resource a kopf.index or kopf.on.event registration serves: the decorators
+    spelt out in handlers.py, and the children its registration loop goes through (CHILD_KINDS)."""
+    from dtjob.handlers import CHILD_KINDS
+
+    resources = [resource for _, resource, _ in CHILD_KINDS]
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.Call):
             continue
         name = ast.unparse(node.func)
-        if name not in ("kopf.index", "kopf.on.event"):
+        if name not in ("kopf.index", "kopf.on.event") or any(isinstance(a, ast.Starred) for a in node.args):
             continue
-        args = [_constant(a) for a in node.args]
+        resources.append(tuple(_constant(a) for a in node.args))
+    used: set[Permission] = set()
+    for args in resources:
         group = "" if len(args) == 2 else args[0]  # ("v1", "pods") is the core group
         used |= {(group, args[-1], "list"), (group, args[-1], "watch")}
     assert used, "no kopf registrations found"

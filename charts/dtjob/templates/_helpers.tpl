@@ -30,7 +30,7 @@ app.kubernetes.io/component: operator
 {{- end -}}
 
 {{/* Rules on namespaced objects: exactly the calls the operator makes (tests/integration/test_rbac.py checks
-them against the code). Reads of pods and Jobs come from watches; Secrets are only read by name. */}}
+them against the code). Pods and Jobs are watched and listed; every child is also read by name. */}}
 {{- define "dtjob.namespacedRules" -}}
 # kopf watches jobs; the operator reads one to reconcile it and deletes it after ttlSecondsAfterFinished.
 - apiGroups: [dtjob.io]
@@ -44,18 +44,20 @@ them against the code). Reads of pods and Jobs come from watches; Secrets are on
 - apiGroups: [dtjob.io]
   resources: [distributedtrainingjobs/finalizers]
   verbs: [update]
+# get (and patch): a create answered 409 AlreadyExists is followed by a read (whose is it, is it gone or
+# going?) and, for the Service, ConfigMap and NetworkPolicy, a patch of the fields the operator owns.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, create, delete]
+  verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
 - apiGroups: [""]
   resources: [services]
-  verbs: [create]
+  verbs: [get, create, patch]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [create, patch]
+  verbs: [get, create, patch]
 # The SSH key and SAS Secrets the operator owns, and the account-key Secret a job names (read by name).
 - apiGroups: [""]
   resources: [secrets]
@@ -65,13 +67,13 @@ them against the code). Reads of pods and Jobs come from watches; Secrets are on
   verbs: [get]
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [list, watch, create, delete]
+  verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
 {{- if .Values.networkPolicy.enabled }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create]
+  verbs: [get, create, patch]
 {{- end }}
 {{- end -}}
