@@ -62,6 +62,9 @@ class OperatorConfig:
     kube_connect_timeout_seconds: float = 10.0
     kube_timeout_seconds: float = 20.0
     kube_retries: int = 3
+    # A reconcile still running after this many seconds stops counting against reconcile_workers (its job
+    # stays locked until it ends), so that a few hung jobs never hold up the others.
+    reconcile_slow_seconds: float = 10.0
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -95,6 +98,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         ),
         kube_timeout_seconds=_positive(env, "DTJOB_KUBE_TIMEOUT_SECONDS", d.kube_timeout_seconds),
         kube_retries=int(_positive(env, "DTJOB_KUBE_RETRIES", d.kube_retries, allow_zero=True)),
+        reconcile_slow_seconds=_positive(env, "DTJOB_RECONCILE_SLOW_SECONDS", d.reconcile_slow_seconds),
     )
 
 

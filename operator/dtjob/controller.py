@@ -3,13 +3,20 @@
 Every watch event (the job itself, one of its pods, its launcher Job) only enqueues the job's key; the key is
 deduplicated while waiting and never reconciled twice at the same time, so a burst of pod events for one job
 costs one reconcile. Reconciles read pods and Jobs from kopf indices (the watch cache), not from the API.
+
+A watchdog keeps hung jobs from starving the rest: a reconcile still running after `reconcile_slow_seconds`
+(a storage endpoint that never answers, an API call waiting out its timeout) is left to finish on its own
+thread while its worker takes the next job. Its job stays locked until it ends. Every call it makes has a
+deadline, so it does end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +32,8 @@ ChildrenOf = Callable[[Key], Children]
 # the queue's rules can be tested with a stub.
 ReconcileFn = Callable[[Kube, OperatorConfig, str, str, Children], float | None]
 MAX_BACKOFF_S = 60.0
+# How many slow reconciles each worker may leave running behind it; past that, workers wait for them.
+SLOW_PER_WORKER = 3
 
 
 def backoff(failures: int) -> float:
@@ -46,6 +55,12 @@ class Controller:
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._failures: dict[Key, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._runs: set[asyncio.Task[None]] = set()  # every reconcile under way
+        self._slow: set[asyncio.Task[None]] = set()  # those the watchdog left behind
+        # Threads of our own: asyncio's default pool has only cpu_count + 4, and slow reconciles hold theirs.
+        self._threads = ThreadPoolExecutor(
+            max_workers=config.reconcile_workers * (1 + SLOW_PER_WORKER), thread_name_prefix="reconcile"
+        )
         self.reconciles = 0  # completed ones; reported by the liveness endpoint
 
     # --- feeding the queue ---------------------------------------------------------------------------
@@ -98,11 +113,14 @@ class Controller:
         self._tasks.append(asyncio.create_task(self._resync()))
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._runs]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         for timer in self._timers.values():
             timer.cancel()
+        # Threads still in a call end at its deadline; nothing waits for them here.
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _resync(self) -> None:
         # A safety net for missed events; deadlines and TTLs have their own timers.
@@ -118,13 +136,28 @@ class Controller:
             if self.children_of is None or key not in self.known:
                 continue
             self._active.add(key)
-            try:
-                await self._reconcile(key)
-            finally:
-                self._active.discard(key)
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self.enqueue(key)
+            run = asyncio.create_task(self._run(key))
+            self._runs.add(run)
+            run.add_done_callback(self._runs.discard)
+            done, _ = await asyncio.wait({run}, timeout=self.config.reconcile_slow_seconds)
+            if done:
+                continue
+            if len(self._slow) < SLOW_PER_WORKER * self.config.reconcile_workers:
+                log.warning("reconcile of %s/%s still running after %.0fs; its worker moves on to other jobs",
+                            *key, self.config.reconcile_slow_seconds)  # fmt: skip
+                self._slow.add(run)
+                run.add_done_callback(self._slow.discard)
+            else:
+                await asyncio.wait({run})
+
+    async def _run(self, key: Key) -> None:
+        try:
+            await self._reconcile(key)
+        finally:
+            self._active.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self.enqueue(key)
 
     async def _reconcile(self, key: Key) -> None:
         assert self.children_of is not None
@@ -132,9 +165,8 @@ class Controller:
         children = self.children_of(key)
         namespace, name = key
         try:
-            requeue = await asyncio.to_thread(
-                self.reconcile_fn, self.kube, self.config, namespace, name, children
-            )
+            call = functools.partial(self.reconcile_fn, self.kube, self.config, namespace, name, children)
+            requeue = await asyncio.get_running_loop().run_in_executor(self._threads, call)
             self.reconciles += 1
         except Conflict:
             self.enqueue(key, 0.2)
@@ -146,7 +178,9 @@ class Controller:
             log.exception("reconcile of %s/%s failed (attempt %d); retrying in %.0fs", namespace, name,
                           failures, delay)  # fmt: skip
             if failures == 1:  # once per streak: the job's events say why it is stuck, not only our log
-                await asyncio.to_thread(self._report_error, key, delay, error)
+                await asyncio.get_running_loop().run_in_executor(
+                    self._threads, self._report_error, key, delay, error
+                )
             self.enqueue(key, delay)
             return
         self._failures.pop(key, None)

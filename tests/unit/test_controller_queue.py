@@ -78,12 +78,14 @@ class RecordingKube:
         self.events.append((reason, message))
 
 
-def run(test: Callable[[Controller, StubReconcile], Awaitable[None]], workers: int = 2) -> RecordingKube:
+def run(
+    test: Callable[[Controller, StubReconcile], Awaitable[None]], workers: int = 2, slow_s: float = 60
+) -> RecordingKube:
     kube = RecordingKube()
     stub = StubReconcile()
 
     async def main() -> None:
-        config = OperatorConfig(reconcile_workers=workers, resync_seconds=3600)
+        config = OperatorConfig(reconcile_workers=workers, resync_seconds=3600, reconcile_slow_seconds=slow_s)
         controller = Controller(cast(Kube, kube), config, reconcile_fn=stub)
         controller.children_of = lambda key: Children(pods=(), launcher=None)
         controller.known.update({A, B})
@@ -230,3 +232,20 @@ def test_a_deleted_job_loses_its_timer_and_its_queued_reconcile() -> None:
         await until(lambda: stub.count(A) == 1)
 
     run(test)
+
+
+def test_a_hung_reconcile_releases_its_worker_but_keeps_its_job_locked() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        gate = stub.block[A] = threading.Event()
+        controller.start()
+        controller.enqueue(A)
+        await until(lambda: stub.count(A) == 1)
+        controller.enqueue(B)  # the only worker is in A's reconcile, which hangs
+        controller.enqueue(A)
+        await until(lambda: stub.count(B) == 1, timeout=1)
+        assert stub.count(A) == 1, "A is not reconciled beside its own hung reconcile"
+        gate.set()
+        await until(lambda: stub.count(A) == 2)
+        assert stub.most_at_once[A] == 1
+
+    run(test, workers=1, slow_s=0.1)
