@@ -62,6 +62,12 @@ class OperatorConfig:
     kube_connect_timeout_seconds: float = 10.0
     kube_timeout_seconds: float = 20.0
     kube_retries: int = 3
+    # Every Blob Storage call the operator makes (log uploads, user delegation keys, token requests):
+    # seconds to connect and to wait for an answer, per try, and how many more tries. A storage endpoint that
+    # never answers costs a reconcile about (1 + azure_retries) x azure_timeout_seconds.
+    azure_connect_timeout_seconds: float = 10.0
+    azure_timeout_seconds: float = 30.0
+    azure_retries: int = 2
     # A reconcile still running after this many seconds stops counting against reconcile_workers (its job
     # stays locked until it ends), so that a few hung jobs never hold up the others.
     reconcile_slow_seconds: float = 10.0
@@ -99,6 +105,11 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         kube_timeout_seconds=_positive(env, "DTJOB_KUBE_TIMEOUT_SECONDS", d.kube_timeout_seconds),
         kube_retries=int(_positive(env, "DTJOB_KUBE_RETRIES", d.kube_retries, allow_zero=True)),
         reconcile_slow_seconds=_positive(env, "DTJOB_RECONCILE_SLOW_SECONDS", d.reconcile_slow_seconds),
+        azure_connect_timeout_seconds=_positive(
+            env, "DTJOB_AZURE_CONNECT_TIMEOUT_SECONDS", d.azure_connect_timeout_seconds
+        ),
+        azure_timeout_seconds=_positive(env, "DTJOB_AZURE_TIMEOUT_SECONDS", d.azure_timeout_seconds),
+        azure_retries=int(_positive(env, "DTJOB_AZURE_RETRIES", d.azure_retries, allow_zero=True)),
     )
 
 

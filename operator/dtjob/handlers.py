@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 
 from dtjob import API_GROUP, API_VERSION, PLURAL, names
+from dtjob.azure.clients import Deadlines, set_default_deadlines
 from dtjob.config import load_config
 from dtjob.controller import Controller, children_from_indices
 from dtjob.kube import KubeClient, connect
@@ -42,6 +43,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.label_selectors["batch", "v1", "jobs"] = MANAGED_SELECTOR
     # Our own events describe every transition; kopf's per-handler chatter would only add noise.
     settings.posting.level = logging.WARNING
+    # Blob Storage: the operator's deadlines for every client built in this process.
+    set_default_deadlines(
+        Deadlines(config.azure_connect_timeout_seconds, config.azure_timeout_seconds, config.azure_retries, 2)
+    )
     api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, config.kube_retries)
     controller = Controller(KubeClient(api), config)
     controller.start()

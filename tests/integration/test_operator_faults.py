@@ -43,6 +43,8 @@ def operator_env() -> dict[str, str]:
         "DTJOB_RESYNC_SECONDS": str(RESYNC_S),
         "DTJOB_KUBE_TIMEOUT_SECONDS": "3",
         "DTJOB_RECONCILE_SLOW_SECONDS": "3",
+        "DTJOB_AZURE_TIMEOUT_SECONDS": "3",
+        "DTJOB_AZURE_RETRIES": "1",
         "DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME,
     }
 

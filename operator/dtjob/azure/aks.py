@@ -203,7 +203,10 @@ class NodePools:
     def __post_init__(self) -> None:
         from azure.mgmt.containerservice import ContainerServiceClient
 
-        kwargs: dict[str, Any] = {}
+        from dtjob.azure.clients import Deadlines, client_options
+
+        # Each ARM request: 10 s to connect, 60 s for an answer, four more tries; polling paces itself.
+        kwargs: dict[str, Any] = client_options(Deadlines(connect_s=10, read_s=60, retries=4, backoff_s=2))
         if self.transport is not None:
             kwargs["transport"] = self.transport
         if self.polling_interval is not None:

@@ -1,4 +1,10 @@
-"""ContainerClients sized for parallel transfers, and a SAS source that follows rotation of mounted files."""
+"""Blob Storage clients with deadlines and bounded retries, sized for parallel transfers, and a SAS source
+that follows rotation of mounted files.
+
+Every client built here (and so every Blob Storage call of the operator, the CLI and the stager) has a
+connection and a read timeout on each try and a bounded number of tries: a storage endpoint that accepts
+connections and never answers costs at most (1 + retries) x read timeout plus the backoffs, never a thread
+for good. The operator sets its own, shorter deadlines at start (set_default_deadlines)."""
 
 from __future__ import annotations
 
@@ -12,10 +18,61 @@ from dtjob.azure.errors import StorageFailure
 from dtjob.transfer_report import ExitCode
 
 if TYPE_CHECKING:
-    from azure.storage.blob import ContainerClient
+    from azure.storage.blob import BlobServiceClient, ContainerClient
 
 
-def container_client(url: str, credential: Any, concurrency: int = 8) -> ContainerClient:
+@dataclass(frozen=True)
+class Deadlines:
+    """Per try: seconds to connect and to wait between bytes of the answer; then how many more tries, the
+    first after about `backoff_s` seconds and each next one a little later."""
+
+    connect_s: float = 20.0
+    read_s: float = 60.0
+    retries: int = 3
+    backoff_s: int = 4
+
+
+_defaults = Deadlines()
+_defaults_lock = threading.Lock()
+
+
+def set_default_deadlines(deadlines: Deadlines) -> None:
+    """The deadlines of every client this process builds from now on without deadlines of its own."""
+    global _defaults
+    with _defaults_lock:
+        _defaults = deadlines
+
+
+def default_deadlines() -> Deadlines:
+    with _defaults_lock:
+        return _defaults
+
+
+def client_options(deadlines: Deadlines | None = None) -> dict[str, Any]:
+    """Keyword arguments for any azure-core client (storage, identity): timeouts and a bounded retry."""
+    chosen = deadlines or default_deadlines()
+    return {
+        "connection_timeout": chosen.connect_s,
+        "read_timeout": chosen.read_s,
+        "retry_total": chosen.retries,
+        "retry_backoff_factor": chosen.backoff_s / 2,  # azure-core waits factor * 2**n
+        "retry_backoff_max": chosen.backoff_s * 2 ** max(chosen.retries - 1, 0),
+    }
+
+
+def _storage_options(deadlines: Deadlines | None) -> dict[str, Any]:
+    from azure.storage.blob import ExponentialRetry
+
+    chosen = deadlines or default_deadlines()
+    retry = ExponentialRetry(
+        initial_backoff=chosen.backoff_s, increment_base=2, retry_total=chosen.retries, random_jitter_range=1
+    )
+    return {"connection_timeout": chosen.connect_s, "read_timeout": chosen.read_s, "retry_policy": retry}
+
+
+def container_client(
+    url: str, credential: Any, concurrency: int = 8, deadlines: Deadlines | None = None
+) -> ContainerClient:
     """A client for the container at `url` whose HTTP pool holds a connection per worker thread
     (requests' default of 10 would make extra threads open and drop connections on every request)."""
     import requests
@@ -27,11 +84,30 @@ def container_client(url: str, credential: Any, concurrency: int = 8) -> Contain
     adapter = requests.adapters.HTTPAdapter(pool_connections=pool, pool_maxsize=pool)
     session.mount("https://", adapter)
     session.mount("http://", adapter)
-    transport = RequestsTransport(session=session, session_owner=True)
+    options = _storage_options(deadlines)
+    # A transport given to the client ignores the client's timeouts: they go to the transport itself.
+    transport = RequestsTransport(
+        session=session,
+        session_owner=True,
+        connection_timeout=options.pop("connection_timeout"),
+        read_timeout=options.pop("read_timeout"),
+    )
     client: ContainerClient = ContainerClient.from_container_url(
-        url, credential=credential, transport=transport
+        url, credential=credential, transport=transport, **options
     )
     return client
+
+
+def blob_service_client(
+    endpoint: str, credential: Any, deadlines: Deadlines | None = None
+) -> BlobServiceClient:
+    """A client for the account at `endpoint`, with deadlines and bounded retries."""
+    from azure.storage.blob import BlobServiceClient
+
+    service: BlobServiceClient = BlobServiceClient(
+        endpoint, credential=credential, **_storage_options(deadlines)
+    )
+    return service
 
 
 def _read_text(path: Path, what: str) -> str:

@@ -167,10 +167,10 @@ def mint_with_user_delegation(
 ) -> ContainerSas:
     """A user delegation SAS for clusters without account keys: the operator's workload identity (Entra ID)
     obtains a delegation key and signs with it. Needs the "Storage Blob Delegator" role plus data access."""
-    from azure.storage.blob import BlobServiceClient
+    from dtjob.azure.clients import blob_service_client
 
     expiry = delegation_expiry(start, expiry)
-    service = BlobServiceClient(endpoint, credential=credential)
+    service = blob_service_client(endpoint, credential)
     key = service.get_user_delegation_key(key_start_time=start, key_expiry_time=expiry)
     protocol = allowed_protocol(endpoint)
     token = _generate(
@@ -183,8 +183,11 @@ def workload_identity_credential(client_id: str | None = None) -> TokenCredentia
     """The credential AKS workload identity injects into the operator pod (federated token file + env)."""
     from azure.identity import DefaultAzureCredential
 
+    from dtjob.azure.clients import client_options
+
+    # Token requests (to Entra ID, or the node's metadata endpoint) get the same deadlines as storage calls.
     credential: TokenCredential = DefaultAzureCredential(
-        managed_identity_client_id=client_id, workload_identity_client_id=client_id
+        managed_identity_client_id=client_id, workload_identity_client_id=client_id, **client_options()
     )
     return credential
 
