@@ -2,7 +2,10 @@
 
 Every watch event (the job itself, one of its pods, its launcher Job) only enqueues the job's key; the key is
 deduplicated while waiting and never reconciled twice at the same time, so a burst of pod events for one job
-costs one reconcile. Reconciles read pods and Jobs from kopf indices (the watch cache), not from the API.
+costs one reconcile. Reconciles read pods and Jobs from the children cache (dtjob.cache), not from the API:
+watch events keep it current, and a LIST of each namespace's children, before its first reconcile and then
+every `resync_seconds`, corrects it, so that a missed event (a deletion during a watch outage) heals by the
+next resync at the latest.
 
 A watchdog keeps hung jobs from starving the rest: a reconcile still running after `reconcile_slow_seconds`
 (a storage endpoint that never answers, an API call waiting out its timeout) is left to finish on its own
@@ -15,14 +18,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+from dtjob import names
 from dtjob.azure.sas import redact
+from dtjob.cache import ChildCache
 from dtjob.config import OperatorConfig
-from dtjob.kube import Conflict, Kube
+from dtjob.kube import Conflict, ControllerKube, Kube
 from dtjob.reconcile import Children, reconcile
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,8 @@ ReconcileFn = Callable[[Kube, OperatorConfig, str, str, Children], float | None]
 MAX_BACKOFF_S = 60.0
 # How many slow reconciles each worker may leave running behind it; past that, workers wait for them.
 SLOW_PER_WORKER = 3
+# The children the cache holds: what the operator created (the same selector its watches use).
+CHILDREN_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY},{names.JOB_NAME_LABEL}"
 
 
 def backoff(failures: int) -> float:
@@ -42,12 +49,17 @@ def backoff(failures: int) -> float:
 
 
 class Controller:
-    def __init__(self, kube: Kube, config: OperatorConfig, reconcile_fn: ReconcileFn = reconcile) -> None:
+    def __init__(
+        self, kube: ControllerKube, config: OperatorConfig, reconcile_fn: ReconcileFn = reconcile
+    ) -> None:
         self.kube = kube
         self.config = config
         self.reconcile_fn = reconcile_fn
         self.known: set[Key] = set()
-        self.children_of: ChildrenOf | None = None
+        self.cache = ChildCache()
+        self.children_of: ChildrenOf = self.cache.children
+        self._listed: set[str] = set()  # namespaces whose children were listed at least once
+        self._list_locks: dict[str, asyncio.Lock] = {}
         self._queue: asyncio.Queue[Key] = asyncio.Queue()
         self._queued: set[Key] = set()
         self._active: set[Key] = set()
@@ -86,6 +98,29 @@ class Controller:
         self._timers.pop(key, None)
         self.enqueue(key)
 
+    def observe_child(self, kind: str, body: Mapping[str, Any], deleted: bool) -> None:
+        """A watch event of a pod or a batch Job: into the cache, and its job into the queue."""
+        key = self.cache.observe(kind, body, deleted)
+        if key is not None:
+            self.enqueue(key)
+
+    async def relist(self, namespace: str, first: bool = False) -> set[Key]:
+        """Correct the cache from a LIST of the namespace's children; returns the jobs whose children
+        changed. Only one LIST of a namespace at a time; `first`: none if one was already done."""
+        async with self._list_locks.setdefault(namespace, asyncio.Lock()):
+            if first and namespace in self._listed:
+                return set()
+            before = self.cache.uids(namespace)
+            listed = await asyncio.get_running_loop().run_in_executor(
+                self._threads, self.kube.list_children, namespace, CHILDREN_SELECTOR
+            )
+            changed = self.cache.replace(namespace, listed, before)
+            self._listed.add(namespace)
+        if changed:
+            log.info("resync of %s: the children of %s changed without a watch event", namespace,
+                     ", ".join(sorted(name for _, name in changed)))  # fmt: skip
+        return changed
+
     def observe_job(self, key: Key, deleted: bool) -> None:
         if deleted:
             self.known.discard(key)
@@ -123,9 +158,15 @@ class Controller:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _resync(self) -> None:
-        # A safety net for missed events; deadlines and TTLs have their own timers.
+        # A safety net for missed events: the children listed again, every job reconciled (deadlines and
+        # TTLs have their own timers).
         while True:
             await asyncio.sleep(self.config.resync_seconds)
+            for namespace in sorted({ns for ns, _ in self.known} | self.cache.namespaces()):
+                try:
+                    await self.relist(namespace)
+                except Exception as error:  # the API is down, say: the next resync tries again
+                    log.warning("could not list the children in %s for the resync: %s", namespace, error)
             for key in list(self.known):
                 self.enqueue(key)
 
@@ -133,7 +174,7 @@ class Controller:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
-            if self.children_of is None or key not in self.known:
+            if key not in self.known:
                 continue
             self._active.add(key)
             run = asyncio.create_task(self._run(key))
@@ -160,11 +201,12 @@ class Controller:
                 self.enqueue(key)
 
     async def _reconcile(self, key: Key) -> None:
-        assert self.children_of is not None
-        # Snapshot the cache on the event loop: kopf mutates the indices there.
-        children = self.children_of(key)
         namespace, name = key
         try:
+            if namespace not in self._listed:
+                await self.relist(namespace, first=True)  # the watch may not have delivered them all yet
+            # Snapshot the cache on the event loop: the watch events update it there.
+            children = self.children_of(key)
             call = functools.partial(self.reconcile_fn, self.kube, self.config, namespace, name, children)
             requeue = await asyncio.get_running_loop().run_in_executor(self._threads, call)
             self.reconciles += 1
@@ -196,16 +238,3 @@ class Controller:
                 self.kube.emit_event(job, "Warning", "ReconcileError", text, datetime.now(UTC))
         except Exception:  # reporting is best effort; the retry is what matters
             log.debug("could not report the reconcile error of %s/%s", *key, exc_info=True)
-
-
-def children_from_indices(
-    pods: Mapping[Key, Iterable[Mapping[str, Any]]],
-    launchers: Mapping[Key, Iterable[Mapping[str, Any]]],
-    stagers: Mapping[Key, Iterable[Mapping[str, Any]]] | None = None,
-) -> ChildrenOf:
-    def children_of(key: Key) -> Children:
-        launcher = next(iter(launchers.get(key, ())), None)
-        staging = next(iter(stagers.get(key, ())), None) if stagers is not None else None
-        return Children(pods=tuple(pods.get(key, ())), launcher=launcher, staging=staging)
-
-    return children_of

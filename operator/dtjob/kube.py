@@ -95,6 +95,12 @@ class Kube(Protocol):
     ) -> None: ...
 
 
+class ControllerKube(Kube, Protocol):
+    """What the controller calls besides what its reconciles call: the LIST that corrects its cache."""
+
+    def list_children(self, namespace: str, label_selector: str) -> list[tuple[str, Json]]: ...
+
+
 # Answers worth another try: the API server's "try again" (429, with Retry-After) and its transient failures.
 # Every write the operator makes is safe to repeat: creates of fixed names (409 means it exists), status
 # patches guarded by resourceVersion (409 means retry from a fresh read), deletes (404 means gone).
@@ -241,6 +247,20 @@ class KubeClient:
             if not complete:
                 response.close()
             response.release_conn()
+
+    def list_children(self, namespace: str, label_selector: str) -> list[tuple[str, Json]]:
+        """Every pod and batch Job in `namespace` matching the selector, as ("pods" | "jobs", object): one
+        consistent read each, for the children cache's resync."""
+        pods: Any = self.core.list_namespaced_pod(
+            namespace, label_selector=label_selector, _preload_content=False
+        )
+        jobs: Any = self.batch.list_namespaced_job(
+            namespace, label_selector=label_selector, _preload_content=False
+        )
+        return [
+            *(("pods", item) for item in json.loads(pods.data).get("items") or []),
+            *(("jobs", item) for item in json.loads(jobs.data).get("items") or []),
+        ]
 
     def list_nodes(self, label_selector: str) -> list[Json]:
         """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install).

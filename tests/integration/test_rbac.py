@@ -103,7 +103,7 @@ def kopf_watches(path: Path = PACKAGE / "handlers.py") -> set[Permission]:
     spelt out in handlers.py, and the children its registration loop goes through (CHILD_KINDS)."""
     from dtjob.handlers import CHILD_KINDS
 
-    resources = [resource for _, resource, _ in CHILD_KINDS]
+    resources = list(CHILD_KINDS)
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.Call):
             continue

@@ -16,7 +16,7 @@ import pytest
 from dtjob import controller as controller_module
 from dtjob.config import OperatorConfig
 from dtjob.controller import MAX_BACKOFF_S, Controller, Key, backoff
-from dtjob.kube import Conflict, Kube
+from dtjob.kube import Conflict, ControllerKube, Kube
 from dtjob.reconcile import Children
 
 A: Key = ("ns", "a")
@@ -29,6 +29,7 @@ class StubReconcile:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Key, float]] = []
+        self.seen: list[Children] = []
         self.running: dict[Key, int] = {}
         self.most_at_once: dict[Key, int] = {}
         self.in_parallel = 0
@@ -43,6 +44,7 @@ class StubReconcile:
         key = (namespace, name)
         with self._lock:
             self.calls.append((key, time.monotonic()))
+            self.seen.append(children)
             self.running[key] = self.running.get(key, 0) + 1
             self.most_at_once[key] = max(self.most_at_once.get(key, 0), self.running[key])
             self.in_parallel += 1
@@ -60,16 +62,29 @@ class StubReconcile:
                 self.running[key] -= 1
                 self.in_parallel -= 1
 
+    def last_seen(self, key: Key) -> Children:
+        """The children the last reconcile of `key` was given."""
+        with self._lock:
+            return next(
+                c for (k, _), c in zip(reversed(self.calls), reversed(self.seen), strict=True) if k == key
+            )
+
     def count(self, key: Key) -> int:
         with self._lock:
             return sum(1 for k, _ in self.calls if k == key)
 
 
 class RecordingKube:
-    """The two calls the controller itself makes (reporting a failed reconcile on the job)."""
+    """The calls the controller itself makes: the children's LIST, and reporting a failed reconcile."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        self.children: list[tuple[str, dict[str, Any]]] = []  # what a LIST of children returns
+        self.lists = 0
+
+    def list_children(self, namespace: str, label_selector: str) -> list[tuple[str, dict[str, Any]]]:
+        self.lists += 1
+        return [(kind, obj) for kind, obj in self.children if obj["metadata"]["namespace"] == namespace]
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "namespace": namespace, "uid": "u"}}
@@ -79,15 +94,20 @@ class RecordingKube:
 
 
 def run(
-    test: Callable[[Controller, StubReconcile], Awaitable[None]], workers: int = 2, slow_s: float = 60
+    test: Callable[[Controller, StubReconcile], Awaitable[None]],
+    workers: int = 2,
+    slow_s: float = 60,
+    resync_s: float = 3600,
+    kube: RecordingKube | None = None,
 ) -> RecordingKube:
-    kube = RecordingKube()
+    kube = kube or RecordingKube()
     stub = StubReconcile()
 
     async def main() -> None:
-        config = OperatorConfig(reconcile_workers=workers, resync_seconds=3600, reconcile_slow_seconds=slow_s)
-        controller = Controller(cast(Kube, kube), config, reconcile_fn=stub)
-        controller.children_of = lambda key: Children(pods=(), launcher=None)
+        config = OperatorConfig(
+            reconcile_workers=workers, resync_seconds=resync_s, reconcile_slow_seconds=slow_s
+        )
+        controller = Controller(cast(ControllerKube, kube), config, reconcile_fn=stub)
         controller.known.update({A, B})
         try:
             await asyncio.wait_for(test(controller, stub), 10)
@@ -249,3 +269,61 @@ def test_a_hung_reconcile_releases_its_worker_but_keeps_its_job_locked() -> None
         assert stub.most_at_once[A] == 1
 
     run(test, workers=1, slow_s=0.1)
+
+
+def pod(name: str, uid: str, job: str = "a") -> dict[str, Any]:
+    labels = {"dtjob.io/job-name": job, "dtjob.io/role": "worker"}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "1", "labels": labels}
+    }
+
+
+def names_of(children: Children) -> list[str]:
+    return [p["metadata"]["name"] for p in children.pods]
+
+
+def test_a_namespaces_children_are_listed_before_its_first_reconcile() -> None:
+    kube = RecordingKube()
+    kube.children = [("pods", pod("a-worker-0", "u0"))]
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.start()
+        controller.enqueue(A)
+        controller.enqueue(B)
+        await until(lambda: stub.count(A) == 1 and stub.count(B) == 1)
+        assert names_of(stub.last_seen(A)) == ["a-worker-0"]
+
+    run(test, kube=kube)
+    assert kube.lists == 1, "one LIST per namespace, not per job"
+
+
+def test_the_resync_forgets_a_child_whose_deletion_no_event_reported() -> None:
+    kube = RecordingKube()
+    kube.children = [("pods", pod("a-worker-0", "u0")), ("pods", pod("a-worker-1", "u1"))]
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.start()
+        controller.enqueue(A)
+        await until(lambda: stub.count(A) >= 1)
+        assert names_of(stub.last_seen(A)) == ["a-worker-0", "a-worker-1"]
+        kube.children = kube.children[:1]  # worker-1 deleted while no watch was open
+        await until(lambda: names_of(stub.last_seen(A)) == ["a-worker-0"], timeout=2)
+
+    run(test, kube=kube, resync_s=0.2)
+
+
+def test_a_child_event_updates_the_cache_and_enqueues_its_job() -> None:
+    kube = RecordingKube()
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.start()
+        kube.children = [("pods", pod("a-worker-0", "u0"))]  # created: the API server has it
+        controller.observe_child("pods", pod("a-worker-0", "u0"), deleted=False)
+        await until(lambda: stub.count(A) == 1)
+        assert names_of(stub.last_seen(A)) == ["a-worker-0"]
+        kube.children = []
+        controller.observe_child("pods", pod("a-worker-0", "u0"), deleted=True)
+        await until(lambda: stub.count(A) == 2)
+        assert names_of(stub.last_seen(A)) == []
+
+    run(test, kube=kube)

@@ -1,0 +1,107 @@
+"""The children cache: watch events keep it current, and a LIST corrects it the way an informer's re-list
+does (what the LIST no longer holds is forgotten), without undoing what happened while the LIST ran."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtjob.cache import JOBS, PODS, ChildCache
+
+NS = "ns"
+
+
+def child(
+    name: str, uid: str, version: int, job: str = "j", role: str = "worker", **status: Any
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": uid,
+            "resourceVersion": str(version),
+            "labels": {"dtjob.io/job-name": job, "dtjob.io/role": role},
+        },
+        "status": status,
+    }
+
+
+def pod_names(cache: ChildCache, job: str = "j") -> list[str]:
+    return [p["metadata"]["name"] for p in cache.children((NS, job)).pods]
+
+
+def test_events_add_update_and_delete_and_an_older_version_never_wins() -> None:
+    cache = ChildCache()
+    assert cache.observe(PODS, child("j-worker-0", "u0", 10, phase="Pending"), deleted=False) == (NS, "j")
+    assert cache.observe(PODS, child("j-worker-0", "u0", 12, phase="Running"), deleted=False) == (NS, "j")
+    assert cache.observe(PODS, child("j-worker-0", "u0", 11, phase="Pending"), deleted=False) is None
+    assert cache.children((NS, "j")).pods[0]["status"] == {"phase": "Running"}
+    assert cache.observe(PODS, child("j-worker-0", "u0", 13), deleted=True) == (NS, "j")
+    assert pod_names(cache) == []
+    # A late event for the deleted uid does not bring it back.
+    assert cache.observe(PODS, child("j-worker-0", "u0", 12), deleted=False) is None
+    assert pod_names(cache) == []
+
+
+def test_children_are_grouped_by_job_and_jobs_by_role() -> None:
+    cache = ChildCache()
+    cache.observe(PODS, child("j-worker-0", "u0", 1), deleted=False)
+    cache.observe(PODS, child("k-worker-0", "u1", 1, job="k"), deleted=False)
+    cache.observe(JOBS, child("j-launcher", "u2", 1, role="launcher"), deleted=False)
+    cache.observe(JOBS, child("j-stage", "u3", 1, role="stager"), deleted=False)
+    children = cache.children((NS, "j"))
+    assert [p["metadata"]["name"] for p in children.pods] == ["j-worker-0"]
+    assert children.launcher is not None and children.launcher["metadata"]["name"] == "j-launcher"
+    assert children.staging is not None and children.staging["metadata"]["name"] == "j-stage"
+    assert pod_names(cache, "k") == ["k-worker-0"] and cache.namespaces() == {NS}
+    assert (
+        cache.observe(PODS, {"metadata": {"name": "x", "namespace": NS, "uid": "u9"}}, deleted=False) is None
+    )
+
+
+def test_a_relist_forgets_what_vanished_while_the_watch_was_down() -> None:
+    cache = ChildCache()
+    cache.observe(PODS, child("j-worker-0", "u0", 5), deleted=False)
+    cache.observe(PODS, child("j-worker-1", "u1", 6), deleted=False)
+    before = cache.uids(NS)
+    # worker-1 was deleted while no watch was open: the LIST simply lacks it.
+    changed = cache.replace(NS, [(PODS, child("j-worker-0", "u0", 5))], before)
+    assert changed == {(NS, "j")}
+    assert pod_names(cache) == ["j-worker-0"]
+    assert cache.replace(NS, [(PODS, child("j-worker-0", "u0", 5))], cache.uids(NS)) == set()
+
+
+def test_a_relist_adds_and_refreshes_what_events_missed_but_never_rolls_back() -> None:
+    cache = ChildCache()
+    cache.observe(PODS, child("j-worker-0", "u0", 5, phase="Pending"), deleted=False)
+    before = cache.uids(NS)
+    listed = [
+        (PODS, child("j-worker-0", "u0", 7, phase="Running")),
+        (JOBS, child("j-launcher", "u2", 8, role="launcher")),
+    ]
+    assert cache.replace(NS, listed, before) == {(NS, "j")}
+    assert cache.children((NS, "j")).pods[0]["status"] == {"phase": "Running"}
+    assert cache.children((NS, "j")).launcher is not None
+    # A LIST older than what an event brought meanwhile changes nothing.
+    cache.observe(PODS, child("j-worker-0", "u0", 9, phase="Succeeded"), deleted=False)
+    cache.replace(NS, [(PODS, child("j-worker-0", "u0", 7, phase="Running"))], cache.uids(NS))
+    assert cache.children((NS, "j")).pods[0]["status"] == {"phase": "Succeeded"}
+
+
+def test_what_happens_while_a_list_runs_is_not_undone_by_it() -> None:
+    cache = ChildCache()
+    cache.observe(PODS, child("j-worker-0", "u0", 5), deleted=False)
+    before = cache.uids(NS)
+    # During the LIST: worker-1 is created (after the list's snapshot) and worker-0 deleted (before it).
+    cache.observe(PODS, child("j-worker-1", "u1", 20), deleted=False)
+    cache.observe(PODS, child("j-worker-0", "u0", 21), deleted=True)
+    cache.replace(NS, [(PODS, child("j-worker-0", "u0", 5))], before)
+    assert pod_names(cache) == ["j-worker-1"], "the new pod stays, the deleted one does not come back"
+
+
+def test_a_relist_of_one_namespace_leaves_the_others_alone() -> None:
+    cache = ChildCache()
+    other = child("j-worker-0", "u7", 1)
+    other["metadata"]["namespace"] = "elsewhere"
+    cache.observe(PODS, other, deleted=False)
+    cache.replace(NS, [], cache.uids(NS))
+    assert [p["metadata"]["uid"] for p in cache.children(("elsewhere", "j")).pods] == ["u7"]
