@@ -1,0 +1,86 @@
+"""Restart components of the local control plane (kwokctl's binary runtime) in place, for fault tests.
+
+kwokctl can stop and start a whole cluster, but its kwok controller, started again before the API server
+answers, does not recover (it stops moving pods). This stops chosen components only and starts each again
+with the very command line, working directory and environment it ran with, logging to the same file and
+recorded in the same pid file, so `hack/cluster.sh down` still stops it. The scheduler and the
+controller-manager exit when an outage outlasts their leader lease (in a real cluster the kubelet starts
+them again), so a restart of the API server and etcd restarts them too; kwok, the simulated nodes, rides
+the outage out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    pid: int
+    argv: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+
+
+def component(cluster_dir: Path, name: str) -> Component:
+    """The running component `name` (etcd, kube-apiserver, ...) of the cluster in `cluster_dir`."""
+    pid = int((cluster_dir / "pids" / f"{name}.pid").read_text().strip())
+    proc = Path("/proc") / str(pid)
+    argv = tuple(part.decode() for part in (proc / "cmdline").read_bytes().split(b"\0") if part)
+    pairs = (item.decode().split("=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if item)
+    env = {key: value for key, value in (pair for pair in pairs if len(pair) == 2)}
+    return Component(name, pid, argv, str((proc / "cwd").readlink()), env)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers signal 0: it has exited all the same.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ", 1)[-1][:1] != "Z"
+
+
+def stop(running: Component, timeout: float = 30) -> None:
+    os.kill(running.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(running.pid):
+        if time.monotonic() > deadline:
+            os.kill(running.pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def start(cluster_dir: Path, stopped: Component) -> int:
+    """Start the component again as it ran; returns its new pid (also written to its pid file)."""
+    with (cluster_dir / "logs" / f"{stopped.name}.log").open("ab") as log:
+        process = subprocess.Popen(
+            stopped.argv,
+            cwd=stopped.cwd,
+            env=stopped.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives this test, as the rest of the cluster does
+        )
+    (cluster_dir / "pids" / f"{stopped.name}.pid").write_text(str(process.pid))
+    return process.pid
+
+
+CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+
+
+def restart(cluster_dir: Path, names: Sequence[str] = CONTROL_PLANE, down_s: float = 5.0) -> dict[str, int]:
+    """Stop `names` in that order, wait `down_s`, start them in the reverse order; returns the new pids."""
+    stopped = [component(cluster_dir, name) for name in names]
+    for running in stopped:
+        stop(running)
+    time.sleep(down_s)
+    return {c.name: start(cluster_dir, c) for c in reversed(stopped)}
