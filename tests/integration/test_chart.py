@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dtjob.config import DEFAULT_LOG_CAP_BYTES
+from dtjob.config import DEFAULT_LOG_CAP_BYTES, load_config
 from kubernetes import client
 
 from testbed.kube_wait import wait_for
@@ -120,6 +120,27 @@ def test_the_log_cap_reaches_the_operator_as_whole_bytes() -> None:
     # Helm reads numbers as floats: unconverted, 64 MiB would render as 6.7108864e+07 (refused at start).
     assert int(operator_env(render())["DTJOB_LOG_CAP_BYTES"]) == DEFAULT_LOG_CAP_BYTES
     assert operator_env(render("podLogCapBytes=1048576"))["DTJOB_LOG_CAP_BYTES"] == "1048576"
+
+
+RELIABILITY_SETTINGS = (
+    "resync_seconds", "reconcile_workers", "reconcile_slow_seconds",
+    "kube_connect_timeout_seconds", "kube_timeout_seconds", "kube_retries",
+    "azure_connect_timeout_seconds", "azure_timeout_seconds", "azure_retries",
+)  # fmt: skip
+
+
+def test_resync_workers_and_deadlines_reach_the_operator_config() -> None:
+    chart, code = load_config(operator_env(render())), load_config({})
+    # The chart's defaults are the operator's own.
+    assert {k: getattr(chart, k) for k in RELIABILITY_SETTINGS} == {
+        k: getattr(code, k) for k in RELIABILITY_SETTINGS
+    }
+    tuned = load_config(operator_env(render(
+        "resyncSeconds=15", "reconcileWorkers=4", "slowReconcileSeconds=5",
+        "timeouts.kubernetes.readSeconds=7", "timeouts.storage.retries=0",
+    )))  # fmt: skip
+    assert (tuned.resync_seconds, tuned.reconcile_workers, tuned.reconcile_slow_seconds) == (15, 4, 5)
+    assert (tuned.kube_timeout_seconds, tuned.azure_retries) == (7, 0)
 
 
 @pytest.fixture
