@@ -129,6 +129,8 @@ class Stager:
     fsync: bool = True
     large_file_bytes: int = 64 * 1024 * 1024
     range_concurrency: int = 4
+    # Paths under the prefix left out (e.g. a run's `logs/` when only its results are wanted).
+    skip_prefixes: tuple[str, ...] = ()
 
     def run(self, prefix: str) -> ProgressSnapshot:
         prefix = directory_prefix(prefix)
@@ -138,7 +140,11 @@ class Stager:
             # Only a run that did not finish can have left temp files; a finished tree is not walked again.
             finished_before = marker.exists()
             marker.unlink(missing_ok=True)
-            remotes = retry_once_on_denial(lambda: list_remote(self.client(), prefix), self.refresh)
+            remotes = [
+                r
+                for r in retry_once_on_denial(lambda: list_remote(self.client(), prefix), self.refresh)
+                if not r.rel.startswith(self.skip_prefixes)
+            ]
             if not remotes:
                 raise StorageFailure(ExitCode.NOT_FOUND, f"{self.subject}: no blobs under prefix {prefix!r}")
             entries = load_manifest(self.dest / MANIFEST_NAME)

@@ -1,0 +1,87 @@
+"""The Kubernetes side of the `dtjob` commands for people following their jobs: kubectl's connection flags
+(--kubeconfig, --context, -n/--namespace), reading a DistributedTrainingJob and its events."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, cast
+
+from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
+from dtjob.transfer_report import ExitCode
+
+
+@dataclass
+class KubeFailure(Exception):
+    code: ExitCode
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def add_kube_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-n", "--namespace", help="the job's namespace (default: the context's, or default)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+
+
+@dataclass
+class Cluster:
+    api: Any  # kubernetes.client.ApiClient
+    namespace: str
+
+    def read_job(self, name: str) -> dict[str, Any]:
+        from kubernetes import client
+
+        job = self.call(
+            f"reading job {name}",
+            lambda: client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                API_GROUP, API_VERSION, self.namespace, PLURAL, name
+            ),
+            missing=f"no DistributedTrainingJob {name!r} in namespace {self.namespace}",
+        )
+        return cast(dict[str, Any], job)
+
+    def job_events(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events about this job (this UID: not those of an earlier job with the same name)."""
+        from kubernetes import client
+
+        meta = job["metadata"]
+        selector = (
+            f"involvedObject.kind={KIND},involvedObject.name={meta['name']},involvedObject.uid={meta['uid']}"
+        )
+        events = self.call(
+            f"listing the events of job {meta['name']}",
+            lambda: client.CoreV1Api(self.api).list_namespaced_event(self.namespace, field_selector=selector),
+        )
+        return [self.api.sanitize_for_serialization(e) for e in events.items]
+
+    def call(self, what: str, call: Any, missing: str | None = None) -> Any:
+        """`call()`, its API errors turned into one KubeFailure naming `what` (`missing` for a 404)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return call()
+        except ApiException as err:
+            if err.status == 404 and missing:
+                raise KubeFailure(ExitCode.NOT_FOUND, missing) from None
+            code = ExitCode.DENIED if err.status in (401, 403) else ExitCode.STORAGE
+            raise KubeFailure(code, f"{what}: {err.status} {err.reason}") from None
+        except OSError as err:
+            raise KubeFailure(ExitCode.STORAGE, f"{what}: cannot reach the API server ({err})") from None
+
+
+def connect(args: argparse.Namespace) -> Cluster:
+    """An API client and the namespace to use, picked as kubectl picks them."""
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        api = config.new_client_from_config(config_file=args.kubeconfig, context=args.context)
+        contexts, current = config.list_kube_config_contexts(config_file=args.kubeconfig)
+    except (ConfigException, OSError) as err:
+        raise KubeFailure(ExitCode.USAGE, f"cannot load the kubeconfig: {err}") from None
+    chosen = next((c for c in contexts if c["name"] == args.context), current) if args.context else current
+    namespace = args.namespace or ((chosen or {}).get("context") or {}).get("namespace") or "default"
+    return Cluster(api, namespace)
