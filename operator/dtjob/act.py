@@ -128,7 +128,7 @@ def _upload_logs(
     cap_bytes: int,
 ) -> LogsUploaded:
     """At the end every pod's log; before a restart (best effort, once) the failed attempt's."""
-    folder = f"{output_url or ''}logs/" if attempt is None else f"{output_url or ''}logs/attempt-{attempt}/"
+    folder = names.logs_folder(output_url or "", attempt)
     if attempt is not None:
         pods = [p for p in pods if pod_state(p).attempt == attempt]
     upload = storage.upload_pod_logs(kube, spec, uid, pods, attempt=attempt, cap_bytes=cap_bytes)

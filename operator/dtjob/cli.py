@@ -1,4 +1,4 @@
-"""The `dtjob` command line: `dtjob operator`, `dtjob data ...`, `dtjob pool ...`.
+"""The `dtjob` command line: `dtjob operator`, `data ...`, `pool ...`, `results ...`, `status`, `logs`.
 
 Each subcommand lives in its own module under dtjob.commands and exposes `register(subparsers)`; modules are
 imported only when present, so the operator image need not carry the Azure SDKs' CLI paths.
@@ -10,14 +10,17 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from dtjob import __version__
 
-SUBCOMMAND_MODULES = ("operator", "data", "pool")
+SUBCOMMAND_MODULES = ("operator", "data", "pool", "results", "describe", "logs")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dtjob", description=__doc__.splitlines()[0] if __doc__ else None)
+    # Installed as a kubectl plugin (kubectl-dtjob on PATH), it is called as `kubectl dtjob`.
+    prog = "kubectl dtjob" if Path(sys.argv[0]).name == "kubectl-dtjob" else "dtjob"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"dtjob {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:

@@ -129,5 +129,10 @@ def log_blob_name(
     prefix: str, namespace: str, job: str, uid: str, pod: str, attempt: int | None = None
 ) -> str:
     """`logs/<pod>.log` for the final world, `logs/attempt-<n>/<pod>.log` for one a restart replaced."""
-    folder = LOGS_DIR if attempt is None else f"{LOGS_DIR}/attempt-{attempt}"
-    return f"{run_prefix(prefix, namespace, job, uid)}{folder}/{pod}.log"
+    return f"{logs_folder(run_prefix(prefix, namespace, job, uid), attempt)}{pod}.log"
+
+
+def logs_folder(run: str, attempt: int | None = None) -> str:
+    """The folder of a run's logs under `run` (its prefix or URL): `logs/` for the final world,
+    `logs/attempt-<n>/` for one a restart replaced."""
+    return f"{run}{LOGS_DIR}/" if attempt is None else f"{run}{LOGS_DIR}/attempt-{attempt}/"

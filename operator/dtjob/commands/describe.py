@@ -1,0 +1,53 @@
+"""`dtjob status JOB` (alias `describe`): one screen about a job, or the object itself with -o json|yaml."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from dtjob.commands import kube_cli
+from dtjob.job_view import render
+
+
+def register(subparsers: Any) -> None:
+    status = subparsers.add_parser(
+        "status",
+        aliases=["describe"],
+        help="a job's phase, conditions, progress, staging, output, restarts and last events",
+    )
+    status.add_argument("job", metavar="JOB", help="the DistributedTrainingJob's name")
+    kube_cli.add_kube_args(status)
+    status.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json", "yaml"),
+        default="text",
+        help="text (default), json or yaml",
+    )
+    status.set_defaults(func=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    try:
+        cluster = kube_cli.connect(args)
+        job = cluster.read_job(args.job)
+        if args.output != "text":
+            print(_dump(job, args.output))
+            return 0
+        events = cluster.job_events(job)
+    except kube_cli.KubeFailure as err:
+        print(f"dtjob status: {err}", file=sys.stderr)
+        return int(err.code)
+    print(render(job, events, datetime.now(UTC)))
+    return 0
+
+
+def _dump(job: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(job, indent=2)
+    import yaml
+
+    return yaml.safe_dump(job, sort_keys=False).rstrip()

@@ -1,0 +1,200 @@
+"""`dtjob logs JOB [-f] [--worker N | --launcher] [--attempt N]`: a job's log, live or uploaded.
+
+Live: the log of the launcher's pod (every rank's output) or of one worker's, through the API server as
+`kubectl logs` reads it. With -f it keeps following: across a world restart (the next world's pod, announced
+on stderr) until the job ends. Once the pods are gone, the copy the operator uploaded under the job's output
+(`logs/`, or `logs/attempt-<n>/` for a world a restart replaced), read with the caller's own credentials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, BinaryIO
+
+from dtjob import names
+from dtjob.azure.errors import StorageFailure, describe_storage_error
+from dtjob.commands import blob_cli, kube_cli
+from dtjob.commands.results import FINISHED_PHASES, run_location
+from dtjob.log_target import LogTarget, has_ended, newest_pod, uploaded_log
+from dtjob.transfer_report import ExitCode
+
+POLL_S = 2.0
+
+
+def register(subparsers: Any) -> None:
+    logs = subparsers.add_parser("logs", help="a job's launcher or worker log, live (-f follows) or uploaded")
+    logs.add_argument("job", metavar="JOB", help="the DistributedTrainingJob's name")
+    which = logs.add_mutually_exclusive_group()
+    which.add_argument("--launcher", action="store_true", help="the launcher's log: every rank (default)")
+    which.add_argument("--worker", type=int, metavar="N", help="worker N's log (its sshd and pod output)")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep following, across restarts, to the end"
+    )
+    logs.add_argument(
+        "--attempt",
+        type=int,
+        metavar="N",
+        help="world N (0 is the first; status.restarts is the current one)",
+    )
+    kube_cli.add_kube_args(logs)
+    logs.add_argument("--account-key", help="for uploaded logs: account key (default $AZURE_STORAGE_KEY)")
+    logs.add_argument("--sas", help="for uploaded logs: SAS token with read and list")
+    logs.set_defaults(func=run_logs)
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    if (args.worker is not None and args.worker < 0) or (args.attempt is not None and args.attempt < 0):
+        print("dtjob logs: --worker and --attempt are 0 or more", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    try:
+        cluster = kube_cli.connect(args)
+        follower = Follower(cluster, LogTarget(args.job, args.worker), args, sys.stdout.buffer)
+        return follower.run()
+    except (kube_cli.KubeFailure, StorageFailure) as err:
+        print(f"dtjob logs: {err}", file=sys.stderr)
+        return int(err.code)
+    except KeyboardInterrupt:
+        return 130
+
+
+class Follower:
+    """Streams one target's log; remembers how much of each pod's log it printed, so a reconnect to the same
+    pod (a stream the API server closed while the container runs) prints only what is new."""
+
+    def __init__(self, cluster: kube_cli.Cluster, target: LogTarget, args: argparse.Namespace, out: BinaryIO):
+        self.cluster = cluster
+        self.target = target
+        self.args = args
+        self.out = out
+        self.printed: dict[str, int] = {}  # pod uid -> lines printed
+
+    def run(self) -> int:
+        job = self.cluster.read_job(self.target.job)
+        current = int((job.get("status") or {}).get("restarts") or 0)
+        if self.args.attempt is not None and self.args.attempt > current:
+            raise StorageFailure(
+                ExitCode.USAGE, f"--attempt {self.args.attempt}: the job is at attempt {current}"
+            )
+        while True:
+            pod = newest_pod(self._pods(), self.args.attempt)
+            if pod is not None:
+                uid = str(pod["metadata"]["uid"])
+                if self.printed and uid not in self.printed:
+                    say(f"--- {pod['metadata']['name']} (world {pod_attempt(pod)}) ---")
+                finished = self._stream(pod)
+                if not self.args.follow or (finished and self.args.attempt is not None):
+                    return 0
+            elif not self.printed:
+                if self._uploaded(job):
+                    return 0
+                if not self.args.follow:
+                    phase = (job.get("status") or {}).get("phase") or "Pending"
+                    raise StorageFailure(
+                        ExitCode.NOT_FOUND,
+                        f"{self.target.describe()} of job {self.target.job} has no pod yet and no "
+                        f"uploaded log (phase {phase}); -f waits for it",
+                    )
+            job = self.cluster.read_job(self.target.job)
+            if (job.get("status") or {}).get("phase") in FINISHED_PHASES and (pod is None or has_ended(pod)):
+                return 0
+            time.sleep(POLL_S)
+
+    def _pods(self) -> list[dict[str, Any]]:
+        from kubernetes import client
+
+        pods = self.cluster.call(
+            f"listing the pods of job {self.target.job}",
+            lambda: client.CoreV1Api(self.cluster.api).list_namespaced_pod(
+                self.cluster.namespace, label_selector=self.target.label_selector()
+            ),
+        )
+        return [self.cluster.api.sanitize_for_serialization(p) for p in pods.items]
+
+    def _stream(self, pod: Mapping[str, Any]) -> bool:
+        """Print the pod's log from where this follower left it; True once the container has ended and its
+        whole log is printed. A container not started yet prints nothing and counts as not ended."""
+        import urllib3
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        meta = pod["metadata"]
+        uid = str(meta["uid"])
+        skip = self.printed.setdefault(uid, 0)
+        try:
+            response: Any = client.CoreV1Api(self.cluster.api).read_namespaced_pod_log(
+                meta["name"],
+                self.cluster.namespace,
+                container=self.target.container,
+                follow=self.args.follow,
+                _preload_content=False,
+            )
+        except ApiException as err:
+            if err.status in (400, 404):  # not started yet (ContainerCreating), or already gone
+                return False
+            raise kube_cli.KubeFailure(
+                ExitCode.STORAGE, f"reading the log of {meta['name']}: {err.status}"
+            ) from None
+        try:
+            for line in _lines(response.stream(64 * 1024, decode_content=True)):
+                if skip:
+                    skip -= 1
+                    continue
+                self.out.write(line)
+                self.out.flush()
+                self.printed[uid] += 1
+        except (urllib3.exceptions.HTTPError, OSError):
+            return False  # the stream broke: the next pass reconnects and prints only what is new
+        finally:
+            response.release_conn()
+        return has_ended(pod) or not self.args.follow
+
+    def _uploaded(self, job: Mapping[str, Any]) -> bool:
+        """Print the uploaded copy of the target's log, if the job has one; False when there is none (yet)."""
+        if not (job.get("spec") or {}).get("output"):
+            return False
+        # The final world's logs are uploaded as the job ends; a replaced world's before its restart.
+        uploaded = ((job.get("status") or {}).get("output") or {}).get("logsUploaded")
+        if self.args.attempt is None and not uploaded:
+            return False
+        from dtjob.azure.clients import container_client
+
+        spec_output, run = run_location(dict(job))
+        target = spec_output.target
+        credential, hint = blob_cli.credential(self.args.sas, self.args.account_key, target.account_name)
+        blobs = container_client(target.container_url, credential, 2)
+        folder = names.logs_folder(run, self.args.attempt)
+        try:
+            found = uploaded_log(
+                self.target, [b.name for b in blobs.list_blobs(name_starts_with=folder)], folder
+            )
+            if found is None:
+                return False
+            say(f"--- {found[len(folder) :]} (uploaded to {target.container_url}/{folder}) ---")
+            blobs.download_blob(found).readinto(self.out)
+        except Exception as err:
+            raise describe_storage_error(err, f"container {target.container}", hint) from None
+        self.out.flush()
+        return True
+
+
+def pod_attempt(pod: Mapping[str, Any]) -> str:
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(names.ATTEMPT_LABEL, "?"))
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Whole lines from a byte stream (the last one even without its newline)."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *whole, pending = pending.split(b"\n")
+        for line in whole:
+            yield line + b"\n"
+    if pending:
+        yield pending

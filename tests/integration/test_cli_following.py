@@ -1,0 +1,301 @@
+"""The commands for people following their jobs, against the real API server (kwok-simulated pods whose logs
+grow while the command reads them) and Azurite: `dtjob status`, `dtjob logs` and `dtjob results download`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from azure.storage.blob import BlobServiceClient, ContainerClient
+from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
+from dtjob.cli import main
+from dtjob.names import run_prefix
+from kubernetes import client
+
+from testbed.azurite import Azurite
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import Jobs, OperatorProcess
+from testbed.sim_logs import append_log, serve_pod_log
+from tests.azure.conftest import azurite, container_name  # noqa: F401  (fixtures: Azurite, a fresh name)
+
+pytestmark = [pytest.mark.integration, pytest.mark.azure]
+
+OUTPUT_PREFIX = "runs"
+
+
+def job_with_output(jobs: Jobs, name: str, azurite: Azurite, container: str) -> dict[str, Any]:  # noqa: F811
+    output = {
+        "endpoint": azurite.endpoint,
+        "container": container,
+        "prefix": OUTPUT_PREFIX,
+        "credentials": {"authMode": "accountKey", "secretRef": {"name": "storage-key"}},
+    }
+    return jobs.create(name, output=output)
+
+
+def put(container: ContainerClient, name: str, data: bytes) -> None:
+    container.upload_blob(name, data, overwrite=True)
+
+
+def download(kubeconfig: str, jobs: Jobs, azurite: Azurite, job: str, dest: Path, *extra: str) -> int:  # noqa: F811
+    argv = ["results", "download", job, str(dest), "-n", jobs.ns, "--kubeconfig", kubeconfig]
+    return main([*argv, "--account-key", azurite.account_key, "--no-progress", *extra])
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    """The downloaded files, less the download's own bookkeeping (manifest, completion marker)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not p.name.startswith(".dtjob")
+    }
+
+
+def test_downloads_the_runs_results_only_and_resumes(
+    jobs: Jobs,
+    kubeconfig: str,
+    azurite: Azurite,  # noqa: F811
+    container_name: str,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    blob = BlobServiceClient(azurite.endpoint, credential=azurite.account_key)
+    container = blob.create_container(container_name)
+    created = job_with_output(jobs, "r50", azurite, container_name)
+    uid = created["metadata"]["uid"]
+    run = run_prefix(OUTPUT_PREFIX, jobs.ns, "r50", uid)
+    put(container, f"{run}model/checkpoint-final.pt", b"weights" * 1000)
+    put(container, f"{run}metrics.json", json.dumps({"top1": 0.761}).encode())
+    put(container, f"{run}logs/r50-launcher.log", b"rank 0 says hello\n")
+    # Another run of a job with the same name, and another job: neither belongs to this run.
+    put(container, f"{run_prefix(OUTPUT_PREFIX, jobs.ns, 'r50', 'an-earlier-uid')}metrics.json", b"{}")
+    put(container, f"{run_prefix(OUTPUT_PREFIX, jobs.ns, 'other', uid)}metrics.json", b"{}")
+
+    dest = tmp_path / "results"
+    assert download(kubeconfig, jobs, azurite, "r50", dest) == 0
+    out = capsys.readouterr()
+    assert files_under(dest) == {
+        "model/checkpoint-final.pt": b"weights" * 1000,
+        "metrics.json": json.dumps({"top1": 0.761}).encode(),
+    }
+    assert "downloaded 2 file(s)" in out.out
+    assert "r50 is Pending; its results may not be complete yet" in out.err
+
+    # A second run fetches nothing it already has, and a changed blob again.
+    put(container, f"{run}metrics.json", json.dumps({"top1": 0.768}).encode())
+    assert download(kubeconfig, jobs, azurite, "r50", dest) == 0
+    assert "downloaded 1 file(s)" in capsys.readouterr().out
+    assert json.loads((dest / "metrics.json").read_text()) == {"top1": 0.768}
+
+    assert download(kubeconfig, jobs, azurite, "r50", dest, "--with-logs") == 0
+    assert (dest / "logs" / "r50-launcher.log").read_bytes() == b"rank 0 says hello\n"
+
+
+def test_refuses_a_job_without_output_and_a_missing_job(
+    jobs: Jobs,
+    kubeconfig: str,
+    azurite: Azurite,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    jobs.create("no-output")
+    assert download(kubeconfig, jobs, azurite, "no-output", tmp_path / "a") == 2
+    assert "job no-output has no spec.output" in capsys.readouterr().err
+
+    assert download(kubeconfig, jobs, azurite, "absent", tmp_path / "b") == 4
+    assert f"no DistributedTrainingJob 'absent' in namespace {jobs.ns}" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_wrong_credentials_fail_with_one_line_naming_them(
+    jobs: Jobs,
+    kubeconfig: str,
+    azurite: Azurite,  # noqa: F811
+    container_name: str,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    BlobServiceClient(azurite.endpoint, credential=azurite.account_key).create_container(container_name)
+    job_with_output(jobs, "r50", azurite, container_name)
+    wrong_key = "A" * 86 + "=="
+    argv = ["results", "download", "r50", str(tmp_path / "d"), "-n", jobs.ns, "--kubeconfig", kubeconfig]
+    assert main([*argv, "--account-key", wrong_key, "--no-progress"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("dtjob results: ") and "the account key" in err
+
+
+def job_event(jobs: Jobs, job: dict[str, Any], uid: str, reason: str, message: str) -> None:
+    name = job["metadata"]["name"]
+    jobs.core.create_namespaced_event(
+        jobs.ns,
+        client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{name}."),
+            involved_object=client.V1ObjectReference(
+                api_version=f"{API_GROUP}/{API_VERSION}", kind=KIND, name=name, namespace=jobs.ns, uid=uid
+            ),
+            reason=reason,
+            message=message,
+            type="Normal",
+            count=1,
+            last_timestamp=datetime.now(UTC),
+        ),
+    )
+
+
+def test_status_shows_one_screen_of_the_job_and_only_its_own_events(
+    jobs: Jobs, kubeconfig: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    created = jobs.create("r50")
+    status = {
+        "phase": "Running",
+        "workersReady": "2/2",
+        "restarts": 1,
+        "progress": {"summary": "epoch 1/3 step 7/20 41 img/s loss 6.902"},
+    }
+    jobs.custom.patch_namespaced_custom_object_status(
+        API_GROUP, API_VERSION, jobs.ns, PLURAL, "r50", {"status": status}
+    )
+    job_event(jobs, created, created["metadata"]["uid"], "LauncherCreated", "every worker is Ready")
+    job_event(jobs, created, "uid-of-an-earlier-r50", "WorldRestarted", "not this job's")
+
+    argv = ["status", "r50", "-n", jobs.ns, "--kubeconfig", kubeconfig]
+    assert main(argv) == 0
+    screen = capsys.readouterr().out.splitlines()
+    assert "Phase:      Running" in screen
+    assert "Restarts:   1" in screen
+    assert "Progress:   epoch 1/3 step 7/20 41 img/s loss 6.902" in screen
+    assert any("LauncherCreated" in line and "every worker is Ready" in line for line in screen)
+    assert not any("WorldRestarted" in line for line in screen)
+
+    assert main([*argv, "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["metadata"]["uid"] == created["metadata"]["uid"]
+    assert shown["status"]["progress"]["summary"] == status["progress"]["summary"]
+
+    assert main(["describe", "absent", "-n", jobs.ns, "--kubeconfig", kubeconfig]) == 4
+    assert "no DistributedTrainingJob 'absent'" in capsys.readouterr().err
+
+
+class Collected:
+    """A child process's stdout and stderr, read as they come (so a test can wait for a line)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._read, args=(proc.stdout, self.out), daemon=True),
+            threading.Thread(target=self._read, args=(proc.stderr, self.err), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream: IO[str] | None, into: list[str]) -> None:
+        assert stream is not None
+        for line in stream:
+            into.append(line)
+
+    def wait_exit(self, timeout: float) -> int:
+        code = self.proc.wait(timeout)
+        for reader in self._readers:
+            reader.join(5)
+        return code
+
+
+def serve_launcher_log(
+    jobs: Jobs, api_client: client.ApiClient, name: str, path: Path, skip: str = ""
+) -> str:
+    """Wait for the job's live launcher pod (not `skip`) and serve `path` as its log; returns its name."""
+
+    def new_launcher() -> str | None:
+        pods = [p for p in jobs.pods(name, "launcher") if not p.metadata.deletion_timestamp]
+        return next((p.metadata.name for p in pods if p.metadata.name != skip), None)
+
+    pod = wait_for(new_launcher, timeout=60, what=f"a launcher pod of {name} other than {skip!r}")
+    serve_pod_log(api_client, jobs.ns, pod, "launcher", path)
+    return pod
+
+
+def test_logs_follow_the_launcher_across_a_world_restart_to_the_end(
+    jobs: Jobs, operator: OperatorProcess, kubeconfig: str, api_client: client.ApiClient, tmp_path: Path
+) -> None:
+    jobs.create("follow")
+    first_log = tmp_path / "world-0.log"
+    first = serve_launcher_log(jobs, api_client, "follow", first_log)
+    append_log(first_log, "world 0: step 1")
+    follower = Collected(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dtjob",
+                "logs",
+                "follow",
+                "-f",
+                "-n",
+                jobs.ns,
+                "--kubeconfig",
+                kubeconfig,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    )
+    try:
+        wait_for(lambda: "world 0: step 1\n" in follower.out, timeout=30, what="the first line, live")
+        append_log(first_log, "world 0: step 2")
+        wait_for(lambda: "world 0: step 2\n" in follower.out, timeout=30, what="a line appended later")
+
+        # A worker fails: the operator replaces the world, and the follower moves on to the new launcher.
+        jobs.annotate_pod("follow-worker-1", {"sim.dtjob.io/outcome": "Failed"})
+        second_log = tmp_path / "world-1.log"
+        second = serve_launcher_log(jobs, api_client, "follow", second_log, skip=first)
+        append_log(second_log, "world 1: step 1")
+        wait_for(lambda: "world 1: step 1\n" in follower.out, timeout=60, what="the next world's line")
+        assert jobs.status("follow")["restarts"] == 1
+
+        jobs.annotate_pod(second, {"sim.dtjob.io/outcome": "Succeeded"})
+        assert follower.wait_exit(timeout=60) == 0, "".join(follower.err)
+    finally:
+        follower.proc.kill()
+    assert follower.out == ["world 0: step 1\n", "world 0: step 2\n", "world 1: step 1\n"]
+    assert any(line.startswith(f"--- {second} (world 1) ---") for line in follower.err), follower.err
+    assert jobs.status("follow")["phase"] == "Succeeded"
+
+
+def test_logs_of_gone_pods_come_from_the_uploaded_copies(
+    jobs: Jobs,
+    kubeconfig: str,
+    azurite: Azurite,  # noqa: F811
+    container_name: str,  # noqa: F811
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    container = BlobServiceClient(azurite.endpoint, credential=azurite.account_key).create_container(
+        container_name
+    )
+    created = job_with_output(jobs, "done", azurite, container_name)
+    run = run_prefix(OUTPUT_PREFIX, jobs.ns, "done", created["metadata"]["uid"])
+    put(container, f"{run}logs/done-launcher-x7k2p.log", b"rank 0: total images/sec: 41.2\n")
+    put(container, f"{run}logs/done-worker-0.log", b"sshd of worker 0\n")
+    put(container, f"{run}logs/attempt-0/done-worker-1.log", b"worker 1 killed\n")
+    status = {"phase": "Succeeded", "restarts": 1, "output": {"url": "x", "logsUploaded": True}}
+    jobs.custom.patch_namespaced_custom_object_status(
+        API_GROUP, API_VERSION, jobs.ns, PLURAL, "done", {"status": status}
+    )
+    base = ["logs", "done", "-n", jobs.ns, "--kubeconfig", kubeconfig, "--account-key", azurite.account_key]
+
+    assert main(base) == 0
+    assert capfdbinary.readouterr().out == b"rank 0: total images/sec: 41.2\n"
+    assert main([*base, "--worker", "1", "--attempt", "0"]) == 0
+    assert capfdbinary.readouterr().out == b"worker 1 killed\n"
+    assert main([*base, "--worker", "1"]) == 4
+    assert b"worker 1 of job done has no pod yet and no uploaded log" in capfdbinary.readouterr().err
+    assert main([*base, "--attempt", "2"]) == 2
