@@ -22,6 +22,9 @@ from dtjob.log_target import LogTarget, has_ended, newest_pod, uploaded_log
 from dtjob.transfer_report import ExitCode
 
 POLL_S = 2.0
+# A followed stream quiet this long is dropped and opened again from where it was left: a stream can stay
+# open after its pod is gone (a lost node), and only a fresh look at the pods tells.
+IDLE_S = 15.0
 
 
 def register(subparsers: Any) -> None:
@@ -130,6 +133,7 @@ class Follower:
                 container=self.target.container,
                 follow=self.args.follow,
                 _preload_content=False,
+                _request_timeout=(10.0, IDLE_S),
             )
         except ApiException as err:
             if err.status in (400, 404):  # not started yet (ContainerCreating), or already gone
@@ -146,7 +150,7 @@ class Follower:
                 self.out.flush()
                 self.printed[uid] += 1
         except (urllib3.exceptions.HTTPError, OSError):
-            return False  # the stream broke: the next pass reconnects and prints only what is new
+            return False  # broke or went quiet: the next pass looks at the pods again, then reconnects
         finally:
             response.release_conn()
         return has_ended(pod) or not self.args.follow
