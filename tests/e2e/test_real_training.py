@@ -1,11 +1,14 @@
 """Jobs that really run: real pods on the real node, sshd in the workers, horovodrun/mpirun over SSH between
 pods found through cluster DNS, ResNet-50 training in the images, rank 0's results and every pod's log in
-Azurite, all through the operator.
+Azurite, all through the operator; `dtjob logs -f` follows one live.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -33,13 +36,26 @@ def test_pytorch_trains_for_real_and_uploads_results_and_logs(
     real_jobs: Jobs,
     real_operator: OperatorProcess,
     node_azurite: Azurite,
+    tmp_path: Path,
 ) -> None:
     container = new_container(node_azurite)
     name = "torch"
     started = time.monotonic()
     create_tiny_job(real_jobs, name, node_azurite, container)
-    status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
-    print(f"[e2e] pytorch job succeeded in {time.monotonic() - started:.0f}s")
+    # A user following the job live from the start, as `dtjob logs -f` does, until it ends by itself.
+    followed = tmp_path / "followed.log"
+    argv = [sys.executable, "-m", "dtjob", "logs", name, "-f", "-n", real_jobs.ns]
+    with followed.open("wb") as out:
+        follower = subprocess.Popen(
+            [*argv, "--kubeconfig", real_cluster.kubeconfig], stdout=out, stderr=subprocess.PIPE
+        )
+    try:
+        status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
+        print(f"[e2e] pytorch job succeeded in {time.monotonic() - started:.0f}s")
+        _, follower_err = follower.communicate(timeout=90)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, follower_err
 
     # Real progress: rank 0's DTJOB_PROGRESS lines, read from the launcher's log through the API server.
     progress = status.get("progress")
@@ -62,6 +78,10 @@ def test_pytorch_trains_for_real_and_uploads_results_and_logs(
     assert launcher_logs, names
     launcher_log = blob_text(node_azurite, container, f"{run}logs/{launcher_logs[0]}")
     assert "DTJOB_PROGRESS" in launcher_log
+    # What the follower printed live is the launcher's log: every progress record rank 0 wrote.
+    live = followed.read_text()
+    progress_lines = [line for line in launcher_log.splitlines() if "DTJOB_PROGRESS" in line]
+    assert progress_lines and all(line in live for line in progress_lines), live[-2000:]
 
     # The SAS Secrets go once the logs are uploaded: a reconcile or two after the phase turns Succeeded.
     def sas_secrets() -> list[str]:
