@@ -52,7 +52,8 @@ _COMMON: Json = {
                  "podAnnotations": {MAP_KEY: "v"}, "podLabels": {MAP_KEY: "v"},
                  "resources": {"limits": {"cpu": "1"}, "requests": {"memory": "1Gi"}}},
     "runPolicy": {"backoffLimit": 1, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60,
-                  "cleanPodPolicy": "Running", "suspend": False,
+                  "cleanPodPolicy": "Running", "suspend": False, "startupDeadlineSeconds": 600,
+                  "restartPolicy": "ExitCode", "permanentExitCodes": "1-127,255",
                   "scheduling": {"schedulerName": "sched", "queueName": "queue", "podGroup": "group"}},
 }  # fmt: skip
 _NFS = {"server": "files.example.net", "path": "/share"}
@@ -98,7 +99,7 @@ STRINGS = (
     "/checkpoints", "ghcr.io/a/b:1", "A/b", "a:1", "a:", "a@sha256:" + "0" * 64, "10.0.0.4", "fd00::4",
     "host:2049", "x" * 13, "gpu", "gpu1", "1gpu", "spot", "team.example/key", "key/", "imagenet", "synthetic",
     "Exists", "Equal", "NoSchedule", "NoExecute", "accountKey", "workloadIdentity", "Running", "horovodrun",
-    "IfNotPresent", UUID, "acct1", "datasets",
+    "IfNotPresent", UUID, "acct1", "datasets", "1-127", "127-1", "1-127,255", "0", "256", "1,", "ExitCode",
 )  # fmt: skip
 # Keys tried on every map whose keys a CEL rule checks.
 KEYS = ("k", "team.example/k", "a/b/c", "-k", "k-", "k k", "x" * 63, "x" * 64, "a" * 253 + "/k",

@@ -67,6 +67,13 @@ class PodState:
     # Why the cluster took the pod away (its DisruptionTarget condition): an eviction from a NotReady node,
     # the pod garbage collector after its node was deleted, a preemption. None: no disruption.
     disruption: str | None = None
+    created: datetime | None = None  # metadata.creationTimestamp
+    # Why a container has not started (ImagePullBackOff, ErrImagePull, CreateContainerConfigError, ...).
+    waiting: str | None = None
+    unschedulable: bool = False  # PodScheduled False: no node can take it (now)
+    # How the container ended when it failed: its exit code and reason (Error, OOMKilled, ...).
+    exit_code: int | None = None
+    termination_reason: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -83,6 +90,7 @@ class LauncherState:
     pod_name: str | None = None
     reason: str | None = None
     world_size: int | None = None  # the workers its hostfile names
+    failed_pod: PodState | None = None  # the launcher pod that failed: its exit code, reason, disruption
 
     @property
     def finished(self) -> bool:
@@ -137,6 +145,7 @@ def pod_state(pod: Json) -> PodState:
     conditions = status.get("conditions")
     ready = _condition(conditions, "Ready")
     scheduled = _condition(conditions, "PodScheduled")
+    exit_code, termination_reason = _failed_termination(status)
     return PodState(
         name=str(meta.get("name", "")),
         role=str(labels.get(names.ROLE_LABEL, "")),
@@ -150,7 +159,29 @@ def pod_state(pod: Json) -> PodState:
         uid=str(meta.get("uid") or ""),
         deletion_deadline=_timestamp(meta.get("deletionTimestamp")),
         disruption=pod_disruption(pod),
+        created=_timestamp(meta.get("creationTimestamp")),
+        waiting=_waiting_reason(status),
+        unschedulable=bool(scheduled and scheduled.get("status") == "False"),
+        exit_code=exit_code,
+        termination_reason=termination_reason,
     )
+
+
+def _waiting_reason(status: Json) -> str | None:
+    for cs in status.get("containerStatuses") or ():
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason and reason not in ("ContainerCreating", "PodInitializing"):
+            return str(reason)
+    return None
+
+
+def _failed_termination(status: Json) -> tuple[int | None, str | None]:
+    """(exit code, reason) of the first container that ended with a nonzero code, or (None, None)."""
+    for cs in status.get("containerStatuses") or ():
+        term = (cs.get("state") or {}).get("terminated")
+        if term and isinstance(term.get("exitCode"), int) and term["exitCode"] != 0:
+            return int(term["exitCode"]), term.get("reason")
+    return None, None
 
 
 def _timestamp(value: Any) -> datetime | None:
@@ -227,6 +258,7 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
         pod_name=pod.name if pod else None,
         reason=reason,
         world_size=_int_label(meta.get("labels") or {}, names.WORLD_SIZE_LABEL),
+        failed_pod=failed_pod if is_failed else None,
     )
 
 

@@ -106,6 +106,18 @@ class RunPolicy:
     clean_pod_policy: str = "Running"
     suspend: bool = False
     scheduling: Scheduling = field(default_factory=Scheduling)
+    # A world whose pods cannot start (unschedulable, image pull, config error) fails after this long.
+    startup_deadline_seconds: int | None = None
+    # OnFailure: any failure restarts the world. ExitCode: a launcher exit code in permanent_exit_codes is
+    # the user's code failing, so the job fails without a restart; signals and infrastructure restart.
+    restart_policy: str = "OnFailure"
+    permanent_exit_codes: tuple[tuple[int, int], ...] = ((1, 127),)
+
+    def is_permanent(self, exit_code: int | None) -> bool:
+        """Whether the launcher's exit code fails the job for good under this policy."""
+        if self.restart_policy != "ExitCode" or exit_code is None:
+            return False
+        return any(low <= exit_code <= high for low, high in self.permanent_exit_codes)
 
 
 @dataclass(frozen=True)

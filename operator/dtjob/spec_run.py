@@ -11,6 +11,7 @@ from dtjob.spec_model import Hyperparameters, Json, Launcher, Placement, PodOver
 from dtjob.spec_reader import Reader, SpecError
 
 CLEAN_POD_POLICIES = ("None", "Running", "All")
+RESTART_POLICIES = ("OnFailure", "ExitCode")
 RUNNERS = ("horovodrun", "mpirun")
 # Deadlines and TTLs: 68 years, the batch Job's own int32 bound, so date arithmetic never overflows.
 MAX_DURATION_SECONDS = 2**31 - 1
@@ -124,9 +125,36 @@ def parse_run_policy(r: Reader) -> RunPolicy:
         ),
         clean_pod_policy=r.choice("cleanPodPolicy", CLEAN_POD_POLICIES, d.clean_pod_policy),
         suspend=r.boolean("suspend", False),
+        startup_deadline_seconds=r.integer(
+            "startupDeadlineSeconds", None, minimum=1, maximum=MAX_DURATION_SECONDS
+        ),
+        restart_policy=r.choice("restartPolicy", RESTART_POLICIES, d.restart_policy),
+        permanent_exit_codes=_exit_code_ranges(r, "permanentExitCodes") or d.permanent_exit_codes,
         scheduling=Scheduling(
             scheduler_name=s.checked("schedulerName", lambda n: rules.name_problem(n, subdomain=True)),
             queue_name=s.checked("queueName", lambda n: rules.name_problem(n, subdomain=False)),
             pod_group=s.checked("podGroup", lambda n: rules.name_problem(n, subdomain=False)),
         ),
     )
+
+
+def _exit_code_ranges(r: Reader, key: str) -> tuple[tuple[int, int], ...] | None:
+    """`1-127,255` -> ((1, 127), (255, 255)); each range low to high."""
+    text = r.checked(key, _exit_code_ranges_problem)
+    if text is None:
+        return None
+    ranges = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        ranges.append((int(low), int(high or low)))
+    return tuple(ranges)
+
+
+def _exit_code_ranges_problem(text: str) -> str | None:
+    if len(text) > rules.EXIT_CODE_RANGES_MAX or not rules.matches(rules.EXIT_CODE_RANGES, text):
+        return f"{text!r} is not a list of exit codes 1-255 and ranges, e.g. 1-127 or 1-127,255"
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if high and int(low) > int(high):
+            return f"range {part!r} runs backwards"
+    return None

@@ -42,6 +42,10 @@ ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 
 # AKS node pool names: lowercase letters and digits, starting with a letter, at most 12 characters (Linux).
 NODE_POOL = r"^[a-z][a-z0-9]{0,11}$"
+# Exit codes as ranges, `1-127` or `1-127,255`: each code 1-255 (0 is success).
+_EXIT_CODE = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]?)"
+EXIT_CODE_RANGES = f"^{_EXIT_CODE}(-{_EXIT_CODE})?(,{_EXIT_CODE}(-{_EXIT_CODE})?)*$"
+EXIT_CODE_RANGES_MAX = 64
 
 # An image reference as registries and the container runtime parse it:
 # [host[:port]/]path[:tag][@algorithm:hex]. Path components are lowercase alphanumerics joined by '.', '_',

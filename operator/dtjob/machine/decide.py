@@ -20,7 +20,7 @@ from dtjob.actions import (
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import cleanup, delete_world_pods, finish, ttl
 from dtjob.machine.staging import stage
-from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure
+from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure, startup_failure
 from dtjob.names import output_url
 from dtjob.observed import Observed
 from dtjob.spec import JobSpec
@@ -78,8 +78,18 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
         return b.decision()
     failure = first_failure(spec, size, workers, launcher, prev, leaving)
     if failure is not None:
-        fail_world(b, spec, observed, *failure)
+        fail_world(b, spec, observed, failure)
         return b.decision()
+    world = [
+        *workers.values(),
+        *(p for p in observed.pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt),
+    ]
+    stuck, due = startup_failure(spec, world, now)
+    if stuck is not None:
+        fail_world(b, spec, observed, stuck)
+        return b.decision()
+    if due is not None:
+        b.requeue(due)
 
     advance_world(b, spec, observed, workers, launcher, attempt, size)
     if b.status.phase == RUNNING and observed.progress_poll_s is not None:

@@ -4,9 +4,9 @@ attempt are recognised as stale after a restart, also after an operator restart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
-from datetime import timedelta
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from dtjob import names
 from dtjob.actions import (
@@ -39,6 +39,18 @@ from dtjob.status import (
 # on a lost node (no kubelet left to confirm): it is force-deleted so that the next world can reuse its name,
 # instead of waiting until the node comes back or is deleted.
 FORCE_DELETE_AFTER = timedelta(seconds=30)
+# Why a pod's container cannot start that only a change of spec or cluster fixes: each fails the job once
+# runPolicy.startupDeadlineSeconds has passed since the pod was created (so does being unschedulable).
+STARTUP_STUCK = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
+# ... and one that no waiting fixes: fails the job at once.
+STARTUP_HOPELESS = frozenset({"InvalidImageName"})
+
+
+@dataclass(frozen=True)
+class WorldFailure:
+    reason: str
+    message: str  # names the pod
+    permanent: bool = False  # the job fails without a restart
 
 
 def count_workers(
@@ -65,23 +77,73 @@ def first_failure(
     launcher: LauncherState | None,
     prev: JobStatus,
     leaving: Mapping[int | None, PodState],
-) -> tuple[str, str] | None:
-    """(reason, message naming the pod) for the first failure of the current attempt, or None. A worker the
-    cluster took away (evicted from a lost node, removed with a deleted one) is lost, not failed."""
+) -> WorldFailure | None:
+    """The first failure of the current attempt (its message names the pod), or None. A worker the cluster
+    took away (evicted from a lost node, removed with a deleted one) is lost, not failed."""
     if launcher is None and prev.launcher_pod is not None and prev.phase != SUSPENDED:
         # Its pod was seen, so this is no cache lag after our own create: the Job was deleted by hand.
-        return "LauncherLost", f"launcher pod {prev.launcher_pod} disappeared (its Job was deleted)"
+        return WorldFailure(
+            "LauncherLost", f"launcher pod {prev.launcher_pod} disappeared (its Job was deleted)"
+        )
     if launcher is not None and launcher.failed:
-        pod = launcher.pod_name or names.launcher_name(spec.name)
-        return "LauncherFailed", f"launcher pod {pod} failed: {launcher.reason or 'unknown reason'}"
+        return _launcher_failure(spec, size, workers, launcher, leaving)
+    return _worker_failure(spec, size, workers, launcher, leaving)
+
+
+def _launcher_failure(
+    spec: JobSpec,
+    size: int,
+    workers: Mapping[int, PodState],
+    launcher: LauncherState,
+    leaving: Mapping[int | None, PodState],
+) -> WorldFailure:
+    """Under restartPolicy ExitCode, a launcher that exits with a permanent code while its world is whole
+    failed in the user's code: no restart. A broken world (a worker failed or gone), a signal, OOMKilled or
+    an eviction is infrastructure, and restarts it."""
+    pod = launcher.pod_name or names.launcher_name(spec.name)
+    message = f"launcher pod {pod} failed: {launcher.reason or 'unknown reason'}"
+    failed = launcher.failed_pod
+    code = failed.exit_code if failed is not None else None
+    infrastructure = failed is not None and (failed.disruption or failed.termination_reason == "OOMKilled")
+    policy = spec.run_policy
+    if not policy.is_permanent(code) or infrastructure:
+        return WorldFailure("LauncherFailed", message)
+    broken = _worker_failure(spec, size, workers, None, leaving) or _missing_worker(spec, size, workers)
+    if broken is not None:
+        return broken
+    ranges = ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in policy.permanent_exit_codes)
+    return WorldFailure(
+        "LauncherFailed",
+        f"{message}; exit code {code} is permanent under runPolicy.restartPolicy ExitCode "
+        f"(permanentExitCodes {ranges}): not restarting",
+        permanent=True,
+    )
+
+
+def _missing_worker(spec: JobSpec, size: int, workers: Mapping[int, PodState]) -> WorldFailure | None:
+    for index in range(size):
+        if index not in workers:
+            name = names.worker_name(spec.name, index)
+            return WorldFailure("WorkerLost", f"worker pod {name} disappeared while the launcher was running")
+    return None
+
+
+def _worker_failure(
+    spec: JobSpec,
+    size: int,
+    workers: Mapping[int, PodState],
+    launcher: LauncherState | None,
+    leaving: Mapping[int | None, PodState],
+) -> WorldFailure | None:
     for index in sorted(workers):
         worker = workers[index]
         if worker.phase == "Failed" and worker.disruption:
-            return "WorkerLost", f"worker pod {worker.name} was lost: {worker.disruption}"
+            return WorldFailure("WorkerLost", f"worker pod {worker.name} was lost: {worker.disruption}")
         if worker.phase == "Failed":
-            return "WorkerFailed", f"worker pod {worker.name} failed: {worker.reason or 'unknown reason'}"
+            reason = worker.reason or "unknown reason"
+            return WorldFailure("WorkerFailed", f"worker pod {worker.name} failed: {reason}")
         if worker.phase == "Succeeded":  # sshd must never exit while the world lives
-            return "WorkerFailed", f"worker pod {worker.name} exited"
+            return WorldFailure("WorkerFailed", f"worker pod {worker.name} exited")
     if launcher is not None and not launcher.finished:
         # Once the launcher runs, every worker must stay: a vanished one (evicted, deleted) breaks the world.
         for index in range(size):
@@ -89,14 +151,50 @@ def first_failure(
                 name = names.worker_name(spec.name, index)
                 gone = leaving.get(index)
                 if gone is not None and gone.disruption:
-                    return "WorkerLost", f"worker pod {name} was lost while the launcher was running: " + (
-                        gone.disruption
+                    return WorldFailure(
+                        "WorkerLost",
+                        f"worker pod {name} was lost while the launcher was running: {gone.disruption}",
                     )
-                return "WorkerLost", f"worker pod {name} disappeared while the launcher was running"
+                return WorldFailure(
+                    "WorkerLost", f"worker pod {name} disappeared while the launcher was running"
+                )
     return None
 
 
-def fail_world(b: Builder, spec: JobSpec, observed: Observed, reason: str, message: str) -> None:
+def startup_failure(
+    spec: JobSpec, pods: Iterable[PodState], now: datetime
+) -> tuple[WorldFailure | None, float | None]:
+    """(a world pod that cannot start, or None; seconds until the next startup deadline, or None).
+
+    InvalidImageName fails at once; unschedulable, image pull and container config errors fail once
+    runPolicy.startupDeadlineSeconds has passed since the pod was created."""
+    deadline = spec.run_policy.startup_deadline_seconds
+    next_due: float | None = None
+    for pod in pods:
+        if pod.phase != "Pending" or pod.deleting:
+            continue
+        what = f"{pod.role} pod {pod.name}"
+        if pod.waiting in STARTUP_HOPELESS:
+            return WorldFailure(pod.waiting, f"{what} cannot start: {pod.reason}", permanent=True), None
+        stuck = pod.unschedulable or pod.waiting in STARTUP_STUCK
+        if deadline is None or not stuck or pod.created is None:
+            continue
+        left = (pod.created + timedelta(seconds=deadline) - now).total_seconds()
+        if left <= 0:
+            message = (
+                f"{what} still cannot start {deadline}s after it was created "
+                f"(runPolicy.startupDeadlineSeconds): {pod.reason or pod.waiting or 'unschedulable'}"
+            )
+            return WorldFailure("StartupDeadlineExceeded", message, permanent=True), None
+        next_due = left if next_due is None else min(next_due, left)
+    return None, next_due
+
+
+def fail_world(b: Builder, spec: JobSpec, observed: Observed, failure: WorldFailure) -> None:
+    reason, message = failure.reason, failure.message
+    if failure.permanent:
+        finish(b, spec, observed, FAILED, reason, message)
+        return
     limit = spec.run_policy.backoff_limit
     if b.prev.restarts >= limit:
         finish(
