@@ -27,6 +27,8 @@ _COMMON: Json = {
     "framework": "pytorch",
     "workers": 2,
     "gpusPerWorker": 4,
+    "slotsPerWorker": 4,
+    "appendTrainingFlags": True,
     "image": "ghcr.io/dtjob/horovod-pytorch:0.1.0",
     "imagePullPolicy": "IfNotPresent",
     "imagePullSecrets": [{"name": "acr"}],
@@ -49,6 +51,7 @@ _COMMON: Json = {
                      "tolerations": [{"key": "spot", "operator": "Exists"}]},
     },
     "launcher": {"runner": "horovodrun", "runAsWorker": False, "mpiArgs": ["-v"],
+                 "mpiImplementation": "MPICH",
                  "podAnnotations": {MAP_KEY: "v"}, "podLabels": {MAP_KEY: "v"},
                  "resources": {"limits": {"cpu": "1"}, "requests": {"memory": "1Gi"}}},
     "runPolicy": {"backoffLimit": 1, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60,
@@ -99,7 +102,8 @@ STRINGS = (
     "/checkpoints", "ghcr.io/a/b:1", "A/b", "a:1", "a:", "a@sha256:" + "0" * 64, "10.0.0.4", "fd00::4",
     "host:2049", "x" * 13, "gpu", "gpu1", "1gpu", "spot", "team.example/key", "key/", "imagenet", "synthetic",
     "Exists", "Equal", "NoSchedule", "NoExecute", "accountKey", "workloadIdentity", "Running", "horovodrun",
-    "IfNotPresent", UUID, "acct1", "datasets", "1-127", "127-1", "1-127,255", "0", "256", "1,", "ExitCode",
+    "IfNotPresent", UUID, "acct1", "datasets", "OpenMPI", "MPICH", "custom", "1-127", "127-1", "1-127,255",
+    "0", "256", "1,", "ExitCode",
 )  # fmt: skip
 # Keys tried on every map whose keys a CEL rule checks.
 KEYS = ("k", "team.example/k", "a/b/c", "-k", "k-", "k k", "x" * 63, "x" * 64, "a" * 253 + "/k",

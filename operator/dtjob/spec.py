@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dtjob import validators as rules
-from dtjob.config import FRAMEWORKS, OperatorConfig
+from dtjob.config import FRAMEWORKS as IMAGE_FRAMEWORKS
+from dtjob.config import OperatorConfig
 from dtjob.spec_model import (
     Dataset,
     DataVolume,
@@ -61,6 +62,10 @@ __all__ = [
 ]
 
 MAX_GPUS_PER_WORKER = 8  # the largest Azure GPU VMs (ND96 series) carry 8 GPUs
+MAX_SLOTS_PER_WORKER = 256  # ranks on one host: the cores of the largest CPU VMs, with room
+# custom: any program (`command`) in any image, with no dtjob_train flags unless asked.
+CUSTOM = "custom"
+FRAMEWORKS = (*IMAGE_FRAMEWORKS, CUSTOM)
 MAX_WORKERS = 512
 # Worker hostnames are `<job>-worker-<i>` and must stay a DNS label (63 characters).
 MAX_NAME_LENGTH = 45
@@ -87,10 +92,20 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         raise SpecError("spec.workers", "is required")
     if workers > MAX_WORKERS:
         raise SpecError("spec.workers", f"must be <= {MAX_WORKERS}, got {workers}")
-    gpus = spec.integer("gpusPerWorker", 1, minimum=1) or 1
+    gpus = spec.integer("gpusPerWorker", 1, minimum=0)
+    gpus = 1 if gpus is None else gpus
     if gpus > MAX_GPUS_PER_WORKER:
         raise SpecError(
             "spec.gpusPerWorker", f"must be <= {MAX_GPUS_PER_WORKER} (GPUs on one node), got {gpus}"
+        )
+    slots = spec.integer("slotsPerWorker", None, minimum=1, maximum=MAX_SLOTS_PER_WORKER) or max(gpus, 1)
+    command = spec.string_list("command")
+    image = spec.checked("image", rules.image_problem)
+    if framework == CUSTOM and not command:
+        raise SpecError("spec.command", "is required with framework custom (the program each rank runs)")
+    if framework == CUSTOM and image is None:
+        raise SpecError(
+            "spec.image", "is required with framework custom (an image with your program and MPI)"
         )
     env = spec.object_list("env")
     for i, item in enumerate(env):
@@ -114,23 +129,25 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         name=name,
         namespace=str(metadata.get("namespace", "default")),
         framework=framework,
-        image=spec.checked("image", rules.image_problem) or config.image_for(framework),
+        image=image or config.image_for(framework),
         image_pull_policy=spec.choice("imagePullPolicy", PULL_POLICIES, "") or None,
         image_pull_secrets=pull_secrets,
-        command=spec.string_list("command"),
+        command=command,
         args=spec.string_list("args"),
         env=env,
         workers=workers,
         gpus_per_worker=gpus,
+        slots_per_worker=slots,
         worker=parse_pod_overrides(spec.child("worker")),
         dataset=data,
         hyperparameters=parse_hyperparameters(spec.child("hyperparameters")),
-        placement=parse_placement(spec.child("placement"), config),
+        placement=parse_placement(spec.child("placement"), config, gpus > 0),
         launcher=parse_launcher(spec.child("launcher")),
         run_policy=parse_run_policy(spec.child("runPolicy")),
         output=parse_output(spec.data.get("output"), emulator_hosts=config.emulator_hosts),
         checkpoints=parse_checkpoints(spec.child("checkpoints"), data) if spec.has("checkpoints") else None,
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
+        append_training_flags=spec.boolean("appendTrainingFlags", False),
     )
 
 

@@ -89,6 +89,8 @@ class Launcher:
     run_as_worker: bool = False
     mpi_args: tuple[str, ...] = ()
     pod: PodOverrides = field(default_factory=PodOverrides)
+    # The MPI the image carries, for runner mpirun: its launcher command line and hostfile format.
+    mpi_implementation: str = "OpenMPI"
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,8 @@ class JobSpec:
     args: tuple[str, ...] | None
     env: tuple[Json, ...]
     workers: int
-    gpus_per_worker: int
+    gpus_per_worker: int  # 0: a CPU job, placed on the CPU pool
+    slots_per_worker: int  # MPI ranks per worker (default: one per GPU, or 1)
     worker: PodOverrides
     dataset: Dataset
     hyperparameters: Hyperparameters
@@ -144,8 +147,10 @@ class JobSpec:
     checkpoints: DataVolume | None = None
     # Mount the namespace's default ServiceAccount token into workers and launcher (off: they need no API).
     automount_service_account_token: bool = False
+    # With a user's command: also pass the flags built from dataset and hyperparameters (dtjob_train's).
+    append_training_flags: bool = False
 
     @property
     def total_slots(self) -> int:
         hosts = self.workers + (1 if self.launcher.run_as_worker else 0)
-        return hosts * self.gpus_per_worker
+        return hosts * self.slots_per_worker

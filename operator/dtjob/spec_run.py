@@ -13,6 +13,7 @@ from dtjob.spec_reader import Reader, SpecError
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 RESTART_POLICIES = ("OnFailure", "ExitCode")
 RUNNERS = ("horovodrun", "mpirun")
+MPI_IMPLEMENTATIONS = ("OpenMPI", "MPICH", "IntelMPI")
 # Deadlines and TTLs: 68 years, the batch Job's own int32 bound, so date arithmetic never overflows.
 MAX_DURATION_SECONDS = 2**31 - 1
 
@@ -71,8 +72,9 @@ def parse_hyperparameters(r: Reader) -> Hyperparameters:
     )
 
 
-def parse_placement(r: Reader, config: OperatorConfig) -> Placement:
-    pool = r.checked("nodePool", _node_pool_problem) or config.gpu_pool
+def parse_placement(r: Reader, config: OperatorConfig, gpus: bool = True) -> Placement:
+    """Workers go to the GPU pool (tolerating its taint), or for a CPU job (`gpus` False) to the CPU pool."""
+    pool = r.checked("nodePool", _node_pool_problem) or (config.gpu_pool if gpus else config.cpu_pool)
     selector = {"kubernetes.azure.com/agentpool": pool}
     selector.update(r.labels("nodeSelector"))
     gpu_toleration: Json = {
@@ -81,7 +83,8 @@ def parse_placement(r: Reader, config: OperatorConfig) -> Placement:
         "value": config.gpu_taint_value,
         "effect": "NoSchedule",
     }
-    tolerations = (gpu_toleration, *(t for t in r.tolerations("tolerations") if t != gpu_toleration))
+    own = r.tolerations("tolerations")
+    tolerations = (gpu_toleration, *(t for t in own if t != gpu_toleration)) if gpus else own
     launcher = r.child("launcher")
     launcher_pool = launcher.checked("nodePool", _node_pool_problem) or config.cpu_pool
     launcher_selector = {"kubernetes.azure.com/agentpool": launcher_pool}
@@ -109,6 +112,7 @@ def parse_launcher(r: Reader) -> Launcher:
         run_as_worker=r.boolean("runAsWorker", False),
         mpi_args=r.string_list("mpiArgs") or (),
         pod=parse_pod_overrides(r),
+        mpi_implementation=r.choice("mpiImplementation", MPI_IMPLEMENTATIONS, "OpenMPI"),
     )
 
 

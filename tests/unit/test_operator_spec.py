@@ -46,7 +46,11 @@ def test_runs_launcher_as_worker_adds_its_slots() -> None:
         ({"workers": "two"}, "spec.workers"),
         ({"framework": "mxnet"}, "spec.framework"),
         ({"gpusPerWorker": 9}, "spec.gpusPerWorker"),
-        ({"gpusPerWorker": 0}, "spec.gpusPerWorker"),
+        ({"gpusPerWorker": -1}, "spec.gpusPerWorker"),
+        ({"slotsPerWorker": 0}, "spec.slotsPerWorker"),
+        ({"framework": "custom", "image": "ghcr.io/me/mpi:1"}, "spec.command"),
+        ({"framework": "custom", "command": ["./bench"]}, "spec.image"),
+        ({"launcher": {"mpiImplementation": "MVAPICH"}}, "spec.launcher.mpiImplementation"),
         (
             {"dataset": {"volume": {"nfs": {"server": "s", "path": "/p"},
                                     "persistentVolumeClaim": {"claimName": "c"}}}},

@@ -53,8 +53,12 @@ CONFIG
 
 
 def training_command(spec: JobSpec) -> list[str]:
-    """What each rank runs: `python -m dtjob_train.<framework>` and flags, or the user's override."""
-    program = list(spec.command) if spec.command else ["python", "-m", f"dtjob_train.{spec.framework}"]
+    """What each rank runs: `python -m dtjob_train.<framework>` and the flags built from the spec; or the
+    user's command and args as given (the flags too only with appendTrainingFlags)."""
+    if spec.command:
+        flags = training_flags(spec) if spec.append_training_flags else []
+        return [*spec.command, *(spec.args or ()), *flags]
+    program = ["python", "-m", f"dtjob_train.{spec.framework}"]
     return program + (list(spec.args) if spec.args is not None else training_flags(spec))
 
 
@@ -106,9 +110,20 @@ LAUNCHER_MPI_ENV = (
 )
 
 
+# The Hydra launchers (MPICH's mpiexec.hydra, Intel MPI's mpirun) reach the hosts over ssh and pass the whole
+# environment by default. Their proxies call back to the launcher's control port: -iface makes the launcher
+# announce its pod address there, since other pods cannot resolve a launcher pod's hostname.
+HYDRA_LAUNCHERS = {"MPICH": "mpiexec.hydra", "IntelMPI": "mpirun"}
+POD_INTERFACE = "eth0"
+
+
 def mpi_command(spec: JobSpec) -> list[str]:
     """horovodrun or mpirun with -np = every slot of every MPI host, hosts from the mounted hostfile."""
     np = str(spec.total_slots)
+    hydra = HYDRA_LAUNCHERS.get(spec.launcher.mpi_implementation)
+    if spec.launcher.runner == "mpirun" and hydra is not None:
+        cmd = [hydra, "-n", np, "-f", HOSTFILE, "-bootstrap", "ssh", "-iface", POD_INTERFACE]
+        return cmd + list(spec.launcher.mpi_args) + training_command(spec)
     if spec.launcher.runner == "horovodrun":
         cmd = ["horovodrun", "-np", np, "--hostfile", HOSTFILE, "--ssh-port", str(SSH_PORT),
                "--ssh-identity-file", SSH_KEY_PATH]  # fmt: skip

@@ -200,7 +200,12 @@ def _env(spec: JobSpec) -> list[Json]:
 
 
 def _gpu_resources(pod: PodOverrides, gpus: int) -> Json:
+    """The pod's resources with gpusPerWorker as its nvidia.com/gpu; a CPU job (0) asks for none."""
     resources = _quantities(pod.resources)
+    if gpus == 0:
+        for kind in resources.values():
+            kind.pop(GPU_RESOURCE, None)
+        return resources
     resources.setdefault("limits", {})[GPU_RESOURCE] = str(gpus)
     if GPU_RESOURCE in resources.get("requests", {}):
         resources["requests"][GPU_RESOURCE] = str(gpus)

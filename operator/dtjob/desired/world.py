@@ -38,8 +38,12 @@ def mpi_hostnames(spec: JobSpec) -> list[str]:
 
 
 def hostfile_text(spec: JobSpec) -> str:
+    """One line per MPI host: `<fqdn> slots=N` (Open MPI, and horovodrun, which converts it), or `<fqdn>:N`
+    for the Hydra launchers of MPICH and Intel MPI."""
+    hydra = spec.launcher.runner == "mpirun" and spec.launcher.mpi_implementation != "OpenMPI"
+    slots = spec.slots_per_worker
     return "".join(
-        f"{names.host_fqdn(h, spec.name, spec.namespace)} slots={spec.gpus_per_worker}\n"
+        f"{names.host_fqdn(h, spec.name, spec.namespace)}{f':{slots}' if hydra else f' slots={slots}'}\n"
         for h in mpi_hostnames(spec)
     )
 
