@@ -1,4 +1,4 @@
-"""The `dtjob` command line: `dtjob operator`, `data ...`, `pool ...`, `results ...`, `status`, `logs`.
+"""The `dtjob` command line: `dtjob operator`, `data`, `pool`, `fileserver`, `results`, `status`, `logs`.
 
 Each subcommand lives in its own module under dtjob.commands and exposes `register(subparsers)`; modules are
 imported only when present, so the operator image need not carry the Azure SDKs' CLI paths.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dtjob import __version__
 
-SUBCOMMAND_MODULES = ("operator", "data", "pool", "results", "describe", "logs")
+SUBCOMMAND_MODULES = ("operator", "data", "pool", "fileserver", "results", "describe", "logs")
 
 
 def build_parser() -> argparse.ArgumentParser:

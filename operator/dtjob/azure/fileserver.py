@@ -1,0 +1,541 @@
+"""The dtjob file server: a Premium FileStorage account with an NFS 4.1 share that the AKS nodes' subnets
+reach through a service endpoint. The request bodies and the comparison with what exists (pure), and the calls
+(azure-mgmt-storage, azure-mgmt-network, azure-mgmt-containerservice).
+
+Every step reads first and writes only what differs, so a second `create` with the same arguments sends no
+write at all. See docs/azure.md, "The file server".
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
+    from azure.core.pipeline.transport import HttpTransport
+
+KIND = "FileStorage"
+SKU = "Premium_LRS"  # NFS shares exist only on premium (SSD) FileStorage accounts
+# Azure tag names may not contain '/', so the marker cannot be the dtjob.io/... label key.
+TAG_KEY, TAG_VALUE = "dtjob-fileserver", "true"
+TAGS = {TAG_KEY: TAG_VALUE, "managed-by": "dtjob"}
+STORAGE_SERVICE = "Microsoft.Storage"
+DEFAULT_SHARE = "datasets"
+MIN_SIZE_GIB, MAX_SIZE_GIB = 100, 102_400  # a premium share's provisioned size
+FILE_SUFFIX = "file.core.windows.net"
+ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
+SHARE_RE = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$")
+SUBNET_RE = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Network/"
+    r"virtualNetworks/(?P<vnet>[^/]+)/subnets/(?P<subnet>[^/]+)$",
+    re.IGNORECASE,
+)
+# 409 answers that mean "busy, try again": another operation on the subnet, an account still being
+# provisioned, a share of the same name still being deleted.
+BUSY_CODES = frozenset(
+    {
+        "AnotherOperationInProgress",
+        "StorageAccountIsNotProvisioned",
+        "ShareBeingDeleted",
+        "OperationInProgress",
+    }
+)
+
+
+class FileServerError(Exception):
+    """A file server request that cannot be made or that Azure refused; `str()` is one line for the CLI."""
+
+
+@dataclass(frozen=True)
+class FileServerSpec:
+    account: str
+    share: str = DEFAULT_SHARE
+    size_gib: int = 1024
+    location: str = ""
+    subnet_ids: tuple[str, ...] = ()
+
+
+def validate_names(account: str, share: str) -> None:
+    """Raise FileServerError naming the CLI flag of a name Azure would refuse."""
+    if not ACCOUNT_RE.match(account):
+        raise FileServerError(f"--account: 3-24 lowercase letters and digits, got {account!r}")
+    if not SHARE_RE.match(share):
+        raise FileServerError(
+            f"--share: 3-63 lowercase letters, digits and single hyphens, starting and ending with a letter "
+            f"or digit, got {share!r}"
+        )
+
+
+def validate(spec: FileServerSpec) -> None:
+    validate_names(spec.account, spec.share)
+    if not MIN_SIZE_GIB <= spec.size_gib <= MAX_SIZE_GIB:
+        raise FileServerError(
+            f"--size-gib: a premium share is {MIN_SIZE_GIB}-{MAX_SIZE_GIB} GiB, got {spec.size_gib}"
+        )
+    for subnet in spec.subnet_ids:
+        if not SUBNET_RE.match(subnet):
+            raise FileServerError(
+                f"--subnet-id: expected /subscriptions/<id>/resourceGroups/<rg>/providers/Microsoft.Network/"
+                f"virtualNetworks/<vnet>/subnets/<subnet>, got {subnet!r}"
+            )
+
+
+def _network_acls(subnet_ids: Iterable[str]) -> dict[str, Any]:
+    return {
+        "defaultAction": "Deny",
+        "bypass": "AzureServices",
+        "virtualNetworkRules": [{"id": s, "action": "Allow"} for s in subnet_ids],
+        "ipRules": [],
+    }
+
+
+def account_body(spec: FileServerSpec) -> dict[str, Any]:
+    """The ARM StorageAccount to create (the PUT body)."""
+    validate(spec)
+    return {
+        "location": spec.location,
+        "kind": KIND,
+        "sku": {"name": SKU},
+        "tags": dict(TAGS),
+        "properties": {
+            # NFS 4.1 on Azure Files carries no encryption in transit of its own, and the service refuses
+            # NFS traffic on accounts that require secure transfer.
+            "supportsHttpsTrafficOnly": False,
+            "minimumTlsVersion": "TLS1_2",
+            "allowBlobPublicAccess": False,
+            "publicNetworkAccess": "Enabled",  # then narrowed to the subnets by networkAcls
+            "networkAcls": _network_acls(spec.subnet_ids),
+        },
+    }
+
+
+def share_body(spec: FileServerSpec) -> dict[str, Any]:
+    """The ARM FileShare to create (the PUT body)."""
+    validate(spec)
+    return {
+        "properties": {
+            "enabledProtocols": "NFS",
+            # The share's root is root's; NoRootSquash lets a pod running as root chown it once for the
+            # stager's and the trainers' non-root users (docs/azure.md).
+            "rootSquash": "NoRootSquash",
+            "shareQuota": spec.size_gib,
+        }
+    }
+
+
+def _same_id(a: str, b: str) -> bool:
+    return a.lower().rstrip("/") == b.lower().rstrip("/")
+
+
+def account_patch(
+    current: Mapping[str, Any], spec: FileServerSpec
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The PATCH that brings an existing account in line with spec, and what it changes; (None, []) when
+    it already matches. Refuses an account that could never serve NFS (another kind or SKU)."""
+    kind, sku = current.get("kind"), (current.get("sku") or {}).get("name")
+    if kind != KIND or sku != SKU:
+        raise FileServerError(
+            f"--account: storage account {spec.account} exists as {kind} {sku}; NFS shares need {KIND} "
+            f"{SKU}: choose another --account"
+        )
+    props = current.get("properties") or {}
+    patch_props: dict[str, Any] = {}
+    changes = []
+    if props.get("supportsHttpsTrafficOnly", True):
+        patch_props["supportsHttpsTrafficOnly"] = False
+        changes.append("secure transfer required -> off (NFS needs it off)")
+    acls = props.get("networkAcls") or {}
+    rules = list(acls.get("virtualNetworkRules") or [])
+    missing = [s for s in spec.subnet_ids if not any(_same_id(str(r.get("id")), s) for r in rules)]
+    if missing or acls.get("defaultAction") != "Deny":
+        kept = [{"id": r["id"], "action": r.get("action", "Allow")} for r in rules]
+        patch_props["networkAcls"] = {
+            "defaultAction": "Deny",
+            "bypass": acls.get("bypass") or "AzureServices",
+            "virtualNetworkRules": kept + [{"id": s, "action": "Allow"} for s in missing],
+            "ipRules": [
+                {"value": r["value"], "action": r.get("action", "Allow")} for r in acls.get("ipRules") or []
+            ],
+        }
+        if acls.get("defaultAction") != "Deny":
+            changes.append("network default action -> Deny")
+        changes += [f"network rule for subnet {s.rsplit('/', 1)[-1]} added" for s in missing]
+    tags = dict(current.get("tags") or {})
+    patch: dict[str, Any] = {}
+    if any(tags.get(k) != v for k, v in TAGS.items()):
+        patch["tags"] = {**tags, **TAGS}
+        changes.append(f"tag {TAG_KEY}={TAG_VALUE} added")
+    if patch_props:
+        patch["properties"] = patch_props
+    return (patch or None), changes
+
+
+def share_patch(current: Mapping[str, Any], spec: FileServerSpec) -> tuple[dict[str, Any] | None, list[str]]:
+    """The PATCH that brings an existing share in line with spec (quota, root squash), and what it
+    changes; refuses an SMB share (the protocol is fixed at creation)."""
+    props = current.get("properties") or {}
+    if props.get("enabledProtocols", "SMB") != "NFS":
+        raise FileServerError(
+            f"--share: share {spec.share} of {spec.account} exists as an "
+            f"{props.get('enabledProtocols', 'SMB')} share; the protocol cannot change: choose another "
+            f"--share"
+        )
+    patch_props: dict[str, Any] = {}
+    changes = []
+    if props.get("shareQuota") != spec.size_gib:
+        patch_props["shareQuota"] = spec.size_gib
+        changes.append(f"size {props.get('shareQuota')} GiB -> {spec.size_gib} GiB")
+    if props.get("rootSquash") != "NoRootSquash":
+        patch_props["rootSquash"] = "NoRootSquash"
+        changes.append(f"root squash {props.get('rootSquash')} -> NoRootSquash")
+    return ({"properties": patch_props} if patch_props else None), changes
+
+
+def subnet_with_storage_endpoint(subnet: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The subnet (as read) with the Microsoft.Storage service endpoint added, for a PUT; None when it has
+    one already. Everything else is carried over, so the PUT changes nothing but the endpoint."""
+    props = dict(subnet.get("properties") or {})
+    endpoints = list(props.get("serviceEndpoints") or [])
+    if any(str(e.get("service")).lower() == STORAGE_SERVICE.lower() for e in endpoints):
+        return None
+    props["serviceEndpoints"] = [*endpoints, {"service": STORAGE_SERVICE}]
+    return {**subnet, "properties": props}
+
+
+def file_host(account: Mapping[str, Any] | None, name: str) -> str:
+    """The NFS server name of an account: its file endpoint's host (other clouds have other suffixes)."""
+    endpoint = str(
+        (((account or {}).get("properties") or {}).get("primaryEndpoints") or {}).get("file") or ""
+    )
+    match = re.match(r"^https?://([^/:]+)", endpoint)
+    return match.group(1) if match else f"{name}.{FILE_SUFFIX}"
+
+
+def is_fileserver(account: Mapping[str, Any]) -> bool:
+    return account.get("kind") == KIND and (account.get("tags") or {}).get(TAG_KEY) == TAG_VALUE
+
+
+def resource_group_of(resource_id: str) -> str:
+    match = re.search(r"/resourceGroups/([^/]+)/", resource_id, re.IGNORECASE)
+    return match.group(1) if match else ""
+
+
+def explain_arm_error(err: Exception, action: str) -> FileServerError:
+    """One line from an ARM failure, naming the operation, with a next step for the usual ones."""
+    from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
+
+    if isinstance(err, FileServerError):
+        return err
+    if isinstance(err, ClientAuthenticationError) and err.status_code is None:
+        return FileServerError(
+            f"{action}: no Azure credentials ({err.message.splitlines()[0]}); run `az login`"
+        )
+    if not isinstance(err, HttpResponseError):
+        return FileServerError(f"{action}: {type(err).__name__}: {err}")
+    code = err.error.code if err.error is not None and err.error.code else None
+    message = err.error.message if err.error is not None and err.error.message else (err.message or "")
+    message = " ".join(message.split())
+    status = f"{err.status_code} {code}" if err.status_code else (code or "failed")
+    if err.status_code in (200, 201, 202):  # the operation's status was read fine: the operation failed
+        status = f"the operation failed: {code or 'no error code'}"
+    hint = ""
+    if code in ("StorageAccountAlreadyTaken", "StorageAccountAlreadyExists"):
+        hint = " Account names are global across Azure: choose another --account."
+    elif err.status_code == 404:
+        hint = " Check --subscription, --resource-group and --cluster."
+    elif err.status_code == 403:
+        hint = (
+            " Your identity needs Storage Account Contributor on the resource group and Network Contributor "
+            "on the cluster's subnet."
+        )
+    return FileServerError(f"{action}: {status}: {message}{hint}")
+
+
+ProgressFn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ShareInfo:
+    account: str
+    resource_group: str
+    location: str
+    share: str
+    size_gib: int | None
+    protocol: str
+    server: str
+
+    @property
+    def path(self) -> str:
+        return f"/{self.account}/{self.share}"
+
+
+@dataclass
+class FileServers:
+    """File server operations in one resource group. `transport`, `polling_interval` and `busy_wait_s`
+    exist for tests; by default the SDK's own transport and ARM's Retry-After pacing are used."""
+
+    subscription_id: str
+    resource_group: str
+    credential: TokenCredential
+    transport: HttpTransport[Any, Any] | None = None
+    polling_interval: float | None = None
+    progress: ProgressFn = lambda _line: None
+    busy_retries: int = 6
+    busy_wait_s: float = 10.0
+    _clients: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+
+    def _options(self) -> dict[str, Any]:
+        from dtjob.azure.clients import Deadlines, client_options
+
+        # Each ARM request: 10 s to connect, 60 s for an answer, four more tries on 408/429/5xx (honouring
+        # Retry-After); long-running operations pace their polls by ARM's Retry-After.
+        kwargs: dict[str, Any] = client_options(Deadlines(connect_s=10, read_s=60, retries=4, backoff_s=2))
+        if self.transport is not None:
+            kwargs["transport"] = self.transport
+        if self.polling_interval is not None:
+            kwargs["polling_interval"] = self.polling_interval
+        return kwargs
+
+    def _client(self, kind: str, subscription_id: str | None = None) -> Any:
+        subscription = subscription_id or self.subscription_id
+        key = (kind, subscription)
+        if key not in self._clients:
+            if kind == "storage":
+                from azure.mgmt.storage import StorageManagementClient as Client
+            elif kind == "network":
+                from azure.mgmt.network import NetworkManagementClient as Client  # type: ignore[assignment]
+            else:
+                from azure.mgmt.containerservice import (  # type: ignore[assignment]
+                    ContainerServiceClient as Client,
+                )
+            self._clients[key] = Client(self.credential, subscription, **self._options())
+        return self._clients[key]
+
+    # --- the cluster's network -------------------------------------------------------------------------
+
+    def cluster_network(self, cluster: str, resource_group: str = "") -> tuple[str, tuple[str, ...]]:
+        """The cluster's location and its node pools' subnets. A cluster on an AKS-managed VNet names no
+        subnet in its pools: then the single subnet of the VNet in its node resource group."""
+        clusters, group = self._client("aks").managed_clusters, resource_group or self.resource_group
+        found = self._call(f"read cluster {group}/{cluster}", lambda: clusters.get(group, cluster).as_dict())
+        props = found.get("properties") or {}
+        subnets: list[str] = []
+        for pool in props.get("agentPoolProfiles") or []:
+            subnet = pool.get("vnetSubnetID")
+            if subnet and not any(_same_id(subnet, s) for s in subnets):
+                subnets.append(subnet)
+        if not subnets:
+            subnets = self._managed_vnet_subnets(str(props.get("nodeResourceGroup") or ""), cluster)
+        return str(found.get("location") or ""), tuple(subnets)
+
+    def _managed_vnet_subnets(self, node_group: str, cluster: str) -> list[str]:
+        networks = self._client("network").virtual_networks
+        vnets = self._call(
+            f"list the virtual networks of {node_group}",
+            lambda: [v.as_dict() for v in networks.list(node_group)],
+        )
+        subnets = [str(s["id"]) for v in vnets for s in (v.get("properties") or {}).get("subnets") or []]
+        if len(subnets) != 1:
+            raise FileServerError(
+                f"cluster {cluster} names no subnet in its node pools and its node resource group "
+                f"{node_group} holds {len(subnets)} subnets: pass --subnet-id"
+            )
+        return subnets
+
+    def ensure_service_endpoint(self, subnet_id: str) -> bool:
+        """Add the Microsoft.Storage service endpoint to the subnet if it lacks one; True when added."""
+        match = SUBNET_RE.match(subnet_id)
+        if match is None:
+            raise FileServerError(f"--subnet-id: not a subnet resource ID: {subnet_id!r}")
+        subnets = self._client("network", match["sub"]).subnets
+        where = (match["rg"], match["vnet"], match["subnet"])
+        name = f"{match['vnet']}/{match['subnet']}"
+        current = self._call(f"read subnet {name}", lambda: subnets.get(*where).as_dict())
+        body = subnet_with_storage_endpoint(current)
+        if body is None:
+            return False
+        from azure.mgmt.network.models import Subnet
+
+        # As a model, not a dict: the SDK then leaves out the read-only fields (provisioningState, the IP
+        # configurations) as ARM expects of a PUT.
+        action = f"add the {STORAGE_SERVICE} service endpoint to subnet {name}"
+        self._call(action, lambda: self._wait(subnets.begin_create_or_update(*where, Subnet(body)), action))
+        return True
+
+    # --- the account and the share -----------------------------------------------------------------------
+
+    def get_account(self, account: str) -> dict[str, Any] | None:
+        accounts = self._client("storage").storage_accounts
+        found = self._call(
+            f"read storage account {account}",
+            lambda: accounts.get_properties(self.resource_group, account).as_dict(),
+            missing_ok=True,
+        )
+        return dict(found) if found is not None else None
+
+    def ensure_account(self, spec: FileServerSpec) -> list[str]:
+        """Create the account, or bring an existing one in line; what changed ([] for nothing)."""
+        accounts = self._client("storage").storage_accounts
+        current = self.get_account(spec.account)
+        if current is None:
+            action = f"create storage account {spec.account} in {self.resource_group}"
+            body = account_body(spec)
+            self._call(
+                action,
+                lambda: self._wait(accounts.begin_create(self.resource_group, spec.account, body), action),
+            )
+            return [f"storage account {spec.account} created ({KIND} {SKU}, {spec.location})"]
+        patch, changes = account_patch(current, spec)
+        if patch is None:
+            return []
+        self._call(
+            f"update storage account {spec.account}",
+            lambda: accounts.update(self.resource_group, spec.account, patch),
+        )
+        return [f"storage account {spec.account}: {c}" for c in changes]
+
+    def get_share(self, account: str, share: str) -> dict[str, Any] | None:
+        shares = self._client("storage").file_shares
+        found = self._call(
+            f"read share {account}/{share}",
+            lambda: shares.get(self.resource_group, account, share).as_dict(),
+            missing_ok=True,
+        )
+        return dict(found) if found is not None else None
+
+    def ensure_share(self, spec: FileServerSpec) -> list[str]:
+        shares = self._client("storage").file_shares
+        current = self.get_share(spec.account, spec.share)
+        if current is None:
+            body = share_body(spec)
+            self._call(
+                f"create share {spec.account}/{spec.share}",
+                lambda: shares.create(self.resource_group, spec.account, spec.share, body),
+            )
+            return [f"NFS share {spec.share} created ({spec.size_gib} GiB)"]
+        patch, changes = share_patch(current, spec)
+        if patch is None:
+            return []
+        self._call(
+            f"update share {spec.account}/{spec.share}",
+            lambda: shares.update(self.resource_group, spec.account, spec.share, patch),
+        )
+        return [f"share {spec.share}: {c}" for c in changes]
+
+    def create(self, spec: FileServerSpec) -> tuple[dict[str, Any], list[str]]:
+        """Everything create does, in order: the subnets' service endpoint (the account's network rules
+        reference it), the account, the share. Returns the account as it stands and the changes."""
+        validate(spec)
+        changes = [
+            f"subnet {s.rsplit('/', 1)[-1]}: service endpoint {STORAGE_SERVICE} added"
+            for s in spec.subnet_ids
+            if self.ensure_service_endpoint(s)
+        ]
+        changes += self.ensure_account(spec)
+        changes += self.ensure_share(spec)
+        return self.get_account(spec.account) or {}, changes
+
+    # --- listing and deleting ----------------------------------------------------------------------------
+
+    def list_shares(self, all_groups: bool = False) -> list[ShareInfo]:
+        """Every share of every file server (FileStorage accounts carrying the dtjob tag) in the resource
+        group, or in the subscription."""
+        storage = self._client("storage")
+        pager: Callable[[], Any] = (
+            storage.storage_accounts.list
+            if all_groups
+            else lambda: storage.storage_accounts.list_by_resource_group(self.resource_group)
+        )
+        accounts = self._call("list storage accounts", lambda: [a.as_dict() for a in pager()])
+        found = []
+        for account in sorted((a for a in accounts if is_fileserver(a)), key=lambda a: str(a.get("name"))):
+            name, group = str(account.get("name")), resource_group_of(str(account.get("id")))
+            shares = self._call(f"list shares of {name}", _listing(storage.file_shares.list, group, name))
+            for share in sorted(shares, key=lambda s: str(s.get("name"))):
+                props = share.get("properties") or {}
+                quota = props.get("shareQuota")
+                found.append(
+                    ShareInfo(
+                        account=name,
+                        resource_group=group,
+                        location=str(account.get("location") or ""),
+                        share=str(share.get("name")),
+                        size_gib=int(quota) if quota is not None else None,
+                        protocol=str(props.get("enabledProtocols") or "SMB"),
+                        server=file_host(account, name),
+                    )
+                )
+        return found
+
+    def share_names(self, account: str) -> list[str]:
+        shares = self._client("storage").file_shares
+        names: list[str] = self._call(
+            f"list shares of {account}",
+            lambda: [str(s.as_dict().get("name")) for s in shares.list(self.resource_group, account)],
+        )
+        return names
+
+    def delete_share(self, account: str, share: str) -> None:
+        shares = self._client("storage").file_shares
+        self._call(
+            f"delete share {account}/{share}", lambda: shares.delete(self.resource_group, account, share)
+        )
+
+    def delete_account(self, account: str) -> None:
+        accounts = self._client("storage").storage_accounts
+        self._call(f"delete storage account {account}", lambda: accounts.delete(self.resource_group, account))
+
+    # --- pacing ------------------------------------------------------------------------------------------
+
+    def _call(self, action: str, call: Callable[[], Any], missing_ok: bool = False) -> Any:
+        """Run call; a 409 that means "busy" (BUSY_CODES) is tried again after the answer's Retry-After (or
+        busy_wait_s), 408/429/5xx are the SDK retry policy's. Any other failure becomes one line naming the
+        action; a 404 returns None when missing_ok."""
+        from azure.core.exceptions import HttpResponseError
+
+        for attempt in range(self.busy_retries + 1):
+            try:
+                return call()
+            except HttpResponseError as err:
+                code = err.error.code if err.error is not None else None
+                if err.status_code == 404 and missing_ok:
+                    return None
+                if err.status_code != 409 or code not in BUSY_CODES or attempt == self.busy_retries:
+                    raise explain_arm_error(err, action) from err
+                wait = _retry_after(err)
+                wait = self.busy_wait_s if wait is None else wait
+                self.progress(f"{action}: 409 {code}, trying again in {wait:.0f}s")
+                time.sleep(wait)
+            except Exception as err:
+                raise explain_arm_error(err, action) from err
+        raise AssertionError("unreachable")
+
+    def _wait(self, poller: Any, action: str) -> Any:
+        """Wait for a long-running operation, reporting its state every 10 s."""
+        started = time.monotonic()
+        self.progress(f"{action}: started")
+        while not poller.done():
+            poller.wait(timeout=10)
+            if not poller.done():
+                self.progress(f"{action}: {poller.status()} ({time.monotonic() - started:.0f}s)")
+        result = poller.result()
+        self.progress(f"{action}: {poller.status()} after {time.monotonic() - started:.0f}s")
+        return result
+
+
+def _listing(pager: Callable[..., Iterable[Any]], *args: str) -> Callable[[], list[dict[str, Any]]]:
+    """A call that reads every page of pager(*args) as wire-format dicts."""
+    return lambda: [item.as_dict() for item in pager(*args)]
+
+
+def _retry_after(err: Any) -> float | None:
+    response = getattr(err, "response", None)
+    value = response.headers.get("Retry-After") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
