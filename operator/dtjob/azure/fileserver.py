@@ -508,7 +508,7 @@ class FileServers:
                     raise explain_arm_error(err, action) from err
                 wait = _retry_after(err)
                 wait = self.busy_wait_s if wait is None else wait
-                self.progress(f"{action}: 409 {code}, trying again in {wait:.0f}s")
+                self.progress(f"{action}: 409 {code}, trying again in {wait:g}s")
                 time.sleep(wait)
             except Exception as err:
                 raise explain_arm_error(err, action) from err

@@ -1,0 +1,388 @@
+"""`dtjob fileserver` and dtjob.azure.fileserver: the real azure-mgmt-storage, -network and -containerservice
+clients, played by the ARM stand-in. The captured request bodies are what Azure would receive."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dtjob.azure.fileserver import FileServers, FileServerSpec, account_patch, subnet_with_storage_endpoint
+from dtjob.cli import build_parser
+
+from tests.azure.arm_player import ArmPlayer, Fault, StaticToken
+
+SUB = "sub-1"
+NETWORK = f"/subscriptions/{SUB}/resourceGroups/net-rg/providers/Microsoft.Network"
+SUBNET = f"{NETWORK}/virtualNetworks/vnet1/subnets/nodes"
+GPU_SUBNET = SUBNET.replace("/nodes", "/gpu")
+CREATE = [
+    "fileserver",
+    "create",
+    "--subscription",
+    SUB,
+    "-g",
+    "ml-rg",
+    "-c",
+    "aks-train",
+    "--account",
+    "mlfiles",
+]
+STORAGE = f"/subscriptions/{SUB}/resourceGroups/ml-rg/providers/Microsoft.Storage/storageAccounts/mlfiles"
+
+
+def subnet(name: str, endpoints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "addressPrefix": "10.224.0.0/16" if name == "nodes" else "10.225.0.0/16",
+        "networkSecurityGroup": {"id": "/subscriptions/sub-1/.../networkSecurityGroups/aks-nsg"},
+        "provisioningState": "Succeeded",
+        "ipConfigurations": [{"id": "/subscriptions/sub-1/.../ipConfigurations/ipconfig1"}],
+    }
+    if endpoints is not None:
+        props["serviceEndpoints"] = endpoints
+    return {"id": SUBNET.replace("/nodes", f"/{name}"), "name": name, "etag": 'W/"1"', "properties": props}
+
+
+def aks_player(**kwargs: Any) -> ArmPlayer:
+    """A cluster in westeurope whose system pool is on subnet nodes and GPU pool on subnet gpu; nodes
+    lacks the Microsoft.Storage endpoint, gpu has it."""
+    player = ArmPlayer(**kwargs)
+    player.clusters["aks-train"] = {
+        "id": f"/subscriptions/{SUB}/resourceGroups/ml-rg/providers/Microsoft.ContainerService/"
+        "managedClusters/aks-train",
+        "name": "aks-train",
+        "location": "westeurope",
+        "properties": {
+            "nodeResourceGroup": "MC_ml-rg_aks-train_westeurope",
+            "agentPoolProfiles": [
+                {"name": "system", "vnetSubnetID": SUBNET},
+                {"name": "gpu", "vnetSubnetID": GPU_SUBNET},
+                {"name": "gpu2", "vnetSubnetID": GPU_SUBNET.upper()},  # the same subnet, other spelling
+            ],
+        },
+    }
+    player.vnets["net-rg/vnet1"] = {
+        "id": "vnet1",
+        "name": "vnet1",
+        "properties": {"subnets": [subnet("nodes"), subnet("gpu", [{"service": "Microsoft.Storage"}])]},
+    }
+    return player
+
+
+def run(argv: list[str], player: ArmPlayer, lines: list[str] | None = None, **extra: Any) -> int:
+    args = build_parser().parse_args(argv)
+
+    def connect(a: argparse.Namespace) -> FileServers:
+        sink = lines.append if lines is not None else (lambda _line: None)
+        return FileServers(
+            a.subscription,
+            a.resource_group or "",
+            StaticToken(),
+            player,
+            polling_interval=0,
+            progress=sink,
+            busy_wait_s=0.2,
+        )
+
+    code: int = args.func(args, connect=connect, **extra)
+    return code
+
+
+def test_create_sends_the_account_share_and_endpoint_bodies(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player(polls_before_done=3)
+    lines: list[str] = []
+    assert run([*CREATE, "--size-gib", "2048"], player, lines) == 0
+    puts = {r.path: r.body for r in player.puts()}
+    assert set(puts) == {SUBNET, STORAGE, f"{STORAGE}/fileServices/default/shares/datasets"}
+    # Only the subnet without the endpoint is written, with everything else it had and nothing read-only.
+    endpoint_put = puts[SUBNET]["properties"]
+    assert endpoint_put["serviceEndpoints"] == [{"service": "Microsoft.Storage"}]
+    assert endpoint_put["addressPrefix"] == "10.224.0.0/16"
+    assert endpoint_put["networkSecurityGroup"]["id"].endswith("aks-nsg")
+    assert "provisioningState" not in endpoint_put and "ipConfigurations" not in endpoint_put
+    account = puts[STORAGE]
+    assert (account["kind"], account["sku"], account["location"]) == (
+        "FileStorage",
+        {"name": "Premium_LRS"},
+        "westeurope",
+    )
+    assert account["tags"]["dtjob-fileserver"] == "true"
+    props = account["properties"]
+    assert props["supportsHttpsTrafficOnly"] is False
+    assert props["networkAcls"]["defaultAction"] == "Deny"
+    assert props["networkAcls"]["virtualNetworkRules"] == [
+        {"id": SUBNET, "action": "Allow"},
+        {"id": GPU_SUBNET, "action": "Allow"},
+    ]
+    share = puts[f"{STORAGE}/fileServices/default/shares/datasets"]["properties"]
+    assert share == {"enabledProtocols": "NFS", "rootSquash": "NoRootSquash", "shareQuota": 2048}
+    # Every request named its api-version (the player refuses others); the endpoint precedes the account,
+    # whose network rule needs it.
+    order = [r.path for r in player.puts()]
+    assert order.index(SUBNET) < order.index(STORAGE)
+    # Both long-running operations were polled to their end, and said so.
+    assert len([r for r in player.requests if "/operations/" in r.url]) == 6
+    assert "create storage account mlfiles in ml-rg: started" in lines
+    assert any(line.startswith("create storage account mlfiles in ml-rg: Succeeded after") for line in lines)
+    out, err = capsys.readouterr()
+    volume = yaml.safe_load(out)["volume"]
+    assert volume == {
+        "mountPath": "/data",
+        "nfs": {"server": "mlfiles.file.core.windows.net", "path": "/mlfiles/datasets"},
+    }
+    assert "storage account mlfiles created" in err
+
+
+def test_a_second_create_writes_nothing_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player()
+    assert run(CREATE, player) == 0
+    first_out = capsys.readouterr().out
+    before = len(player.requests)
+    assert run(CREATE, player) == 0
+    again = player.requests[before:]
+    assert [r.method for r in again] == ["GET"] * len(again)
+    out, err = capsys.readouterr()
+    assert "nothing changed" in err
+    assert out == first_out
+
+
+def test_create_brings_an_existing_account_and_share_in_line(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player()
+    assert run(CREATE, player) == 0
+    account = player.accounts["mlfiles"]
+    account["properties"]["supportsHttpsTrafficOnly"] = True
+    own_rule = {"id": "/subscriptions/sub-1/.../subnets/laptops", "action": "Allow"}
+    account["properties"]["networkAcls"]["virtualNetworkRules"] = [own_rule]
+    before = len(player.requests)
+    capsys.readouterr()
+    assert run([*CREATE, "--size-gib", "4096"], player) == 0
+    writes = [r for r in player.requests[before:] if r.method != "GET"]
+    assert [(r.method, r.path) for r in writes] == [
+        ("PATCH", STORAGE),
+        ("PATCH", f"{STORAGE}/fileServices/default/shares/datasets"),
+    ]
+    patch = writes[0].body["properties"]
+    assert patch["supportsHttpsTrafficOnly"] is False
+    # The rule someone added by hand stays.
+    assert [r["id"] for r in patch["networkAcls"]["virtualNetworkRules"]] == [
+        own_rule["id"],
+        SUBNET,
+        GPU_SUBNET,
+    ]
+    assert writes[1].body == {"properties": {"shareQuota": 4096}}
+    err = capsys.readouterr().err
+    assert "size 1024 GiB -> 4096 GiB" in err
+    assert "secure transfer required -> off" in err
+
+
+def test_an_account_of_another_kind_is_refused_by_name() -> None:
+    with pytest.raises(Exception, match="exists as StorageV2 Standard_LRS; NFS shares need FileStorage"):
+        account_patch({"kind": "StorageV2", "sku": {"name": "Standard_LRS"}}, FileServerSpec("mlfiles"))
+
+
+def test_a_subnet_with_the_endpoint_is_left_alone() -> None:
+    assert subnet_with_storage_endpoint(subnet("x", [{"service": "microsoft.storage"}])) is None
+    added = subnet_with_storage_endpoint(subnet("x", [{"service": "Microsoft.Sql"}]))
+    assert added is not None
+    assert added["properties"]["serviceEndpoints"] == [
+        {"service": "Microsoft.Sql"},
+        {"service": "Microsoft.Storage"},
+    ]
+
+
+def test_busy_throttled_and_failing_answers_are_tried_again(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player()
+    player.faults = [
+        Fault("PUT", "/subnets/nodes", 409, "AnotherOperationInProgress", "Another operation is in progress"),
+        Fault("GET", "/storageAccounts/mlfiles", 429, "TooManyRequests", "throttled", retry_after=1),
+        Fault("PUT", "/storageAccounts/mlfiles", 500, "InternalServerError", "oops"),
+        Fault("PUT", "/shares/datasets", 409, "StorageAccountIsNotProvisioned", "not yet", retry_after=1),
+    ]
+    lines: list[str] = []
+    assert run(CREATE, player, lines) == 0
+    assert all(f.times == 0 for f in player.faults)
+    assert set(player.accounts) == {"mlfiles"} and ("mlfiles", "datasets") in player.shares
+    # Retry-After was honoured: the request after each answer that carried one came a second later.
+    for method, fragment in (("GET", "/storageAccounts/mlfiles"), ("PUT", "/shares/datasets")):
+        times = [r.at for r in player.requests if r.method == method and r.path.endswith(fragment)]
+        assert times[1] - times[0] >= 0.95, (method, fragment, times)
+    # A busy answer without Retry-After waits busy_wait_s; with one, the SDK's own retry policy waits it.
+    busy = "add the Microsoft.Storage service endpoint to subnet vnet1/nodes: 409 AnotherOperationInProgress"
+    assert f"{busy}, trying again in 0.2s" in lines
+    endpoint_puts = [r.at for r in player.requests if r.method == "PUT" and r.path == SUBNET]
+    assert endpoint_puts[1] - endpoint_puts[0] >= 0.19
+
+
+def test_a_conflict_that_is_not_busy_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player(
+        fail_put=(409, "StorageAccountAlreadyTaken", "The storage account named mlfiles is taken.")
+    )
+    assert run(CREATE, player) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "dtjob fileserver: create storage account mlfiles in ml-rg: 409 StorageAccountAlreadyTaken: "
+        "The storage account named mlfiles is taken. Account names are global across Azure: choose another --account."
+    )
+    assert [r.method for r in player.requests].count("PUT") == 2  # the subnet's, and this one, once
+
+
+def test_a_failed_operation_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player(fail_operation=("InternalError", "The account could not be provisioned."))
+    player.vnets["net-rg/vnet1"]["properties"]["subnets"][0] = subnet(
+        "nodes", [{"service": "Microsoft.Storage"}]
+    )
+    assert run(CREATE, player) == 1
+    err = capsys.readouterr().err
+    assert (
+        "dtjob fileserver: create storage account mlfiles in ml-rg: 400 InternalError: The account could not"
+        in err
+    )
+    assert "Traceback" not in err
+    assert player.accounts == {}
+    assert not any("/shares/" in r.path for r in player.requests)  # nothing after the failed step
+
+
+def test_dry_run_sends_nothing_and_prints_the_bodies(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player()
+    argv = [*CREATE, "--dry-run", "--apply", "-n", "ml", "--size-gib", "100"]
+    assert run(argv, player) == 0
+    assert player.requests == []
+    plan = json.loads(capsys.readouterr().out)
+    account = next(r for r in plan["azure"] if r["url"].endswith("/storageAccounts/mlfiles"))["body"]
+    assert account["kind"] == "FileStorage" and account["properties"]["supportsHttpsTrafficOnly"] is False
+    assert account["location"] == "<location of cluster aks-train>"
+    share = next(r for r in plan["azure"] if r["url"].endswith("/shares/datasets"))["body"]
+    assert share["properties"]["shareQuota"] == 100
+    kinds = [o["kind"] for o in plan["kubernetes"]]
+    assert kinds == ["PersistentVolume", "PersistentVolumeClaim"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        (["--size-gib", "99"], "--size-gib"),
+        (["--share", "Data_Sets"], "--share"),
+        (["--subnet-id", "nodes"], "--subnet-id"),
+    ],
+)
+def test_bad_values_reach_no_azure(extra: list[str], flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player()
+    assert run([*CREATE, *extra], player) == 1
+    assert capsys.readouterr().err.startswith(f"dtjob fileserver: {flag}:")
+    assert player.requests == []
+
+
+def test_bad_account_name(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player()
+    argv = [*CREATE[:-1], "ML-Files", "--dry-run"]
+    assert run(argv, player) == 1
+    assert "--account: 3-24 lowercase letters and digits" in capsys.readouterr().err
+
+
+def test_a_cluster_on_a_managed_vnet_uses_its_one_subnet(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player()
+    cluster = player.clusters["aks-train"]["properties"]
+    cluster["agentPoolProfiles"] = [{"name": "system"}, {"name": "gpu"}]
+    managed = (
+        f"/subscriptions/{SUB}/resourceGroups/MC_ml-rg_aks-train_westeurope/providers/Microsoft.Network/"
+        "virtualNetworks/aks-vnet-1/subnets/aks-subnet"
+    )
+    player.vnets["MC_ml-rg_aks-train_westeurope/aks-vnet-1"] = {
+        "id": "aks-vnet-1",
+        "name": "aks-vnet-1",
+        "properties": {
+            "subnets": [
+                {"id": managed, "name": "aks-subnet", "properties": {"addressPrefix": "10.224.0.0/16"}}
+            ]
+        },
+    }
+    assert run(CREATE, player) == 0
+    account = next(r.body for r in player.puts() if r.path == STORAGE)
+    assert account["properties"]["networkAcls"]["virtualNetworkRules"] == [{"id": managed, "action": "Allow"}]
+
+
+def test_ls_lists_the_file_servers_only(capsys: pytest.CaptureFixture[str]) -> None:
+    player = aks_player()
+    assert run(CREATE, player) == 0
+    assert run([*CREATE[:-1], "mlfiles2", "--share", "imagenet", "--size-gib", "512"], player) == 0
+    # An account the tool did not make is not listed.
+    player.accounts["blobs"] = {
+        "id": f"/subscriptions/{SUB}/resourceGroups/ml-rg/providers/Microsoft.Storage/storageAccounts/blobs",
+        "name": "blobs",
+        "kind": "StorageV2",
+        "location": "westeurope",
+        "properties": {},
+    }
+    capsys.readouterr()
+    assert run(["fileserver", "ls", "--subscription", SUB], player) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["ACCOUNT", "SHARE", "SIZE"]
+    assert [line.split() for line in out[1:]] == [
+        [
+            "mlfiles",
+            "datasets",
+            "1024GiB",
+            "NFS",
+            "ml-rg",
+            "westeurope",
+            "mlfiles.file.core.windows.net:/mlfiles/datasets",
+        ],
+        [
+            "mlfiles2",
+            "imagenet",
+            "512GiB",
+            "NFS",
+            "ml-rg",
+            "westeurope",
+            "mlfiles2.file.core.windows.net:/mlfiles2/imagenet",
+        ],
+    ]
+    assert run(["fileserver", "ls", "--subscription", SUB, "-g", "ml-rg", "--json"], player) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed[1]["nfs"] == {"server": "mlfiles2.file.core.windows.net", "path": "/mlfiles2/imagenet"}
+    assert listed[1]["sizeGiB"] == 512
+
+
+def unreachable_kubeconfig(tmp_path: Path) -> str:
+    """A kubeconfig whose API server refuses connections (nothing listens on port 1)."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return str(path)
+
+
+def test_delete_without_a_reachable_cluster_is_refused_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    player = aks_player()
+    assert run(CREATE, player) == 0
+    delete = ["fileserver", "delete", "--subscription", SUB, "-g", "ml-rg", "--account", "mlfiles", "--yes"]
+    kube = ["--kubeconfig", unreachable_kubeconfig(tmp_path)]
+    capsys.readouterr()
+    assert run([*delete, *kube], player) == 1
+    assert (
+        "cannot check which jobs use mlfiles.file.core.windows.net:/mlfiles/datasets"
+        in capsys.readouterr().err
+    )
+    assert "mlfiles" in player.accounts and not any(r.method == "DELETE" for r in player.requests)
+    assert run([*delete, *kube, "--force"], player) == 0
+    assert [(r.method, r.path) for r in player.requests if r.method == "DELETE"] == [
+        ("DELETE", f"{STORAGE}/fileServices/default/shares/datasets"),
+        ("DELETE", STORAGE),  # it held no other share
+    ]
+    assert player.accounts == {}
+    assert run([*delete, *kube], player) == 0  # gone: nothing to do, no check needed
+    assert "nothing to delete" in capsys.readouterr().err
