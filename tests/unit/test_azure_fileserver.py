@@ -224,7 +224,8 @@ def test_a_conflict_that_is_not_busy_is_one_clear_line(capsys: pytest.CaptureFix
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         "dtjob fileserver: create storage account mlfiles in ml-rg: 409 StorageAccountAlreadyTaken: "
-        "The storage account named mlfiles is taken. Account names are global across Azure: choose another --account."
+        "The storage account named mlfiles is taken. Account names are global across Azure: "
+        "choose another --account."
     )
     assert [r.method for r in player.requests].count("PUT") == 2  # the subnet's, and this one, once
 
