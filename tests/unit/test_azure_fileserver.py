@@ -77,8 +77,9 @@ def test_create_brings_an_existing_account_and_share_in_line(capsys: pytest.Capt
     assert run(CREATE, player) == 0
     account = player.accounts["mlfiles"]
     account["properties"]["supportsHttpsTrafficOnly"] = True
-    own_rule = {"id": "/subscriptions/sub-1/.../subnets/laptops", "action": "Allow"}
+    own_rule = {"id": "/subscriptions/sub-1/.../subnets/laptops", "action": "Allow", "state": "Succeeded"}
     account["properties"]["networkAcls"]["virtualNetworkRules"] = [own_rule]
+    account["properties"]["networkAcls"]["ipRules"] = [{"value": "203.0.113.7", "action": "Allow"}]
     before = len(player.requests)
     capsys.readouterr()
     assert run([*CREATE, "--size-gib", "4096"], player) == 0
@@ -148,7 +149,7 @@ def test_a_conflict_that_is_not_busy_is_one_clear_line(capsys: pytest.CaptureFix
     assert err[-1] == (
         "dtjob fileserver: create storage account mlfiles in ml-rg: 409 StorageAccountAlreadyTaken: "
         "The storage account named mlfiles is taken. Account names are global across Azure: "
-        "choose another --account."
+        "choose another --account (or -g, if it is yours)."
     )
     assert [r.method for r in player.requests].count("PUT") == 2  # the subnet's, and this one, once
 

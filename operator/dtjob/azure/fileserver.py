@@ -152,14 +152,13 @@ def account_patch(
     rules = list(acls.get("virtualNetworkRules") or [])
     missing = [s for s in spec.subnet_ids if not any(_same_id(str(r.get("id")), s) for r in rules)]
     if missing or acls.get("defaultAction") != "Deny":
-        kept = [{"id": r["id"], "action": r.get("action", "Allow")} for r in rules]
+        # A PATCH replaces networkAcls whole: everything set by hand (IP rules, resource access rules, other
+        # subnets) is carried over.
         patch_props["networkAcls"] = {
+            **acls,
             "defaultAction": "Deny",
             "bypass": acls.get("bypass") or "AzureServices",
-            "virtualNetworkRules": kept + [{"id": s, "action": "Allow"} for s in missing],
-            "ipRules": [
-                {"value": r["value"], "action": r.get("action", "Allow")} for r in acls.get("ipRules") or []
-            ],
+            "virtualNetworkRules": rules + [{"id": s, "action": "Allow"} for s in missing],
         }
         if acls.get("defaultAction") != "Deny":
             changes.append("network default action -> Deny")
@@ -244,7 +243,7 @@ def explain_arm_error(err: Exception, action: str) -> FileServerError:
         status = f"the operation failed: {code or 'no error code'}"
     hint = ""
     if code in ("StorageAccountAlreadyTaken", "StorageAccountAlreadyExists"):
-        hint = " Account names are global across Azure: choose another --account."
+        hint = " Account names are global across Azure: choose another --account (or -g, if it is yours)."
     elif err.status_code == 404:
         hint = " Check --subscription, --resource-group and --cluster."
     elif err.status_code == 403:

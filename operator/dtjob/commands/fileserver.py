@@ -107,7 +107,11 @@ def register(subparsers: Any) -> None:
     ls = commands.add_parser(
         "ls", help="list the file servers (dtjob-tagged FileStorage accounts) and shares"
     )
-    ls.add_argument("--subscription", default=os.environ.get("AZURE_SUBSCRIPTION_ID"))
+    ls.add_argument(
+        "--subscription",
+        default=os.environ.get("AZURE_SUBSCRIPTION_ID"),
+        help="default $AZURE_SUBSCRIPTION_ID",
+    )
     ls.add_argument("--resource-group", "-g", help="only this resource group (default: the subscription)")
     ls.add_argument("--json", action="store_true", help="as JSON")
     ls.set_defaults(func=run_ls)
@@ -133,7 +137,11 @@ def register(subparsers: Any) -> None:
 
 
 def _azure_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--subscription", default=os.environ.get("AZURE_SUBSCRIPTION_ID"))
+    parser.add_argument(
+        "--subscription",
+        default=os.environ.get("AZURE_SUBSCRIPTION_ID"),
+        help="default $AZURE_SUBSCRIPTION_ID",
+    )
     parser.add_argument("--resource-group", "-g", required=True, help="the storage account's resource group")
 
 
