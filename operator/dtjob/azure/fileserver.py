@@ -303,14 +303,17 @@ class FileServers:
         subscription = subscription_id or self.subscription_id
         key = (kind, subscription)
         if key not in self._clients:
-            if kind == "storage":
-                from azure.mgmt.storage import StorageManagementClient as Client
-            elif kind == "network":
-                from azure.mgmt.network import NetworkManagementClient as Client  # type: ignore[assignment]
-            else:
-                from azure.mgmt.containerservice import (  # type: ignore[assignment]
-                    ContainerServiceClient as Client,
-                )
+            try:
+                if kind == "storage":
+                    from azure.mgmt.storage import StorageManagementClient as Client
+                elif kind == "network":
+                    from azure.mgmt.network import NetworkManagementClient as Client  # type: ignore[assignment]
+                else:
+                    from azure.mgmt.containerservice import (  # type: ignore[assignment]
+                        ContainerServiceClient as Client,
+                    )
+            except ImportError as err:  # the operator and stager images leave the management SDKs out
+                raise FileServerError(f"{err.name} is not installed: pip install 'dtjob[azure]'") from err
             self._clients[key] = Client(self.credential, subscription, **self._options())
         return self._clients[key]
 
