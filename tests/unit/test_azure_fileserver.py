@@ -311,3 +311,15 @@ def test_delete_without_a_reachable_cluster_is_refused_unless_forced(
     assert player.accounts == {}
     assert run([*delete, *kube], player) == 0  # gone: nothing to do, no check needed
     assert "nothing to delete" in capsys.readouterr().err
+
+
+def test_apply_to_an_unreachable_cluster_says_the_share_is_ready(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    player = aks_player()
+    argv = [*CREATE, "--apply", "--kubeconfig", unreachable_kubeconfig(tmp_path)]
+    assert run(argv, player) == 1
+    err = capsys.readouterr().err
+    assert "dtjob fileserver: the share is ready, but the PV and claim were not written" in err
+    assert "Traceback" not in err
+    assert ("mlfiles", "datasets") in player.shares

@@ -266,7 +266,17 @@ def run_create(
             _print_stanza(nfs_stanza(share, args.mount_path), "an inline NFS volume")
             return 0
         claim = args.claim_name or args.share
-        for line in apply_volume(connect_kube(args), share, args.namespace, claim):
+        try:
+            lines = apply_volume(connect_kube(args), share, args.namespace, claim)
+        except FileServerError:
+            raise
+        except Exception as err:  # no kubeconfig, no such context, an API server that does not answer
+            summary = " ".join(str(err).split())[:300]
+            raise FileServerError(
+                f"the share is ready, but the PV and claim were not written: {type(err).__name__}: "
+                f"{summary}; check --kubeconfig/--context and run create --apply again"
+            ) from err
+        for line in lines:
             _say(line)
         _print_stanza(pvc_stanza(claim, args.mount_path), f"the claim {args.namespace}/{claim}")
         return 0
