@@ -31,6 +31,7 @@ from dtjob.azure.manifest import (
 )
 from dtjob.azure.parallel import retry_once_on_denial, run_bounded
 from dtjob.azure.progress import Progress
+from dtjob.imagenet_layout import is_marker
 from dtjob.names import directory_prefix
 from dtjob.transfer_report import ExitCode, ProgressSnapshot
 
@@ -140,11 +141,9 @@ class Stager:
             # Only a run that did not finish can have left temp files; a finished tree is not walked again.
             finished_before = marker.exists()
             marker.unlink(missing_ok=True)
-            remotes = [
-                r
-                for r in retry_once_on_denial(lambda: list_remote(self.client(), prefix), self.refresh)
-                if not r.rel.startswith(self.skip_prefixes)
-            ]
+            listed = retry_once_on_denial(lambda: list_remote(self.client(), prefix), self.refresh)
+            # `dtjob data prepare-imagenet`'s completion markers are bookkeeping, not data.
+            remotes = [r for r in listed if not r.rel.startswith(self.skip_prefixes) and not is_marker(r.rel)]
             if not remotes:
                 raise StorageFailure(ExitCode.NOT_FOUND, f"{self.subject}: no blobs under prefix {prefix!r}")
             entries = load_manifest(self.dest / MANIFEST_NAME)

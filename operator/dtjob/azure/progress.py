@@ -36,6 +36,12 @@ class Progress:
             self.files_skipped += 1
             self.bytes_skipped += size
 
+    def skipped_files(self, files: int, size: int) -> None:
+        """A batch already done before this run (a prepared class counted by its marker)."""
+        with self._lock:
+            self.files_skipped += files
+            self.bytes_skipped += size
+
     def add_bytes(self, size: int) -> None:
         with self._lock:
             self.bytes_done += size

@@ -1,4 +1,5 @@
-"""`dtjob data upload` and `dtjob data ls`: put a dataset into Blob Storage and look at what is there.
+"""`dtjob data upload`, `dtjob data ls` and `dtjob data prepare-imagenet`: put a dataset into Blob Storage,
+look at what is there, and turn ILSVRC2012's tarballs into the tree the trainers read.
 
 Credentials, first match wins: --sas / $AZURE_STORAGE_SAS_TOKEN, --account-key / $AZURE_STORAGE_KEY, else
 DefaultAzureCredential (az login, workload or managed identity; needs a Storage Blob Data role).
@@ -25,9 +26,13 @@ from dtjob.transfer_report import ExitCode
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
+    from dtjob.imagenet_prep import Sink
+
 
 def register(subparsers: Any) -> None:
-    data = subparsers.add_parser("data", help="upload a dataset to Blob Storage, list what is there")
+    data = subparsers.add_parser(
+        "data", help="upload a dataset to Blob Storage, list what is there, prepare ImageNet"
+    )
     commands = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
 
     upload = commands.add_parser("upload", help="upload a local directory tree (parallel, resumable)")
@@ -43,12 +48,17 @@ def register(subparsers: Any) -> None:
     ls.add_argument("--long", "-l", action="store_true", help="show size and MD5 too")
     ls.set_defaults(func=run_ls)
 
+    _register_prepare(commands)
 
-def _location_args(parser: argparse.ArgumentParser) -> None:
+
+def _location_args(parser: argparse.ArgumentParser, local_dir: bool = False) -> None:
+    """Where data lives in Blob Storage; with `local_dir`, --to DIR may name a local directory instead."""
     where = parser.add_mutually_exclusive_group(required=True)
+    if local_dir:
+        where.add_argument("--to", type=Path, metavar="DIR", help="write into this local directory")
     where.add_argument("--account", help="storage account name (public Azure)")
     where.add_argument("--endpoint", help="blob endpoint URL (other clouds, or a local emulator)")
-    parser.add_argument("--container", required=True)
+    parser.add_argument("--container", required=not local_dir, help="blob container")
     parser.add_argument("--prefix", default="", help="virtual directory inside the container")
     parser.add_argument("--account-key", help="account key (default $AZURE_STORAGE_KEY)")
     parser.add_argument("--sas", help="SAS token (default $AZURE_STORAGE_SAS_TOKEN)")
@@ -128,7 +138,11 @@ def _every(interval_s: float, tick: Callable[[], None]) -> Iterator[None]:
 
 
 def _progress_lines(
-    progress: Progress, interval_s: float = 15.0, out: TextIO | None = None
+    progress: Progress,
+    interval_s: float = 15.0,
+    out: TextIO | None = None,
+    label: str = "upload",
+    unit: str = "files",
 ) -> Iterator[None]:
     """Without a terminal (CI, `kubectl logs`), a plain progress line every `interval_s` instead of a bar."""
 
@@ -136,7 +150,7 @@ def _progress_lines(
         snap = progress.snapshot()
         done_mb = (snap.bytes_done + snap.bytes_skipped) / 2**20
         print(
-            f"upload: {snap.files_complete}/{snap.files_total} files, {done_mb:.1f}/"
+            f"{label}: {snap.files_complete}/{snap.files_total} {unit}, {done_mb:.1f}/"
             f"{snap.bytes_total / 2**20:.1f} MiB, {snap.bytes_per_s / 2**20:.1f} MiB/s",
             file=out or sys.stderr,
             flush=True,
@@ -147,24 +161,26 @@ def _progress_lines(
 
 
 @contextmanager
-def _progress_bar(progress: Progress, enabled: bool) -> Iterator[None]:
+def _progress_bar(
+    progress: Progress, enabled: bool, label: str = "upload", unit: str = "files"
+) -> Iterator[None]:
     """A tqdm bar in bytes fed from the shared counters (plain lines without a terminal); transfers never
     touch the terminal themselves."""
     if not enabled:
         yield
         return
     if not sys.stderr.isatty():
-        yield from _progress_lines(progress)
+        yield from _progress_lines(progress, label=label, unit=unit)
         return
     from tqdm import tqdm
 
-    bar = tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1024, desc="upload", file=sys.stderr)
+    bar = tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1024, desc=label, file=sys.stderr)
 
     def refresh() -> None:
         snap = progress.snapshot()
         bar.total = snap.bytes_total
         bar.n = snap.bytes_done + snap.bytes_skipped
-        bar.set_postfix_str(f"{snap.files_complete}/{snap.files_total} files", refresh=False)
+        bar.set_postfix_str(f"{snap.files_complete}/{snap.files_total} {unit}", refresh=False)
         bar.refresh()
 
     try:
@@ -223,4 +239,127 @@ def run_ls(args: argparse.Namespace) -> int:
             print(remote.name)
     total = sum(f.size for f in files)
     print(f"{len(files)} blob(s), {total} bytes under {args.container}/{prefix}", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
+PREPARE_DESCRIPTION = """\
+Turn ILSVRC2012's tarballs into train/<wnid>/*.JPEG and val/<wnid>/*.JPEG, the layout the trainers read,
+in a local directory (--to DIR) or straight under a Blob Storage prefix (--account/--endpoint, --container,
+--prefix), which a job's dataset.stageFrom then stages. The train tarball is streamed once, class by class;
+a rerun skips the classes (and val) already complete. At the end the tree is counted and checked against the
+expected totals (exit status 1 when the check fails, unless --no-verify).
+
+Val labels, in any of these forms (detected, or --val-labels-format):
+  wnid-per-line   one wnid per line in val-image order (imagenet_2012_validation_synset_labels.txt)
+  kaggle-csv      Kaggle's LOC_val_solution.csv (ImageId,PredictionString; the first token is the wnid)
+  filename-wnid   'ILSVRC2012_val_00000001.JPEG n01751748' per line (space or comma)
+The devkit's ILSVRC2012_validation_ground_truth.txt holds ILSVRC2012_IDs, not wnids; mapping them needs the
+devkit's MATLAB meta.mat, which is not read.
+"""
+
+
+def _register_prepare(commands: Any) -> None:
+    from dtjob.imagenet_layout import EXPECTED_CLASSES, EXPECTED_TRAIN, EXPECTED_VAL, LabelFormat
+
+    prepare = commands.add_parser(
+        "prepare-imagenet",
+        help="turn ILSVRC2012's tarballs into train/<wnid>/ and val/<wnid>/ (streamed, resumable)",
+        description=PREPARE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    prepare.add_argument("--train-tar", type=Path, required=True, help="ILSVRC2012_img_train.tar")
+    prepare.add_argument("--val-tar", type=Path, required=True, help="ILSVRC2012_img_val.tar")
+    prepare.add_argument("--val-labels", type=Path, required=True, help="the val images' wnids (see above)")
+    prepare.add_argument(
+        "--val-labels-format", choices=[f.value for f in LabelFormat], help="default: detected from the file"
+    )
+    _location_args(prepare, local_dir=True)
+    prepare.add_argument("--concurrency", type=int, default=16, help="parallel writes (default 16)")
+    prepare.add_argument("--create-container", action="store_true", help="create the container if missing")
+    prepare.add_argument("--expect-classes", type=int, default=EXPECTED_CLASSES, metavar="N")
+    prepare.add_argument("--expect-train", type=int, default=EXPECTED_TRAIN, metavar="N")
+    prepare.add_argument(
+        "--expect-val", type=int, default=EXPECTED_VAL, metavar="N", help="the totals the check expects"
+    )
+    prepare.add_argument(
+        "--no-verify", action="store_true", help="print the check's report but exit 0 even when it fails"
+    )
+    prepare.add_argument("--no-progress", action="store_true", help="no progress bar")
+    prepare.set_defaults(func=run_prepare)
+
+
+def _prepare_usage(args: argparse.Namespace) -> str | None:
+    if args.concurrency < 1:
+        return "--concurrency must be at least 1"
+    if args.to is not None and (args.container or args.prefix):
+        return "--to writes a local directory: --container and --prefix are for Blob Storage"
+    if args.to is None and not args.container:
+        return "--container is required with --account or --endpoint"
+    if min(args.expect_classes, args.expect_train, args.expect_val) < 0:
+        return "--expect-classes, --expect-train and --expect-val must not be negative"
+    return None
+
+
+def _prepare_sink(args: argparse.Namespace) -> tuple[Sink, str]:
+    """Where the tree goes (a local directory, or a Blob prefix through the upload's own client and
+    credentials) and what to check when storage refuses it."""
+    from dtjob.imagenet_prep import LocalSink
+
+    if args.to is not None:
+        args.to.mkdir(parents=True, exist_ok=True)
+        return LocalSink(args.to, concurrency=args.concurrency), f"the permissions of {args.to}"
+    from dtjob.azure.imagenet_sink import BlobSink
+
+    client, hint = _client(args, args.concurrency)
+    if args.create_container and not client.exists():
+        client.create_container()
+    prefix = directory_prefix(args.prefix)
+    where = f"{client.url.split('?', 1)[0]}/{prefix}"
+    return BlobSink(lambda: client, prefix, where, concurrency=args.concurrency), hint
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from dtjob.imagenet_layout import (
+        Expected,
+        LabelError,
+        LabelFormat,
+        LayoutError,
+        check_tree,
+        parse_val_labels,
+    )
+    from dtjob.imagenet_prep import Preparation
+
+    problem = _prepare_usage(args)
+    if problem:
+        print(f"dtjob data: {problem}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    subject = f"container {args.container}" if args.to is None else str(args.to)
+    hint = "the credentials"
+    expected = Expected(args.expect_classes, args.expect_train, args.expect_val)
+    progress = Progress()
+    try:
+        fmt = LabelFormat(args.val_labels_format) if args.val_labels_format else None
+        labels = parse_val_labels(args.val_labels.read_text(errors="replace"), str(args.val_labels), fmt)
+        sink, hint = _prepare_sink(args)
+        with _progress_bar(progress, enabled=not args.no_progress, label="prepare", unit="images"):
+            outcome = Preparation(args.train_tar, args.val_tar, labels, sink, progress, expected).run()
+        report = check_tree(sink.counts(), expected, outcome.train_classes)
+    except KeyboardInterrupt:
+        print("dtjob data: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    except (LabelError, LayoutError) as err:
+        print(f"dtjob data: {err}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except Exception as err:
+        return _fail(err, subject, hint)
+    snap = progress.snapshot()
+    val = "val prepared" if outcome.val_done else "val already complete"
+    print(
+        f"prepared {outcome.classes_done} class(es) ({outcome.classes_skipped} already complete), {val}: "
+        f"{snap.files_done} image(s) written in {snap.elapsed_s:.1f}s to {sink.location}"
+    )
+    for line in report.lines():
+        print(line)
+    if not report.ok and not args.no_verify:
+        return 1
     return int(ExitCode.OK)
