@@ -26,6 +26,8 @@ class StorageFailure(Exception):
 
 def _error_code(err: Exception) -> str:
     code = getattr(err, "error_code", None)
+    # The SDK gives some codes as StorageErrorCode members: show the code the service sent, not the member.
+    code = getattr(code, "value", code)
     return f" {code}" if code else ""
 
 
