@@ -1,6 +1,6 @@
-"""Data on volumes, for real: an ImageNet-layout JPEG tree staged from Azurite onto a PVC by the stager Job
-and trained on by two workers; and a world that loses a rank mid-training, restarts and resumes from rank 0's
-checkpoint on a checkpoints claim.
+"""Data on volumes, for real: ILSVRC2012-style tarballs prepared into Azurite by
+`dtjob data prepare-imagenet`, staged onto a PVC by the stager Job and trained on by two workers; and a world
+that loses a rank mid-training, restarts and resumes from rank 0's checkpoint on a checkpoints claim.
 
 The claims are bound to hostPath PersistentVolumes (this machine has no kernel NFS client); both nodes share
 the machine's filesystem, so a claim reads the same on either node, as an NFS share would on AKS.
@@ -9,17 +9,20 @@ the machine's filesystem, so a claim reads the same on either node, as an NFS sh
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.storage.blob import BlobServiceClient
 from kubernetes import client
 
 from testbed.azurite import Azurite
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
+from tests.e2e.conftest import NODE_IP
 from tests.e2e.real_jobs import (
     assert_trained_together,
     blob_names,
@@ -31,7 +34,10 @@ from tests.e2e.real_jobs import (
     tiny_training,
     wait_finished,
 )
+from tests.imagenet_tarballs import images_of_tree, make_tarballs
 from tests.training.training_helpers import make_tree
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
@@ -77,13 +83,26 @@ def claims(real_jobs: Jobs) -> Any:
         real_jobs.core.delete_persistent_volume(pv)
 
 
-def upload_tree(azurite: Azurite, container: str, root: Path, prefix: str) -> int:
-    service = BlobServiceClient(azurite.endpoint, credential=azurite.shared_key)
-    files = [p for p in sorted(root.rglob("*")) if p.is_file()]
-    for path in files:
-        blob = f"{prefix}/{path.relative_to(root).as_posix()}"
-        service.get_blob_client(container, blob).upload_blob(path.read_bytes(), overwrite=True)
-    return len(files)
+def prepare_imagenet(azurite: Azurite, container: str, tree: Path, workdir: Path, prefix: str) -> int:
+    """The dataset as a user makes it: the tree packed as ILSVRC2012's tarballs (per-class tars in the train
+    tar, a flat val tar and its labels), then `dtjob data prepare-imagenet` straight into Blob Storage."""
+    mini = make_tarballs(workdir, images_of_tree(tree))
+    argv = [
+        *("data", "prepare-imagenet", "--train-tar", str(mini.train_tar), "--val-tar", str(mini.val_tar)),
+        *("--val-labels", str(mini.labels["wnid-per-line"]), "--endpoint", azurite.endpoint),
+        *("--container", container, "--prefix", prefix, *mini.expect_args()),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{REPO / 'operator'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "AZURE_STORAGE_KEY": azurite.account_key,
+        "DTJOB_EMULATOR_HOSTS": NODE_IP,
+    }
+    command = [sys.executable, "-m", "dtjob", *argv]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.rstrip().endswith("check: complete"), done.stdout
+    return len(mini.expected)
 
 
 def test_imagenet_tree_is_staged_from_blob_onto_a_claim_and_trained_on(
@@ -96,7 +115,7 @@ def test_imagenet_tree_is_staged_from_blob_onto_a_claim_and_trained_on(
     datasets = new_container(node_azurite)
     results = new_container(node_azurite)
     tree = make_tree(tmp_path / "tree", per_class_train=8, per_class_val=2)
-    uploaded = upload_tree(node_azurite, datasets, tree, "ilsvrc-mini")
+    uploaded = prepare_imagenet(node_azurite, datasets, tree, tmp_path / "tarballs", "ilsvrc-mini")
     claim = host_path_claim(real_jobs, "imagenet", tmp_path / "export")
     claims.append(f"{real_jobs.ns}-{claim}")
     name = "staged"
@@ -123,6 +142,7 @@ def test_imagenet_tree_is_staged_from_blob_onto_a_claim_and_trained_on(
     staged = [p for p in (tmp_path / "export" / "imagenet").rglob("*") if p.is_file()]
     assert len(staged) >= uploaded, sorted(str(p) for p in staged)
     assert (tmp_path / "export" / "imagenet" / "train").is_dir()
+    assert not (tmp_path / "export" / "imagenet" / "_prepare").exists()  # the markers stay in Blob Storage
     # The stager's own final report, read back from its pod into status.staging.
     assert status["staging"]["phase"] == "done", status["staging"]
     assert status["staging"]["filesTotal"] == uploaded, status["staging"]
