@@ -276,11 +276,14 @@ def _register_prepare(commands: Any) -> None:
     _location_args(prepare, local_dir=True)
     prepare.add_argument("--concurrency", type=int, default=16, help="parallel writes (default 16)")
     prepare.add_argument("--create-container", action="store_true", help="create the container if missing")
-    prepare.add_argument("--expect-classes", type=int, default=EXPECTED_CLASSES, metavar="N")
-    prepare.add_argument("--expect-train", type=int, default=EXPECTED_TRAIN, metavar="N")
-    prepare.add_argument(
-        "--expect-val", type=int, default=EXPECTED_VAL, metavar="N", help="the totals the check expects"
-    )
+    for flag, default, what in (
+        ("--expect-classes", EXPECTED_CLASSES, "classes"),
+        ("--expect-train", EXPECTED_TRAIN, "train images"),
+        ("--expect-val", EXPECTED_VAL, "val images"),
+    ):
+        prepare.add_argument(
+            flag, type=int, default=default, metavar="N", help=f"{what} the check expects (default {default})"
+        )
     prepare.add_argument(
         "--no-verify", action="store_true", help="print the check's report but exit 0 even when it fails"
     )
