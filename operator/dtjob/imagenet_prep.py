@@ -90,7 +90,13 @@ class Preparation:
             self.expected.train + self.expected.val, _size(self.train_tar) + _size(self.val_tar)
         )
         self.progress.set_phase("transferring")
-        prepared, skipped = self._train(done)
+        if all(train_marker(wnid) in done for wnid in train_classes):
+            # Nothing left in the train tarball: a rerun after a finished train pass does not read it again.
+            images = sum(done[train_marker(wnid)].images for wnid in train_classes)
+            self.progress.skipped_files(images, _size(self.train_tar))
+            prepared, skipped = 0, len(train_classes)
+        else:
+            prepared, skipped = self._train(done)
         val_done = self._val(wnid_of, done)
         self.progress.set_phase("done")
         return Outcome(prepared, skipped, val_done, tuple(train_classes))
