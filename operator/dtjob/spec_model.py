@@ -54,7 +54,7 @@ class Hyperparameters:
     batch_size_per_gpu: int = 64
     epochs: int = 1
     steps_per_epoch: int | None = None
-    learning_rate: float = 0.0125
+    learning_rate: float = 0.256  # per 256 images of the global batch
     warmup_epochs: float = 5.0
     momentum: float = 0.9
     weight_decay: float = 5e-5

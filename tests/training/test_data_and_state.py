@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from dtjob_train import checkpoints
 from dtjob_train.cli import parse_args
+from dtjob_train.common import NoGpuError, expect_gpu, gpu_for_rank
 from dtjob_train.data.folder import DataError, scan
 from dtjob_train.progress import Reporter
-from dtjob_train.schedule import learning_rate
+from dtjob_train.schedule import learning_rate, scaled_lr
 
 from tests.training.training_helpers import make_tree
 
@@ -65,15 +66,31 @@ def test_imagenet_without_data_dir_is_rejected(capsys: pytest.CaptureFixture[str
     assert "--data-dir is required" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("batch_size", "world_size", "peak"),
+    [(256, 1, 0.256), (32, 8, 0.256), (64, 8, 0.512), (128, 8, 1.024), (256, 32, 8.192), (4, 2, 0.008)],
+)
+def test_scaled_rate_follows_the_global_batch_not_the_rank_count(
+    batch_size: int, world_size: int, peak: float
+) -> None:
+    # Goyal et al.: base_lr is the rate for 256 images; the run trains at base_lr x global batch / 256.
+    assert scaled_lr(0.256, batch_size=batch_size, world_size=world_size) == pytest.approx(peak)
+
+
 def test_learning_rate_warms_up_to_the_scaled_rate_then_decays() -> None:
     def lr(epoch: float) -> float:
-        return learning_rate(epoch, base_lr=0.1, world_size=8, warmup_epochs=5, epochs=90)
+        return learning_rate(epoch, base_lr=0.256, batch_size=64, world_size=8, warmup_epochs=5, epochs=90)
 
-    assert lr(0) == pytest.approx(0.1)
-    assert lr(2.5) == pytest.approx(0.1 + (0.8 - 0.1) / 2)
-    assert lr(5) == pytest.approx(0.8)
-    assert lr(47.5) == pytest.approx(0.4)
+    # Global batch 512: peak 0.512, the warmup starting from one worker's share (0.064).
+    assert lr(0) == pytest.approx(0.064)
+    assert lr(2.5) == pytest.approx(0.064 + (0.512 - 0.064) / 2)
+    assert lr(5) == pytest.approx(0.512)
+    assert lr(47.5) == pytest.approx(0.256)
     assert lr(90) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_default_base_rate_is_the_reference_recipes_per_256() -> None:
+    assert parse_args("train", []).base_lr == 0.256
 
 
 def test_latest_checkpoint_ignores_half_written_ones_and_prune_keeps_two(tmp_path: Path) -> None:
@@ -104,3 +121,31 @@ def test_progress_file_and_line_carry_the_same_record(
     assert record["epoch"] == 3 and record["step"] == 40 and record["imagesPerSec"] == 1000.0
     assert record["updatedAt"].endswith("Z") and not math.isnan(record["loss"])
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
+
+
+@pytest.mark.parametrize(
+    ("local_rank", "gpus", "expect", "chosen"),
+    [
+        (0, 4, True, 0),
+        (3, 4, True, 3),
+        (1, 1, True, 0),  # two ranks on a one-GPU host share it instead of asking for a GPU that is not there
+        (5, 2, False, 1),
+        (0, 0, False, None),  # no GPU asked for: CPU
+    ],
+)
+def test_each_rank_takes_a_gpu_round_robin(
+    local_rank: int, gpus: int, expect: bool, chosen: int | None
+) -> None:
+    assert gpu_for_rank(local_rank, gpus, expect=expect) == chosen
+
+
+def test_a_job_that_asked_for_gpus_never_trains_on_cpu() -> None:
+    with pytest.raises(NoGpuError, match=r"DTJOB_EXPECT_GPU is set .* no GPU is visible"):
+        gpu_for_rank(0, 0, expect=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, False), ("", False), ("0", False), ("false", False), ("1", True)]
+)
+def test_the_gpu_expectation_comes_from_the_environment(value: str | None, expected: bool) -> None:
+    assert expect_gpu({} if value is None else {"DTJOB_EXPECT_GPU": value}) is expected

@@ -40,7 +40,8 @@ def test_synthetic_resnet50_on_two_ranks(framework: str, tmp_path: Path) -> None
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_imagenet_training_learns_checkpoints_and_resumes(framework: str, tmp_path: Path) -> None:
     data = make_tree(tmp_path / "data", corrupt=1)
-    args = tiny_args(data, "--arch", "resnet-tiny", "--base-lr", "0.05", "--warmup-epochs", "0")
+    # 3.2 per 256 images is a rate of 0.1 at this global batch of 8 (4 per rank x 2).
+    args = tiny_args(data, "--arch", "resnet-tiny", "--base-lr", "3.2", "--warmup-epochs", "0")
     # Default weight decay: a resume must leave the ranks identical with it too.
     args += ["--label-smoothing", "0", "--workers", "1"]
     runs = tmp_path / "runs"

@@ -186,6 +186,23 @@ def test_mpirun_and_overrides() -> None:
     assert training_command(spec) == ["python", "/app/train.py", "--fast"]
 
 
+def test_every_rank_expects_a_gpu_unless_the_jobs_env_says_otherwise() -> None:
+    expect = {"name": "DTJOB_EXPECT_GPU", "value": "1"}
+    for runner in ("horovodrun", "mpirun"):
+        spec = job_spec(launcher={"runner": runner})
+        assert expect in _container(desired.worker_pod(spec, OWNER, 0, 0)["spec"])["env"]
+        # The launcher carries it too: horovodrun and mpirun -x hand the launcher's values to the ranks.
+        assert expect in _container(desired.launcher_job(spec, OWNER, 0)["spec"]["template"]["spec"])["env"]
+    cmd = mpi_command(job_spec(launcher={"runner": "mpirun"}))
+    assert cmd[cmd.index("DTJOB_EXPECT_GPU") - 1] == "-x"
+    # A CPU-only cluster (the test bed) opts out: the job's entry comes later, so it wins, and is passed once.
+    cpu = {"name": "DTJOB_EXPECT_GPU", "value": "0"}
+    spec = job_spec(launcher={"runner": "mpirun"}, env=[cpu])
+    env = _container(desired.worker_pod(spec, OWNER, 1, 0)["spec"])["env"]
+    assert env.index(expect) < env.index(cpu)
+    assert mpi_command(spec).count("DTJOB_EXPECT_GPU") == 1
+
+
 def test_launcher_script_is_valid_shell_around_the_command() -> None:
     spec = job_spec(framework="keras", hyperparameters={"learningRate": 0.1})
     job = desired.launcher_job(spec, OWNER, 0)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dtjob.desired.command import training_flags
+from dtjob.desired.command import EXPECT_GPU_ENV, rank_env, training_flags
 from dtjob.spec import SpecError
+from dtjob_train import common
 from dtjob_train.cli import TrainConfig, parse_args
 
 from tests.unit.operator_fixtures import job_spec
@@ -76,3 +77,13 @@ def test_what_the_trainers_refuse_the_operator_refuses_first(
         parse_args("dtjob_train.pytorch", flags)
     assert exited.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+def test_the_operators_gpu_expectation_is_the_one_the_trainers_read() -> None:
+    env = {e["name"]: e["value"] for e in rank_env(job_spec())}
+    assert EXPECT_GPU_ENV == common.EXPECT_GPU_ENV and common.expect_gpu(env)
+
+
+def test_the_operators_default_rate_is_the_trainers() -> None:
+    operators = parse_args("dtjob_train.pytorch", training_flags(job_spec()))
+    assert operators.base_lr == parse_args("dtjob_train.pytorch", []).base_lr

@@ -67,7 +67,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     t.add_argument("--epochs", type=_positive_int, default=90)
     t.add_argument("--steps-per-epoch", type=_positive_int, help="cap on training steps per epoch")
     t.add_argument("--val-steps", type=int, help="cap on validation steps (0 skips validation)")
-    t.add_argument("--base-lr", type=_non_negative_float, default=0.0125, help="per worker; scaled by size")
+    t.add_argument(
+        "--base-lr",
+        type=_non_negative_float,
+        default=0.256,
+        help="per 256 images; the run trains at base-lr x global batch / 256",
+    )
     t.add_argument("--warmup-epochs", type=_non_negative_float, default=5.0)
     t.add_argument("--momentum", type=_non_negative_float, default=0.9)
     t.add_argument("--weight-decay", type=_non_negative_float, default=5e-5)

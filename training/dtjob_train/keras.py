@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     model = build(cfg.arch, run.num_classes, cfg.image_size)
     model.add_loss(lambda: l2_penalty(model, cfg.weight_decay))
-    scaled_lr = cfg.base_lr * run.size
+    scaled_lr = run.scaled_lr
     # Horovod: the optimizer averages the gradients over the ranks (allreduce; fp16 with --fp16-allreduce).
     # The legacy optimizer: Horovod's LR callbacks apply momentum correction through its hyperparameters.
     optimizer = hvd.DistributedOptimizer(

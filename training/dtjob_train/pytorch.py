@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from . import torch_checkpoint
 from .cli import TrainConfig, parse_args
-from .common import cpu_threads_per_rank
+from .common import cpu_threads_per_rank, pick_gpu
 from .data.folder import MEAN_RGB, STD_RGB
 from .models.resnet_torch import build
 from .progress import write_json_atomic
@@ -27,11 +27,12 @@ Batches = Callable[[], Iterator[Batch]]
 
 
 def set_up_device() -> torch.device:
-    """This rank's GPU (its local rank; cuDNN autotuned), or on CPU its share of the host's cores."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(hvd.local_rank())
+    """This rank's GPU (cuDNN autotuned; see pick_gpu), or on CPU its share of the host's cores."""
+    gpu = pick_gpu(hvd.local_rank(), torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if gpu is not None:
+        torch.cuda.set_device(gpu)
         torch.backends.cudnn.benchmark = True
-        return torch.device("cuda", hvd.local_rank())
+        return torch.device("cuda", gpu)
     torch.set_num_threads(cpu_threads_per_rank(hvd.local_size()))
     return torch.device("cpu")
 
@@ -163,7 +164,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     # The parameters stay NCHW with --channels-last: Horovod 0.28.1 allreduces and broadcasts only tensors
     # contiguous in the default format.
     model = build(cfg.arch, run.num_classes).to(device)
-    optimizer = torch.optim.SGD(param_groups(model, cfg.weight_decay), lr=cfg.base_lr, momentum=cfg.momentum)
+    optimizer = torch.optim.SGD(
+        param_groups(model, cfg.weight_decay), lr=run.learning_rate(0), momentum=cfg.momentum
+    )
     # Horovod: the optimizer averages the gradients over the ranks (allreduce; in fp16 with --fp16-allreduce).
     compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(

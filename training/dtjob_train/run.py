@@ -20,7 +20,7 @@ from .cli import TrainConfig
 from .common import digest, metrics_record, scan_imagenet
 from .data.folder import ImageFolderDataset, Split
 from .progress import Reporter, Throughput
-from .schedule import learning_rate
+from .schedule import learning_rate, scaled_lr
 
 T = TypeVar("T")
 # Rank 0's restore: the checkpoint directory (None: no checkpoints) -> (epochs done, path) of the checkpoint
@@ -101,12 +101,18 @@ class TrainingRun:
     def epochs(self) -> range:
         return range(self.start_epoch, self.cfg.epochs)
 
+    @property
+    def scaled_lr(self) -> float:
+        """The peak rate: --base-lr (per 256 images) x the global batch / 256."""
+        return scaled_lr(self.cfg.base_lr, batch_size=self.cfg.batch_size, world_size=self.size)
+
     def learning_rate(self, epoch: float) -> float:
-        """Warmup to base_lr x world size, then cosine decay, at a fractional epoch."""
+        """Warmup to the scaled rate, then cosine decay, at a fractional epoch."""
         cfg = self.cfg
         return learning_rate(
             epoch,
             base_lr=cfg.base_lr,
+            batch_size=cfg.batch_size,
             world_size=self.size,
             warmup_epochs=cfg.warmup_epochs,
             epochs=cfg.epochs,

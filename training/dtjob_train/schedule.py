@@ -1,24 +1,34 @@
-"""Learning-rate schedule shared by the trainers: linear warmup to base_lr x world size, then cosine decay.
+"""Learning-rate schedule shared by the trainers: the linear scaling rule, a linear warmup, then cosine decay.
 
-The warmup follows Goyal et al. (large-minibatch SGD): start at the single-worker rate and reach the scaled
-rate after `warmup_epochs`, so a large global batch does not diverge in its first steps.
+The rate scales with the global batch (Goyal et al., "Accurate, Large Minibatch SGD"): `--base-lr` is the
+rate for 256 images, and a run with global batch B = per-worker batch x world size trains at
+base_lr x B / 256. NVIDIA's ResNet-50 v1.5 recipe (DeepLearningExamples) uses 0.256 per 256 with warmup and
+cosine decay, the default here; Goyal et al. use 0.1 per 256 with step decay. The warmup starts from one
+worker's share (base_lr x per-worker batch / 256, what Horovod's Keras warmup callback starts from too) and
+reaches the scaled rate after `warmup_epochs`, so a large global batch does not diverge in its first steps.
 """
 
 from __future__ import annotations
 
 import math
 
+REFERENCE_BATCH = 256
+
+
+def scaled_lr(base_lr: float, *, batch_size: int, world_size: int) -> float:
+    """The peak rate: base_lr (per 256 images) x global batch / 256."""
+    return base_lr * batch_size * world_size / REFERENCE_BATCH
+
 
 def learning_rate(
-    epoch: float, *, base_lr: float, world_size: int, warmup_epochs: float, epochs: int
+    epoch: float, *, base_lr: float, batch_size: int, world_size: int, warmup_epochs: float, epochs: int
 ) -> float:
-    """The rate at a fractional epoch (epoch + step / steps_per_epoch)."""
-    scaled = base_lr * world_size
+    """The rate at a fractional epoch (epoch + step / steps_per_epoch); batch_size is per worker."""
+    peak = scaled_lr(base_lr, batch_size=batch_size, world_size=world_size)
     if epoch < warmup_epochs:
-        return base_lr + (scaled - base_lr) * epoch / warmup_epochs
-    decay_span = max(epochs - warmup_epochs, 1e-9)
-    progress = min((epoch - warmup_epochs) / decay_span, 1.0)
-    return scaled * 0.5 * (1.0 + math.cos(math.pi * progress))
+        start = peak / world_size
+        return start + (peak - start) * epoch / warmup_epochs
+    return peak * cosine_multiplier(epoch, warmup_epochs=warmup_epochs, epochs=epochs)
 
 
 def cosine_multiplier(epoch: float, *, warmup_epochs: float, epochs: int) -> float:

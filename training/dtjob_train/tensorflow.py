@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     batches, val_ds = make_inputs(run, skipped)
 
     model = build(cfg.arch, run.num_classes, cfg.image_size)
-    optimizer = keras.optimizers.SGD(learning_rate=cfg.base_lr, momentum=cfg.momentum)
+    optimizer = keras.optimizers.SGD(learning_rate=run.learning_rate(0), momentum=cfg.momentum)
     if cfg.amp and on_gpu:
         optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)  # slots exist now, so a restore fills them at once

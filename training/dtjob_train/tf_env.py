@@ -15,16 +15,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from tensorflow import keras
 
-from .common import cpu_threads_per_rank
+from .common import cpu_threads_per_rank, pick_gpu
 
 
 def configure_devices(local_rank: int, local_size: int) -> bool:
-    """Pin one GPU per local rank (memory grown on demand); on CPU split the cores. True when on GPU."""
+    """Pin one GPU per local rank (see pick_gpu; memory grown on demand); on CPU split the cores. True when
+    on GPU."""
     gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
+    index = pick_gpu(local_rank, len(gpus))
+    if index is not None:
         for gpu in gpus:
             tf.config.experimental.set_memory_growth(gpu, True)
-        tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
+        tf.config.set_visible_devices(gpus[index], "GPU")
         return True
     threads = cpu_threads_per_rank(local_size)
     tf.config.threading.set_intra_op_parallelism_threads(threads)

@@ -13,12 +13,16 @@ from dtjob.desired.common import (
     SSH_DIR,
     SSH_KEY_FILE,
     SSH_PORT,
+    Json,
     sas_mount_path,
 )
 from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, run_prefix
 from dtjob.spec import JobSpec
 
 SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
+# The trainers (dtjob_train.common) refuse to train on CPU when this says the job asked for GPUs, so a node
+# whose GPUs vanished fails the job instead of running it 100 times slower.
+EXPECT_GPU_ENV = "DTJOB_EXPECT_GPU"
 
 
 # sshd in the foreground, trusting only this job's key. Everything it writes (a host key minted per pod, its
@@ -50,6 +54,13 @@ Host *
   LogLevel ERROR
 CONFIG
 """
+
+
+def rank_env(spec: JobSpec) -> list[Json]:
+    """The environment of the pods that run or launch ranks: DTJOB_EXPECT_GPU=1 when the job asks for GPUs,
+    then the job's own env, which comes later and so wins (e.g. DTJOB_EXPECT_GPU=0 on a CPU-only test bed)."""
+    expected = [{"name": EXPECT_GPU_ENV, "value": "1"}] if spec.gpus_per_worker > 0 else []
+    return expected + [dict(e) for e in spec.env]
 
 
 def training_command(spec: JobSpec) -> list[str]:
@@ -136,8 +147,9 @@ def mpi_command(spec: JobSpec) -> list[str]:
         "-mca", "pml", "ob1", "-mca", "btl", "^openib",
         "-x", "NCCL_DEBUG", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
     ]  # fmt: skip
-    for env in spec.env:
-        cmd += ["-x", str(env["name"])]
+    # The ranks get the launcher's values of these (their ssh-started daemons do not see the pods' env).
+    for name in dict.fromkeys(str(env["name"]) for env in rank_env(spec)):
+        cmd += ["-x", name]
     return cmd + list(spec.launcher.mpi_args) + training_command(spec)
 
 

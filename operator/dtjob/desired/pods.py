@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob import names
-from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, worker_sshd_script
+from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, rank_env, worker_sshd_script
 from dtjob.desired.common import (
     MPI_DIR,
     OUTPUT_DIR,
@@ -196,7 +196,7 @@ def _pull_policy(spec: JobSpec, container: Json) -> None:
 
 
 def _env(spec: JobSpec) -> list[Json]:
-    return [dict(e) for e in spec.env]
+    return rank_env(spec)
 
 
 def _gpu_resources(pod: PodOverrides, gpus: int) -> Json:
