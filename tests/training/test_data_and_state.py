@@ -11,7 +11,7 @@ from dtjob_train import checkpoints
 from dtjob_train.cli import parse_args
 from dtjob_train.common import NoGpuError, expect_gpu, gpu_for_rank
 from dtjob_train.data.folder import DataError, scan
-from dtjob_train.progress import Reporter
+from dtjob_train.progress import Reporter, Throughput
 from dtjob_train.schedule import learning_rate, scaled_lr
 
 from tests.training.training_helpers import make_tree
@@ -149,3 +149,40 @@ def test_a_job_that_asked_for_gpus_never_trains_on_cpu() -> None:
 )
 def test_the_gpu_expectation_comes_from_the_environment(value: str | None, expected: bool) -> None:
     assert expect_gpu({} if value is None else {"DTJOB_EXPECT_GPU": value}) is expected
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_throughput_counts_training_steps_only_and_gives_a_spread() -> None:
+    clock = FakeClock()
+    meter = Throughput(clock=clock)
+
+    for epoch_rates in ((100, 20, 20), (1, 10, 30)):
+        meter.new_epoch()
+        clock.now += 3.0  # the loader's restart, inside the epoch's first (warm-up) interval
+        for rate in epoch_rates:
+            meter.add(2 * rate)
+            clock.now += 2.0
+            meter.mark()
+        clock.now += 500.0  # validation and checkpointing, between epochs
+    # Counted: the non-warm-up intervals of both epochs, 20, 20, 10 and 30 images/sec.
+    assert meter.rates == pytest.approx([20, 20, 10, 30])
+    mean, spread = meter.per_worker()
+    assert mean == pytest.approx(20.0)
+    assert spread == pytest.approx(1.96 * math.sqrt(50))
+
+
+def test_a_run_too_short_for_a_timed_interval_reports_its_overall_rate() -> None:
+    clock = FakeClock()
+    meter = Throughput(clock=clock)
+    meter.new_epoch()
+    meter.add(40)
+    clock.now = 4.0
+    meter.mark()
+    assert meter.per_worker() == (10.0, 0.0)

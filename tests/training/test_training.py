@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from dtjob.training_progress import latest_progress
 
 from tests.training.training_helpers import FRAMEWORKS, launch, make_tree, tiny_args
 
@@ -26,13 +28,25 @@ def test_synthetic_resnet50_on_two_ranks(framework: str, tmp_path: Path) -> None
     run = launch(framework, args, per_rank_dir=tmp_path)
     assert run.proc.returncode == 0, run.out
     assert run.total_images_per_sec() > 0
+    assert re.search(r"^Img/sec per worker: [\d.]+ \+-[\d.]+$", run.stdout, re.M), run.out
     progress = run.progress_lines()
     assert [p["step"] for p in progress] == [1, 2]
     assert all(set(p) == PROGRESS_KEYS for p in progress)
     on_disk = json.loads((tmp_path / "rank-0" / "progress.json").read_text())
     assert on_disk == progress[-1]
+    # The operator reads the launcher's log as it is (rank tags and all) into status.progress.
+    status = latest_progress(run.proc.stdout)
+    assert status is not None, run.proc.stdout
+    assert {k: status[k] for k in ("epoch", "epochs", "step", "stepsPerEpoch", "updatedAt")} == {
+        k: progress[-1][k] for k in ("epoch", "epochs", "step", "stepsPerEpoch", "updatedAt")
+    }
+    assert status["imagesPerSec"] == round(progress[-1]["imagesPerSec"], 1)
+    assert status["loss"] == round(progress[-1]["loss"], 4)
+    assert status["summary"].startswith("epoch 1/1 step 2/2 ")
     metrics = json.loads((tmp_path / "rank-0" / "out" / "metrics.json").read_text())
     assert metrics["worldSize"] == 2 and metrics["arch"] == "resnet50"
+    # Step 1 is the warm-up; step 2 is the one timed interval.
+    assert metrics["timedIntervals"] == 1 and metrics["imagesPerSecConfidence"] == 0.0
     assert len(metrics["weightDigests"]) == 2 and metrics["weightsConsistent"], metrics
     assert files_under(tmp_path / "rank-1") == [], "only rank 0 writes outputs"
 

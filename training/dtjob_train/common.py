@@ -104,7 +104,8 @@ def metrics_record(
     *,
     framework: str,
     world_size: int,
-    per_worker: float,
+    per_worker: tuple[float, float],
+    timed_intervals: int,
     epochs_done: int,
     start_epoch: int,
     global_step: int,
@@ -129,8 +130,11 @@ def metrics_record(
         "finalLoss": final_loss,
         "valTop1": val_top1,
         "skippedImages": skipped_images,
-        "imagesPerSecPerWorker": per_worker,
-        "totalImagesPerSec": per_worker * world_size,
+        # Training steps only, mean +- 1.96 std over timed_intervals log intervals (see progress.Throughput).
+        "imagesPerSecPerWorker": per_worker[0],
+        "imagesPerSecConfidence": per_worker[1],
+        "timedIntervals": timed_intervals,
+        "totalImagesPerSec": per_worker[0] * world_size,
         "weightDigests": weight_digests,
         "weightsConsistent": len(set(weight_digests)) == 1,
     }

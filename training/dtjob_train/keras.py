@@ -36,6 +36,7 @@ class Progress(keras.callbacks.Callback):  # type: ignore[misc]
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self.epoch = epoch
+        self.training_run.epoch_started()
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         run, step = self.training_run, batch + 1

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,17 +36,34 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
         raise
 
 
+# Horovod's synthetic benchmark reports mean +- 1.96 standard deviations of its intervals' rates.
+CONFIDENCE_Z = 1.96
+
+
 @dataclass
 class Throughput:
-    """Images/sec per worker, excluding the first interval (graph build, cudnn autotune, pipeline fill)."""
+    """Images/sec per worker over training steps only, as the mean of the log intervals' rates.
 
-    started: float = field(default_factory=time.perf_counter)
-    last_mark: float = field(default_factory=time.perf_counter)
+    Every epoch's first interval is a warm-up and not counted: the first epoch's builds the graph, autotunes
+    cuDNN and fills the pipeline; every later one's restarts the loader. Validation and checkpointing happen
+    between epochs, after the last interval closed and before the next epoch's clock starts, so no counted
+    interval contains them.
+    """
+
+    clock: Callable[[], float] = time.perf_counter
+    rates: list[float] = field(default_factory=list)
+    started: float = field(init=False)
+    last_mark: float = field(init=False)
     images_since_mark: int = 0
-    timed_images: int = 0
-    timed_seconds: float = 0.0
-    intervals: int = 0
     all_images: int = 0
+    warm: bool = False
+
+    def __post_init__(self) -> None:
+        self.started = self.last_mark = self.clock()
+
+    def new_epoch(self) -> None:
+        """The epoch's first step is about to start: its interval starts now, and is a warm-up."""
+        self.last_mark, self.images_since_mark, self.warm = self.clock(), 0, False
 
     def add(self, images: int) -> None:
         self.images_since_mark += images
@@ -52,20 +71,21 @@ class Throughput:
 
     def mark(self) -> float:
         """Close an interval and return its images/sec per worker."""
-        now = time.perf_counter()
-        seconds = max(now - self.last_mark, 1e-9)
-        rate = self.images_since_mark / seconds
-        if self.intervals > 0:
-            self.timed_images += self.images_since_mark
-            self.timed_seconds += seconds
-        self.intervals += 1
+        now = self.clock()
+        rate = self.images_since_mark / max(now - self.last_mark, 1e-9)
+        if self.warm:
+            self.rates.append(rate)
+        self.warm = True
         self.last_mark, self.images_since_mark = now, 0
         return rate
 
-    def overall_per_worker(self) -> float:
-        if self.timed_seconds > 0:
-            return self.timed_images / self.timed_seconds
-        return self.all_images / max(time.perf_counter() - self.started, 1e-9)
+    def per_worker(self) -> tuple[float, float]:
+        """(mean, 1.96 x standard deviation) of the counted intervals' rates; a run too short to count any
+        interval falls back to all images over the whole time, with no spread."""
+        if not self.rates:
+            return self.all_images / max(self.clock() - self.started, 1e-9), 0.0
+        mean = statistics.fmean(self.rates)
+        return mean, CONFIDENCE_Z * statistics.pstdev(self.rates, mean)
 
 
 class Reporter:
@@ -133,8 +153,11 @@ class Reporter:
         """The closing line the reference benchmark parses, and metrics.json in the output dir."""
         if not self.enabled:
             return
-        print(f"Img/sec per worker: {metrics['imagesPerSecPerWorker']:.1f}", flush=True)
-        print(f"total images/sec: {metrics['totalImagesPerSec']:.2f}", flush=True)
+        spread = metrics["imagesPerSecConfidence"]
+        print(f"Img/sec per worker: {metrics['imagesPerSecPerWorker']:.1f} +-{spread:.1f}", flush=True)
+        total, total_spread = metrics["totalImagesPerSec"], spread * self.world_size
+        print(f"Total img/sec on {self.world_size} worker(s): {total:.1f} +-{total_spread:.1f}", flush=True)
+        print(f"total images/sec: {total:.2f}", flush=True)
         if self.output_dir is not None:
             write_json_atomic(self.output_dir / "metrics.json", metrics)
 

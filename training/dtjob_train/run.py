@@ -120,8 +120,14 @@ class TrainingRun:
 
     def steps(self, epoch: int, batches: Iterable[T]) -> Iterator[tuple[int, float, T]]:
         """(step from 1, learning rate, batch) for the epoch's steps_per_epoch batches."""
+        self.epoch_started()
         for step, batch in enumerate(itertools.islice(batches, self.steps_per_epoch), 1):
             yield step, self.learning_rate(epoch + step / self.steps_per_epoch), batch
+
+    def epoch_started(self) -> None:
+        """The throughput clock's epoch boundary: what ran since the last step (validation, checkpointing) is
+        not training, and the next interval (the loader's restart) is a warm-up."""
+        self.meter.new_epoch()
 
     def step_done(self, step: int, images: int, skipped: int = 0) -> bool:
         """Counts a finished step; True when it is one to log (every rank alike, so the loss average that
@@ -153,7 +159,8 @@ class TrainingRun:
             self.cfg,
             framework=self.framework,
             world_size=self.size,
-            per_worker=self.meter.overall_per_worker(),
+            per_worker=self.meter.per_worker(),
+            timed_intervals=len(self.meter.rates),
             epochs_done=self.cfg.epochs,
             start_epoch=self.start_epoch,
             global_step=self.global_step,
