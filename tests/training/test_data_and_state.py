@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dtjob_train import checkpoints
 from dtjob_train.cli import parse_args
 from dtjob_train.common import NoGpuError, expect_gpu, gpu_for_rank
-from dtjob_train.data.folder import DataError, scan
+from dtjob_train.data.folder import DataError, epoch_shard, scan
 from dtjob_train.progress import Reporter, Throughput
 from dtjob_train.schedule import learning_rate, scaled_lr
 
@@ -186,3 +187,68 @@ def test_a_run_too_short_for_a_timed_interval_reports_its_overall_rate() -> None
     clock.now = 4.0
     meter.mark()
     assert meter.per_worker() == (10.0, 0.0)
+
+
+def test_every_epoch_deals_the_whole_set_out_afresh_and_a_resume_sees_the_same_order() -> None:
+    total, size, seed = 103, 4, 7
+
+    def epoch(k: int) -> list[list[int]]:
+        return [epoch_shard(total, epoch=k, rank=r, size=size, seed=seed).tolist() for r in range(size)]
+
+    uninterrupted = [epoch(k) for k in range(3)]
+    for shards in uninterrupted:
+        dealt = [i for shard in shards for i in shard]
+        assert sorted(dealt) == list(range(total)), "the ranks' shards split the set with no overlap"
+        assert {len(s) for s in shards} == {25, 26}
+    # The order changes every epoch, for every rank, and across ranks (a global shuffle, not per shard).
+    assert all(uninterrupted[0][r] != uninterrupted[1][r] for r in range(size))
+    assert set(uninterrupted[0][0]) != set(uninterrupted[1][0])
+    # A restart computes epoch 2 from nothing but its number: the order an uninterrupted run had.
+    assert epoch(2) == uninterrupted[2]
+
+
+def test_the_pytorch_loader_follows_the_epoch_order(tmp_path: Path) -> None:
+    from dtjob_train.data.torch_data import EpochShardSampler, make_loader, set_epoch
+
+    split = scan(make_tree(tmp_path, per_class_train=5, per_class_val=1)).train
+
+    def loader(rank: int) -> Any:
+        return make_loader(
+            split,
+            rank=rank,
+            size=2,
+            batch_size=2,
+            image_size=8,
+            train=True,
+            workers=0,
+            seed=3,
+            pin_memory=False,
+        )
+
+    uninterrupted = loader(0)
+    orders = []
+    for k in range(3):
+        set_epoch(uninterrupted, k)
+        assert isinstance(uninterrupted.sampler, EpochShardSampler)
+        orders.append(list(uninterrupted.sampler))
+        labels = [int(label) for _, labels_, _ in uninterrupted for label in labels_]
+        assert labels == [split.samples[i][1] for i in orders[-1][: len(labels)]]
+    assert orders[0] != orders[1]
+    resumed = loader(0)
+    set_epoch(resumed, 2)
+    assert list(resumed.sampler) == orders[2] == epoch_shard(10, epoch=2, rank=0, size=2, seed=3).tolist()
+    set_epoch(other := loader(1), 2)
+    assert sorted(orders[2] + list(other.sampler)) == list(range(10))
+
+
+def test_the_tf_pipeline_follows_the_epoch_order() -> None:
+    from dtjob_train.data.tf_data import epoch_indices
+
+    def orders(epochs: range) -> list[list[int]]:
+        dataset = epoch_indices(50, rank=1, size=3, seed=5, epochs=epochs)
+        return [list(map(int, shard)) for shard in dataset.as_numpy_iterator()]
+
+    uninterrupted, resumed = orders(range(0, 4)), orders(range(2, 4))
+    assert uninterrupted[2:] == resumed
+    assert uninterrupted[0] == epoch_shard(50, epoch=0, rank=1, size=3, seed=5).tolist()
+    assert uninterrupted[0] != uninterrupted[1]

@@ -101,8 +101,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     set_precision(cfg.amp, on_gpu)
     keras.utils.set_random_seed(cfg.seed)
     run = TrainingRun("keras", cfg, hvd_tf)
-    skipped = tf.Variable(0, dtype=tf.int64, trainable=False)  # files the input pipeline dropped
-    train_ds, val_ds = make_inputs(run, skipped)
 
     model = build(cfg.arch, run.num_classes, cfg.image_size)
     model.add_loss(lambda: l2_penalty(model, cfg.weight_decay))
@@ -123,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.resume(lambda directory: tf_checkpoint.restore_latest(directory, model, model.optimizer))
     # Horovod: every rank starts from rank 0's weights.
     hvd_tf.broadcast_variables(model.variables, root_rank=0)
+    # The inputs start at the epoch the run resumes at, in that epoch's order.
+    skipped = tf.Variable(0, dtype=tf.int64, trainable=False)  # files the input pipeline dropped
+    train_ds, val_ds = make_inputs(run, skipped)
     run.begin(f"tf_keras {metadata.version('tf-keras')} (tf {tf.__version__})", "GPU" if on_gpu else "CPU")
 
     history = model.fit(

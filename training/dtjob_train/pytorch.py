@@ -6,7 +6,7 @@ import contextlib
 import functools
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from .run import TrainingRun
 
 Batch = tuple[Tensor, Tensor, int]
 Batches = Callable[[], Iterator[Batch]]
+EpochBatches = Callable[[int], Iterator[Batch]]  # the batches of the epoch it is given
 
 
 def set_up_device() -> torch.device:
@@ -74,13 +75,16 @@ class Normalize:
         return x.sub_(self.mean).div_(self.std), labels.to(self.device, non_blocking=True), skipped
 
 
-def make_inputs(cfg: TrainConfig, run: TrainingRun, device: torch.device) -> tuple[Batches, Batches | None]:
-    """Each epoch's training batches on the device (a fresh iterator per call), and the same for validation
-    (None without it). --channels-last makes the inputs, and so every activation, NHWC."""
+def make_inputs(
+    cfg: TrainConfig, run: TrainingRun, device: torch.device
+) -> tuple[EpochBatches, Batches | None]:
+    """An epoch's training batches on the device (a fresh iterator per call, in that epoch's order), and the
+    validation batches (None without validation). --channels-last makes the inputs, and so every activation,
+    NHWC."""
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     if run.train_split is None:
-        return (lambda: synthetic_batches(cfg, device, fmt)), None
-    from .data.torch_data import default_workers, make_loader
+        return (lambda epoch: synthetic_batches(cfg, device, fmt)), None
+    from .data.torch_data import default_workers, make_loader, set_epoch
 
     workers = cfg.workers if cfg.workers >= 0 else default_workers(hvd.local_size())
     loader = functools.partial(
@@ -95,12 +99,16 @@ def make_inputs(cfg: TrainConfig, run: TrainingRun, device: torch.device) -> tup
     )
     normalize = Normalize(device, fmt)
 
-    def on_device(batches: Iterable[Batch]) -> Batches:
-        return lambda: map(normalize, iter(batches))
+    train_loader = loader(run.train_split, train=True)
 
-    train = on_device(loader(run.train_split, train=True))
-    val = None if run.val_split is None else on_device(loader(run.val_split, train=False))
-    return train, val
+    def train(epoch: int) -> Iterator[Batch]:
+        set_epoch(train_loader, epoch)
+        return map(normalize, iter(train_loader))
+
+    if run.val_split is None:
+        return train, None
+    val_loader = loader(run.val_split, train=False)
+    return train, lambda: map(normalize, iter(val_loader))
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -188,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     model.train()
     for epoch in run.epochs():
-        for step, lr, batch in run.steps(epoch, train_batches()):
+        for step, lr, batch in run.steps(epoch, train_batches(epoch)):
             loss = train_step(model, optimizer, amp, loss_fn, batch, lr)
             if run.step_done(step, images=batch[0].shape[0], skipped=batch[2]):
                 # Horovod: the logged loss is averaged over the ranks.

@@ -8,6 +8,7 @@ A trainer makes one TrainingRun after ``hvd.init()`` and passes it its Horovod m
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -47,7 +48,8 @@ class TrainingRun:
         if cfg.data == "synthetic":
             self.num_classes, available = cfg.num_classes, cfg.steps_per_epoch or 100
         else:
-            self.dataset, available = scan_imagenet(cfg, rank=self.rank, size=self.size)
+            broadcast = functools.partial(hvd.broadcast_object, root_rank=0, name="imagenet_listing")
+            self.dataset, available = scan_imagenet(cfg, rank=self.rank, size=self.size, broadcast=broadcast)
             self.num_classes = len(self.dataset.train.classes)
         # Every rank must run the same number of steps (each is an allreduce): sized by the smallest shard.
         self.steps_per_epoch = min(available, cfg.steps_per_epoch or available)

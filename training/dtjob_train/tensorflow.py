@@ -68,8 +68,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     set_precision(cfg.amp, on_gpu)
     tf.keras.utils.set_random_seed(cfg.seed)
     run = TrainingRun("tensorflow", cfg, hvd)
-    skipped = tf.Variable(0, dtype=tf.int64, trainable=False)  # files the input pipeline dropped
-    batches, val_ds = make_inputs(run, skipped)
 
     model = build(cfg.arch, run.num_classes, cfg.image_size)
     optimizer = keras.optimizers.SGD(learning_rate=run.learning_rate(0), momentum=cfg.momentum)
@@ -83,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Horovod: every rank starts from rank 0's weights and optimizer state.
     hvd.broadcast_variables(model.variables, root_rank=0)
     hvd.broadcast_variables(optimizer.variables, root_rank=0)
+    # The inputs start at the epoch the run resumes at, in that epoch's order.
+    skipped = tf.Variable(0, dtype=tf.int64, trainable=False)  # files the input pipeline dropped
+    batches, val_ds = make_inputs(run, skipped)
     run.begin(f"tensorflow {tf.__version__}", "GPU" if on_gpu else "CPU")
 
     for epoch in run.epochs():

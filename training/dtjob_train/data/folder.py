@@ -1,4 +1,5 @@
-"""The ImageNet folder layout (train/<class>/*.JPEG, val/<class>/*.JPEG): scan, validate, shard by rank.
+"""The ImageNet folder layout (train/<class>/*.JPEG, val/<class>/*.JPEG): scan, validate, shard by rank, and
+the training order of every epoch.
 
 Every problem a user can cause is a DataError whose message names the directory and what is wrong, raised
 before any rank starts training.
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 
 IMAGE_SUFFIXES = frozenset({".jpeg", ".jpg", ".png"})
 
@@ -27,8 +31,20 @@ class Split:
     samples: tuple[tuple[str, int], ...]
 
     def shard(self, rank: int, size: int) -> tuple[tuple[str, int], ...]:
-        """Rank's slice, interleaved so every shard sees every class."""
+        """Rank's fixed slice (validation), interleaved so every shard sees every class."""
         return self.samples[rank::size]
+
+
+def epoch_shard(total: int, *, epoch: int, rank: int, size: int, seed: int) -> npt.NDArray[np.int64]:
+    """This rank's sample indices for one training epoch, in order.
+
+    As DistributedSampler with set_epoch: every rank draws the same permutation of the whole set (seeded by
+    seed and epoch) and takes every size-th index from its rank on, so the ranks' shards split the set with no
+    overlap, every epoch deals the images out afresh across ranks, and a restart that resumes at epoch k
+    sees the order an uninterrupted run would have.
+    """
+    order = np.random.default_rng([seed, epoch]).permutation(total)
+    return order[rank::size].astype(np.int64)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dtjob_train.cli import TrainConfig
 from dtjob_train.run import TrainingRun
 from dtjob_train.tf_env import tf
 
-from .folder import MEAN_RGB, STD_RGB, Split
+from .folder import MEAN_RGB, STD_RGB, Split, epoch_shard
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -44,6 +44,20 @@ def _val_image(data: Any, size: int) -> Any:
     return tf.image.resize_with_crop_or_pad(resized, size, size)
 
 
+def epoch_indices(total: int, *, rank: int, size: int, seed: int, epochs: range) -> Any:
+    """One element per epoch of `epochs`: this rank's indices into the whole training set for that epoch
+    (folder.epoch_shard, the order the PyTorch trainer uses too)."""
+
+    def shard(epoch: Any) -> Any:
+        return epoch_shard(total, epoch=int(epoch), rank=rank, size=size, seed=seed)
+
+    def indices(epoch: Any) -> Any:
+        found = tf.numpy_function(shard, [epoch], tf.int64, stateful=False)
+        return tf.ensure_shape(found, [None])
+
+    return tf.data.Dataset.range(epochs.start, epochs.stop).map(indices)
+
+
 def make_dataset(
     split: Split,
     *,
@@ -55,15 +69,16 @@ def make_dataset(
     seed: int,
     num_classes: int | None,
     skipped: Any,
+    epochs: range = range(0),
+    steps_per_epoch: int = 0,
 ) -> Any:
     """Batches of (normalised float32 NHWC images, labels); one-hot labels when num_classes is given.
 
+    Training: exactly steps_per_epoch batches for each epoch of `epochs`, each epoch in its own global order
+    (epoch_indices). An epoch's shard wraps around when dropped files leave it short of full batches, so the
+    next epoch still starts at its own beginning. Validation: this rank's fixed shard, once.
     `skipped` is an int64 tf.Variable counting files that were not JPEGs.
     """
-    shard = split.shard(rank, size)
-    ds = tf.data.Dataset.from_tensor_slices(([p for p, _ in shard], [label for _, label in shard]))
-    if train:
-        ds = ds.shuffle(len(shard), seed=seed + rank, reshuffle_each_iteration=True).repeat()
     mean = tf.constant(MEAN_RGB, shape=(1, 1, 3))
     std = tf.constant(STD_RGB, shape=(1, 1, 3))
 
@@ -84,9 +99,27 @@ def make_dataset(
     def finish(image: Any, label: Any, ok: Any) -> Any:
         return image, (tf.one_hot(label, num_classes) if num_classes else label)
 
-    ds = ds.map(load, num_parallel_calls=AUTOTUNE, deterministic=False).ignore_errors()
-    ds = ds.filter(keep).map(finish, num_parallel_calls=AUTOTUNE)
-    ds = ds.batch(batch_size, drop_remainder=train, num_parallel_calls=AUTOTUNE)
+    def batches(files: Any) -> Any:
+        ds = files.map(load, num_parallel_calls=AUTOTUNE, deterministic=False).ignore_errors()
+        ds = ds.filter(keep).map(finish, num_parallel_calls=AUTOTUNE)
+        return ds.batch(batch_size, drop_remainder=train, num_parallel_calls=AUTOTUNE)
+
+    if train:
+        paths = tf.constant([p for p, _ in split.samples])
+        labels = tf.constant([label for _, label in split.samples])
+
+        def epoch_batches(indices: Any) -> Any:
+            files = tf.data.Dataset.from_tensor_slices(indices).repeat()
+            files = files.map(lambda i: (tf.gather(paths, i), tf.gather(labels, i)))
+            return batches(files).take(steps_per_epoch)
+
+        total = len(split.samples)
+        ds = epoch_indices(total, rank=rank, size=size, seed=seed, epochs=epochs).flat_map(epoch_batches)
+    else:
+        shard = split.shard(rank, size)
+        ds = batches(
+            tf.data.Dataset.from_tensor_slices(([p for p, _ in shard], [label for _, label in shard]))
+        )
     options = tf.data.Options()
     options.experimental_optimization.map_parallelization = True
     return ds.with_options(options).prefetch(AUTOTUNE)
@@ -116,6 +149,8 @@ def imagenet_datasets(run: TrainingRun, skipped: Any, *, one_hot: bool) -> tuple
         num_classes=num_classes,
         skipped=skipped,
     )
-    train = dataset(run.train_split, train=True)
+    # From the epoch the run resumes at: call after TrainingRun.resume.
+    epochs = run.epochs()
+    train = dataset(run.train_split, train=True, epochs=epochs, steps_per_epoch=run.steps_per_epoch)
     val = None if run.val_split is None else dataset(run.val_split, train=False)
     return train, val

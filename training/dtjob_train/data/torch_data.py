@@ -11,15 +11,15 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .folder import Split
+from .folder import Split, epoch_shard
 
 # Attempts at neighbouring files before giving up on a sample; keeps every batch full so ranks stay in step.
 _MAX_SUBSTITUTES = 16
@@ -109,6 +109,31 @@ def collate(batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, int]:
     return images, labels, sum(b[2] for b in batch)
 
 
+class EpochShardSampler(Sampler[int]):
+    """This rank's indices into the whole training set, reshuffled globally every epoch (folder.epoch_shard);
+    set_epoch before each epoch's iterator, as with DistributedSampler."""
+
+    def __init__(self, total: int, *, rank: int, size: int, seed: int) -> None:
+        self.total, self.rank, self.size, self.seed = total, rank, size, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        shard = epoch_shard(self.total, epoch=self.epoch, rank=self.rank, size=self.size, seed=self.seed)
+        return iter(shard.tolist())
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.total, self.size))
+
+
+def set_epoch(loader: DataLoader[Sample], epoch: int) -> None:
+    """The training loader's next iterator yields this epoch's order (a no-op for a validation loader)."""
+    if isinstance(loader.sampler, EpochShardSampler):
+        loader.sampler.set_epoch(epoch)
+
+
 def default_workers(local_size: int) -> int:
     cpus = len(os.sched_getaffinity(0))
     return max(1, min(8, cpus // max(local_size, 1) - 1)) if cpus > local_size else 1
@@ -126,13 +151,25 @@ def make_loader(
     seed: int,
     pin_memory: bool,
 ) -> DataLoader[Sample]:
-    dataset = ImageFolder(split.shard(rank, size), image_size, train=train, seed=seed + rank)
+    """Training: the whole set through an EpochShardSampler (call set_epoch before each epoch). Validation:
+    this rank's fixed shard, in order."""
+    if train:
+        dataset = ImageFolder(split.samples, image_size, train=True, seed=seed + rank)
+        sampler: EpochShardSampler | None = EpochShardSampler(
+            len(split.samples), rank=rank, size=size, seed=seed
+        )
+    else:
+        dataset, sampler = (
+            ImageFolder(split.shard(rank, size), image_size, train=False, seed=seed + rank),
+            None,
+        )
+    # Seeds the workers' augmentation randomness, different on every rank.
     generator = torch.Generator()
     generator.manual_seed(seed + rank)
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=train,
+        sampler=sampler,
         drop_last=train,
         num_workers=workers,
         collate_fn=collate,
