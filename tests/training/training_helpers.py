@@ -87,13 +87,15 @@ def launch(
     np: int = 2,
     per_rank_dir: Path | None = None,
     timeout: int = 300,
+    module: str | None = None,
 ) -> Run:
-    """Run `python -m dtjob_train.<framework> args` on np real Horovod ranks on this host.
+    """Run `python -m dtjob_train.<framework> args` (or `python -m <module> args`) on np real Horovod ranks on
+    this host.
 
     With per_rank_dir, each rank gets --checkpoint-dir/--output-dir/--progress-file under
     per_rank_dir/rank-<N>, so a test can see which ranks wrote anything.
     """
-    train = [sys.executable, "-m", f"dtjob_train.{framework}", *args]
+    train = [sys.executable, "-m", module or f"dtjob_train.{framework}", *args]
     if per_rank_dir is not None:
         rank_dir = f"{per_rank_dir}/rank-$HOROVOD_RANK"
         if launcher == "mpi":

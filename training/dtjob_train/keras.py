@@ -93,6 +93,14 @@ def callbacks(run: TrainingRun, scaled_lr: float) -> list[Any]:
     return found
 
 
+def broadcast_state(model: Any) -> None:
+    """Horovod: every rank starts from rank 0's weights and loss scale (with --amp on GPU compile wraps the
+    optimizer in a LossScaleOptimizer). The optimizer's own variables follow after the first step, when
+    BroadcastGlobalVariablesCallback broadcasts them."""
+    scale = tf_checkpoint.loss_scale_variables(model.optimizer)
+    hvd_tf.broadcast_variables(model.variables + scale, root_rank=0)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = parse_args("python -m dtjob_train.keras", argv)
     # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
@@ -119,8 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     # Horovod: rank 0 restores the newest checkpoint and broadcasts the epoch to start from.
     run.resume(lambda directory: tf_checkpoint.restore_latest(directory, model, model.optimizer))
-    # Horovod: every rank starts from rank 0's weights.
-    hvd_tf.broadcast_variables(model.variables, root_rank=0)
+    broadcast_state(model)
     # The inputs start at the epoch the run resumes at, in that epoch's order.
     skipped = tf.Variable(0, dtype=tf.int64, trainable=False)  # files the input pipeline dropped
     train_ds, val_ds = make_inputs(run, skipped)

@@ -51,6 +51,13 @@ class Amp:
         return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled)
 
 
+def broadcast_scaler(scaler: torch.amp.GradScaler) -> None:
+    """Horovod: rank 0's loss scale and growth tracker to every rank. The scaler is not optimizer state, and
+    only rank 0 restored it; ranks with different scales would skip different steps on an overflow. (A
+    disabled scaler's state is empty, and loading it is a no-op.)"""
+    scaler.load_state_dict(hvd.broadcast_object(scaler.state_dict(), root_rank=0, name="grad_scaler"))
+
+
 def synthetic_batches(cfg: TrainConfig, device: torch.device, fmt: torch.memory_format) -> Iterator[Batch]:
     """One fixed random batch already on the device, as Horovod's synthetic benchmark: measures compute."""
     g = torch.Generator().manual_seed(cfg.seed + hvd.rank())
@@ -191,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # broadcasting the parameters afterwards leaves every rank with rank 0's weights.
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    broadcast_scaler(amp.scaler)
     run.begin(f"pytorch {torch.__version__}", f"device {device}")
 
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)

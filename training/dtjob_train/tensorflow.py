@@ -60,6 +60,12 @@ def evaluate(model: Any, dataset: Any, steps: int | None) -> float:
     return float(total[0] / tf.maximum(total[1], 1.0))
 
 
+def broadcast_state(model: Any, optimizer: Any) -> None:
+    """Horovod: every rank starts from rank 0's weights and optimizer state, the loss scale included."""
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    hvd.broadcast_variables(optimizer.variables + tf_checkpoint.loss_scale_variables(optimizer), root_rank=0)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = parse_args("python -m dtjob_train.tensorflow", argv)
     # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
@@ -78,9 +84,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     # Horovod: rank 0 restores the newest checkpoint and broadcasts the epoch to start from.
     run.resume(lambda directory: tf_checkpoint.restore_latest(directory, model, optimizer))
-    # Horovod: every rank starts from rank 0's weights and optimizer state.
-    hvd.broadcast_variables(model.variables, root_rank=0)
-    hvd.broadcast_variables(optimizer.variables, root_rank=0)
+    broadcast_state(model, optimizer)
     # The inputs start at the epoch the run resumes at, in that epoch's order.
     skipped = tf.Variable(0, dtype=tf.int64, trainable=False)  # files the input pipeline dropped
     batches, val_ds = make_inputs(run, skipped)

@@ -29,6 +29,18 @@ def restore_latest(directory: Path | None, model: Any, optimizer: Any) -> tuple[
     return found
 
 
+def loss_scale_variables(optimizer: Any) -> list[Any]:
+    """A dynamic loss scale's state (the scale and its count of good steps), or [] without one.
+
+    tf_keras's LossScaleOptimizer (both the legacy and the current one) checkpoints it, but keeps it out of
+    optimizer.variables, all that Horovod's broadcasts cover: after a resume only rank 0 would have it.
+    """
+    state = getattr(optimizer, "_loss_scale", None)
+    if not getattr(optimizer, "dynamic", False) or state is None:
+        return []
+    return [state.current_loss_scale, state.counter]
+
+
 def save_model(model: Any, output_dir: Path) -> None:
     """The trained model as output_dir/model.keras."""
     model.save(str(output_dir / "model.keras"))
