@@ -69,7 +69,7 @@ def make_dataset(
     seed: int,
     num_classes: int | None,
     skipped: Any,
-    epochs: range = range(0),
+    epochs: range | None = None,
     steps_per_epoch: int = 0,
 ) -> Any:
     """Batches of (normalised float32 NHWC images, labels); one-hot labels when num_classes is given.
@@ -105,6 +105,8 @@ def make_dataset(
         return ds.batch(batch_size, drop_remainder=train, num_parallel_calls=AUTOTUNE)
 
     if train:
+        if epochs is None or steps_per_epoch <= 0:
+            raise ValueError("a training dataset needs its epochs and steps_per_epoch")
         paths = tf.constant([p for p, _ in split.samples])
         labels = tf.constant([label for _, label in split.samples])
 
