@@ -98,6 +98,15 @@ def test_bad_data_dir_gives_a_clear_error(framework: str, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_job_that_asked_for_gpus_does_not_train_on_cpu(framework: str) -> None:
+    # This host has no GPU: as a node whose driver or device plugin broke under a GPU job.
+    run = launch(framework, tiny_args(None), launcher="single", env={"DTJOB_EXPECT_GPU": "1"})
+    assert run.proc.returncode == 3, run.out
+    assert "DTJOB_EXPECT_GPU is set (the job asks for GPUs) but no GPU is visible" in run.out
+    assert "local rank 0" in run.out and "Traceback" not in run.out and run.losses() == []
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_mixed_precision_with_fp16_allreduce(framework: str, tmp_path: Path) -> None:
     args = tiny_args(None, "--arch", "resnet-tiny", "--epochs", "1", "--steps-per-epoch", "3")
     run = launch(framework, [*args, "--amp", "--fp16-allreduce", "--channels-last"], per_rank_dir=tmp_path)

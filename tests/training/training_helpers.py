@@ -88,6 +88,7 @@ def launch(
     per_rank_dir: Path | None = None,
     timeout: int = 300,
     module: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Run:
     """Run `python -m dtjob_train.<framework> args` (or `python -m <module> args`) on np real Horovod ranks on
     this host.
@@ -140,7 +141,9 @@ def launch(
         cmd = train
     else:
         raise ValueError(launcher)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=run_env(), cwd=REPO)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=run_env() | (env or {}), cwd=REPO
+    )
     return Run(proc)
 
 

@@ -58,9 +58,11 @@ CONFIG
 
 def rank_env(spec: JobSpec) -> list[Json]:
     """The environment of the pods that run or launch ranks: DTJOB_EXPECT_GPU=1 when the job asks for GPUs,
-    then the job's own env, which comes later and so wins (e.g. DTJOB_EXPECT_GPU=0 on a CPU-only test bed)."""
-    expected = [{"name": EXPECT_GPU_ENV, "value": "1"}] if spec.gpus_per_worker > 0 else []
-    return expected + [dict(e) for e in spec.env]
+    unless the job's own env sets it (e.g. DTJOB_EXPECT_GPU=0 on a CPU-only test bed), then the job's env."""
+    own = [dict(e) for e in spec.env]
+    if spec.gpus_per_worker > 0 and all(e.get("name") != EXPECT_GPU_ENV for e in own):
+        return [{"name": EXPECT_GPU_ENV, "value": "1"}, *own]
+    return own
 
 
 def training_command(spec: JobSpec) -> list[str]:
