@@ -7,7 +7,6 @@ import io
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,8 @@ from azure.storage.blob import ContainerClient
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
 from dtjob.cli import main
-from dtjob.commands.data import _endpoint_and_account, _progress_lines
+from dtjob.commands.blob_cli import progress_lines
+from dtjob.commands.data import _endpoint_and_account
 from dtjob.names import Access
 from dtjob.transfer_report import ExitCode
 
@@ -169,7 +169,7 @@ def test_progress_without_a_terminal_is_plain_lines() -> None:
     progress.add_bytes(2**20)
     progress.file_done()
     out = io.StringIO()
-    with contextmanager(_progress_lines)(progress, 0.01, out):
+    with progress_lines(progress, "upload", 0.01, out):
         deadline = time.monotonic() + 10
         while "\n" not in out.getvalue() and time.monotonic() < deadline:
             time.sleep(0.01)

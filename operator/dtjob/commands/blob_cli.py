@@ -70,7 +70,7 @@ def every(interval_s: float, tick: Callable[[], None]) -> Iterator[None]:
 
 @contextmanager
 def progress_lines(
-    progress: Progress, label: str, interval_s: float = 15.0, out: TextIO | None = None
+    progress: Progress, label: str, interval_s: float = 15.0, out: TextIO | None = None, unit: str = "files"
 ) -> Iterator[None]:
     """Without a terminal (CI, `kubectl logs`), a plain progress line every `interval_s` instead of a bar."""
 
@@ -78,7 +78,7 @@ def progress_lines(
         snap = progress.snapshot()
         done_mb = (snap.bytes_done + snap.bytes_skipped) / 2**20
         print(
-            f"{label}: {snap.files_complete}/{snap.files_total} files, {done_mb:.1f}/"
+            f"{label}: {snap.files_complete}/{snap.files_total} {unit}, {done_mb:.1f}/"
             f"{snap.bytes_total / 2**20:.1f} MiB, {snap.bytes_per_s / 2**20:.1f} MiB/s",
             file=out or sys.stderr,
             flush=True,
@@ -89,14 +89,14 @@ def progress_lines(
 
 
 @contextmanager
-def progress_bar(progress: Progress, label: str, enabled: bool) -> Iterator[None]:
+def progress_bar(progress: Progress, label: str, enabled: bool, unit: str = "files") -> Iterator[None]:
     """A tqdm bar in bytes fed from the shared counters (plain lines without a terminal); transfers never
     touch the terminal themselves."""
     if not enabled:
         yield
         return
     if not sys.stderr.isatty():
-        with progress_lines(progress, label):
+        with progress_lines(progress, label, unit=unit):
             yield
         return
     from tqdm import tqdm
@@ -107,7 +107,7 @@ def progress_bar(progress: Progress, label: str, enabled: bool) -> Iterator[None
         snap = progress.snapshot()
         bar.total = snap.bytes_total
         bar.n = snap.bytes_done + snap.bytes_skipped
-        bar.set_postfix_str(f"{snap.files_complete}/{snap.files_total} files", refresh=False)
+        bar.set_postfix_str(f"{snap.files_complete}/{snap.files_total} {unit}", refresh=False)
         bar.refresh()
 
     try:

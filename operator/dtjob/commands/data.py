@@ -10,14 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
-from dtjob.azure.errors import StorageFailure, describe_storage_error
+from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
+from dtjob.commands import blob_cli
 from dtjob.names import directory_prefix
 from dtjob.spec_reader import SpecError
 from dtjob.storage_spec import ACCOUNT_RE, PUBLIC_BLOB_SUFFIX, parse_endpoint
@@ -77,118 +75,12 @@ def _endpoint_and_account(args: argparse.Namespace) -> tuple[str, str | None]:
         raise StorageFailure(ExitCode.USAGE, str(err)) from None
 
 
-def _credential(args: argparse.Namespace, account: str | None) -> tuple[Any, str]:
-    """(credential, what to check when it is denied)."""
-    sas = args.sas or os.environ.get("AZURE_STORAGE_SAS_TOKEN")
-    if sas:
-        return sas.lstrip("?"), "the SAS token (--sas / AZURE_STORAGE_SAS_TOKEN)"
-    key = args.account_key or os.environ.get("AZURE_STORAGE_KEY")
-    if key:
-        if account is None:
-            raise StorageFailure(ExitCode.USAGE, "--endpoint must name the account to sign with a key")
-        return {
-            "account_name": account,
-            "account_key": key,
-        }, "the account key (--account-key / AZURE_STORAGE_KEY)"
-    from azure.identity import DefaultAzureCredential
-
-    return DefaultAzureCredential(), "your Entra ID identity's Storage Blob Data role (or pass --account-key)"
-
-
 def _client(args: argparse.Namespace, concurrency: int) -> tuple[ContainerClient, str]:
     from dtjob.azure.clients import container_client
 
     endpoint, account = _endpoint_and_account(args)
-    credential, hint = _credential(args, account)
+    credential, hint = blob_cli.credential(args.sas, args.account_key, account)
     return container_client(f"{endpoint}/{args.container}", credential, concurrency), hint
-
-
-def _fail(err: Exception, subject: str, hint: str) -> int:
-    """Print one clear line for any failure and return its exit status."""
-    from azure.core.exceptions import ClientAuthenticationError
-
-    if isinstance(err, ClientAuthenticationError) and err.status_code is None:
-        first = (err.message or "").splitlines()[0] if err.message else ""
-        failure = StorageFailure(ExitCode.DENIED, f"no Entra ID token ({first}); pass --account-key or --sas")
-    else:
-        failure = describe_storage_error(err, subject, hint)
-    reason = failure.reason
-    if failure.code == ExitCode.NOT_FOUND and "ContainerNotFound" in reason:
-        reason += " (create it, or pass --create-container)"
-    print(f"dtjob data: {reason}", file=sys.stderr)
-    return int(failure.code)
-
-
-@contextmanager
-def _every(interval_s: float, tick: Callable[[], None]) -> Iterator[None]:
-    """Call `tick` every `interval_s` from a thread while the block runs."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(interval_s):
-            tick()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-def _progress_lines(
-    progress: Progress,
-    interval_s: float = 15.0,
-    out: TextIO | None = None,
-    label: str = "upload",
-    unit: str = "files",
-) -> Iterator[None]:
-    """Without a terminal (CI, `kubectl logs`), a plain progress line every `interval_s` instead of a bar."""
-
-    def line() -> None:
-        snap = progress.snapshot()
-        done_mb = (snap.bytes_done + snap.bytes_skipped) / 2**20
-        print(
-            f"{label}: {snap.files_complete}/{snap.files_total} {unit}, {done_mb:.1f}/"
-            f"{snap.bytes_total / 2**20:.1f} MiB, {snap.bytes_per_s / 2**20:.1f} MiB/s",
-            file=out or sys.stderr,
-            flush=True,
-        )
-
-    with _every(interval_s, line):
-        yield
-
-
-@contextmanager
-def _progress_bar(
-    progress: Progress, enabled: bool, label: str = "upload", unit: str = "files"
-) -> Iterator[None]:
-    """A tqdm bar in bytes fed from the shared counters (plain lines without a terminal); transfers never
-    touch the terminal themselves."""
-    if not enabled:
-        yield
-        return
-    if not sys.stderr.isatty():
-        yield from _progress_lines(progress, label=label, unit=unit)
-        return
-    from tqdm import tqdm
-
-    bar = tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1024, desc=label, file=sys.stderr)
-
-    def refresh() -> None:
-        snap = progress.snapshot()
-        bar.total = snap.bytes_total
-        bar.n = snap.bytes_done + snap.bytes_skipped
-        bar.set_postfix_str(f"{snap.files_complete}/{snap.files_total} {unit}", refresh=False)
-        bar.refresh()
-
-    try:
-        with _every(0.5, refresh):
-            yield
-    finally:
-        refresh()
-        bar.close()
 
 
 def run_upload(args: argparse.Namespace) -> int:
@@ -204,7 +96,7 @@ def run_upload(args: argparse.Namespace) -> int:
         client, hint = _client(args, args.concurrency)
         if args.create_container and not client.exists():
             client.create_container()
-        with _progress_bar(progress, enabled=not args.no_progress):
+        with blob_cli.progress_bar(progress, "upload", enabled=not args.no_progress):
             snap = Uploader(
                 lambda: client, lambda: None, progress, subject, hint, concurrency=args.concurrency
             ).run(args.local_dir, args.prefix)
@@ -212,7 +104,7 @@ def run_upload(args: argparse.Namespace) -> int:
         print("dtjob data: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
     except Exception as err:
-        return _fail(err, subject, hint)
+        return blob_cli.fail("dtjob data", err, subject, hint)
     where = f"{client.url.split('?', 1)[0]}/{args.prefix.strip('/')}".rstrip("/")
     print(
         f"uploaded {snap.files_done} file(s), {snap.bytes_done} bytes in {snap.elapsed_s:.1f}s "
@@ -231,7 +123,7 @@ def run_ls(args: argparse.Namespace) -> int:
         prefix = directory_prefix(args.prefix)
         files = list_remote(client, prefix)
     except Exception as err:
-        return _fail(err, subject, hint)
+        return blob_cli.fail("dtjob data", err, subject, hint)
     for remote in files:
         if args.long:
             print(f"{remote.size:>14}  {remote.md5 or '-':<24}  {remote.name}")
@@ -344,7 +236,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         fmt = LabelFormat(args.val_labels_format) if args.val_labels_format else None
         labels = parse_val_labels(args.val_labels.read_text(errors="replace"), str(args.val_labels), fmt)
         sink, hint = _prepare_sink(args)
-        with _progress_bar(progress, enabled=not args.no_progress, label="prepare", unit="images"):
+        with blob_cli.progress_bar(progress, "prepare", enabled=not args.no_progress, unit="images"):
             outcome = Preparation(args.train_tar, args.val_tar, labels, sink, progress, expected).run()
         report = check_tree(sink.counts(), expected, outcome.train_classes)
     except KeyboardInterrupt:
@@ -354,7 +246,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         print(f"dtjob data: {err}", file=sys.stderr)
         return int(ExitCode.USAGE)
     except Exception as err:
-        return _fail(err, subject, hint)
+        return blob_cli.fail("dtjob data", err, subject, hint)
     snap = progress.snapshot()
     val = "val prepared" if outcome.val_done else "val already complete"
     print(
