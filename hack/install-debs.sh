@@ -3,9 +3,10 @@
 #   OpenMPI, OpenSSH, cmake, g++, patch: Horovod's build and the training tests (horovodrun --mpi, sshd).
 #   containerd, runc, CNI plugins, iptables: the real node (hack/realnode.sh); kube-proxy programs iptables.
 #   buildah, debootstrap: the images, built from images/ Dockerfiles without a Docker engine.
+#   lua5.1: runs the Argo CD health check (docs/gitops.md) in the chart tests.
 set -euo pipefail
 pkgs=(openmpi-bin libopenmpi-dev openssh-client openssh-server iproute2 cmake g++ patch
-  containerd runc containernetworking-plugins iptables buildah debootstrap)
+  containerd runc containernetworking-plugins iptables buildah debootstrap lua5.1)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
