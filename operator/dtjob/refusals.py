@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from dtjob.actions import Decision, Event
+from dtjob.kstatus import with_kstatus_conditions
 from dtjob.machine import invalid_spec
 from dtjob.status import CHILD_NOT_OURS, CREATE_FORBIDDEN, PENDING, RESTARTING, JobStatus, set_condition
 
@@ -67,5 +68,6 @@ def _wait(prev: JobStatus, reason: str, text: str, now: datetime, generation: in
     conditions = set_condition(prev.conditions, "Created", False, reason, text, now)
     phase = RESTARTING if prev.phase == RESTARTING else PENDING
     status = replace(prev, conditions=conditions, observed_generation=generation, phase=phase, message=text)
+    status = with_kstatus_conditions(status, now)
     events = [] if prev.message == text else [Event("Warning", reason, text)]
     return Decision(status, [], events, RETRY_SECONDS)

@@ -36,6 +36,10 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    # The kstatus conditions GitOps tools read (dtjob.kstatus), derived from the phase and the ones above.
+    READY = "Ready"
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
 
 
 PENDING = Phase.PENDING

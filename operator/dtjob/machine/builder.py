@@ -10,6 +10,7 @@ from dtjob.actions import (
     Decision,
     Event,
 )
+from dtjob.kstatus import with_kstatus_conditions
 from dtjob.status import (
     JobStatus,
     set_condition,
@@ -47,4 +48,5 @@ class Builder:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
     def decision(self) -> Decision:
-        return Decision(self.status, self.actions, self.events, self.requeue_after)
+        status = with_kstatus_conditions(self.status, self.now)
+        return Decision(status, self.actions, self.events, self.requeue_after)
