@@ -6,10 +6,12 @@ own. Pure.
 - Reconciling=True while the job works toward its goal: Pending, Staging, Starting, Running, Restarting.
 - Stalled=True when it cannot get there by itself: Failed, or a world whose create is refused or blocked
   (Created=False: a quota, RBAC, a missing PVC or credentials; the job retries, but someone has to act).
-- Ready=True once it has reached it: Succeeded.
-A suspended job is none of these: it rests where it was asked to. Together with status.observedGeneration
-(kstatus reads a job whose generation is ahead of it as InProgress) this gives InProgress while a job runs,
-Current when it succeeded or is suspended, and Failed when it failed or is stuck.
+- Ready=True once it is where its spec asks it to be: Succeeded, or Suspended (runPolicy.suspend: it rests,
+  neither working nor stuck; kstatus reads Ready=False as InProgress, which would hold a GitOps sync that
+  waits for health until the job is resumed).
+Together with status.observedGeneration (kstatus reads a job whose generation is ahead of it as InProgress)
+this gives InProgress while a job runs, Current when it succeeded or is suspended, and Failed when it failed
+or is stuck.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def with_kstatus_conditions(status: JobStatus, now: datetime) -> JobStatus:
         (ConditionType.RECONCILING, reconciling),
         (ConditionType.STALLED, stalled),
     ):
-        conditions = set_condition(conditions, kind, value, reason, message, now)
+        conditions = set_condition(conditions, kind.value, value, reason, message, now)
     return replace(status, conditions=conditions)
 
 
@@ -54,7 +56,7 @@ def _verdict(status: JobStatus) -> tuple[Verdict, Verdict, Verdict]:
         reason = _reason_of(status, ConditionType.FAILED, phase)
         return (False, reason, message), (True, reason, message), (False, reason, message)
     if phase == SUSPENDED:
-        return (False, phase, message), (False, phase, message), (False, phase, message)
+        return (False, phase, message), (False, phase, message), (True, phase, message)
     created = status.condition(ConditionType.CREATED)
     if created is not None and created.status == "False":
         held = created.message or message

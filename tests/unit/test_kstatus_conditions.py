@@ -114,13 +114,17 @@ def test_refused_creates_are_stalled() -> None:
     assert kstatus(held.status)["Stalled"] == ("True", "ChildNotOwned")
 
 
-def test_a_suspended_job_rests_neither_reconciling_nor_stalled_nor_ready() -> None:
+def test_a_suspended_job_rests_where_its_spec_asks_neither_reconciling_nor_stalled() -> None:
     obs = Observed(pods=(worker(0), worker(1)), launcher=launcher())
     d = decide(job_spec(runPolicy={"suspend": True}), obs, started(), NOW)
     assert d.status.phase == "Suspended" and d.status.is_true("Suspended")
     assert kstatus(d.status) == {
-        "Ready": ("False", "Suspended"), "Reconciling": ("False", "Suspended"),
+        "Ready": ("True", "Suspended"), "Reconciling": ("False", "Suspended"),
         "Stalled": ("False", "Suspended"),
+    }  # fmt: skip
+    resumed = decide(job_spec(), Observed(), d.status, NOW)
+    assert kstatus(resumed.status) == {
+        "Ready": ("False", "Pending"), "Reconciling": ("True", "Pending"), "Stalled": ("False", "Pending"),
     }  # fmt: skip
 
 
