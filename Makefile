@@ -67,8 +67,10 @@ venv: deps $(VENV)/.ready $(UPLOADER_WHEELS)/.ready
 venv-training: venv
 	@training/install.sh $(PY)
 
+# With kstatus (sigs.k8s.io/cli-utils), the health library of Flux, for the tests of a job's GitOps health.
 control-plane:
 	@hack/build-control-plane.sh
+	@hack/build-kstatus.sh
 
 # Azurite (Blob Storage emulator) from the npm registry, for the tests marked `azure`.
 azurite:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -36,3 +37,14 @@ def tool(name: str) -> str:
     if found is None:
         raise FileNotFoundError(f"{name} is neither built ({pinned}) nor on PATH: run `make control-plane`")
     return found
+
+
+def kstatus() -> str:
+    """hack/build-kstatus.sh's build of the kstatus program (cached under a hash of its sources)."""
+    source = REPO / "hack" / "kstatus"
+    digest = hashlib.sha256(b"".join((source / f).read_bytes() for f in ("go.mod", "go.sum", "main.go")))
+    cache = Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob"))
+    built = cache / "bin" / f"kstatus-{digest.hexdigest()[:12]}" / "kstatus"
+    if not built.is_file():
+        raise FileNotFoundError(f"kstatus is not built ({built}): run `make control-plane`")
+    return str(built)

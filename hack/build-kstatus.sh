@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds hack/kstatus (the kstatus library of sigs.k8s.io/cli-utils, at the version its go.mod pins) into
+#   $DTJOB_CACHE/bin/kstatus-<key>/kstatus
+# where <key> hashes its sources, so an edit builds a new one and a second run builds nothing. Go fetches only
+# modules its module cache lacks: once they are there, a rebuild needs no network.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
+src=$here/kstatus
+key=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-12)
+out=$cache/bin/kstatus-$key
+log() { printf '[build-kstatus] %s\n' "$*" >&2; }
+if [[ -x $out/kstatus ]]; then
+  log "kstatus $key cached"
+  exit 0
+fi
+export GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0
+log "building kstatus $key"
+mkdir -p "$out"
+cd "$src"
+go build -trimpath -ldflags "-s -w" -o "$out/kstatus.tmp" .
+mv "$out/kstatus.tmp" "$out/kstatus"
