@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dtjob.config import DEFAULT_LOG_CAP_BYTES, load_config
+from dtjob.config import DEFAULT_IMAGES, DEFAULT_LOG_CAP_BYTES, DEFAULT_STAGER_IMAGE, load_config
 from kubernetes import client
 
 from testbed.kube_wait import wait_for
@@ -27,12 +28,19 @@ def helm(kubeconfig: str, *args: str) -> str:
     return result.stdout
 
 
-def render(*sets: str) -> list[dict[str, Any]]:
+def template(*sets: str, json_sets: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     args = [tool("helm"), "template", "dtjob", str(CHART), "--namespace", "dtjob-system", "--include-crds"]
     for value in sets:
         args += ["--set", value]
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+    for value in json_sets:
+        args += ["--set-json", value]
+    return subprocess.run(args, capture_output=True, text=True)
+
+
+def render(*sets: str, json_sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    done = template(*sets, json_sets=json_sets)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
 def can_i(
@@ -141,6 +149,121 @@ def test_resync_workers_and_deadlines_reach_the_operator_config() -> None:
     )))  # fmt: skip
     assert (tuned.resync_seconds, tuned.reconcile_workers, tuned.reconcile_slow_seconds) == (15, 4, 5)
     assert (tuned.kube_timeout_seconds, tuned.azure_retries) == (7, 0)
+
+
+# A mistyped key or a value of the wrong kind fails `helm template` (and install, upgrade, lint) naming it,
+# instead of being ignored or reaching the operator.
+SCHEMA_REFUSALS = {
+    "imge.tag=1.0": "imge",
+    "timeouts.kubernetes.readSecond=3": "readSecond",
+    "resources.limit.memory=1Gi": "limit",
+    "storagePolicy.account={a}": "account",
+    "reconcileWorkers=many": "/reconcileWorkers",
+    "reconcileWorkers=0": "/reconcileWorkers",
+    "logLevel=loud": "/logLevel",
+    "podLogCapBytes=1024": "/podLogCapBytes",
+    "livenessPort=70000": "/livenessPort",
+    "image.pullPolicy=Sometimes": "/image/pullPolicy",
+    "networkPolicy.enabled=yes please": "/networkPolicy/enabled",
+    "topologySpreadConstraints[0].whenUnsatisfiable=Maybe": "/topologySpreadConstraints/0/whenUnsatisfiable",
+}
+
+
+@pytest.mark.parametrize("value", SCHEMA_REFUSALS)
+def test_the_values_schema_names_what_is_wrong(value: str) -> None:
+    done = template(value)
+    assert done.returncode != 0, f"--set {value} was accepted"
+    assert "schema" in done.stderr and SCHEMA_REFUSALS[value] in done.stderr, done.stderr
+
+
+def test_the_values_schema_covers_every_default_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == set(values)
+    nested = [k for k, v in values.items() if isinstance(v, dict) and v and k != "global"]
+    for key in nested:
+        # Free-form Kubernetes objects (affinity, security contexts, ...) are left to the API server's schema.
+        if schema["properties"][key].get("properties"):
+            assert set(values[key]) <= set(schema["properties"][key]["properties"]), key
+    render()  # the defaults pass
+
+
+def images(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """Every image the operator runs or puts into jobs, as the operator's own config reads them."""
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    config = load_config(operator_env(docs))
+    found = {fw: config.image_for(fw) for fw in ("pytorch", "tensorflow", "keras")}
+    return {"operator": deployment["spec"]["template"]["spec"]["containers"][0]["image"], **found,
+            "stager": config.stager_image}  # fmt: skip
+
+
+def test_images_default_to_the_app_version_and_the_operators_own_defaults() -> None:
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    found = images(render())
+    assert found["operator"] == f"ghcr.io/dtjob/operator:{app_version}"
+    assert {fw: found[fw] for fw in DEFAULT_IMAGES} == DEFAULT_IMAGES
+    assert found["stager"] == DEFAULT_STAGER_IMAGE
+    assert all(image.endswith(f":{app_version}") for image in found.values())
+    assert images(render("image.tag=1.2.3"))["operator"] == "ghcr.io/dtjob/operator:1.2.3"
+
+
+def test_global_image_registry_rewrites_every_image_the_chart_names() -> None:
+    mirrored = images(render("global.imageRegistry=myacr.azurecr.io"))
+    assert mirrored == {
+        "operator": "myacr.azurecr.io/dtjob/operator:0.1.0",
+        "pytorch": "myacr.azurecr.io/dtjob/horovod-pytorch:0.1.0",
+        "tensorflow": "myacr.azurecr.io/dtjob/horovod-tensorflow:0.1.0",
+        "keras": "myacr.azurecr.io/dtjob/horovod-tensorflow:0.1.0",
+        "stager": "myacr.azurecr.io/dtjob/stager:0.1.0",
+    }
+    digest = "sha256:" + "a" * 64
+    custom = images(render(
+        "global.imageRegistry=mirror.example.com:5000/", f"image.digest={digest}",
+        "trainingImages.pytorch=localhost/team/pt:2.1", "trainingImages.tensorflow=team/tf",
+        "trainingImages.keras=keras", f"stagerImage=docker.io/library/stager@{digest}",
+    ))  # fmt: skip
+    assert custom == {
+        "operator": f"mirror.example.com:5000/dtjob/operator@{digest}",
+        "pytorch": "mirror.example.com:5000/team/pt:2.1",
+        "tensorflow": "mirror.example.com:5000/team/tf:0.1.0",
+        "keras": "mirror.example.com:5000/keras:0.1.0",
+        "stager": f"mirror.example.com:5000/library/stager@{digest}",
+    }
+
+
+def test_the_pod_is_restricted_probed_and_spread_over_zones() -> None:
+    deployment = next(d for d in render() if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["livenessProbe"]["periodSeconds"] == 20
+    # A preference for zones, selecting this release's operator pods.
+    assert pod["topologySpreadConstraints"] == [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]},
+    }]  # fmt: skip
+    assert "priorityClassName" not in pod
+
+    tuned = next(d for d in render(
+        "priorityClassName=system-cluster-critical", "readinessProbe.periodSeconds=3",
+        "podSecurityContext.fsGroup=65532", json_sets=("topologySpreadConstraints=[]",),
+    ) if d["kind"] == "Deployment")["spec"]["template"]["spec"]  # fmt: skip
+    assert tuned["priorityClassName"] == "system-cluster-critical"
+    assert tuned["containers"][0]["readinessProbe"]["periodSeconds"] == 3
+    assert tuned["securityContext"]["fsGroup"] == 65532
+    assert "topologySpreadConstraints" not in tuned
+    own = {"maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+           "labelSelector": {"matchLabels": {"team": "ml"}}}  # fmt: skip
+    docs = render(json_sets=(f"topologySpreadConstraints=[{json.dumps(own)}]",))
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert pod["topologySpreadConstraints"] == [own]  # a selector of one's own is kept as written
 
 
 @pytest.fixture

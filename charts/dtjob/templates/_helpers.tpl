@@ -1,13 +1,56 @@
+{{- define "dtjob.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "dtjob.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "dtjob.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
+{{/* An image reference as the chart writes it: global.imageRegistry, when set, replaces the registry (the first
+path component when it names a host: it has a dot or a port, or is localhost) or goes in front of a reference
+without one; a reference without a tag or digest gets the chart's appVersion. Call with (list $ "<ref>"). */}}
+{{- define "dtjob.image" -}}
+{{- $root := index . 0 -}}
+{{- $ref := index . 1 -}}
+{{- with ($root.Values.global | default dict).imageRegistry -}}
+{{- $parts := splitList "/" $ref -}}
+{{- $first := first $parts -}}
+{{- $hasRegistry := and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $path := $ref -}}
+{{- if $hasRegistry -}}
+{{- $path = rest $parts | join "/" -}}
+{{- end -}}
+{{- $ref = printf "%s/%s" (trimSuffix "/" .) $path -}}
+{{- end -}}
+{{- if not (or (contains "@" $ref) (contains ":" (last (splitList "/" $ref)))) -}}
+{{- $ref = printf "%s:%s" $ref $root.Chart.AppVersion -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/* The operator's own image: repository at its digest, else at its tag (the appVersion by default). */}}
+{{- define "dtjob.operatorImage" -}}
+{{- $image := .Values.image -}}
+{{- $ref := $image.repository -}}
+{{- if $image.digest -}}
+{{- $ref = printf "%s@%s" $ref $image.digest -}}
+{{- else -}}
+{{- $ref = printf "%s:%s" $ref ($image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- include "dtjob.image" (list . $ref) -}}
+{{- end -}}
+
 {{- define "dtjob.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "dtjob.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -16,7 +59,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "dtjob.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "dtjob.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end -}}
