@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dtjob import desired, names, storage
+from dtjob import desired, metrics, names, storage
 from dtjob.actions import (
     Action,
     CreateLauncher,
@@ -132,6 +132,7 @@ def _upload_logs(
     if attempt is not None:
         pods = [p for p in pods if pod_state(p).attempt == attempt]
     upload = storage.upload_pod_logs(kube, spec, uid, pods, attempt=attempt, cap_bytes=cap_bytes)
+    metrics.logs_uploaded(upload.uploaded, len(upload.missing))
     return LogsUploaded(
         attempt, upload.uploaded, folder, upload.missing, upload.error, upload.truncated, upload.cap_bytes
     )

@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob import names
+from dtjob import metrics, names
 from dtjob.azure.sas import redact
 from dtjob.cache import ChildCache
 from dtjob.config import OperatorConfig
@@ -56,12 +57,17 @@ class Controller:
         self.config = config
         self.reconcile_fn = reconcile_fn
         self.known: set[Key] = set()
+        # What each known job's status says that the metrics show (phase, progress, staging), from its events.
+        self.summaries: dict[Key, metrics.JobSummary] = {}
         self.cache = ChildCache()
         self.children_of: ChildrenOf = self.cache.children
         self._listed: set[str] = set()  # namespaces whose children were listed at least once
         self._list_locks: dict[str, asyncio.Lock] = {}
         self._queue: asyncio.Queue[Key] = asyncio.Queue()
         self._queued: set[Key] = set()
+        self._waiting_since: dict[
+            Key, float
+        ] = {}  # monotonic time each waiting key (queued or dirty) arrived
         self._active: set[Key] = set()
         self._dirty: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
@@ -88,6 +94,7 @@ class Controller:
                 old.cancel()
             self._timers[key] = loop.call_at(due, self._fire, key)
             return
+        self._waiting_since.setdefault(key, time.monotonic())
         if key in self._active:
             self._dirty.add(key)  # run once more when the current reconcile ends
         elif key not in self._queued:
@@ -121,15 +128,18 @@ class Controller:
                      ", ".join(sorted(name for _, name in changed)))  # fmt: skip
         return changed
 
-    def observe_job(self, key: Key, deleted: bool) -> None:
+    def observe_job(self, key: Key, deleted: bool, status: Mapping[str, Any] | None = None) -> None:
+        """A watch event of a job; `status` is its status as the event carried it."""
         if deleted:
             self.known.discard(key)
+            self.summaries.pop(key, None)
             self._failures.pop(key, None)
             timer = self._timers.pop(key, None)
             if timer is not None:
                 timer.cancel()
         else:
             self.known.add(key)
+            self.summaries[key] = metrics.job_summary(status)
             self.enqueue(key)
 
     def due_in(self, key: Key) -> float | None:
@@ -140,6 +150,18 @@ class Controller:
     @property
     def depth(self) -> int:
         return len(self._queued) + len(self._active)
+
+    def metrics_snapshot(self) -> metrics.Snapshot:
+        """The state the metrics show; called from the metrics server's thread, so it only copies: a dict's
+        copy() is atomic under the GIL, while the event loop may change it meanwhile."""
+        waiting = self._waiting_since.copy()
+        oldest = min(waiting.values(), default=None)
+        return metrics.Snapshot(
+            jobs=self.summaries.copy(),
+            queue_waiting=len(waiting),
+            queue_active=len(self._active),
+            queue_oldest_s=0.0 if oldest is None else max(0.0, time.monotonic() - oldest),
+        )
 
     # --- running -------------------------------------------------------------------------------------
 
@@ -174,6 +196,7 @@ class Controller:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
+            self._waiting_since.pop(key, None)
             if key not in self.known:
                 continue
             self._active.add(key)
@@ -207,13 +230,15 @@ class Controller:
                 await self.relist(namespace, first=True)  # the watch may not have delivered them all yet
             # Snapshot the cache on the event loop: the watch events update it there.
             children = self.children_of(key)
-            call = functools.partial(self.reconcile_fn, self.kube, self.config, namespace, name, children)
+            call = functools.partial(self._timed, namespace, name, children)
             requeue = await asyncio.get_running_loop().run_in_executor(self._threads, call)
             self.reconciles += 1
-        except Conflict:
+        except Conflict as conflict:
+            metrics.reconcile_failed(conflict)
             self.enqueue(key, 0.2)
             return
         except Exception as error:
+            metrics.reconcile_failed(error)
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
             delay = backoff(failures)
@@ -228,6 +253,14 @@ class Controller:
         self._failures.pop(key, None)
         if requeue is not None:
             self.enqueue(key, requeue)
+
+    def _timed(self, namespace: str, name: str, children: Children) -> float | None:
+        """The reconcile, in its worker thread, its duration recorded (failed ones too)."""
+        start = time.perf_counter()
+        try:
+            return self.reconcile_fn(self.kube, self.config, namespace, name, children)
+        finally:
+            metrics.RECONCILE_DURATION.observe(time.perf_counter() - start)
 
     def _report_error(self, key: Key, delay: float, error: Exception) -> None:
         try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import kopf
 
-from dtjob import API_GROUP, API_VERSION, PLURAL, names
+from dtjob import API_GROUP, API_VERSION, PLURAL, metrics, names
 from dtjob.azure.clients import Deadlines, set_default_deadlines
 from dtjob.config import load_config
 from dtjob.controller import Controller
@@ -50,12 +50,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     controller = Controller(KubeClient(api), config)
     controller.start()
     memo["controller"] = controller
+    metrics.bind(controller.metrics_snapshot)
 
 
 @kopf.on.cleanup()
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     controller: Controller | None = memo.get("controller")
     if controller is not None:
+        metrics.bind(None)
         await controller.stop()
 
 
@@ -77,9 +79,13 @@ for _resource in CHILD_KINDS:
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
-async def job_event(type: str | None, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def job_event(
+    type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
     if namespace and name:
-        memo["controller"].observe_job((namespace, name), deleted=type == "DELETED")
+        memo["controller"].observe_job(
+            (namespace, name), deleted=type == "DELETED", status=body.get("status")
+        )
 
 
 @kopf.on.probe(id="queue")

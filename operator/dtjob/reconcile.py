@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob import names, storage
+from dtjob import metrics, names, storage
 from dtjob.act import act
 from dtjob.actions import Event, SasSecretsDeleted
 from dtjob.config import OperatorConfig
@@ -62,6 +62,11 @@ def reconcile(
     observed = observe(kube, config, spec, job, prev, children, now)
     decision = decide(spec, observed, prev, now)
     version = _record(kube, job, decision.status, decision.events, now)
+    if (
+        decision.status.restarts > prev.restarts
+    ):  # counted once it is recorded: a conflict above decides again
+        restarting = decision.status.condition("Restarting")
+        metrics.world_restarted(restarting.reason if restarting is not None else "")
     owner = owner_reference(name, meta["uid"])
     try:
         results = act(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dtjob import names
+from dtjob import metrics, names
 from dtjob.azure.sas import (
     ANNOTATION_EXPIRES,
     ANNOTATION_ISSUED,
@@ -152,12 +152,16 @@ def mint_sas(
     secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
     existing = kube.get_secret(spec.namespace, sas_secret_name(spec.name, access))
     if existing is None:
-        if kube.ensure(secret) is Applied.NOT_OURS:
+        applied = kube.ensure(secret)
+        if applied is Applied.NOT_OURS:
             raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
+        if applied is Applied.CREATED:
+            metrics.sas_minted(access.value, rotation=False)
         return
     if not is_ours(existing, secret):
         raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
     kube.replace_secret(secret, existing["metadata"]["resourceVersion"])
+    metrics.sas_minted(access.value, rotation=True)
     log.info("rotated the SAS in %s/%s; it now expires at %s", spec.namespace,
              sas_secret_name(spec.name, access), sas.expiry.isoformat())  # fmt: skip
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 from typing import Any
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+# The Prometheus /metrics server (dtjob.metrics).
+DEFAULT_METRICS_PORT = 8081
+DEFAULT_METRICS_ADDRESS = "0.0.0.0"
 
 
 def register(subparsers: Any) -> None:
@@ -24,9 +28,41 @@ def register(subparsers: Any) -> None:
         "--liveness", default=DEFAULT_LIVENESS, metavar="URL",
         help=f"liveness endpoint served by the operator (default {DEFAULT_LIVENESS}); 'none' disables it",
     )  # fmt: skip
+    parser.add_argument(
+        "--metrics-port", type=_port, metavar="PORT",
+        help="serve Prometheus metrics at /metrics on this port (default: $DTJOB_METRICS_PORT, else "
+        f"{DEFAULT_METRICS_PORT}); 0 disables it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-address", metavar="ADDR",
+        help=f"address the metrics server binds (default: $DTJOB_METRICS_ADDRESS, else "
+        f"{DEFAULT_METRICS_ADDRESS})",
+    )  # fmt: skip
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile decision")
     parser.add_argument("--debug", action="store_true", help="log kopf internals too")
     parser.set_defaults(func=run)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port number from 0 to 65535, not {text!r}")
+    return port
+
+
+def metrics_endpoint(args: argparse.Namespace) -> tuple[str, int]:
+    """(address, port) of the metrics server: the flags, else the environment, else the defaults."""
+    port = args.metrics_port
+    if port is None:
+        try:
+            port = _port(os.environ.get("DTJOB_METRICS_PORT", str(DEFAULT_METRICS_PORT)))
+        except argparse.ArgumentTypeError as err:
+            raise SystemExit(f"dtjob operator: DTJOB_METRICS_PORT: {err}") from None
+    address = args.metrics_address or os.environ.get("DTJOB_METRICS_ADDRESS") or DEFAULT_METRICS_ADDRESS
+    return address, port
 
 
 def _redact_signatures(record: logging.LogRecord) -> bool:
@@ -52,6 +88,12 @@ def run(args: argparse.Namespace) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(_redact_signatures)
     namespaces = args.namespaces or []
+    address, port = metrics_endpoint(args)
+    if port:
+        from dtjob import metrics
+
+        metrics.serve(address, port)
+        logging.getLogger(__name__).info("serving metrics on http://%s:%d/metrics", address, port)
     liveness = None if args.liveness == "none" else args.liveness
     asyncio.run(
         kopf.operator(
