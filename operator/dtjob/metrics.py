@@ -5,7 +5,7 @@ import-linter contract keeps it so). What the operator already knows is not copi
 by phase, each unfinished job's training progress and staging transfer, and the work queue are read at scrape
 time from the controller's own state (`bind`), so they cannot drift from it, and a job's series end when the
 job finishes or is deleted. Every label takes values from a small fixed set, or namespace and job name of a
-job that exists and has not finished.
+job that exists and has not finished. Every name starts with dtjob_.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ Key = tuple[str, str]  # (namespace, job name)
 # The `_created` timestamp series double every counter's series and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry()
-ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
+# The operator process's own: dtjob_process_cpu_seconds_total, dtjob_process_resident_memory_bytes, ...
+ProcessCollector(namespace="dtjob", registry=REGISTRY)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -249,7 +250,8 @@ class Snapshot:
 
 SnapshotFn = Callable[[], Snapshot]
 
-# (metric name, help, status field) of the per-job gauges, labelled namespace and job.
+# (metric name, help, status field) of the per-job gauges, labelled namespace and job_name: not `job`, which
+# Prometheus gives every series (the scrape job), as kube-state-metrics names its kube_job_* label job_name.
 JOB_GAUGES = (
     ("dtjob_training_images_per_second", "Training throughput rank 0 last reported (status.progress).",
      "progress", "imagesPerSec"),
@@ -286,7 +288,7 @@ class StateCollector(Collector):
             labels=["namespace", "phase"],
         )  # fmt: skip
         per_job = [
-            (GaugeMetricFamily(name, text, labels=["namespace", "job"]), part, key)
+            (GaugeMetricFamily(name, text, labels=["namespace", "job_name"]), part, key)
             for name, text, part, key in JOB_GAUGES
         ]
         waiting = GaugeMetricFamily("dtjob_workqueue_depth", "Jobs waiting in the work queue for a worker.")

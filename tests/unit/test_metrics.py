@@ -153,7 +153,7 @@ PER_JOB = tuple(name for name, *_ in metrics.JOB_GAUGES)
 
 
 def job_series(samples: Samples, job: str) -> dict[str, float]:
-    return {name: v for (name, labels), v in samples.items() if ("job", job) in labels}
+    return {name: v for (name, labels), v in samples.items() if ("job_name", job) in labels}
 
 
 def test_per_job_series_end_when_the_job_finishes_or_is_deleted() -> None:
