@@ -58,7 +58,20 @@ def start_operator(
     env = {**os.environ, "KUBECONFIG": kubeconfig, "DTJOB_PROGRESS_SECONDS": "2", **(extra_env or {})}
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "dtjob", "operator", "--namespace", namespace, "--liveness", liveness],
+        [
+            sys.executable,
+            "-m",
+            "dtjob",
+            "operator",
+            "--namespace",
+            namespace,
+            "--liveness",
+            liveness,
+            "--metrics-address",
+            "127.0.0.1",
+            "--metrics-port",
+            str(free_port()),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,

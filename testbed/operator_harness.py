@@ -54,16 +54,23 @@ def free_port() -> int:
 
 
 class OperatorProcess:
-    """`python -m dtjob operator` watching one namespace, liveness on a loopback port."""
+    """`python -m dtjob operator` watching one namespace, liveness and metrics on loopback ports (`metrics`
+    False: no metrics server)."""
 
     def __init__(
-        self, kubeconfig: str, namespace: str, log_path: Path, env: dict[str, str] | None = None
+        self,
+        kubeconfig: str,
+        namespace: str,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        metrics: bool = True,
     ) -> None:
         self.extra_env = dict(env or {})
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.log_path = log_path
         self.port = free_port()
+        self.metrics_port = free_port() if metrics else 0
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -75,7 +82,8 @@ class OperatorProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dtjob", "operator", "--namespace", self.namespace, "--verbose",
-             "--liveness", f"http://127.0.0.1:{self.port}/healthz"],
+             "--liveness", f"http://127.0.0.1:{self.port}/healthz",
+             "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
         )  # fmt: skip
         wait_for(self.probes, timeout=60, what=f"operator liveness (log: {self.log_path})")
@@ -90,6 +98,13 @@ class OperatorProcess:
                 return data
         except OSError:
             return None
+
+    def metrics_text(self) -> str:
+        """The operator's /metrics page, as Prometheus scrapes it."""
+        assert self.metrics_port, "started without metrics"
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            text: str = response.read().decode()
+            return text
 
     def reconciles(self) -> int:
         return int((self.probes() or {}).get("reconciles", 0))
