@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from dtjob.commands.operator import DEFAULT_METRICS_PORT
 from dtjob.config import DEFAULT_IMAGES, DEFAULT_LOG_CAP_BYTES, DEFAULT_STAGER_IMAGE, load_config
 from kubernetes import client
 
@@ -166,6 +167,9 @@ SCHEMA_REFUSALS = {
     "image.pullPolicy=Sometimes": "/image/pullPolicy",
     "networkPolicy.enabled=yes please": "/networkPolicy/enabled",
     "topologySpreadConstraints[0].whenUnsatisfiable=Maybe": "/topologySpreadConstraints/0/whenUnsatisfiable",
+    "metrics.port=0": "/metrics/port",
+    "metrics.servicemonitor.enabled=true": "servicemonitor",
+    "metrics.serviceMonitor.interval=often": "/metrics/serviceMonitor/interval",
 }
 
 
@@ -264,6 +268,81 @@ def test_the_pod_is_restricted_probed_and_spread_over_zones() -> None:
     docs = render(json_sets=(f"topologySpreadConstraints=[{json.dumps(own)}]",))
     pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
     assert pod["topologySpreadConstraints"] == [own]  # a selector of one's own is kept as written
+
+
+def test_metrics_port_service_and_container_port() -> None:
+    docs = render()
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert f"--metrics-port={DEFAULT_METRICS_PORT}" in container["args"]
+    assert {"name": "metrics", "containerPort": DEFAULT_METRICS_PORT, "protocol": "TCP"} in container["ports"]
+    service = next(d for d in docs if d["kind"] == "Service")
+    assert service["metadata"]["name"] == "dtjob-metrics"
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": DEFAULT_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    # The Service selects the operator's pods.
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    # Opt-in: no ServiceMonitor (it needs prometheus-operator's CRDs) and no dashboard ConfigMap.
+    assert not [d for d in docs if d["kind"] in ("ServiceMonitor", "ConfigMap")]
+
+    moved = render("metrics.port=9102")
+    container = next(d for d in moved if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert "--metrics-port=9102" in container["args"]
+    assert {"name": "metrics", "containerPort": 9102, "protocol": "TCP"} in container["ports"]
+    assert next(d for d in moved if d["kind"] == "Service")["spec"]["ports"][0]["port"] == 9102
+
+
+def test_metrics_disabled_leaves_no_port_open() -> None:
+    docs = render(
+        "metrics.enabled=false", "metrics.serviceMonitor.enabled=true", "metrics.dashboard.enabled=true"
+    )
+    container = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert "--metrics-port=0" in container["args"]
+    assert [p["name"] for p in container["ports"]] == ["health"]
+    assert not [d for d in docs if d["kind"] in ("Service", "ServiceMonitor", "ConfigMap")]
+
+
+def test_the_service_monitor_scrapes_the_metrics_service() -> None:
+    docs = render(
+        "metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.interval=15s",
+        "metrics.serviceMonitor.scrapeTimeout=10s", "metrics.serviceMonitor.labels.release=prometheus",
+    )  # fmt: skip
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    service = next(d for d in docs if d["kind"] == "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["dtjob-system"]}
+    assert monitor["spec"]["endpoints"] == [
+        {
+            "port": "metrics",
+            "path": "/metrics",
+            "honorLabels": True,
+            "interval": "15s",
+            "scrapeTimeout": "10s",
+        }
+    ]
+    lint = subprocess.run(
+        [tool("helm"), "lint", "--strict", str(CHART), "--set", "metrics.serviceMonitor.enabled=true",
+         "--set", "metrics.dashboard.enabled=true"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_the_dashboard_config_map_carries_the_dashboard_for_grafanas_sidecar() -> None:
+    docs = render("metrics.dashboard.enabled=true", "metrics.dashboard.annotations.grafana_folder=dtjob")
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "dtjob"}
+    dashboard = json.loads((CHART / "dashboards" / "dtjob.json").read_text())
+    assert json.loads(config_map["data"]["dtjob.json"]) == dashboard
 
 
 @pytest.fixture
