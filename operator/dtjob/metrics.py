@@ -177,7 +177,10 @@ def api_call_labels(method: str, url: str) -> tuple[str, str]:
         resource = f"{resource}/{rest[2]}"
     method = method.upper()
     if method == "GET":
-        watching = parse_qs(parts.query).get("watch", ["false"])[0].lower() in ("true", "1")
+        watching = "watch=" in parts.query and parse_qs(parts.query).get("watch", [""])[0].lower() in (
+            "true",
+            "1",
+        )
         verb = "watch" if watching else "list" if collection else "get"
     elif method == "DELETE":
         verb = "deletecollection" if collection else "delete"
