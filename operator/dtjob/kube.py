@@ -126,15 +126,11 @@ class _DeadlineApiClient(client.ApiClient):
         post_params: Any = None,
         _request_timeout: Any = None,
     ) -> Any:
+        timeout = _request_timeout or self.timeout
         start = time.perf_counter()
         try:
             response = super().call_api(
-                method,
-                url,
-                header_params,
-                body,
-                post_params,
-                _request_timeout=_request_timeout or self.timeout,
+                method, url, header_params, body, post_params, _request_timeout=timeout
             )
         except Exception as error:
             metrics.api_call_done(method, url, time.perf_counter() - start, None, error)

@@ -62,9 +62,8 @@ def reconcile(
     observed = observe(kube, config, spec, job, prev, children, now)
     decision = decide(spec, observed, prev, now)
     version = _record(kube, job, decision.status, decision.events, now)
-    if (
-        decision.status.restarts > prev.restarts
-    ):  # counted once it is recorded: a conflict above decides again
+    # Counted once recorded: a Conflict in _record means the next reconcile decides the restart again.
+    if decision.status.restarts > prev.restarts:
         restarting = decision.status.condition("Restarting")
         metrics.world_restarted(restarting.reason if restarting is not None else "")
     owner = owner_reference(name, meta["uid"])
