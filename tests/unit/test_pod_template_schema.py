@@ -1,0 +1,118 @@
+"""The CRD's pod template schema is what hack/gen_pod_template_schema.py renders from the committed snapshot
+of Kubernetes' PodSpec, so it cannot drift, and it is a structural schema the API server accepts (the real
+API server takes it in tests/integration/test_pod_templates.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from hack import gen_pod_template_schema as gen
+
+# kubectl's client-side apply keeps the whole object in an annotation, and annotations hold 256 KiB at most.
+LAST_APPLIED_LIMIT = 262144
+
+
+@pytest.fixture(scope="module")
+def snapshot() -> dict[str, Any]:
+    return gen.load_snapshot()
+
+
+@pytest.fixture(scope="module")
+def rendered(snapshot: dict[str, Any]) -> dict[str, Any]:
+    return gen.render(snapshot["schemas"])
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(gen.CRD.read_text())
+    return data
+
+
+def template_of(crd: dict[str, Any], role: str) -> dict[str, Any]:
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    node: dict[str, Any] = spec["properties"][role]["properties"]["template"]
+    return node
+
+
+def nodes(schema: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    if not isinstance(schema, dict):
+        return
+    yield path, schema
+    for name, child in (schema.get("properties") or {}).items():
+        yield from nodes(child, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            yield from nodes(schema[key], f"{path}[{key}]")
+
+
+def test_the_committed_crd_is_what_the_snapshot_renders(snapshot: dict[str, Any]) -> None:
+    text = gen.CRD.read_text()
+    assert text == gen.expected_crd(text, snapshot), "run: python hack/gen_pod_template_schema.py write"
+    assert gen.main(["check"]) == 0
+
+
+def test_the_snapshot_is_the_pinned_kubernetes_release(snapshot: dict[str, Any]) -> None:
+    versions = dict(
+        line.split("=", 1) for line in (gen.REPO / "hack" / "versions.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )  # fmt: skip
+    assert snapshot["kubernetesVersion"] == versions["K8S_VERSION"]
+    assert snapshot["root"] == gen.ROOT
+    assert set(gen.reachable(snapshot["schemas"])) == set(snapshot["schemas"])
+
+
+def test_both_templates_carry_the_rendered_pod_spec(crd: dict[str, Any], rendered: dict[str, Any]) -> None:
+    for role in ("worker", "launcher"):
+        spec = template_of(crd, role)["properties"]["spec"]
+        assert {k: v for k, v in spec.items() if k != "description"} == rendered
+    containers = rendered["properties"]["containers"]
+    assert containers["x-kubernetes-list-map-keys"] == ["name"]
+    container = containers["items"]["properties"]
+    assert {"env", "volumeMounts", "securityContext", "resources", "lifecycle"} <= set(container)
+    for field in ("topologySpreadConstraints", "priorityClassName", "runtimeClassName", "hostIPC", "volumes"):
+        assert field in rendered["properties"], field
+
+
+def test_the_rendered_schema_is_structural(rendered: dict[str, Any]) -> None:
+    text = json.dumps(rendered)
+    for dropped in ('"$ref"', '"allOf"', '"default"', "x-kubernetes-patch", "x-kubernetes-unions"):
+        assert dropped not in text, dropped
+    seen = 0
+    for path, node in nodes(rendered):
+        seen += 1
+        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path}: no type"
+        if node.get("x-kubernetes-int-or-string"):
+            assert "type" not in node and node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if node.get("x-kubernetes-list-type") == "map":
+            # A list-map's keys must be required (the schema has no defaults to fill them in).
+            assert set(node["x-kubernetes-list-map-keys"]) <= set(node["items"].get("required", ())), path
+    assert seen > 1000
+
+
+def test_what_a_template_cannot_carry_is_left_out(rendered: dict[str, Any]) -> None:
+    assert "ephemeralContainers" not in rendered["properties"]
+    assert "containers" not in rendered.get("required", ())
+    ports = rendered["properties"]["containers"]["items"]["properties"]["ports"]
+    assert ports["x-kubernetes-list-type"] == "atomic"  # keyed by protocol, which only a default fills in
+    claim = rendered["properties"]["volumes"]["items"]["properties"]["ephemeral"]["properties"]
+    meta = claim["volumeClaimTemplate"]["properties"]["metadata"]
+    assert set(meta["properties"]) == {"labels", "annotations"}
+
+
+def test_the_crd_fits_client_side_apply(crd: dict[str, Any]) -> None:
+    size = len(json.dumps(crd, separators=(",", ":")))
+    assert size < LAST_APPLIED_LIMIT * 0.8, size
+
+
+def test_first_sentences() -> None:
+    assert gen.first_sentence("Host networking requested for this pod. Use the host's network.") == (
+        "Host networking requested for this pod."
+    )
+    assert gen.first_sentence("Rules (e.g. co-locate this pod). More.") == "Rules (e.g. co-locate this pod)."
+    assert gen.first_sentence("x " * 200).endswith("...")
