@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from dtjob import names
 from dtjob import validators as rules
 from dtjob.config import FRAMEWORKS as IMAGE_FRAMEWORKS
 from dtjob.config import OperatorConfig
@@ -28,6 +29,7 @@ from dtjob.spec_model import (
     NfsVolume,
     Placement,
     PodOverrides,
+    PodTemplate,
     PvcVolume,
     RunPolicy,
     Scheduling,
@@ -41,6 +43,7 @@ from dtjob.spec_run import (
     parse_pod_overrides,
     parse_run_policy,
 )
+from dtjob.spec_template import check_mount_paths
 from dtjob.spec_volumes import parse_checkpoints, parse_dataset
 from dtjob.storage_spec import parse_output
 
@@ -53,6 +56,7 @@ __all__ = [
     "NfsVolume",
     "Placement",
     "PodOverrides",
+    "PodTemplate",
     "PvcVolume",
     "RunPolicy",
     "Scheduling",
@@ -125,6 +129,12 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         if (problem := rules.name_problem(secret, subdomain=True)) is not None:
             raise SpecError(f"spec.imagePullSecrets[{i}].name", problem)
     data = parse_dataset(spec.child("dataset"), config)
+    worker = parse_pod_overrides(spec.child("worker"), names.WORKER_CONTAINER)
+    launcher = parse_launcher(spec.child("launcher"))
+    checkpoints = parse_checkpoints(spec.child("checkpoints"), data) if spec.has("checkpoints") else None
+    taken = [v.mount_path for v in (data.volume, checkpoints) if v is not None]
+    check_mount_paths(worker.template, names.WORKER_CONTAINER, "spec.worker.template", taken)
+    check_mount_paths(launcher.pod.template, names.LAUNCHER_CONTAINER, "spec.launcher.template", taken)
     return JobSpec(
         name=name,
         namespace=str(metadata.get("namespace", "default")),
@@ -138,14 +148,14 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         workers=workers,
         gpus_per_worker=gpus,
         slots_per_worker=slots,
-        worker=parse_pod_overrides(spec.child("worker")),
+        worker=worker,
         dataset=data,
         hyperparameters=parse_hyperparameters(spec.child("hyperparameters")),
         placement=parse_placement(spec.child("placement"), config, gpus > 0),
-        launcher=parse_launcher(spec.child("launcher")),
+        launcher=launcher,
         run_policy=parse_run_policy(spec.child("runPolicy")),
         output=parse_output(spec.data.get("output"), emulator_hosts=config.emulator_hosts),
-        checkpoints=parse_checkpoints(spec.child("checkpoints"), data) if spec.has("checkpoints") else None,
+        checkpoints=checkpoints,
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
         append_training_flags=spec.boolean("appendTrainingFlags", False),
     )

@@ -77,10 +77,31 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class PodTemplate:
+    """spec.worker.template or spec.launcher.template, checked (dtjob.spec_template); dtjob.desired.template
+    merges it over the pod the operator builds."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    spec: Json = field(default_factory=dict)  # a fragment of a Kubernetes PodSpec
+
+
+@dataclass(frozen=True)
 class PodOverrides:
     annotations: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     resources: Json | None = None
+    template: PodTemplate | None = None
+
+    @property
+    def pod_labels(self) -> dict[str, str]:
+        """podLabels with the template's labels over them (the operator's own go over both)."""
+        return {**self.labels, **(self.template.labels if self.template else {})}
+
+    @property
+    def pod_annotations(self) -> dict[str, str]:
+        """podAnnotations with the template's annotations over them."""
+        return {**self.annotations, **(self.template.annotations if self.template else {})}
 
 
 @dataclass(frozen=True)

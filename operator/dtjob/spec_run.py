@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dtjob import names
 from dtjob import validators as rules
 from dtjob.config import OperatorConfig
 from dtjob.spec_model import Hyperparameters, Json, Launcher, Placement, PodOverrides, RunPolicy, Scheduling
 from dtjob.spec_reader import Reader, SpecError
+from dtjob.spec_template import parse_template
 
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 RESTART_POLICIES = ("OnFailure", "ExitCode")
@@ -18,11 +20,13 @@ MPI_IMPLEMENTATIONS = ("OpenMPI", "MPICH", "IntelMPI")
 MAX_DURATION_SECONDS = 2**31 - 1
 
 
-def parse_pod_overrides(r: Reader) -> PodOverrides:
+def parse_pod_overrides(r: Reader, main: str) -> PodOverrides:
+    """podAnnotations, podLabels, resources and template of a pod whose own container is named `main`."""
     return PodOverrides(
         annotations=r.labels("podAnnotations", values_are_labels=False),
         labels=r.labels("podLabels"),
         resources=_resources(r),
+        template=parse_template(r, main),
     )
 
 
@@ -111,7 +115,7 @@ def parse_launcher(r: Reader) -> Launcher:
         runner=r.choice("runner", RUNNERS, "horovodrun"),
         run_as_worker=r.boolean("runAsWorker", False),
         mpi_args=r.string_list("mpiArgs") or (),
-        pod=parse_pod_overrides(r),
+        pod=parse_pod_overrides(r, names.LAUNCHER_CONTAINER),
         mpi_implementation=r.choice("mpiImplementation", MPI_IMPLEMENTATIONS, "OpenMPI"),
     )
 

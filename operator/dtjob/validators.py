@@ -186,3 +186,57 @@ def toleration_problem(toleration: Mapping[str, Any]) -> tuple[str, str] | None:
         if effect != "NoExecute":
             return "tolerationSeconds", "applies only to effect NoExecute"
     return None
+
+
+# Pod templates (spec.worker.template, spec.launcher.template) are merged over the pods the operator builds
+# (dtjob.desired.template). What of a pod the operator owns is refused there, each with why: at
+# `kubectl apply` by the CRD's CEL rules where a rule can say it (the pod-level fields; the same messages), by
+# the parser otherwise (dtjob.spec_template).
+_HEADLESS = "is set by the operator: the ranks reach each pod by its name under the job's headless Service"
+TEMPLATE_OWNED_POD_FIELDS = {
+    "restartPolicy": (
+        "is set by the operator (Never): a failed pod restarts the whole world, per spec.runPolicy"
+    ),
+    "hostname": _HEADLESS,
+    "subdomain": _HEADLESS,
+    "hostnameOverride": _HEADLESS,
+    "nodeSelector": (
+        "is set by the operator: use spec.placement.nodeSelector (workers) or "
+        "spec.placement.launcher.nodeSelector (launcher)"
+    ),
+}
+# Fields of the operator's own container (names.WORKER_CONTAINER, names.LAUNCHER_CONTAINER) in a template.
+_PROGRAM = "is set by the operator (sshd on workers, horovodrun or mpirun on the launcher)"
+TEMPLATE_OWNED_CONTAINER_FIELDS = {
+    "command": f"{_PROGRAM}: use spec.command",
+    "args": f"{_PROGRAM}: use spec.args",
+    "image": "is set by the operator: use spec.image",
+}
+# Only the workers' readiness means something to the operator: sshd accepts connections.
+TEMPLATE_OWNED_WORKER_FIELDS = {
+    "readinessProbe": "is set by the operator: a worker is Ready when its sshd accepts connections",
+}
+GPU_RESOURCE = "nvidia.com/gpu"
+# The Open MPI settings the launcher's command line relies on, and the blanked GPUs of a launcher off the GPU
+# pool (dtjob.desired.command.LAUNCHER_MPI_ENV, dtjob.desired.pods).
+LAUNCHER_OWNED_ENV = (
+    "OMPI_MCA_orte_keep_fqdn_hostnames",
+    "OMPI_MCA_plm_rsh_no_tree_spawn",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+# The pod volumes the operator builds (dtjob.desired.pods), by name. `dshm` (/dev/shm in memory) is the one a
+# template may name: as an emptyDir, to set its sizeLimit.
+OPERATOR_VOLUMES = ("ssh", "output", "dshm", "mpi", "data", "checkpoints", "sas-in", "sas-out")
+SHARED_MEMORY_VOLUME = "dshm"
+# Pod labels the operator selects its pods by; a template may set neither these nor any under the prefix.
+OWNED_LABEL_PREFIX = "dtjob.io/"
+OWNED_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/component",
+)
+
+
+def owned_label(key: str) -> bool:
+    return key.startswith(OWNED_LABEL_PREFIX) or key in OWNED_LABELS

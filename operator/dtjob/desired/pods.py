@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob import names
+from dtjob import validators as rules
 from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, rank_env, worker_sshd_script
 from dtjob.desired.common import (
     MPI_DIR,
@@ -19,10 +20,11 @@ from dtjob.desired.common import (
     pod_security_context,
     sas_mount_path,
 )
+from dtjob.desired.template import merge_pod_spec, template_annotations
 from dtjob.names import Access
 from dtjob.spec import DataVolume, JobSpec, PodOverrides
 
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = rules.GPU_RESOURCE
 # Group-readable: kubelet writes Secret files owned by root with group fsGroup, so the pod's user reads them
 # through its group. The ssh client only rejects a too-open identity file that the calling user owns (openssh
 # sshkey_perm_ok: st_uid == getuid() && mode & 077), and the workers' sshd runs with StrictModes=no.
@@ -41,7 +43,7 @@ LAUNCHER_SSH_FILES = (SSH_KEY_FILE,)
 def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
     name = names.worker_name(spec.name, index)
     labels = {
-        **spec.worker.labels,
+        **spec.worker.pod_labels,
         **_pod_labels(spec, names.ROLE_WORKER, attempt),
         names.WORKER_INDEX_LABEL: str(index),
         names.MPI_HOST_LABEL: "true",
@@ -76,10 +78,11 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         "volumes": _volumes(spec, with_hostfile=False, rank0=_rank0_worker(spec, index)),
     }
     _common_pod_spec(spec, pod_spec, gpu_placement=True)
+    pod_spec, annotations = _with_template(spec.worker, pod_spec, names.WORKER_CONTAINER)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": metadata(name, spec.namespace, labels, owner, spec.worker.annotations),
+        "metadata": metadata(name, spec.namespace, labels, owner, annotations),
         "spec": pod_spec,
     }
 
@@ -87,7 +90,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
 def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     name = names.launcher_name(spec.name)
     on_gpu = spec.launcher.run_as_worker
-    pod_labels = {**spec.launcher.pod.labels, **_pod_labels(spec, names.ROLE_LAUNCHER, attempt)}
+    pod_labels = {**spec.launcher.pod.pod_labels, **_pod_labels(spec, names.ROLE_LAUNCHER, attempt)}
     env = [{"name": k, "value": v} for k, v in LAUNCHER_MPI_ENV] + _env(spec)
     if on_gpu:
         pod_labels[names.MPI_HOST_LABEL] = "true"
@@ -123,6 +126,7 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
         if spec.placement.launcher_tolerations:
             pod_spec["tolerations"] = [dict(t) for t in spec.placement.launcher_tolerations]
     _common_pod_spec(spec, pod_spec, gpu_placement=on_gpu)
+    pod_spec, annotations = _with_template(spec.launcher.pod, pod_spec, names.LAUNCHER_CONTAINER)
     job_labels = {
         **_pod_labels(spec, names.ROLE_LAUNCHER, attempt),
         names.WORLD_SIZE_LABEL: str(spec.workers),
@@ -137,11 +141,20 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
             "completions": 1,
             "parallelism": 1,
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": dict(spec.launcher.pod.annotations)},
+                "metadata": {"labels": pod_labels, "annotations": annotations},
                 "spec": pod_spec,
             },
         },
     }
+
+
+def _with_template(pod: PodOverrides, pod_spec: Json, main: str) -> tuple[Json, dict[str, str]]:
+    """The pod's spec and annotations with the job's template (if any) merged over them."""
+    annotations = pod.pod_annotations
+    if pod.template is None:
+        return pod_spec, annotations
+    merged = merge_pod_spec(pod_spec, pod.template.spec, main)
+    return merged, template_annotations(annotations, pod.template.spec, main)
 
 
 def _worker_tolerations(spec: JobSpec) -> list[Json]:
