@@ -145,10 +145,11 @@ def pod_state(pod: Json) -> PodState:
     conditions = status.get("conditions")
     ready = _condition(conditions, "Ready")
     scheduled = _condition(conditions, "PodScheduled")
-    exit_code, termination_reason = _failed_termination(status)
+    role = str(labels.get(names.ROLE_LABEL, ""))
+    exit_code, termination_reason = _failed_termination(status, names.CONTAINER_OF_ROLE.get(role))
     return PodState(
         name=str(meta.get("name", "")),
-        role=str(labels.get(names.ROLE_LABEL, "")),
+        role=role,
         attempt=_int_label(labels, names.ATTEMPT_LABEL),
         index=_int_label(labels, names.WORKER_INDEX_LABEL),
         phase=str(status.get("phase") or "Pending"),
@@ -167,17 +168,25 @@ def pod_state(pod: Json) -> PodState:
     )
 
 
+def _statuses(status: Json) -> list[Json]:
+    """Every container's status: init containers (a job's template may add them, native sidecars too) first,
+    as they run first."""
+    return [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
+
+
 def _waiting_reason(status: Json) -> str | None:
-    for cs in status.get("containerStatuses") or ():
+    for cs in _statuses(status):
         reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
         if reason and reason not in ("ContainerCreating", "PodInitializing"):
             return str(reason)
     return None
 
 
-def _failed_termination(status: Json) -> tuple[int | None, str | None]:
-    """(exit code, reason) of the first container that ended with a nonzero code, or (None, None)."""
-    for cs in status.get("containerStatuses") or ():
+def _failed_termination(status: Json, main: str | None = None) -> tuple[int | None, str | None]:
+    """(exit code, reason) of the first container that ended with a nonzero code, the pod's own container
+    (`main`, e.g. the launcher's, whose code the restart policy judges) before a sidecar; or (None, None)."""
+    statuses = sorted(_statuses(status), key=lambda cs: cs.get("name") != main)
+    for cs in statuses:
         term = (cs.get("state") or {}).get("terminated")
         if term and isinstance(term.get("exitCode"), int) and term["exitCode"] != 0:
             return int(term["exitCode"]), term.get("reason")
@@ -206,7 +215,7 @@ def pod_disruption(pod: Json) -> str | None:
 def pod_reason(pod: Json) -> str | None:
     """The most telling reason a pod is not healthy, or None."""
     status = pod.get("status") or {}
-    for cs in status.get("containerStatuses") or ():
+    for cs in _statuses(status):
         state = cs.get("state") or {}
         term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
         if term and (term.get("exitCode") or 0) != 0:

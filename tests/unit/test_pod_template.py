@@ -14,6 +14,7 @@ from dtjob import desired, names, validators
 from dtjob.desired.command import LAUNCHER_MPI_ENV
 from dtjob.desired.common import owner_reference
 from dtjob.desired.template import DEFAULT_CONTAINER_ANNOTATION, merge_pod_spec
+from dtjob.observed import pod_state
 from dtjob.spec import SpecError, parse_spec
 
 from tests.unit.operator_fixtures import CONFIG, job_body, job_spec
@@ -318,3 +319,23 @@ def test_a_template_does_not_change_the_parsed_body() -> None:
     before = copy.deepcopy(body)
     desired.worker_pod(parse_spec(body, CONFIG), OWNER, 0, 0)
     assert body == before
+
+
+def test_a_templates_containers_are_observed_too() -> None:
+    # An init container that cannot pull its image holds the pod back: the startup deadline must see it.
+    stuck = {"metadata": {"name": "rn50-worker-0", "labels": {names.ROLE_LABEL: "worker"}},
+             "status": {"phase": "Pending",
+                        "initContainerStatuses": [{"name": "fetch", "state": {"waiting": {
+                            "reason": "ImagePullBackOff", "message": "no such image"}}}],
+                        "containerStatuses": [{"name": "worker", "state": {"waiting": {
+                            "reason": "PodInitializing"}}}]}}  # fmt: skip
+    state = pod_state(stuck)
+    assert state.waiting == "ImagePullBackOff" and state.reason == "ImagePullBackOff: no such image"
+    # The restart policy judges the launcher's own exit code, not a sidecar's.
+    ended = {"metadata": {"name": "rn50-launcher-x", "labels": {names.ROLE_LABEL: "launcher"}},
+             "status": {"phase": "Failed",
+                        "initContainerStatuses": [{"name": "proxy", "state": {"terminated": {
+                            "exitCode": 143}}}],
+                        "containerStatuses": [{"name": "launcher", "state": {"terminated": {
+                            "exitCode": 2, "reason": "Error"}}}]}}  # fmt: skip
+    assert pod_state(ended).exit_code == 2
