@@ -3,8 +3,9 @@ Pure.
 
 Admission refuses creates with 403 for two kinds of cause:
 - Pod Security admission: the namespace enforces a level the pod does not meet. The operator's own settings
-  meet `restricted`, so the cause is something the spec asked for (an inline NFS volume): the job fails with
-  a message naming the field, and nothing of its world is left.
+  meet `restricted`, so the cause is something the spec asked for (an inline NFS volume, or what a pod
+  template adds: hostIPC, capabilities...): the job fails with a message naming the field, and nothing of its
+  world is left.
 - A ResourceQuota, or the operator's own RBAC: room or permission may come later. The job waits in Pending
   with condition Created=False (reason CreateForbidden) quoting the API server, and tries again.
 A child whose name an object of another owner holds (an older job of the same name) is never adopted: the job
@@ -25,6 +26,8 @@ POD_SECURITY_VIOLATION = "PodSecurityViolation"
 RETRY_SECONDS = 30.0
 # Pod volumes built from the spec (dtjob.desired.pods), by name.
 _VOLUME_FIELDS = {"data": "spec.dataset.volume", "checkpoints": "spec.checkpoints"}
+# The template behind a refused object (`Pod <job>-worker-<i>`, `Job <job>-launcher`).
+_TEMPLATE_FIELDS = {"Pod": "spec.worker.template", "Job": "spec.launcher.template"}
 
 
 def is_pod_security(message: str) -> bool:
@@ -32,13 +35,27 @@ def is_pod_security(message: str) -> bool:
 
 
 def pod_security_field(message: str) -> str:
-    """The spec field behind a Pod Security refusal: the only thing a job can add that `restricted` forbids
-    is an inline NFS volume."""
+    """The spec field behind a Pod Security refusal. The operator's own pods meet `restricted`: what breaks a
+    level is an inline NFS volume, or what a pod template adds (host namespaces, capabilities, ...)."""
+    fields: list[str] = []
     if 'volume type "nfs"' in message:
-        named = [field for volume, field in _VOLUME_FIELDS.items() if f'"{volume}"' in message]
-        if named:
-            return " and ".join(f"{field}.nfs" for field in named)
-    return "spec"
+        fields += [f"{field}.nfs" for volume, field in _VOLUME_FIELDS.items() if f'"{volume}"' in message]
+    violations = message.split('violates PodSecurity "', 1)[-1].split(": ", 1)[-1]
+    if not fields or any(not v.startswith("restricted volume types") for v in _violations(violations)):
+        refused = message.split(" ", 1)[0]
+        fields.append(_TEMPLATE_FIELDS.get(refused, "spec"))
+    return " and ".join(dict.fromkeys(fields))
+
+
+def _violations(text: str) -> list[str]:
+    """Pod Security's list of what a pod violates: `host namespaces (hostIPC=true), non-default ...`."""
+    found, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            found.append(text[start:i].strip())
+            start = i + 1
+    return [*found, text[start:].strip()]
 
 
 def create_forbidden(prev: JobStatus, message: str, now: datetime, generation: int | None) -> Decision:

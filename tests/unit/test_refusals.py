@@ -66,3 +66,21 @@ def test_once_the_create_succeeds_the_world_counts_as_created() -> None:
     d = decide(job_spec(), Observed(pods=pods, generation=1), refused, NOW)
     assert d.actions == []
     assert d.status.is_true("Created") and "exceeded quota" not in d.status.message
+
+
+def test_a_pod_security_refusal_of_what_a_template_adds_names_the_template() -> None:
+    text = (
+        'Pod rn50-worker-0 refused by the API server: pods "rn50-worker-0" is forbidden: violates '
+        'PodSecurity "baseline:latest": host namespaces (hostIPC=true), non-default capabilities (container '
+        '"worker" must not include "IPC_LOCK" in securityContext.capabilities.add)'
+    )
+    d = create_forbidden(JobStatus(phase="Pending"), text, NOW, 1)
+    assert d.status.message.startswith("spec.worker.template: Pod rn50-worker-0 refused")
+    both = PSA + ", host namespaces (hostIPC=true)"
+    assert create_forbidden(JobStatus(phase="Pending"), both, NOW, 1).status.message.startswith(
+        "spec.dataset.volume.nfs and spec.worker.template: "
+    )
+    # NFS alone stays NFS's, whatever its volume list says in parentheses.
+    assert create_forbidden(JobStatus(phase="Pending"), PSA, NOW, 1).status.message.startswith(
+        "spec.dataset.volume.nfs: "
+    )
