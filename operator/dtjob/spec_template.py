@@ -1,12 +1,13 @@
 """Parsing a pod template (spec.worker.template, spec.launcher.template): what the operator must know is right
 before dtjob.desired.template merges it over the pod it builds. Pure.
 
-The CRD carries Kubernetes' own PodSpec schema, so the API server has checked the template's shape at apply;
-the API server checks the rest of it when the pod is created. This refuses, naming the field, what the
-operator owns (dtjob.validators: the pod-level fields again, as the CEL rules do, for a CRD older than the
-operator; the operator's own container's fields, volume names and environment, which a rule on a list of
-containers or volumes cannot say within the API server's cost budget for CEL) and what would leave a world
-that never ends (a plain container beside the launcher's, which its Job would wait for).
+The CRD carries Kubernetes' own PodSpec schema, so the API server has checked the template's shape at apply,
+and the API server checks the rest of it when the pod is created. This refuses, naming the field, what the
+operator owns (dtjob.validators) and what would leave a world that never ends (a plain container beside the
+launcher's, which its Job would wait for). The CRD's CEL rules refuse most of it at apply already, with the
+same words; this repeats them for a CRD older than the operator, and adds what a CEL rule cannot say within
+the API server's cost budget (a list inside the list of containers: the launcher's environment, the mount
+paths) or at all (the data volume's mount path, set elsewhere in the spec).
 """
 
 from __future__ import annotations
@@ -55,11 +56,7 @@ def parse_template(r: Reader, main: str) -> PodTemplate | None:
         if name == main:
             _check_main(path, container, main)
         elif main == names.LAUNCHER_CONTAINER:
-            raise SpecError(
-                path,
-                f"the launcher's pod takes no container beside {main!r}: its Job would wait for it to end. "
-                "Add a sidecar as an initContainer with restartPolicy: Always (Kubernetes' native sidecars)",
-            )
+            raise SpecError(path, rules.LAUNCHER_ALONE_WHY)
         else:
             _needs_image(path, container)
     taken = {c["name"] for _, c in containers}
@@ -111,7 +108,7 @@ def _containers(spec: Reader, key: str) -> list[tuple[str, Json]]:
 
 def _needs_image(path: str, container: Mapping[str, Any]) -> None:
     if not isinstance(container.get("image"), str) or not container["image"]:
-        raise SpecError(f"{path}.image", "is required: only the operator's own container takes spec.image")
+        raise SpecError(f"{path}.image", rules.IMAGE_REQUIRED_WHY)
 
 
 def _check_main(path: str, container: Json, main: str) -> None:
@@ -128,8 +125,7 @@ def _check_main(path: str, container: Json, main: str) -> None:
     for kind in ("limits", "requests"):
         values = resources.optional_object(kind) or {}
         if rules.GPU_RESOURCE in values:
-            field = f"{resources.at(kind)}[{rules.GPU_RESOURCE}]"
-            raise SpecError(field, "is set by the operator: use spec.gpusPerWorker")
+            raise SpecError(f"{resources.at(kind)}[{rules.GPU_RESOURCE}]", rules.GPU_WHY)
     for j, env in enumerate(item.object_list("env")):
         name = env.get("name")
         if not isinstance(name, str) or not name:
@@ -165,20 +161,14 @@ def _volumes(spec: Reader) -> None:
         if name == rules.SHARED_MEMORY_VOLUME:
             _shared_memory(path, volume)
         elif name in rules.OPERATOR_VOLUMES:
-            raise SpecError(
-                f"{path}.name",
-                f"{name!r} is a volume of the operator's ({', '.join(rules.OPERATOR_VOLUMES)}); name yours "
-                "otherwise",
-            )
+            raise SpecError(f"{path}.name", f"{name!r} is taken: {rules.OPERATOR_VOLUME_WHY}")
 
 
 def _shared_memory(path: str, volume: Json) -> None:
     """`dshm`, the operator's /dev/shm, may only say how large it is: an emptyDir in memory, its sizeLimit."""
     if set(volume) - {"name", "emptyDir"} or not isinstance(volume.get("emptyDir"), Mapping):
-        raise SpecError(
-            path, "dshm (/dev/shm) takes only emptyDir, e.g. {name: dshm, emptyDir: {sizeLimit: 16Gi}}"
-        )
+        raise SpecError(path, rules.SHARED_MEMORY_WHY)
     empty_dir = Reader(volume["emptyDir"], f"{path}.emptyDir")
-    _only(empty_dir, EMPTY_DIR_FIELDS, "dshm is an emptyDir in memory; set its sizeLimit")
+    _only(empty_dir, EMPTY_DIR_FIELDS, rules.SHARED_MEMORY_WHY)
     if empty_dir.string("medium") not in (None, "Memory"):
-        raise SpecError(empty_dir.at("medium"), "must be Memory: /dev/shm is shared memory")
+        raise SpecError(empty_dir.at("medium"), f"must be Memory: {rules.SHARED_MEMORY_WHY}")

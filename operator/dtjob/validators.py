@@ -217,6 +217,16 @@ TEMPLATE_OWNED_WORKER_FIELDS = {
     "readinessProbe": "is set by the operator: a worker is Ready when its sshd accepts connections",
 }
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_WHY = "is set by the operator: use spec.gpusPerWorker"
+# Only the operator's container takes spec.image.
+IMAGE_REQUIRED_WHY = (
+    "is required for a container the template adds (spec.image is the operator's container's)"
+)
+# A plain container beside the launcher's would keep its Job, and so the job, from ever finishing.
+LAUNCHER_ALONE_WHY = (
+    "the launcher's pod takes no container beside launcher: its Job would wait for it to end. Add a sidecar "
+    "to initContainers with restartPolicy: Always (a native sidecar, stopped when the launcher ends)"
+)
 # The Open MPI settings the launcher's command line relies on, and the blanked GPUs of a launcher off the GPU
 # pool (dtjob.desired.command.LAUNCHER_MPI_ENV, dtjob.desired.pods).
 LAUNCHER_OWNED_ENV = (
@@ -228,6 +238,14 @@ LAUNCHER_OWNED_ENV = (
 # template may name: as an emptyDir, to set its sizeLimit.
 OPERATOR_VOLUMES = ("ssh", "output", "dshm", "mpi", "data", "checkpoints", "sas-in", "sas-out")
 SHARED_MEMORY_VOLUME = "dshm"
+OPERATOR_VOLUME_WHY = (
+    "the operator's volumes are named ssh, output, mpi, data, checkpoints, sas-in and sas-out: name yours "
+    "otherwise (a container may mount the operator's)"
+)
+SHARED_MEMORY_WHY = (
+    "dshm (/dev/shm) is the operator's emptyDir in memory: only its sizeLimit may be set, e.g. "
+    "{name: dshm, emptyDir: {sizeLimit: 16Gi}}"
+)
 # Pod labels the operator selects its pods by; a template may set neither these nor any under the prefix.
 OWNED_LABEL_PREFIX = "dtjob.io/"
 OWNED_LABELS = (

@@ -23,6 +23,8 @@ CRD = Path(__file__).resolve().parents[2] / "crds" / "dtjob.io_distributedtraini
 OWNER = owner_reference("rn50", "uid-1")
 SIDECAR = {"name": "metrics", "image": "ghcr.io/example/exporter:1.2", "ports": [{"containerPort": 9400}]}
 SCRATCH = {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
+# What a container the template adds runs under unless its securityContext says otherwise.
+HARDENED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def worker(template: dict[str, Any], index: int = 0, **spec: Any) -> dict[str, Any]:
@@ -54,7 +56,7 @@ def test_a_sidecar_and_a_volume_are_added_after_the_operators() -> None:
                            "volumes": [SCRATCH]}})  # fmt: skip
     spec = pod["spec"]
     assert [c["name"] for c in spec["containers"]] == ["worker", "metrics"]
-    assert spec["containers"][1] == SIDECAR
+    assert spec["containers"][1] == {**SIDECAR, "securityContext": HARDENED}
     assert [v["name"] for v in spec["volumes"]][-1] == "scratch"
     assert {v["name"] for v in spec["volumes"]} >= {"ssh", "output", "dshm", "scratch"}
     mounts = container(spec, "worker")["volumeMounts"]
@@ -63,6 +65,17 @@ def test_a_sidecar_and_a_volume_are_added_after_the_operators() -> None:
     }
     # More than one container: kubectl logs and exec pick the operator's by default.
     assert pod["metadata"]["annotations"][DEFAULT_CONTAINER_ANNOTATION] == "worker"
+
+
+def test_added_containers_are_hardened_as_the_operators_unless_they_say_otherwise() -> None:
+    root = {"name": "fixer", "image": "busybox:1.36", "securityContext": {
+        "runAsUser": 0, "runAsNonRoot": False, "capabilities": {"add": ["CHOWN"]}}}  # fmt: skip
+    spec = worker({"spec": {"initContainers": [root], "containers": [SIDECAR]}})["spec"]
+    assert container(spec, "metrics")["securityContext"] == HARDENED
+    assert spec["initContainers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+        "runAsUser": 0, "runAsNonRoot": False,
+    }  # fmt: skip
 
 
 def test_the_operators_container_takes_the_templates_fields() -> None:
@@ -182,7 +195,8 @@ def test_the_launcher_template_reaches_the_jobs_pod() -> None:
     native_sidecar = {"name": "proxy", "image": "envoy:1", "restartPolicy": "Always"}
     main = {"name": "launcher", "env": [{"name": "X", "value": "1"}]}
     pod = launcher({"spec": {"affinity": affinity, "initContainers": [native_sidecar], "containers": [main]}})
-    assert pod["spec"]["affinity"] == affinity and pod["spec"]["initContainers"] == [native_sidecar]
+    assert pod["spec"]["affinity"] == affinity
+    assert pod["spec"]["initContainers"] == [{**native_sidecar, "securityContext": HARDENED}]
     assert pod["spec"]["restartPolicy"] == "Never"
     env = container(pod["spec"], "launcher")["env"]
     assert env[-1] == {"name": "X", "value": "1"}
@@ -195,7 +209,8 @@ def test_pods_share_nothing_with_the_spec() -> None:
     first["spec"]["volumes"][-1]["emptyDir"]["sizeLimit"] = "99Gi"
     first["spec"]["containers"][1]["ports"].append({"containerPort": 1})
     second = desired.worker_pod(spec, OWNER, 1, 0)
-    assert second["spec"]["volumes"][-1] == SCRATCH and second["spec"]["containers"][1] == SIDECAR
+    assert second["spec"]["volumes"][-1] == SCRATCH
+    assert second["spec"]["containers"][1] == {**SIDECAR, "securityContext": HARDENED}
 
 
 W = "spec.worker.template"
@@ -229,13 +244,14 @@ REFUSED = [
     ("worker", {"spec": {"containers": [SIDECAR, SIDECAR]}}, f"{W}.spec.containers[1].name", "twice"),
     ("worker", {"spec": {"initContainers": [{"name": "worker", "image": "x:1"}]}},
      f"{W}.spec.initContainers[0].name", "already"),
-    ("launcher", {"spec": {"containers": [SIDECAR]}}, f"{L}.spec.containers[0]", "initContainer"),
+    ("launcher", {"spec": {"containers": [SIDECAR]}}, f"{L}.spec.containers[0]",
+     "initContainers with restartPolicy: Always"),
     ("worker", {"spec": {"volumes": [{"name": "ssh", "emptyDir": {}}]}}, f"{W}.spec.volumes[0].name",
-     "volume of the operator's"),
+     "the operator's volumes are named"),
     ("launcher", {"spec": {"volumes": [{"name": "data", "emptyDir": {}}]}}, f"{L}.spec.volumes[0].name",
-     "volume of the operator's"),
+     "the operator's volumes are named"),
     ("worker", {"spec": {"volumes": [{"name": "dshm", "hostPath": {"path": "/dev/shm"}}]}},
-     f"{W}.spec.volumes[0]", "only emptyDir"),
+     f"{W}.spec.volumes[0]", "only its sizeLimit"),
     ("worker", {"spec": {"volumes": [{"name": "dshm", "emptyDir": {"medium": ""}}]}},
      f"{W}.spec.volumes[0].emptyDir.medium", "Memory"),
     ("worker", {"metadata": {"labels": {"dtjob.io/role": "launcher"}}}, f"{W}.metadata.labels[dtjob.io/role]",
@@ -276,15 +292,52 @@ def test_what_the_launcher_may_set_that_a_worker_may_not() -> None:
     assert container(pod["spec"], "launcher")["readinessProbe"] == probe
 
 
-def test_the_crds_rules_say_what_the_parser_says() -> None:
+def expected_rules(main: str) -> list[tuple[str, str, str]]:
+    """(rule, fieldPath, message) of each CEL rule a template of the pod whose own container is `main` must
+    carry, from the very lists and words the parser refuses with (dtjob.validators)."""
+    found = [(f"!has(self.spec) || !has(self.spec.{f})", f".spec.{f}", why)
+             for f, why in validators.TEMPLATE_OWNED_POD_FIELDS.items()]  # fmt: skip
+    theirs = [n for n in validators.OPERATOR_VOLUMES if n != validators.SHARED_MEMORY_VOLUME]
+    volumes = "!has(self.spec) || !has(self.spec.volumes) || self.spec.volumes.all(v, "
+    listed = ", ".join(f"'{n}'" for n in theirs)
+    found.append((f"{volumes}!(v.name in [{listed}]))", ".spec.volumes",
+                  f"a name is taken: {validators.OPERATOR_VOLUME_WHY}"))  # fmt: skip
+    in_memory = "(!has(v.emptyDir.medium) || v.emptyDir.medium == 'Memory')"
+    found.append((f"{volumes}v.name != 'dshm' || (has(v.emptyDir) && {in_memory}))", ".spec.volumes",
+                  validators.SHARED_MEMORY_WHY))  # fmt: skip
+    owned = dict(validators.TEMPLATE_OWNED_CONTAINER_FIELDS)
+    if main == names.WORKER_CONTAINER:
+        owned.update(validators.TEMPLATE_OWNED_WORKER_FIELDS)
+    each = "!has(self.spec) || !has(self.spec.containers) || self.spec.containers.all(c, "
+    for field, why in owned.items():
+        found.append((f"{each}c.name != '{main}' || !has(c.{field}))", ".spec.containers",
+                      f"the {main} container's {field} {why}"))  # fmt: skip
+    gpu = "'nvidia.com/gpu'"
+    no_gpu = (f"(!has(c.resources.limits) || !({gpu} in c.resources.limits)) && "
+              f"(!has(c.resources.requests) || !({gpu} in c.resources.requests))")  # fmt: skip
+    found.append((f"{each}c.name != '{main}' || !has(c.resources) || ({no_gpu}))", ".spec.containers",
+                  f"the {main} container's {validators.GPU_RESOURCE} {validators.GPU_WHY}"))  # fmt: skip
+    if main == names.WORKER_CONTAINER:
+        found.append((f"{each}c.name == 'worker' || has(c.image))", ".spec.containers",
+                      f"image {validators.IMAGE_REQUIRED_WHY}"))  # fmt: skip
+    else:
+        found.append((f"{each}c.name == 'launcher')", ".spec.containers", validators.LAUNCHER_ALONE_WHY))
+    init = "!has(self.spec) || !has(self.spec.initContainers) || self.spec.initContainers.all(c, "
+    found.append((f"{init}has(c.image))", ".spec.initContainers", f"image {validators.IMAGE_REQUIRED_WHY}"))
+    found.append((f"{init}c.name != '{main}')", ".spec.initContainers",
+                  f"{main} is the name of the operator's container"))  # fmt: skip
+    return found
+
+
+@pytest.mark.parametrize("main", [names.WORKER_CONTAINER, names.LAUNCHER_CONTAINER])
+def test_the_crds_rules_say_what_the_parser_says(main: str) -> None:
     crd = yaml.safe_load(CRD.read_text())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    template = spec["worker"]["properties"]["template"]
-    assert spec["launcher"]["properties"]["template"] == template
-    rules = {r["fieldPath"].removeprefix(".spec."): r for r in template["x-kubernetes-validations"]}
-    assert {k: r["message"] for k, r in rules.items()} == validators.TEMPLATE_OWNED_POD_FIELDS
-    for field, rule in rules.items():
-        assert rule["rule"] == f"!has(self.spec) || !has(self.spec.{field})"
+    template = spec[main]["properties"]["template"]
+    rules = [(r["rule"], r["fieldPath"], r["message"]) for r in template["x-kubernetes-validations"]]
+    assert rules == expected_rules(main)
+    assert all(r["reason"] == "FieldValueForbidden" for r in template["x-kubernetes-validations"])
+    assert template["properties"] == spec["worker"]["properties"]["template"]["properties"]
     labels = template["properties"]["metadata"]["properties"]["labels"]["x-kubernetes-validations"]
     owned = labels[1]["rule"]
     assert f"'{validators.OWNED_LABEL_PREFIX}'" in owned

@@ -4,6 +4,8 @@ spec.launcher.template). Pure.
 The merge is Kubernetes' strategic merge, reduced to what a template can say:
 - containers and initContainers merge by name: the operator's own container (names.WORKER_CONTAINER or
   names.LAUNCHER_CONTAINER) takes the template's fields, any other is added after it (a sidecar);
+- a container the template adds runs under the operator's container hardening (no privilege escalation, all
+  capabilities dropped: the restricted Pod Security level), which its own securityContext may change;
 - in a container, env merges by name (the template's value wins), envFrom is added, ports, volumeMounts and
   volumeDevices are added by their key, resources merge per resource name;
 - volumes, imagePullSecrets and tolerations are added (the `dshm` volume merges: its sizeLimit);
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dtjob import validators as rules
+from dtjob.desired.common import container_security_context
 
 Json = dict[str, Any]
 # Where a pod has more than one container, `kubectl logs` and `kubectl exec` pick this one by default.
@@ -32,7 +35,8 @@ def merge_pod_spec(built: Mapping[str, Any], template: Mapping[str, Any], main: 
     for key, value in template.items():
         mine = out.get(key)
         if key in ("containers", "initContainers"):
-            out[key] = _merge_by_key(mine or [], value, "name", _container_merger(main))
+            added = [_hardened(c) if c.get("name") != main else c for c in value]
+            out[key] = _merge_by_key(mine or [], added, "name", _container_merger(main))
         elif key == "volumes":
             out[key] = _merge_by_key(mine or [], value, "name", _merge_volume)
         elif key == "imagePullSecrets":
@@ -55,6 +59,16 @@ def template_annotations(
     others = [c for c in template.get("containers") or () if c.get("name") != main]
     if others:
         out.setdefault(DEFAULT_CONTAINER_ANNOTATION, main)
+    return out
+
+
+def _hardened(container: Mapping[str, Any]) -> Json:
+    """A container the template adds, under the operator's own hardening (the restricted Pod Security level's
+    container settings), which its securityContext may change."""
+    out = dict(container)
+    out["securityContext"] = _merge_value(
+        container_security_context(), container.get("securityContext") or {}
+    )
     return out
 
 
