@@ -140,6 +140,31 @@ def test_what_only_the_operator_can_refuse_fails_the_job_naming_it_and_creates_n
     assert secrets == []
 
 
+def test_under_pod_security_restricted_sidecars_run_and_host_ipc_fails_naming_the_template(
+    jobs: Jobs, operator: OperatorProcess, core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    core_v1.patch_namespace(
+        namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    # An added container runs under the operator's hardening: the level admits it as it is.
+    sidecar = {"spec": {"containers": [SIDECAR], "volumes": [{"name": "scratch", "emptyDir": {}}]}}
+    jobs.create(
+        "side",
+        worker={"template": sidecar},
+        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}},
+    )
+    jobs.wait_phase("side", "Running", timeout=120)
+
+    jobs.create("hostipc", worker={"template": {"spec": {"hostIPC": True}}})
+    status = jobs.wait_phase("hostipc", "Failed", timeout=60)
+    assert status["message"].startswith("spec.worker.template: Pod hostipc-worker-"), status["message"]
+    assert "host namespaces (hostIPC=true)" in status["message"]
+    cond = jobs.condition("hostipc", "Failed")
+    assert cond and cond["reason"] == "PodSecurityViolation"
+    wait_for(lambda: not jobs.pods("hostipc"), timeout=30, what="no pods left behind")
+    assert jobs.launcher("hostipc") is None
+
+
 def manifest(name: str, **spec: Any) -> str:
     body_spec: dict[str, Any] = {"framework": "pytorch", "workers": 2, "gpusPerWorker": 4, **spec}
     return yaml.safe_dump({"apiVersion": "dtjob.io/v1alpha1", "kind": "DistributedTrainingJob",
