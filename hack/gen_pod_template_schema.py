@@ -8,8 +8,9 @@ own io.k8s.api.core.v1.PodSpec, made a structural CRD schema and spliced into th
     python hack/gen_pod_template_schema.py check
         exits 1 when the CRD is not what SNAPSHOT renders (tests/unit/test_pod_template_schema.py runs it too)
 
-Rendering resolves every $ref into one tree and keeps Kubernetes' types, required fields and list and map
-semantics, so the API server validates a template at apply and `kubectl explain` walks it. It leaves out:
+Rendering resolves every $ref into one tree and keeps Kubernetes' types, enums, required fields and list and
+map semantics, so the API server validates a template at apply and `kubectl explain` walks it. An optional
+field's enum takes "" too (Kubernetes defaults an empty value or reads it as "any"). It leaves out:
 - descriptions, except the first sentence of the fields of the types users set most (DOCUMENTED): with all
   of them the CRD would pass kubectl's 256 KiB limit on the last-applied annotation (client-side apply);
 - defaults: the CRD writes none into spec, so GitOps tools see no drift;
@@ -133,7 +134,7 @@ def render(schemas: Json) -> Json:
                     out[key] = required
             else:
                 out[key] = value
-        return atomic_unless_keys_required(out)
+        return atomic_unless_keys_required(empty_allowed_if_optional(out))
 
     def properties(fields: Json, owner: str, stack: tuple[str, ...]) -> Json:
         out: Json = {}
@@ -153,6 +154,20 @@ def render(schemas: Json) -> Json:
 def object_meta() -> Json:
     string_map = {"type": "object", "additionalProperties": {"type": "string"}}
     return {"type": "object", "properties": {"labels": string_map, "annotations": dict(string_map)}}
+
+
+def empty_allowed_if_optional(schema: Json) -> Json:
+    """An optional enum field takes "" too: Kubernetes defaults an empty one (imagePullPolicy, dnsPolicy,
+    protocol) or reads it as "any" (a toleration's effect), though its OpenAPI enum does not list it."""
+    fields = schema.get("properties")
+    if not isinstance(fields, dict):
+        return schema
+    required = set(schema.get("required") or ())
+    for name, field in fields.items():
+        enum = field.get("enum")
+        if enum is not None and name not in required and "" not in enum:
+            field["enum"] = ["", *enum]
+    return schema
 
 
 def atomic_unless_keys_required(schema: Json) -> Json:

@@ -7,6 +7,7 @@ Pods are simulated by kwok; sim.dtjob.io/run-duration keeps the launcher running
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from hack import gen_pod_template_schema as gen
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess, kubectl
 
@@ -206,6 +208,8 @@ APPLY_REFUSALS = [
      "spec.worker.template.spec.containers[0].name: Required value"),
     ({"worker": {"template": {"spec": {"hostIPC": "yes"}}}},
      "spec.worker.template.spec.hostIPC: Invalid value"),
+    ({"worker": {"template": {"spec": {"containers": [{"name": "w", "imagePullPolicy": "IfNotPresnt"}]}}}},
+     'spec.worker.template.spec.containers[0].imagePullPolicy: Unsupported value: "IfNotPresnt"'),
     ({"worker": {"template": {"spec": {"containers": [{"name": "a", "image": "x"},
                                                       {"name": "a", "image": "y"}]}}}},
      "spec.worker.template.spec.containers[1]: Duplicate value"),
@@ -251,3 +255,11 @@ def test_kubectl_explain_walks_the_templates_pod_spec(jobs: Jobs, kubeconfig: st
     assert "Added capabilities." in capabilities
     template = " ".join(explained("dtj.spec.worker.template").split())
     assert "merged over the worker pods the operator builds" in template
+
+
+def test_the_committed_snapshot_is_what_the_api_server_serves(kubeconfig: str) -> None:
+    # The CRD's template schema is rendered from the snapshot (tests/unit/test_pod_template_schema.py).
+    done = kubectl(kubeconfig, "get", "--raw", "/openapi/v3/api/v1")
+    assert done.returncode == 0, done.stderr
+    live = gen.take_snapshot(json.loads(done.stdout), "", "")["schemas"]
+    assert live == gen.load_snapshot()["schemas"]

@@ -105,6 +105,16 @@ def test_what_a_template_cannot_carry_is_left_out(rendered: dict[str, Any]) -> N
     assert set(meta["properties"]) == {"labels", "annotations"}
 
 
+def test_enums_are_kept_and_an_optional_one_takes_empty(rendered: dict[str, Any]) -> None:
+    container = rendered["properties"]["containers"]["items"]["properties"]
+    assert container["imagePullPolicy"]["enum"] == ["", "Always", "IfNotPresent", "Never"]
+    toleration = rendered["properties"]["tolerations"]["items"]["properties"]
+    assert toleration["effect"]["enum"] == ["", "NoExecute", "NoSchedule", "PreferNoSchedule"]
+    spread = rendered["properties"]["topologySpreadConstraints"]["items"]
+    assert "whenUnsatisfiable" in spread["required"]
+    assert spread["properties"]["whenUnsatisfiable"]["enum"] == ["DoNotSchedule", "ScheduleAnyway"]
+
+
 def test_the_crd_fits_client_side_apply(crd: dict[str, Any]) -> None:
     size = len(json.dumps(crd, separators=(",", ":")))
     assert size < LAST_APPLIED_LIMIT * 0.8, size
