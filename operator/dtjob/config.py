@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dtjob.leader import ElectionTimings
 from dtjob.tenancy import StoragePolicy, cluster_policy
 
 FRAMEWORKS = ("pytorch", "tensorflow", "keras")
@@ -71,6 +72,10 @@ class OperatorConfig:
     # A reconcile still running after this many seconds stops counting against reconcile_workers (its job
     # stays locked until it ends), so that a few hung jobs never hold up the others.
     reconcile_slow_seconds: float = 10.0
+    # Leader election among the operator's replicas (when on: dtjob operator --leader-elect): the Lease's
+    # name in the operator's namespace, and its timings (dtjob.leader.ElectionTimings).
+    lease_name: str = "dtjob-operator"
+    election: ElectionTimings = field(default_factory=ElectionTimings)
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -110,6 +115,12 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         ),
         azure_timeout_seconds=_positive(env, "DTJOB_AZURE_TIMEOUT_SECONDS", d.azure_timeout_seconds),
         azure_retries=int(_positive(env, "DTJOB_AZURE_RETRIES", d.azure_retries, allow_zero=True)),
+        lease_name=env.get("DTJOB_LEASE_NAME", d.lease_name),
+        election=ElectionTimings(
+            _positive(env, "DTJOB_LEASE_DURATION_SECONDS", d.election.lease_duration_s),
+            _positive(env, "DTJOB_LEASE_RENEW_DEADLINE_SECONDS", d.election.renew_deadline_s),
+            _positive(env, "DTJOB_LEASE_RETRY_PERIOD_SECONDS", d.election.retry_period_s),
+        ),
     )
 
 

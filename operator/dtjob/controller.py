@@ -7,6 +7,11 @@ watch events keep it current, and a LIST of each namespace's children, before it
 every `resync_seconds`, corrects it, so that a missed event (a deletion during a watch outage) heals by the
 next resync at the latest.
 
+With leader election, every replica feeds its queue and its cache from the same watches, but only the leader
+dispatches: a standby drops each key it takes from the queue, and a reconcile that finds leadership gone part
+way (NotLeader from the fenced client) ends quietly, requeueing nothing. A replica that becomes the leader
+requeues every job it knows, so jobs mid-flight go on from where the API server says they are.
+
 A watchdog keeps hung jobs from starving the rest: a reconcile still running after `reconcile_slow_seconds`
 (a storage endpoint that never answers, an API call waiting out its timeout) is left to finish on its own
 thread while its worker takes the next job. Its job stays locked until it ends. Every call it makes has a
@@ -29,6 +34,7 @@ from dtjob.azure.sas import redact
 from dtjob.cache import ChildCache
 from dtjob.config import OperatorConfig
 from dtjob.kube import Conflict, ControllerKube, Kube
+from dtjob.leader import NotLeader
 from dtjob.reconcile import Children, reconcile
 
 log = logging.getLogger(__name__)
@@ -51,11 +57,16 @@ def backoff(failures: int) -> float:
 
 class Controller:
     def __init__(
-        self, kube: ControllerKube, config: OperatorConfig, reconcile_fn: ReconcileFn = reconcile
+        self,
+        kube: ControllerKube,
+        config: OperatorConfig,
+        reconcile_fn: ReconcileFn = reconcile,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         self.kube = kube
         self.config = config
         self.reconcile_fn = reconcile_fn
+        self.leading = leading  # whether this replica may reconcile now (leader election)
         self.known: set[Key] = set()
         # What each known job's status says that the metrics show (phase, progress, staging), from its events.
         self.summaries: dict[Key, metrics.JobSummary] = {}
@@ -80,6 +91,7 @@ class Controller:
             max_workers=config.reconcile_workers * (1 + SLOW_PER_WORKER), thread_name_prefix="reconcile"
         )
         self.reconciles = 0  # completed ones; reported by the liveness endpoint
+        self.skipped = 0  # keys dropped while standing by; reported by the liveness endpoint too
 
     # --- feeding the queue ---------------------------------------------------------------------------
 
@@ -142,6 +154,12 @@ class Controller:
             self.summaries[key] = metrics.job_summary(status)
             self.enqueue(key)
 
+    def requeue_all(self) -> None:
+        """Every known job into the queue: this replica has just become the leader."""
+        log.info("requeueing all %d known job(s)", len(self.known))
+        for key in sorted(self.known):
+            self.enqueue(key)
+
     def due_in(self, key: Key) -> float | None:
         """Seconds until the job's timer fires (a requeue, a retry after a failure), None if none is set."""
         timer = self._timers.get(key)
@@ -169,7 +187,11 @@ class Controller:
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.config.reconcile_workers)]
         self._tasks.append(asyncio.create_task(self._resync()))
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = 0.0) -> None:
+        """Stop the workers; reconciles under way get up to `grace_s` to end first (after a step-down each
+        ends at its next write)."""
+        if grace_s > 0 and self._runs:
+            await asyncio.wait(set(self._runs), timeout=grace_s)
         tasks = [*self._tasks, *self._runs]
         for task in tasks:
             task.cancel()
@@ -198,6 +220,9 @@ class Controller:
             self._queued.discard(key)
             self._waiting_since.pop(key, None)
             if key not in self.known:
+                continue
+            if not self.leading():
+                self.skipped += 1  # standing by: the leader reconciles it; requeue_all() brings it back
                 continue
             self._active.add(key)
             run = asyncio.create_task(self._run(key))
@@ -233,6 +258,9 @@ class Controller:
             call = functools.partial(self._timed, namespace, name, children)
             requeue = await asyncio.get_running_loop().run_in_executor(self._threads, call)
             self.reconciles += 1
+        except NotLeader:
+            log.debug("reconcile of %s/%s stopped: this replica no longer leads", namespace, name)
+            return
         except Conflict as conflict:
             metrics.reconcile_failed(conflict)
             self.enqueue(key, 0.2)

@@ -4,24 +4,43 @@ Pods and Jobs are watched once for the whole operator with a server-side label s
 (app.kubernetes.io/managed-by=dtjob-operator), so the API server streams only our children; each event is
 one dict update in the cache plus one enqueue. No per-job watches, no list calls per reconcile; the
 controller lists each namespace's children once per resync to heal what the watches missed.
+
+The startup handler also starts what runs beside kopf: the leader election loop (when `dtjob operator` asks
+for it), whose Leadership fences every write of the Kubernetes client, and the health endpoint.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
-from dtjob import API_GROUP, API_VERSION, PLURAL, metrics, names
+from dtjob import API_GROUP, API_VERSION, PLURAL, health, metrics, names
 from dtjob.azure.clients import Deadlines, set_default_deadlines
-from dtjob.config import load_config
+from dtjob.config import OperatorConfig, load_config
 from dtjob.controller import Controller
-from dtjob.kube import KubeClient, connect
+from dtjob.elector import Elector
+from dtjob.kube import KubeClient, LeaseClient, connect
+from dtjob.leader import Fence, Leadership, Unfenced
 
 MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY}"
 WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
 WATCH_CLIENT_TIMEOUT = 330
+# At shutdown, how long reconciles under way get to end (each ends at its next write once the fence is shut)
+# before the Lease is released to the next replica.
+SHUTDOWN_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What `dtjob operator` hands the startup handler (through kopf's memo, as `options`)."""
+
+    liveness: str | None = None  # the health endpoint's URL; None: no endpoint
+    lease_namespace: str | None = None  # leader election in this namespace; None: this replica always leads
+    identity: str = ""  # this replica's name in the Lease
 
 
 @kopf.on.startup()
@@ -46,19 +65,63 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     set_default_deadlines(
         Deadlines(config.azure_connect_timeout_seconds, config.azure_timeout_seconds, config.azure_retries, 2)
     )
+    options: RunOptions = memo.get("options") or RunOptions()
     api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, config.kube_retries)
-    controller = Controller(KubeClient(api), config)
+    elector = _elector(options, config)
+    fence: Fence = elector.leadership if elector is not None else Unfenced()
+    controller = Controller(KubeClient(api, fence), config, leading=fence.leading)
     controller.start()
     memo["controller"] = controller
     metrics.bind(controller.metrics_snapshot)
+    if elector is not None:
+        memo["elector"] = elector
+        memo["election"] = asyncio.create_task(elector.run(controller.requeue_all), name="leader election")
+    if options.liveness:
+        memo["health"] = await health.serve(
+            options.liveness, lambda: _liveness(controller), lambda: _readiness(elector)
+        )
+
+
+def _elector(options: RunOptions, config: OperatorConfig) -> Elector | None:
+    if not options.lease_namespace:
+        return None
+    timings = config.election
+    # The Lease's own client: no retries, deadlines within a round, so a slow API server costs one round.
+    api = connect(timings.retry_period_s, 2 * timings.retry_period_s, 0)
+    leases = LeaseClient(api, options.lease_namespace, config.lease_name)
+    return Elector(leases, timings, Leadership(options.identity, timings.renew_deadline_s))
+
+
+def _liveness(controller: Controller) -> dict[str, Any]:
+    return {"queue": controller.depth, "reconciles": controller.reconciles, "skipped": controller.skipped}
+
+
+def _readiness(elector: Elector | None) -> tuple[bool, dict[str, Any]]:
+    """Ready when leading, or standing by with a fresh read of the Lease (knowing who leads)."""
+    if elector is None:
+        return True, {"leader": True, "leaderElection": False}
+    status = elector.status()
+    return status.leading or status.fresh, {**status.to_dict(), "leaderElection": True}
 
 
 @kopf.on.cleanup()
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    # Stop writing first, let reconciles under way end, and only then hand the Lease over.
+    elector: Elector | None = memo.get("elector")
+    election: asyncio.Task[None] | None = memo.get("election")
+    if elector is not None:
+        elector.resign()
+    if election is not None:
+        election.cancel()
     controller: Controller | None = memo.get("controller")
     if controller is not None:
         metrics.bind(None)
-        await controller.stop()
+        await controller.stop(grace_s=SHUTDOWN_GRACE_S if elector is not None else 0.0)
+    if elector is not None:
+        await elector.release()
+    runner = memo.get("health")
+    if runner is not None:
+        await runner.cleanup()
 
 
 # The children the operator caches and reacts to (API group/version and plural): its pods, and its batch Jobs
@@ -86,15 +149,3 @@ async def job_event(
         memo["controller"].observe_job(
             (namespace, name), deleted=type == "DELETED", status=body.get("status")
         )
-
-
-@kopf.on.probe(id="queue")
-async def queue_depth(memo: kopf.Memo, **_: Any) -> int:
-    controller: Controller | None = memo.get("controller")
-    return controller.depth if controller else 0
-
-
-@kopf.on.probe(id="reconciles")
-async def reconcile_count(memo: kopf.Memo, **_: Any) -> int:
-    controller: Controller | None = memo.get("controller")
-    return controller.reconciles if controller else 0

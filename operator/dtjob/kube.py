@@ -1,8 +1,11 @@
 """The apply layer: the only module that talks to the Kubernetes API (Kube, the Protocol the reconcile uses,
-and KubeClient, its implementation over the official client).
+and KubeClient, its implementation over the official client; LeaseClient, the leader Lease's reads and
+writes).
 
 Creates are create-if-absent (409 AlreadyExists means another reconcile got there first: fine), deletes are
-delete-if-present (404 is success), so running any action twice changes nothing.
+delete-if-present (404 is success), so running any action twice changes nothing. Every write first checks
+the client's fence: with leader election, a replica that does not hold the Lease raises NotLeader
+(dtjob.leader) instead of writing, whatever asked for the write.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from urllib3.util.retry import Retry
 
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL, metrics
 from dtjob.desired.owned import drift, is_ours
+from dtjob.leader import Fence, Unfenced
 from dtjob.timefmt import format_micro_time, format_time
 
 log = logging.getLogger(__name__)
@@ -94,6 +98,8 @@ class Kube(Protocol):
     def emit_event(
         self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime
     ) -> None: ...
+    def check_leader(self) -> None:
+        """NotLeader unless this replica may write (Blob Storage writes ask before they start)."""
 
 
 class ControllerKube(Kube, Protocol):
@@ -166,8 +172,9 @@ def connect(connect_timeout: float, read_timeout: float, retries: int) -> client
 class KubeClient:
     """Kube over the official client, against a real API server."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, fence: Fence | None = None) -> None:
         self.api_client = api_client
+        self.fence: Fence = fence or Unfenced()
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -286,13 +293,17 @@ class KubeClient:
             raise
         return list(json.loads(response.data).get("items") or [])
 
-    # --- writes --------------------------------------------------------------------------------------
+    # --- writes: each checks the fence first --------------------------------------------------------
+
+    def check_leader(self) -> None:
+        self.fence.check()
 
     def patch_status(
         self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str
     ) -> str:
         """Merge-patch status, guarded by resourceVersion so a stale read never overwrites newer status.
         Returns the job's resourceVersion after the patch."""
+        self.fence.check()
         body = {"metadata": {"resourceVersion": resource_version}, "status": dict(status)}
         try:
             response: Any = self.custom.patch_namespaced_custom_object_status(
@@ -306,6 +317,7 @@ class KubeClient:
 
     def create_if_absent(self, obj: Json) -> bool:
         """Create obj; False when it already exists."""
+        self.fence.check()
         kind = obj["kind"]
         namespace = obj["metadata"]["namespace"]
         create: Any = {
@@ -367,6 +379,7 @@ class KubeClient:
         return _raw_or_none(lambda: read(name, namespace, _preload_content=False))
 
     def _patch(self, kind: str, namespace: str, name: str, body: Json) -> None:
+        self.fence.check()
         patch: Any = {
             "Service": self.core.patch_namespaced_service,
             "ConfigMap": self.core.patch_namespaced_config_map,
@@ -376,6 +389,7 @@ class KubeClient:
 
     def replace_secret(self, obj: Json, resource_version: str) -> None:
         """Replace a Secret's content in place (mounted copies follow); guarded by resourceVersion."""
+        self.fence.check()
         meta = obj["metadata"]
         body: Any = {**obj, "metadata": {**meta, "resourceVersion": resource_version}}
         try:
@@ -387,16 +401,19 @@ class KubeClient:
         log.info("replaced Secret %s/%s", meta["namespace"], meta["name"])
 
     def delete_secret(self, namespace: str, name: str) -> None:
+        self.fence.check()
         _ignore_404(lambda: self.core.delete_namespaced_secret(name, namespace, _preload_content=False))
         log.info("deleted Secret %s/%s", namespace, name)
 
     def delete_pod(self, namespace: str, name: str) -> None:
+        self.fence.check()
         _ignore_404(lambda: self.core.delete_namespaced_pod(name, namespace, _preload_content=False))
         log.info("deleted Pod %s/%s", namespace, name)
 
     def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete a pod at once, without its kubelet's confirmation (grace period 0), and only while it is the
         pod with `uid`. False when it is gone already or was replaced."""
+        self.fence.check()
         body = client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid))
         try:
             self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
@@ -409,6 +426,7 @@ class KubeClient:
         return True
 
     def delete_batch_job(self, namespace: str, name: str) -> None:
+        self.fence.check()
         # Background: the Job object goes at once and the garbage collector removes its pods.
         _ignore_404(
             lambda: self.batch.delete_namespaced_job(
@@ -418,6 +436,7 @@ class KubeClient:
         log.info("deleted Job %s/%s", namespace, name)
 
     def delete_pods(self, namespace: str, label_selector: str) -> None:
+        self.fence.check()
         response: Any = self.core.list_namespaced_pod(
             namespace, label_selector=label_selector, _preload_content=False
         )
@@ -425,6 +444,7 @@ class KubeClient:
             self.delete_pod(namespace, pod["metadata"]["name"])
 
     def delete_training_job(self, namespace: str, name: str) -> None:
+        self.fence.check()
         _ignore_404(
             lambda: self.custom.delete_namespaced_custom_object(
                 API_GROUP, API_VERSION, namespace, PLURAL, name, propagation_policy="Background"
@@ -432,36 +452,110 @@ class KubeClient:
         )
 
     def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
+        self.fence.check()
         meta = job["metadata"]
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": f"{API_GROUP}/{API_VERSION}",
-                "kind": KIND,
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta["uid"],
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": kind,
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": format_time(now),
-            "lastTimestamp": format_time(now),
-            "eventTime": format_micro_time(now),
-            "count": 1,
-            "reportingComponent": "dtjob-operator",
-            "reportingInstance": "dtjob-operator",
-            "action": reason,
-            "source": {"component": "dtjob-operator"},
+        involved = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND}
+        _post_event(self.core, {**involved, **_reference(meta)}, kind, reason, message, now)
+
+
+def _reference(meta: Mapping[str, Any]) -> Json:
+    return {key: meta.get(key) for key in ("name", "namespace", "uid", "resourceVersion")}
+
+
+def _post_event(
+    core: client.CoreV1Api,
+    involved: Json,
+    kind: str,
+    reason: str,
+    message: str,
+    now: datetime,
+    instance: str = "dtjob-operator",
+) -> None:
+    """An Event about `involved` (an object reference), best effort: a failure is logged, never raised."""
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
+        "involvedObject": involved,
+        "type": kind,
+        "reason": reason,
+        "message": message[:1024],
+        "firstTimestamp": format_time(now),
+        "lastTimestamp": format_time(now),
+        "eventTime": format_micro_time(now),
+        "count": 1,
+        "reportingComponent": "dtjob-operator",
+        "reportingInstance": instance[:128],
+        "action": reason,
+        "source": {"component": "dtjob-operator"},
+    }
+    try:
+        body: Any = event
+        core.create_namespaced_event(involved["namespace"], body, _preload_content=False)
+    except ApiException as err:  # events are best effort: never fail a reconcile over one
+        log.warning("could not post event %s on %s: %s", reason, involved["name"], err.reason)
+
+
+class LeaseClient:
+    """The leader Lease (coordination.k8s.io/v1) of the operator's replicas: read, created, replaced under
+    its resourceVersion, and the Event that tells of a new holder. Not fenced: these writes are how a replica
+    gets to write at all. Its own client, with deadlines of the election's retry period and no retries of
+    its own, so that a slow API server costs one round of the election loop, not its renew deadline."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    def read(self) -> Json | None:
+        return _raw_or_none(
+            lambda: self.coordination.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
+        )
+
+    def create(self, spec: Json) -> Json | None:
+        """The Lease created with `spec`; None when one exists already (another replica was first)."""
+        body: Any = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": spec,
         }
         try:
-            body: Any = event
-            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
-        except ApiException as err:  # events are best effort: never fail a reconcile over one
-            log.warning("could not post event %s on %s: %s", reason, meta["name"], err.reason)
+            response: Any = self.coordination.create_namespaced_lease(
+                self.namespace, body, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 409:
+                return None
+            raise
+        data: Json = json.loads(response.data)
+        return data
+
+    def replace(self, spec: Json, resource_version: str) -> Json:
+        """The Lease with `spec`, only if it is still at `resource_version`; Conflict if it moved on."""
+        body: Any = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": resource_version},
+            "spec": spec,
+        }
+        try:
+            response: Any = self.coordination.replace_namespaced_lease(
+                self.name, self.namespace, body, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(f"Lease {self.namespace}/{self.name} changed since it was read") from err
+            raise
+        data: Json = json.loads(response.data)
+        return data
+
+    def announce(
+        self, lease: Mapping[str, Any], reason: str, message: str, now: datetime, instance: str
+    ) -> None:
+        involved = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **_reference(lease["metadata"])}
+        _post_event(self.core, involved, "Normal", reason, message, now, instance)
 
 
 def _raw_or_none(call: Any) -> Json | None:

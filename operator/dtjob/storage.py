@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +31,7 @@ from dtjob.azure.sas import (
 from dtjob.config import OperatorConfig
 from dtjob.desired.owned import is_ours, owner_uids
 from dtjob.kube import Applied, Kube, LogUnavailable, NotOurs
+from dtjob.leader import NotLeader
 from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, log_blob_name, run_prefix, sas_secret_name
 from dtjob.observed import Blocker, SasObservation, StagingOutcome, pod_state, staging_outcome
 from dtjob.spec import JobSpec
@@ -140,7 +141,9 @@ def mint_sas(
     config: OperatorConfig,
 ) -> None:
     """Create `<job>-sas-<access>` with a fresh token, or replace the token of the one there (rotation).
-    StorageRefused when the credentials do not allow it."""
+    StorageRefused when the credentials do not allow it; NotLeader, before anything is signed, on a replica
+    that does not hold the leader Lease."""
+    kube.check_leader()
     wanted = {a: (location, path) for a, location, path in sas_locations(spec, JobStatus())}
     location, path = wanted[access]
     try:
@@ -313,7 +316,8 @@ def upload_pod_logs(
 ) -> LogUpload:
     """Stream every pod's log from the API server into `<run prefix>/logs/<pod>.log`, a few pods at a time and
     never a whole log in memory; a log longer than `cap_bytes` keeps its head and tail (dtjob.azure.logs).
-    Pods whose log cannot be read are listed, not waited for."""
+    Pods whose log cannot be read are listed, not waited for. NotLeader, before any blob is written or the
+    next pod's started, once this replica does not hold the leader Lease."""
     import threading
     from contextlib import closing
 
@@ -329,6 +333,7 @@ def upload_pod_logs(
         name, container = state.name, names.CONTAINER_OF_ROLE.get(state.role)
         if name and container is not None:
             sources.append((name, container))
+    kube.check_leader()
     sas = read_sas(kube, spec.namespace, spec.name, Access.OUTPUT)
     if sas is None:
         return LogUpload(False, error=f"Secret {sas_secret_name(spec.name, Access.OUTPUT)} is missing")
@@ -340,9 +345,10 @@ def upload_pod_logs(
     def upload_one(source: tuple[str, str], cancel: threading.Event) -> None:
         name, container = source
         blob = log_blob_name(prefix, spec.namespace, spec.name, uid, name, attempt)
+        kube.check_leader()
         with closing(kube.stream_pod_log(spec.namespace, name, container)) as chunks:
             try:
-                summary = upload_log(client, blob, stop_when(cancel, chunks), cap)
+                summary = upload_log(client, blob, stop_when(cancel, _while_leading(kube, chunks)), cap)
             except LogUnavailable as err:
                 log.info("log unavailable: %s", err)
                 missing.append(name)
@@ -356,6 +362,8 @@ def upload_pod_logs(
     try:
         with client:  # closes its connections after
             run_bounded(sources, upload_one, LOG_UPLOAD_CONCURRENCY, "log-upload")
+    except NotLeader:
+        raise  # not a failed upload: the new leader uploads them all
     except Exception as err:  # any Azure or network failure: retried until the grace period ends
         text = redact(f"{type(err).__name__}: {err}").splitlines()[0]
         log.warning("uploading logs of %s/%s failed: %s", spec.namespace, spec.name, text)
@@ -363,3 +371,11 @@ def upload_pod_logs(
         return LogUpload(False, error=text[:300])
     log.info("uploaded %d pod logs of %s/%s", len(sources) - len(missing), spec.namespace, spec.name)
     return LogUpload(True, tuple(sorted(missing)), truncated=tuple(sorted(truncated)), cap_bytes=cap_bytes)
+
+
+def _while_leading(kube: Kube, chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """`chunks`, until this replica loses the leader Lease: then NotLeader, and the half-read log is never
+    committed (the new leader uploads it whole)."""
+    for chunk in chunks:
+        kube.check_leader()
+        yield chunk

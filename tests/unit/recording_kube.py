@@ -3,7 +3,8 @@
 It keeps objects by (kind, namespace, name) and answers as the API server would where the reconcile depends
 on it: 409-style `False` from create_if_absent, ownership and owned-field drift in ensure() (the same pure
 rules as KubeClient), resourceVersions that move on every write. Faults are set per test: `conflict_next`
-makes the next status patch raise Conflict, `reject` makes creates of a kind raise Rejected.
+makes the next status patch raise Conflict, `reject` makes creates of a kind raise Rejected, `leading`
+False makes check_leader() raise NotLeader (a replica standing by).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from dtjob.desired.owned import drift, is_ours
 from dtjob.kube import Applied, Conflict, LogUnavailable, Rejected
+from dtjob.leader import NotLeader
 
 Json = dict[str, Any]
 JOB_KIND = "DistributedTrainingJob"
@@ -43,6 +45,7 @@ class RecordingKube:
     nodes: list[Json] = field(default_factory=list)
     conflict_next: bool = False
     reject: set[str] = field(default_factory=set)  # kinds whose creates the "API server" refuses
+    leading: bool = True
     _version: int = 1
 
     # --- test setup ----------------------------------------------------------------------------------
@@ -176,6 +179,10 @@ class RecordingKube:
 
     def delete_training_job(self, namespace: str, name: str) -> None:
         self._delete(JOB_KIND, namespace, name)
+
+    def check_leader(self) -> None:
+        if not self.leading:
+            raise NotLeader("standing by")
 
     def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         self.events.append((kind, reason))

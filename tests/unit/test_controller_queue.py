@@ -17,6 +17,7 @@ from dtjob import controller as controller_module
 from dtjob.config import OperatorConfig
 from dtjob.controller import MAX_BACKOFF_S, Controller, Key, backoff
 from dtjob.kube import Conflict, ControllerKube, Kube
+from dtjob.leader import NotLeader
 from dtjob.reconcile import Children
 
 A: Key = ("ns", "a")
@@ -92,6 +93,9 @@ class RecordingKube:
     def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         self.events.append((reason, message))
 
+    def check_leader(self) -> None:
+        return None
+
 
 def run(
     test: Callable[[Controller, StubReconcile], Awaitable[None]],
@@ -99,6 +103,7 @@ def run(
     slow_s: float = 60,
     resync_s: float = 3600,
     kube: RecordingKube | None = None,
+    leading: Callable[[], bool] = lambda: True,
 ) -> RecordingKube:
     kube = kube or RecordingKube()
     stub = StubReconcile()
@@ -107,7 +112,7 @@ def run(
         config = OperatorConfig(
             reconcile_workers=workers, resync_seconds=resync_s, reconcile_slow_seconds=slow_s
         )
-        controller = Controller(cast(ControllerKube, kube), config, reconcile_fn=stub)
+        controller = Controller(cast(ControllerKube, kube), config, reconcile_fn=stub, leading=leading)
         controller.known.update({A, B})
         try:
             await asyncio.wait_for(test(controller, stub), 10)
@@ -237,6 +242,43 @@ def test_a_conflict_retries_at_once_without_backoff() -> None:
 
     kube = run(test)
     assert kube.events == [], "a conflict is routine: no error event"
+
+
+def test_a_standby_dispatches_nothing_and_on_election_reconciles_every_known_job() -> None:
+    leader = [False]
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.start()
+        controller.enqueue(A)
+        controller.enqueue(B)
+        controller.enqueue(A, 0.05)  # a timer firing while standing by is dropped too
+        await until(lambda: controller.skipped == 3)
+        assert stub.calls == [] and controller.depth == 0
+        leader[0] = True
+        controller.requeue_all()
+        await until(lambda: stub.count(A) == 1 and stub.count(B) == 1)
+        await settle()
+        assert stub.count(A) == 1 and stub.count(B) == 1
+
+    run(test, leading=lambda: leader[0])
+
+
+def test_a_reconcile_that_loses_the_lease_ends_quietly_and_requeues_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(controller_module, "backoff", lambda failures: 0.05)
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        stub.results = [NotLeader("stepped down")]
+        controller.start()
+        controller.enqueue(A)
+        await until(lambda: stub.count(A) == 1)
+        await settle(0.3)
+        assert stub.count(A) == 1, "no retry: the new leader reconciles it"
+        assert controller.due_in(A) is None
+
+    kube = run(test)
+    assert kube.events == [], "no error event: losing the lease is not a failure of the job"
 
 
 def test_a_deleted_job_loses_its_timer_and_its_queued_reconcile() -> None:

@@ -9,11 +9,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from dtjob import storage
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
 from dtjob.desired.common import owner_reference
 from dtjob.kube import Conflict
+from dtjob.leader import NotLeader
+from dtjob.names import Access
 from dtjob.observed import Children
 from dtjob.reconcile import reconcile
+from dtjob.spec import parse_spec
 from dtjob.storage import STORAGE_KEY_LABEL
 from dtjob.tenancy import ANNOTATION_ACCOUNTS
 
@@ -133,6 +137,18 @@ def test_a_sas_past_its_rotation_time_is_replaced_and_a_fresh_one_is_left_alone(
     assert requeue == pytest.approx(8 * 3600)
     # A fresh token costs one Secret read: no Namespace read, no key Secret read.
     assert ("get", "Namespace", "ml") not in kube.calls and ("get", "Secret", "storage-key") not in kube.calls
+
+
+def test_a_replica_that_does_not_lead_neither_signs_a_sas_nor_uploads_a_log() -> None:
+    kube = RecordingKube(leading=False)
+    _storage(kube)
+    spec = parse_spec(new_job(kube, output=OUTPUT), CONFIG)
+    kube.calls.clear()
+    with pytest.raises(NotLeader):
+        storage.mint_sas(kube, spec, Access.OUTPUT, None, owner_reference("rn50", "uid-1"), NOW, CONFIG)
+    with pytest.raises(NotLeader):
+        storage.upload_pod_logs(kube, spec, "uid-1", [], cap_bytes=CONFIG.log_cap_bytes)
+    assert kube.calls == [], "not even the account key or the SAS Secret was read"
 
 
 def test_a_conflict_on_the_status_write_stops_the_pass_before_any_action() -> None:

@@ -6,12 +6,18 @@ import argparse
 import asyncio
 import logging
 import os
+import secrets
+import socket
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 # The Prometheus /metrics server (dtjob.metrics).
 DEFAULT_METRICS_PORT = 8081
 DEFAULT_METRICS_ADDRESS = "0.0.0.0"
+# Where a pod finds its own namespace when the downward API does not set POD_NAMESPACE.
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 def register(subparsers: Any) -> None:
@@ -26,7 +32,17 @@ def register(subparsers: Any) -> None:
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
     parser.add_argument(
         "--liveness", default=DEFAULT_LIVENESS, metavar="URL",
-        help=f"liveness endpoint served by the operator (default {DEFAULT_LIVENESS}); 'none' disables it",
+        help=f"liveness endpoint served by the operator (default {DEFAULT_LIVENESS}), readiness at /readyz "
+             "on the same port; 'none' disables both",
+    )  # fmt: skip
+    parser.add_argument(
+        "--leader-elect", action=argparse.BooleanOptionalAction, default=None,
+        help="run as one of several replicas: only the holder of a Lease in the operator's namespace writes "
+             "(default: on in a cluster, or when POD_NAMESPACE is set; off otherwise)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lease-namespace", metavar="NS",
+        help="the Lease's namespace (default: POD_NAMESPACE, else the pod's own namespace)",
     )  # fmt: skip
     parser.add_argument(
         "--metrics-port", type=_port, metavar="PORT",
@@ -74,10 +90,34 @@ def _redact_signatures(record: logging.LogRecord) -> bool:
     return True
 
 
+def lease_namespace(
+    args: argparse.Namespace, env: Mapping[str, str], sa_namespace: Path = SERVICE_ACCOUNT_NAMESPACE
+) -> str | None:
+    """The namespace of the leader Lease, or None without leader election. By default leader election is on
+    in a cluster (a pod, where replicas may run side by side) and off outside one (`make demo`, the tests),
+    unless POD_NAMESPACE says where the Lease goes."""
+    in_cluster = bool(env.get("KUBERNETES_SERVICE_HOST"))
+    namespace = args.lease_namespace or env.get("POD_NAMESPACE")
+    if not namespace and in_cluster and sa_namespace.exists():
+        namespace = sa_namespace.read_text().strip()
+    enabled = args.leader_elect if args.leader_elect is not None else bool(in_cluster or namespace)
+    if not enabled:
+        return None
+    if not namespace:
+        raise SystemExit("--leader-elect needs the Lease's namespace: set POD_NAMESPACE or --lease-namespace")
+    return namespace
+
+
+def identity(env: Mapping[str, str]) -> str:
+    """This replica's name in the Lease: the pod's name and a random suffix (a restarted container of the
+    same pod is another replica)."""
+    return f"{env.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
 
-    import dtjob.handlers  # noqa: F401  (registers the handlers with kopf's default registry)
+    import dtjob.handlers  # registers the handlers with kopf's default registry
 
     kopf.configure(verbose=args.verbose, debug=args.debug)
     # The Azure SDK logs every request at INFO and urllib3 every URL (a SAS among them) at DEBUG; the
@@ -94,13 +134,20 @@ def run(args: argparse.Namespace) -> int:
 
         metrics.serve(address, port)
         logging.getLogger(__name__).info("serving metrics on http://%s:%d/metrics", address, port)
-    liveness = None if args.liveness == "none" else args.liveness
+    options = dtjob.handlers.RunOptions(
+        liveness=None if args.liveness == "none" else args.liveness,
+        lease_namespace=lease_namespace(args, os.environ),
+        identity=identity(os.environ),
+    )
     asyncio.run(
         kopf.operator(
-            standalone=True,  # one replica; no peering objects needed in the cluster
+            # No kopf peering: with it, a standby would pause its watches and take over cold. Every replica
+            # watches; the Lease (dtjob.elector) decides which one writes.
+            standalone=True,
             clusterwide=not namespaces,
             namespaces=namespaces,
-            liveness_endpoint=liveness,
+            liveness_endpoint=None,  # served with readiness by dtjob.health, started with the controller
+            memo=kopf.Memo(options=options),
         )
     )
     return 0

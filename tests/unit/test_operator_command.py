@@ -1,0 +1,37 @@
+"""`dtjob operator`'s choice of leader election: on in a cluster or with POD_NAMESPACE, off on a laptop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dtjob.cli import build_parser
+from dtjob.commands.operator import identity, lease_namespace
+
+IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+
+
+def chosen(tmp_path: Path, env: dict[str, str], *flags: str) -> str | None:
+    sa_namespace = tmp_path / "namespace"
+    sa_namespace.write_text("dtjob-system\n")
+    return lease_namespace(build_parser().parse_args(["operator", *flags]), env, sa_namespace)
+
+
+def test_off_outside_a_cluster_unless_asked(tmp_path: Path) -> None:
+    assert chosen(tmp_path, {}) is None
+    assert chosen(tmp_path, {}, "--leader-elect", "--lease-namespace", "ops") == "ops"
+    with pytest.raises(SystemExit, match="POD_NAMESPACE"):
+        chosen(tmp_path, {}, "--leader-elect")
+
+
+def test_on_in_a_cluster_or_with_pod_namespace_unless_turned_off(tmp_path: Path) -> None:
+    assert chosen(tmp_path, IN_CLUSTER) == "dtjob-system"  # the pod's own namespace
+    assert chosen(tmp_path, {**IN_CLUSTER, "POD_NAMESPACE": "ops"}) == "ops"
+    assert chosen(tmp_path, {"POD_NAMESPACE": "ops"}) == "ops"
+    assert chosen(tmp_path, {"POD_NAMESPACE": "ops"}, "--no-leader-elect") is None
+    assert chosen(tmp_path, IN_CLUSTER, "--no-leader-elect") is None
+
+
+def test_each_start_is_a_new_identity_named_after_the_pod() -> None:
+    first, second = identity({"POD_NAME": "dtjob-7c9f-abcde"}), identity({"POD_NAME": "dtjob-7c9f-abcde"})
+    assert first.startswith("dtjob-7c9f-abcde_") and first != second
