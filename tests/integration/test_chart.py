@@ -12,6 +12,7 @@ import pytest
 import yaml
 from dtjob.commands.operator import DEFAULT_METRICS_PORT
 from dtjob.config import DEFAULT_IMAGES, DEFAULT_LOG_CAP_BYTES, DEFAULT_STAGER_IMAGE, load_config
+from dtjob.leader import ElectionTimings
 from kubernetes import client
 
 from testbed.kube_wait import wait_for
@@ -19,6 +20,7 @@ from tests.tools import REPO, tool
 
 pytestmark = pytest.mark.integration
 CHART = REPO / "charts" / "dtjob"
+LEASE_ROLE = "dtjob-leader-election"
 
 
 def helm(kubeconfig: str, *args: str) -> str:
@@ -42,6 +44,20 @@ def render(*sets: str, json_sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     done = template(*sets, json_sets=json_sets)
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def kind(docs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == name]
+
+
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    return found
+
+
+def job_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Roles and ClusterRoles for the jobs' objects (the leader election's Role aside)."""
+    return [d for d in docs if d["kind"].endswith("Role") and d["metadata"]["name"] != LEASE_ROLE]
 
 
 def can_i(
@@ -88,12 +104,12 @@ def test_chart_ships_the_one_crd_source() -> None:
 
 def test_cluster_wide_by_default_and_scoped_when_namespaces_are_listed() -> None:
     default = render()
-    assert {d["kind"] for d in default if d["kind"].endswith("Role")} == {"ClusterRole"}
+    assert {d["kind"] for d in job_roles(default)} == {"ClusterRole"}
     deployment = next(d for d in default if d["kind"] == "Deployment")
     assert "--all-namespaces" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
     scoped = render("watchNamespaces={ml-a,ml-b}")
-    roles = sorted(d["metadata"]["namespace"] for d in scoped if d["kind"] == "Role")
+    roles = sorted(d["metadata"]["namespace"] for d in job_roles(scoped) if d["kind"] == "Role")
     assert roles == ["ml-a", "ml-b"]
     args = next(d for d in scoped if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
         "args"
@@ -104,7 +120,7 @@ def test_cluster_wide_by_default_and_scoped_when_namespaces_are_listed() -> None
 def operator_env(docs: list[dict[str, Any]]) -> dict[str, str]:
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-    return {e["name"]: e["value"] for e in env}
+    return {e["name"]: e["value"] for e in env if "value" in e}
 
 
 def test_storage_policy_and_network_policy_reach_the_operator() -> None:
@@ -245,8 +261,8 @@ def test_the_pod_is_restricted_probed_and_spread_over_zones() -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["livenessProbe"]["periodSeconds"] == 20
     # A preference for zones, selecting this release's operator pods.
     assert pod["topologySpreadConstraints"] == [{
@@ -345,6 +361,69 @@ def test_the_dashboard_config_map_carries_the_dashboard_for_grafanas_sidecar() -
     assert json.loads(config_map["data"]["dtjob.json"]) == dashboard
 
 
+def test_two_replicas_elect_a_leader_and_roll_one_at_a_time_behind_a_disruption_budget() -> None:
+    docs = render()
+    deployment = kind(docs, "Deployment")[0]
+    spec, pod = deployment["spec"], deployment["spec"]["template"]
+    assert spec["replicas"] == 2
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert spec["strategy"] == rolling
+    operator = container(docs)
+    assert "--leader-elect" in operator["args"]
+    fields = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in operator["env"] if "valueFrom" in e}
+    assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert operator["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    # At most one replica evicted at a time, counted among the operator's own pods.
+    [budget] = kind(docs, "PodDisruptionBudget")
+    assert budget["metadata"]["namespace"] == "dtjob-system"
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    # Preferably on different nodes, and a user's affinity replaces that.
+    [spread] = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert spread["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["podAffinityTerm"]["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    mine = kind(render("affinity.nodeAffinity.x=1"), "Deployment")[0]["spec"]["template"]["spec"]["affinity"]
+    assert mine == {"nodeAffinity": {"x": 1}}
+    assert not kind(render("podDisruptionBudget.enabled=false"), "PodDisruptionBudget")
+
+
+def test_the_lease_is_granted_in_the_release_namespace_only() -> None:
+    docs = render("watchNamespaces={ml-a}")
+    roles = {d["metadata"]["name"]: d for d in kind(docs, "Role")}
+    lease_role = roles[LEASE_ROLE]
+    assert lease_role["metadata"]["namespace"] == "dtjob-system"
+    assert lease_role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
+    [binding] = [d for d in kind(docs, "RoleBinding") if d["roleRef"]["name"] == LEASE_ROLE]
+    assert binding["metadata"]["namespace"] == "dtjob-system"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dtjob", "namespace": "dtjob-system"}]
+    leases = [r for d in kind(docs, "Role") + kind(docs, "ClusterRole") for r in d["rules"]
+              if "leases" in r["resources"]]  # fmt: skip
+    assert len(leases) == 1, "no other Role or ClusterRole grants leases"
+
+
+def test_one_replica_without_leader_election_and_never_more() -> None:
+    single = render("leaderElection.enabled=false", "replicaCount=1")
+    assert "--no-leader-elect" in container(single)["args"]
+    assert LEASE_ROLE not in {d["metadata"]["name"] for d in kind(single, "Role")}
+    refused = template("leaderElection.enabled=false")
+    assert refused.returncode != 0 and "replicaCount above 1 needs leaderElection.enabled" in refused.stderr
+
+
+def test_the_lease_and_its_timings_reach_the_operator_config() -> None:
+    chart, code = load_config(operator_env(render())), load_config({})
+    assert chart.election == code.election == ElectionTimings()
+    assert chart.lease_name == code.lease_name == "dtjob-operator"
+    tuned = load_config(operator_env(render(
+        "leaderElection.leaseDurationSeconds=30", "leaderElection.renewDeadlineSeconds=20",
+        "leaderElection.retryPeriodSeconds=4",
+    )))  # fmt: skip
+    assert tuned.election == ElectionTimings(30, 20, 4)
+
+
 @pytest.fixture
 def release(kubeconfig: str, core_v1: client.CoreV1Api) -> Iterator[tuple[str, str]]:
     namespace = f"dtjob-system-{uuid.uuid4().hex[:6]}"
@@ -384,10 +463,12 @@ def test_install_runs_the_operator_with_least_privilege(
 
     apps = client.AppsV1Api(api_client)
     deployment = apps.read_namespaced_deployment(name, release_ns)
-    assert deployment.status.available_replicas == 1
+    assert deployment.status.available_replicas == 2
     pods = client.CoreV1Api(api_client).list_namespaced_pod(release_ns).items
     # The operator lands on the system pool, never on a GPU node.
-    assert [p.spec.node_name.startswith("aks-system-") for p in pods] == [True]
+    assert [p.spec.node_name.startswith("aks-system-") for p in pods] == [True, True]
+    policy = client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget(name, release_ns)
+    assert policy.spec.max_unavailable == 1
 
     crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(
         "distributedtrainingjobs.dtjob.io"
@@ -409,6 +490,11 @@ def test_install_runs_the_operator_with_least_privilege(
     assert not can_i(kubeconfig, sa, "patch", "pods", namespace)
     assert not can_i(kubeconfig, sa, "patch", "jobs.batch", namespace)
     assert can_i(kubeconfig, sa, "get", "namespaces", None)
+    # The leader Lease, in the release namespace only.
+    for verb in ("get", "create", "update"):
+        assert can_i(kubeconfig, sa, verb, "leases.coordination.k8s.io", release_ns)
+        assert not can_i(kubeconfig, sa, verb, "leases.coordination.k8s.io", namespace)
+    assert not can_i(kubeconfig, sa, "delete", "leases.coordination.k8s.io", release_ns)
 
     helm(kubeconfig, "uninstall", name, "--namespace", release_ns, "--wait")
     wait_for(

@@ -95,10 +95,10 @@ def test_the_operator_pod_is_admitted_where_restricted_is_enforced(
     core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=release_ns, labels=labels)))
     install(kubeconfig, CHART, "install", name, release_ns, f"watchNamespaces={{{namespace}}}")
 
-    # The ReplicaSet controller created the pod: Pod Security admission let it in.
+    # The ReplicaSet controller created the pods (two replicas): Pod Security admission let them in.
     selector = f"{INSTANCE}={name}"
     pods = core_v1.list_namespaced_pod(release_ns, label_selector=selector).items
-    assert len(pods) == 1
+    assert len(pods) == 2
     events = core_v1.list_namespaced_event(release_ns).items
     assert not [e.message for e in events if e.reason == "FailedCreate"]
     replica_sets = client.AppsV1Api(api_client).list_namespaced_replica_set(release_ns).items
@@ -256,7 +256,10 @@ def test_helm_upgrade_from_the_previous_chart_leaves_a_running_job_untouched(
     assert deployment.metadata.annotations["deployment.kubernetes.io/revision"] == "2"
     assert old_template.spec.containers[0].readiness_probe is None
     assert deployment.spec.template.spec.containers[0].readiness_probe is not None
-    assert deployment.status.updated_replicas == 1 and deployment.status.available_replicas == 1
+    # From one replica replaced whole (0.1.0) to two that roll one at a time.
+    assert old_template.spec.containers[0].env[0].name != "POD_NAME"
+    assert deployment.spec.strategy.type == "RollingUpdate"
+    assert deployment.status.updated_replicas == 2 and deployment.status.available_replicas == 2
     args = deployment.spec.template.spec.containers[0].args
     assert f"--namespace={jobs.ns}" in args and "--all-namespaces" not in args
     # The job and every child are the very objects they were: not recreated, not even written.

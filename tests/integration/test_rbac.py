@@ -27,7 +27,10 @@ RELEASE, RELEASE_NS = "dtjob", "dtjob-system"
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 
 # The API group behind each client attribute of dtjob.kube.Kube.
-CLIENT_GROUPS = {"core": "", "batch": "batch", "custom": dtjob.API_GROUP, "networking": "networking.k8s.io"}
+CLIENT_GROUPS = {
+    "core": "", "batch": "batch", "custom": dtjob.API_GROUP, "networking": "networking.k8s.io",
+    "coordination": "coordination.k8s.io",
+}  # fmt: skip
 # Client method prefix -> RBAC verb (longest prefix first).
 VERBS = (
     ("delete_collection_", "deletecollection"),
@@ -52,6 +55,7 @@ RESOURCES = {
     "namespace": "namespaces",
     "job": "jobs",
     "network_policy": "networkpolicies",
+    "lease": "leases",
     "custom_object": dtjob.PLURAL,
     "custom_object_status": f"{dtjob.PLURAL}/status",
 }
@@ -62,6 +66,11 @@ OPTIONAL = {
     ("networking.k8s.io", "networkpolicies", "get"): "networkPolicy.enabled=true",
     ("networking.k8s.io", "networkpolicies", "patch"): "networkPolicy.enabled=true",
 }
+# Leader election (on unless a chart value turns it off): the Lease, in the release namespace only, and the
+# Events about it there.
+LEADER_ELECTION_OFF = "leaderElection.enabled=false"
+RELEASE_NAMESPACE_ONLY = {("coordination.k8s.io", "leases", verb) for verb in ("get", "create", "update")}
+ALSO_IN_RELEASE_NAMESPACE = {("", "events", "create")}
 
 
 def permission_of(client_attr: str, method: str) -> Permission:
@@ -140,6 +149,8 @@ def implicit_needs(namespaced_install: bool) -> set[Permission]:
 
 def used_permissions(namespaced_install: bool, enabled: set[str]) -> set[Permission]:
     used = client_calls() | kopf_watches() | implicit_needs(namespaced_install)
+    if LEADER_ELECTION_OFF in enabled:
+        used -= RELEASE_NAMESPACE_ONLY
     return {p for p in used if OPTIONAL.get(p) is None or OPTIONAL[p] in enabled}
 
 
@@ -181,6 +192,8 @@ def granted(docs: list[dict[str, Any]]) -> dict[Permission, set[str | None]]:
         (("watchNamespaces={ml-a,ml-b}",), True),
         (("networkPolicy.enabled=true",), False),
         (("watchNamespaces={ml-a}", "networkPolicy.enabled=true"), True),
+        ((LEADER_ELECTION_OFF, "replicaCount=1"), False),
+        (("watchNamespaces={ml-a}", LEADER_ELECTION_OFF, "replicaCount=1"), True),
     ],
 )
 def test_the_operator_is_granted_exactly_the_verbs_its_code_uses(
@@ -191,11 +204,18 @@ def test_the_operator_is_granted_exactly_the_verbs_its_code_uses(
     assert set(grants) - used == set(), "granted but never used"
     assert used - set(grants) == set(), "used but not granted"
     namespaces = {"ml-a", "ml-b"} if "watchNamespaces={ml-a,ml-b}" in sets else {"ml-a"}
-    for (_group, resource, _verb), scopes in grants.items():
+    electing = LEADER_ELECTION_OFF not in sets
+    for permission, scopes in grants.items():
+        resource = permission[1]
         if resource in CLUSTER_SCOPED or resource.split("/")[0] in CLUSTER_SCOPED:
             assert scopes == {None}
+        elif permission in RELEASE_NAMESPACE_ONLY:
+            assert scopes == {RELEASE_NS}, (resource, scopes)
         else:
-            assert scopes == (namespaces if namespaced else {None}), (resource, scopes)
+            expected: set[str | None] = set(namespaces) if namespaced else {None}
+            if electing and permission in ALSO_IN_RELEASE_NAMESPACE:
+                expected = expected | {RELEASE_NS}
+            assert scopes == expected, (resource, scopes)
 
 
 def test_the_scan_reads_the_calls_the_code_makes() -> None:
@@ -203,7 +223,7 @@ def test_the_scan_reads_the_calls_the_code_makes() -> None:
     used = client_calls()
     known = {
         ("", "pods", "create"), ("", "secrets", "get"), ("", "pods/log", "get"), ("batch", "jobs", "delete"),
-        (dtjob.API_GROUP, f"{dtjob.PLURAL}/status", "patch"),
+        (dtjob.API_GROUP, f"{dtjob.PLURAL}/status", "patch"), *RELEASE_NAMESPACE_ONLY,
     }  # fmt: skip
     assert known <= used
     never = {("", "secrets", "list"), ("", "secrets", "watch"), ("", "pods", "patch")}
