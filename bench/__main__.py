@@ -1,7 +1,8 @@
 """`make bench` / `python -m bench [NAME ...]`: run the benchmarks one after another, each in its own process.
 
 Every benchmark prints its own ratios against a baseline it measures in the same run. Names: input_pipeline,
-training_throughput, staging_throughput (Azurite), operator_scale (the local control plane); default all.
+training_throughput, staging_throughput (Azurite), operator_scale and failover (the local control plane);
+default all.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("input_pipeline", "training_throughput", "staging_throughput", "operator_scale")
+BENCHMARKS = ("input_pipeline", "training_throughput", "staging_throughput", "operator_scale", "failover")
 
 
 def main(argv: list[str]) -> int:

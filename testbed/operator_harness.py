@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, cast
@@ -54,8 +55,11 @@ def free_port() -> int:
 
 
 class OperatorProcess:
-    """`python -m dtjob operator` watching one namespace, liveness and metrics on loopback ports (`metrics`
-    False: no metrics server)."""
+    """`python -m dtjob operator` watching one namespace, liveness, readiness and metrics on loopback ports
+    (`metrics` False: no metrics server).
+
+    Without leader election by default (one operator per test, whatever the machine the tests run on); with
+    `leader_elect`, one of several replicas named `name`, whose Lease lives in the watched namespace."""
 
     def __init__(
         self,
@@ -64,11 +68,15 @@ class OperatorProcess:
         log_path: Path,
         env: dict[str, str] | None = None,
         metrics: bool = True,
+        leader_elect: bool = False,
+        name: str = "operator",
     ) -> None:
         self.extra_env = dict(env or {})
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.log_path = log_path
+        self.leader_elect = leader_elect
+        self.name = name
         self.port = free_port()
         self.metrics_port = free_port() if metrics else 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -78,12 +86,15 @@ class OperatorProcess:
         env["KUBECONFIG"] = self.kubeconfig
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), str(REPO), env.get("PYTHONPATH", "")])
         env["DTJOB_RESYNC_SECONDS"] = "20"
+        if self.leader_elect:
+            env.update({"POD_NAMESPACE": self.namespace, "POD_NAME": self.name})
         env.update(self.extra_env)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dtjob", "operator", "--namespace", self.namespace, "--verbose",
              "--liveness", f"http://127.0.0.1:{self.port}/healthz",
-             "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port)],
+             "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
+             "--leader-elect" if self.leader_elect else "--no-leader-elect"],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
         )  # fmt: skip
         wait_for(self.probes, timeout=60, what=f"operator liveness (log: {self.log_path})")
@@ -108,6 +119,29 @@ class OperatorProcess:
 
     def reconciles(self) -> int:
         return int((self.probes() or {}).get("reconciles", 0))
+
+    def readiness(self) -> dict[str, Any] | None:
+        """/readyz's body (ready or not: `ready`, `leader`, `identity`, `holder`...), None if it does not
+        answer."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as response:
+                data: dict[str, Any] = json.loads(response.read())
+        except urllib.error.HTTPError as err:  # 503: not ready, with the same body
+            data = json.loads(err.read())
+        except OSError:
+            return None
+        return data
+
+    def leading(self) -> bool:
+        return bool((self.readiness() or {}).get("leader"))
+
+    @property
+    def identity(self) -> str:
+        """This replica's name in the Lease (its `name` and a random suffix)."""
+        return str((self.readiness() or {})["identity"])
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -77,9 +77,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         memo["elector"] = elector
         memo["election"] = asyncio.create_task(elector.run(controller.requeue_all), name="leader election")
     if options.liveness:
-        memo["health"] = await health.serve(
-            options.liveness, lambda: _liveness(controller), lambda: _readiness(elector)
-        )
+        try:
+            memo["health"] = await health.serve(
+                options.liveness, lambda: _liveness(controller), lambda: _readiness(elector)
+            )
+        except OSError as err:  # the port is taken, say: no retry would help (kopf stops the operator)
+            raise kopf.PermanentError(f"cannot serve health checks at {options.liveness}: {err}") from err
 
 
 def _elector(options: RunOptions, config: OperatorConfig) -> Elector | None:
