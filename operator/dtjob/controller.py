@@ -179,6 +179,7 @@ class Controller:
             queue_waiting=len(waiting),
             queue_active=len(self._active),
             queue_oldest_s=0.0 if oldest is None else max(0.0, time.monotonic() - oldest),
+            leading=self.leading(),
         )
 
     # --- running -------------------------------------------------------------------------------------

@@ -249,6 +249,7 @@ class Snapshot:
     queue_waiting: int  # keys waiting for a worker
     queue_active: int  # keys being reconciled
     queue_oldest_s: float  # how long the longest-waiting key has waited; 0 when none waits
+    leading: bool = True  # this replica holds the leader Lease (or runs alone)
 
 
 SnapshotFn = Callable[[], Snapshot]
@@ -300,7 +301,13 @@ class StateCollector(Collector):
             "dtjob_workqueue_oldest_item_age_seconds",
             "How long the job that has waited longest in the work queue has waited; 0 when none waits.",
         )
+        leader = GaugeMetricFamily(
+            "dtjob_leader", "1 on the replica that holds the leader Lease (or runs alone), 0 on a standby."
+        )
         if snap is not None:
+            leader.add_metric([], 1.0 if snap.leading else 0.0)
+        # Job series come from the leader only: with several replicas, each job is counted once in a sum.
+        if snap is not None and snap.leading:
             counts: dict[str, dict[str, int]] = {}
             for (namespace, _), summary in snap.jobs.items():
                 by_phase = counts.setdefault(namespace, dict.fromkeys([*PHASES, UNKNOWN_PHASE], 0))
@@ -315,10 +322,11 @@ class StateCollector(Collector):
                     value = (summary.progress if part == "progress" else summary.staging).get(key)
                     if value is not None:
                         family.add_metric([namespace, name], value)
+        if snap is not None:
             waiting.add_metric([], snap.queue_waiting)
             active.add_metric([], snap.queue_active)
             oldest.add_metric([], snap.queue_oldest_s)
-        return [jobs, *(family for family, _, _ in per_job), waiting, active, oldest]
+        return [jobs, *(family for family, _, _ in per_job), waiting, active, oldest, leader]
 
 
 STATE = StateCollector()

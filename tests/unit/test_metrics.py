@@ -188,6 +188,29 @@ def test_per_job_series_end_when_the_job_finishes_or_is_deleted() -> None:
     asyncio.run(main())
 
 
+def test_only_the_leader_shows_jobs_so_that_replicas_sum_to_each_job_once() -> None:
+    leader = [False]
+
+    async def main() -> None:
+        controller = Controller(
+            cast(ControllerKube, QueueKube()), OperatorConfig(), leading=lambda: leader[0]
+        )
+        metrics.bind(controller.metrics_snapshot)
+        controller.observe_job(A, deleted=False, status=RUNNING)
+        samples = scrape()
+        assert samples[("dtjob_leader", ())] == 0
+        assert not [key for key in samples if key[0] in PER_JOB or key[0] == "dtjob_jobs"], "a standby's"
+        assert ("dtjob_workqueue_depth", ()) in samples  # its own queue, still
+        leader[0] = True
+        samples = scrape()
+        assert samples[("dtjob_leader", ())] == 1
+        assert samples[("dtjob_jobs", (("namespace", "ns"), ("phase", "Running")))] == 1
+        assert job_series(samples, "a")["dtjob_training_step"] == 20.0
+        await controller.stop()
+
+    asyncio.run(main())
+
+
 def test_unbound_the_state_metrics_exist_without_samples() -> None:
     families = {f.name for f in text_string_to_metric_families(generate_latest(metrics.REGISTRY).decode())}
     assert {"dtjob_jobs", "dtjob_workqueue_depth", *PER_JOB} <= families
