@@ -226,7 +226,9 @@ def serve_launcher_log(
 def test_logs_follow_the_launcher_across_a_world_restart_to_the_end(
     jobs: Jobs, operator: OperatorProcess, kubeconfig: str, api_client: client.ApiClient, tmp_path: Path
 ) -> None:
-    jobs.create("follow")
+    # The launcher runs until the test says otherwise (kwok ends a Job's pod 3 s after it starts by default,
+    # which would race the worker failure below on a busy machine).
+    jobs.create("follow", launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}})
     first_log = tmp_path / "world-0.log"
     first = serve_launcher_log(jobs, api_client, "follow", first_log)
     append_log(first_log, "world 0: step 1")
