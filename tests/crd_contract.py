@@ -43,7 +43,8 @@ _COMMON: Json = {
                                      "volumes": [{"name": "scratch", "emptyDir": {}}]}}},
     "hyperparameters": {"batchSizePerGpu": 8, "epochs": 1, "stepsPerEpoch": 5, "learningRate": 0.1,
                         "warmupEpochs": 1, "momentum": 0.9, "weightDecay": 0.0001, "labelSmoothing": 0.1,
-                        "amp": True, "fp16Allreduce": True, "channelsLast": True, "imageSize": 32,
+                        "amp": True, "ampDtype": "bf16", "fp16Allreduce": True, "channelsLast": True,
+                        "xla": False, "dataLoader": "pytorch", "imageSize": 32,
                         "logInterval": 1, "seed": 7},
     "placement": {
         "nodePool": "gpu",

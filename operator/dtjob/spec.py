@@ -150,7 +150,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         slots_per_worker=slots,
         worker=worker,
         dataset=data,
-        hyperparameters=parse_hyperparameters(spec.child("hyperparameters")),
+        hyperparameters=parse_hyperparameters(spec.child("hyperparameters"), framework),
         placement=parse_placement(spec.child("placement"), config, gpus > 0),
         launcher=launcher,
         run_policy=parse_run_policy(spec.child("runPolicy")),

@@ -51,7 +51,8 @@ class Dataset:
 
 @dataclass(frozen=True)
 class Hyperparameters:
-    batch_size_per_gpu: int = 64
+    # Without batchSizePerGpu: DEFAULT_BATCH_AMP with amp, DEFAULT_BATCH_FP32 without (spec_run).
+    batch_size_per_gpu: int = 256
     epochs: int = 1
     steps_per_epoch: int | None = None
     learning_rate: float = 0.256  # per 256 images of the global batch
@@ -60,8 +61,11 @@ class Hyperparameters:
     weight_decay: float = 5e-5
     label_smoothing: float = 0.1
     amp: bool = True
+    amp_dtype: str = "fp16"  # or bf16: no loss scaling (Ampere and newer GPUs)
     fp16_allreduce: bool = True
     channels_last: bool = True
+    xla: bool = False  # TensorFlow and Keras
+    data_loader: str = "pytorch"  # PyTorch's input pipeline: pytorch (DataLoader) or dali
     image_size: int = 224
     log_interval: int = 10
     seed: int = 42

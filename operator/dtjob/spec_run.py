@@ -16,6 +16,11 @@ CLEAN_POD_POLICIES = ("None", "Running", "All")
 RESTART_POLICIES = ("OnFailure", "ExitCode")
 RUNNERS = ("horovodrun", "mpirun")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "MPICH", "IntelMPI")
+AMP_DTYPES = ("fp16", "bf16")
+DATA_LOADERS = ("pytorch", "dali")
+# The per-GPU batch without batchSizePerGpu (the trainers' own default, dtjob_train.cli): NVIDIA's ResNet-50
+# batch with mixed precision, which fits a 16 GB GPU; fp32 activations take twice the memory.
+DEFAULT_BATCH_AMP, DEFAULT_BATCH_FP32 = 256, 128
 # Deadlines and TTLs: 68 years, the batch Job's own int32 bound, so date arithmetic never overflows.
 MAX_DURATION_SECONDS = 2**31 - 1
 
@@ -55,11 +60,19 @@ def _resources(r: Reader) -> Json | None:
     return resources
 
 
-def parse_hyperparameters(r: Reader) -> Hyperparameters:
+def parse_hyperparameters(r: Reader, framework: str) -> Hyperparameters:
     d = Hyperparameters()
+    amp = r.boolean("amp", d.amp)
+    batch = DEFAULT_BATCH_AMP if amp else DEFAULT_BATCH_FP32
+    data_loader = r.choice("dataLoader", DATA_LOADERS, d.data_loader)
+    xla = r.boolean("xla", d.xla)
+    # Options of one framework's trainer, which the others refuse (a custom command gets them as given).
+    if data_loader != d.data_loader and framework not in ("pytorch", "custom"):
+        raise SpecError(r.at("dataLoader"), f"{data_loader} applies to framework pytorch (not {framework})")
+    if xla and framework == "pytorch":
+        raise SpecError(r.at("xla"), "applies to frameworks tensorflow and keras (not pytorch)")
     return Hyperparameters(
-        batch_size_per_gpu=r.integer("batchSizePerGpu", d.batch_size_per_gpu, minimum=1)
-        or d.batch_size_per_gpu,
+        batch_size_per_gpu=r.integer("batchSizePerGpu", batch, minimum=1) or batch,
         epochs=r.integer("epochs", d.epochs, minimum=1) or d.epochs,
         steps_per_epoch=r.integer("stepsPerEpoch", None, minimum=1),
         learning_rate=r.number("learningRate", d.learning_rate),
@@ -67,9 +80,12 @@ def parse_hyperparameters(r: Reader) -> Hyperparameters:
         momentum=r.number("momentum", d.momentum),
         weight_decay=r.number("weightDecay", d.weight_decay),
         label_smoothing=r.number("labelSmoothing", d.label_smoothing, below=1.0),
-        amp=r.boolean("amp", d.amp),
+        amp=amp,
+        amp_dtype=r.choice("ampDtype", AMP_DTYPES, d.amp_dtype),
         fp16_allreduce=r.boolean("fp16Allreduce", d.fp16_allreduce),
         channels_last=r.boolean("channelsLast", d.channels_last),
+        xla=xla,
+        data_loader=data_loader,
         image_size=r.integer("imageSize", d.image_size, minimum=8) or d.image_size,
         log_interval=r.integer("logInterval", d.log_interval, minimum=1) or d.log_interval,
         seed=r.integer("seed", d.seed, minimum=0, maximum=rules.MAX_SEED) or 0,

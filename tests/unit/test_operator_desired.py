@@ -159,13 +159,15 @@ def test_horovodrun_command_has_np_hostfile_and_entry_point() -> None:
     assert flags[flags.index("--steps-per-epoch") + 1] == "5"
     assert flags[flags.index("--data") + 1] == "synthetic"
     assert "--data-dir" not in flags
-    assert "--amp" not in flags and "--fp16-allreduce" in flags
+    assert "--no-amp" in flags and "--amp" not in flags and "--fp16-allreduce" in flags
+    assert "--amp-dtype" not in flags and "--xla" not in flags and "--data-loader" not in flags
     assert "--progress-file" in flags
     # Every flag the training entry point is known to accept, nothing else.
     known = {
         "--data", "--data-dir", "--batch-size", "--epochs", "--steps-per-epoch", "--base-lr",
         "--warmup-epochs", "--momentum", "--weight-decay", "--label-smoothing", "--amp", "--fp16-allreduce",
-        "--channels-last",
+        "--channels-last", "--no-amp", "--no-fp16-allreduce", "--no-channels-last", "--amp-dtype", "--xla",
+        "--data-loader",
         "--checkpoint-dir", "--output-dir", "--log-interval", "--seed", "--progress-file", "--image-size",
     }  # fmt: skip
     assert {f for f in flags if f.startswith("--")} <= known

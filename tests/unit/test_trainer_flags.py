@@ -21,6 +21,8 @@ SPECS: list[dict[str, Any]] = [
     {},
     {"dataset": IMAGENET, "checkpoints": {"persistentVolumeClaim": {"claimName": "ckpt"}}},
     {"hyperparameters": {"amp": False, "fp16Allreduce": False, "channelsLast": False, "stepsPerEpoch": 3}},
+    {"hyperparameters": {"ampDtype": "bf16", "dataLoader": "dali"}},
+    {"framework": "tensorflow", "hyperparameters": {"xla": True, "amp": False, "ampDtype": "bf16"}},
     {"hyperparameters": {"batchSizePerGpu": 1, "epochs": 1, "stepsPerEpoch": 1, "learningRate": 0,
                          "warmupEpochs": 0, "momentum": 0, "weightDecay": 0, "labelSmoothing": 0,
                          "imageSize": 8, "logInterval": 1, "seed": 0}},
@@ -32,7 +34,7 @@ SPECS: list[dict[str, Any]] = [
 @pytest.mark.parametrize("changes", SPECS)
 def test_the_trainers_parser_reads_every_flag_the_operator_passes(changes: dict[str, Any]) -> None:
     spec = job_spec(**changes)
-    cfg: TrainConfig = parse_args("dtjob_train.pytorch", training_flags(spec))
+    cfg: TrainConfig = parse_args("dtjob_train", training_flags(spec), framework=spec.framework)
     hp = spec.hyperparameters
     assert cfg.data == spec.dataset.source
     assert (str(cfg.data_dir) if cfg.data_dir else None) == (
@@ -48,6 +50,8 @@ def test_the_trainers_parser_reads_every_flag_the_operator_passes(changes: dict[
         hp.label_smoothing,
     )
     assert (cfg.amp, cfg.fp16_allreduce, cfg.channels_last) == (hp.amp, hp.fp16_allreduce, hp.channels_last)
+    assert cfg.amp_dtype == (hp.amp_dtype if hp.amp else "fp16")  # the type of amp; without amp not passed
+    assert (cfg.xla, cfg.data_loader) == (hp.xla, hp.data_loader)
     assert (cfg.image_size, cfg.log_interval, cfg.seed) == (hp.image_size, hp.log_interval, hp.seed)
     assert cfg.checkpoint_dir is not None and cfg.output_dir is not None and cfg.progress_file is not None
 
@@ -87,3 +91,38 @@ def test_the_operators_gpu_expectation_is_the_one_the_trainers_read() -> None:
 def test_the_operators_default_rate_is_the_trainers() -> None:
     operators = parse_args("dtjob_train.pytorch", training_flags(job_spec()))
     assert operators.base_lr == parse_args("dtjob_train.pytorch", []).base_lr
+
+
+# Set per job by the operator, not defaults: where the data and the outputs are. epochs differs on purpose:
+# a job without it runs one epoch (a quick check of the world), the trainers' own default is the 90-epoch
+# recipe.
+PER_JOB = {"data", "data_dir", "checkpoint_dir", "output_dir", "progress_file", "epochs"}
+
+
+@pytest.mark.parametrize("hyperparameters", [{}, {"amp": False}], ids=["amp", "fp32"])
+def test_the_trainers_defaults_are_the_operators(hyperparameters: dict[str, Any]) -> None:
+    """A job that sets nothing trains as the trainers do when run by hand with no flags: mixed precision,
+    channels-last, fp16 allreduce, the batch that fits the precision; no field is left out unnoticed."""
+    operators = parse_args("dtjob_train.pytorch", training_flags(job_spec(hyperparameters=hyperparameters)))
+    by_hand = parse_args("dtjob_train.pytorch", [] if hyperparameters.get("amp", True) else ["--no-amp"])
+    differing = {f for f in vars(operators) if getattr(operators, f) != getattr(by_hand, f)}
+    assert differing <= PER_JOB, differing
+    assert (by_hand.amp, by_hand.channels_last, by_hand.fp16_allreduce) == (operators.amp, True, True)
+    assert by_hand.batch_size == (256 if by_hand.amp else 128)
+
+
+@pytest.mark.parametrize(
+    ("framework", "hyperparameters", "flag"),
+    [("tensorflow", {"dataLoader": "dali"}, "--data-loader"), ("pytorch", {"xla": True}, "--xla")],
+)
+def test_one_frameworks_options_are_refused_for_another(
+    framework: str, hyperparameters: dict[str, Any], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SpecError) as refused:
+        job_spec(framework=framework, hyperparameters=hyperparameters)
+    assert refused.value.path == f"spec.hyperparameters.{next(iter(hyperparameters))}"
+    # The trainer refuses it too, when the flag is given by hand.
+    flags = [flag, "dali"] if flag == "--data-loader" else [flag]
+    with pytest.raises(SystemExit) as exited:
+        parse_args(f"dtjob_train.{framework}", flags, framework=framework)
+    assert exited.value.code == 2 and f"{flag}" in capsys.readouterr().err

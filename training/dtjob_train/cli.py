@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ARCHS = ("resnet50", "resnet-tiny")
+AMP_DTYPES = ("fp16", "bf16")
+DATA_LOADERS = ("pytorch", "dali")
+# The per-rank batch when --batch-size is not given: NVIDIA DeepLearningExamples' ResNet-50 batch with mixed
+# precision, which fits a 16 GB GPU (V100, T4); fp32 activations take twice the memory.
+DEFAULT_BATCH_AMP, DEFAULT_BATCH_FP32 = 256, 128
 # numpy seeds (keras.utils.set_random_seed) are unsigned 32-bit; torch and TensorFlow accept more.
 MAX_SEED = 2**32 - 1
 
@@ -26,8 +31,11 @@ class TrainConfig:
     weight_decay: float
     label_smoothing: float
     amp: bool
+    amp_dtype: str
     fp16_allreduce: bool
     channels_last: bool
+    xla: bool
+    data_loader: str
     checkpoint_dir: Path | None
     output_dir: Path | None
     log_interval: int
@@ -63,7 +71,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     d.add_argument("--workers", type=int, default=-1, help="input worker processes per rank (-1: auto)")
     t = p.add_argument_group("training")
     t.add_argument("--arch", choices=ARCHS, default="resnet50", help="resnet-tiny is for fast tests")
-    t.add_argument("--batch-size", type=_positive_int, default=64, help="per worker")
+    t.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        help=f"per worker (default {DEFAULT_BATCH_AMP} with --amp, {DEFAULT_BATCH_FP32} without)",
+    )
     t.add_argument("--epochs", type=_positive_int, default=90)
     t.add_argument("--steps-per-epoch", type=_positive_int, help="cap on training steps per epoch")
     t.add_argument("--val-steps", type=int, help="cap on validation steps (0 skips validation)")
@@ -79,9 +91,31 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     t.add_argument("--label-smoothing", type=_non_negative_float, default=0.1)
     t.add_argument("--seed", type=int, default=42)
     f = p.add_argument_group("performance")
-    f.add_argument("--amp", action="store_true", help="mixed precision (fp16/bf16 compute, fp32 master)")
-    f.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to fp16 for allreduce")
-    f.add_argument("--channels-last", action="store_true", help="NHWC memory format (PyTorch)")
+    on_off = argparse.BooleanOptionalAction
+    f.add_argument("--amp", action=on_off, default=True, help="mixed precision (16-bit compute, fp32 master)")
+    f.add_argument(
+        "--amp-dtype",
+        choices=AMP_DTYPES,
+        default="fp16",
+        help="16-bit type of --amp: fp16 (loss scaling on GPU) or bf16 (no loss scaling; Ampere or newer); "
+        "CPUs compute in bf16 either way",
+    )
+    f.add_argument(
+        "--fp16-allreduce", action=on_off, default=True, help="compress gradients to fp16 for allreduce"
+    )
+    f.add_argument("--channels-last", action=on_off, default=True, help="NHWC memory format (PyTorch)")
+    f.add_argument(
+        "--xla",
+        action=on_off,
+        default=False,
+        help="XLA-compile the forward and backward pass (TensorFlow/Keras; the allreduce stays outside)",
+    )
+    f.add_argument(
+        "--data-loader",
+        choices=DATA_LOADERS,
+        default="pytorch",
+        help="PyTorch's ImageNet input: DataLoader workers (PIL) or NVIDIA DALI (GPU JPEG decode)",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--checkpoint-dir", type=Path, help="rank 0 saves here each epoch; restarts resume")
     o.add_argument("--output-dir", type=Path, help="metrics.json and the final model go here")
@@ -90,9 +124,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(prog: str, argv: Sequence[str] | None = None) -> TrainConfig:
+def parse_args(prog: str, argv: Sequence[str] | None = None, *, framework: str | None = None) -> TrainConfig:
+    """The flags; with `framework`, a flag that has no meaning for that trainer is refused, not ignored."""
     parser = build_parser(prog)
     ns = parser.parse_args(argv)
+    if framework == "pytorch" and ns.xla:
+        parser.error("--xla applies to the TensorFlow and Keras trainers")
+    if framework in ("tensorflow", "keras") and ns.data_loader != "pytorch":
+        parser.error(
+            f"--data-loader {ns.data_loader} applies to the PyTorch trainer (TensorFlow reads tf.data)"
+        )
     if ns.data == "imagenet" and ns.data_dir is None:
         parser.error("--data-dir is required with --data imagenet")
     if ns.label_smoothing >= 1:
@@ -101,4 +142,6 @@ def parse_args(prog: str, argv: Sequence[str] | None = None) -> TrainConfig:
         parser.error(f"--seed must be in [0, {MAX_SEED}], got {ns.seed}")
     if ns.val_steps is not None and ns.val_steps < 0:
         parser.error(f"--val-steps must be >= 0, got {ns.val_steps}")
+    if ns.batch_size is None:
+        ns.batch_size = DEFAULT_BATCH_AMP if ns.amp else DEFAULT_BATCH_FP32
     return TrainConfig(**{k: v for k, v in vars(ns).items()})

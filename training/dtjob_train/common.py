@@ -97,15 +97,23 @@ def pick_gpu(local_rank: int, gpus: int) -> int | None:
         raise SystemExit(EXIT_NO_GPU) from None
 
 
+def cores_per_rank(local_size: int, cpus: int | None = None) -> int:
+    """This rank's share of the cores it may run on (its affinity mask, which a container's CPU set narrows),
+    split evenly among the ranks on its host; at least 1."""
+    available = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    return max(1, available // max(local_size, 1))
+
+
 def cpu_threads_per_rank(local_size: int) -> int:
-    """Split the cores among the ranks on this host, so two ranks on one node do not oversubscribe it.
+    """Compute threads of a rank training on CPU: its share of the cores, so two ranks on one node do not
+    oversubscribe it.
 
     DTJOB_THREADS_PER_RANK overrides it (the scaling benchmark gives every rank one core).
     """
     override = os.environ.get("DTJOB_THREADS_PER_RANK")
     if override:
         return max(1, int(override))
-    return max(1, len(os.sched_getaffinity(0)) // max(local_size, 1))
+    return cores_per_rank(local_size)
 
 
 def digest(chunks: Iterable[bytes]) -> str:
@@ -139,6 +147,9 @@ def metrics_record(
         "batchSizePerWorker": cfg.batch_size,
         "imageSize": cfg.image_size,
         "amp": cfg.amp,
+        "ampDtype": cfg.amp_dtype if cfg.amp else None,
+        "xla": cfg.xla,
+        "dataLoader": cfg.data_loader if framework == "pytorch" else "tf.data",
         "fp16Allreduce": cfg.fp16_allreduce,
         "epochs": cfg.epochs,
         "epochsDone": epochs_done,

@@ -97,8 +97,16 @@ def training_flags(spec: JobSpec) -> list[str]:
         flags += ["--data-dir", spec.dataset.data_dir]
     if hp.steps_per_epoch is not None:
         flags += ["--steps-per-epoch", str(hp.steps_per_epoch)]
-    flags += [flag for flag, on in (("--amp", hp.amp), ("--fp16-allreduce", hp.fp16_allreduce),
-                                    ("--channels-last", hp.channels_last)) if on]  # fmt: skip
+    # Both states spelled out, so the job runs as its spec says whatever the trainers' defaults.
+    switches = {"amp": hp.amp, "fp16-allreduce": hp.fp16_allreduce, "channels-last": hp.channels_last}
+    flags += [f"--{name}" if on else f"--no-{name}" for name, on in switches.items()]
+    if hp.amp:
+        flags += ["--amp-dtype", hp.amp_dtype]
+    # Each trainer refuses the other frameworks' options: passed only where set (spec_run checks them).
+    if hp.xla:
+        flags.append("--xla")
+    if hp.data_loader != "pytorch":
+        flags += ["--data-loader", hp.data_loader]
     return flags
 
 
