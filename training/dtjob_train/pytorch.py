@@ -6,6 +6,7 @@ import contextlib
 import functools
 import itertools
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from torch import Tensor, nn
 
 from . import torch_checkpoint
 from .cli import TrainConfig, parse_args
-from .common import cpu_threads_per_rank, pick_gpu
+from .common import EXIT_BAD_INPUT, cores_per_rank, cpu_threads_per_rank, fail, pick_gpu
+from .data import dali_data
 from .data.folder import MEAN_RGB, STD_RGB
 from .models.resnet_torch import build
 from .progress import write_json_atomic
@@ -39,23 +41,33 @@ def set_up_device() -> torch.device:
 
 
 class Amp:
-    """--amp: fp16 autocast with loss scaling on GPU; on CPU, autocast to bfloat16, which needs no scaler."""
+    """--amp: autocast to fp16 with loss scaling on GPU, or to bf16 (--amp-dtype bf16), whose fp32 exponent
+    range needs no scaling: then there is no GradScaler at all. CPUs autocast to bf16 either way."""
 
-    def __init__(self, enabled: bool, device: torch.device) -> None:
+    def __init__(self, enabled: bool, dtype: str, device: torch.device) -> None:
         cuda = device.type == "cuda"
         self.enabled, self.device_type = enabled, device.type
-        self.dtype = torch.float16 if cuda else torch.bfloat16
-        self.scaler = torch.amp.GradScaler("cuda", enabled=enabled and cuda)
+        self.dtype = torch.float16 if cuda and dtype == "fp16" else torch.bfloat16
+        scaled = enabled and self.dtype == torch.float16
+        self.scaler: torch.amp.GradScaler | None = torch.amp.GradScaler("cuda") if scaled else None
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled)
 
 
-def broadcast_scaler(scaler: torch.amp.GradScaler) -> None:
+def bf16_unsupported(device: torch.device) -> str | None:
+    """Why this GPU cannot train in bf16 (tensor cores for it arrived with Ampere), or None."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 0):
+        return None
+    return f"--amp-dtype bf16: {torch.cuda.get_device_name(device)} has no bf16 tensor cores (use fp16)"
+
+
+def broadcast_scaler(scaler: torch.amp.GradScaler | None) -> None:
     """Horovod: rank 0's loss scale and growth tracker to every rank. The scaler is not optimizer state, and
-    only rank 0 restored it; ranks with different scales would skip different steps on an overflow. (A
-    disabled scaler's state is empty, and loading it is a no-op.)"""
-    scaler.load_state_dict(hvd.broadcast_object(scaler.state_dict(), root_rank=0, name="grad_scaler"))
+    only rank 0 restored it; ranks with different scales would skip different steps on an overflow. Without
+    loss scaling (fp32, bf16) there is nothing to send, and every rank agrees on that."""
+    if scaler is not None:
+        scaler.load_state_dict(hvd.broadcast_object(scaler.state_dict(), root_rank=0, name="grad_scaler"))
 
 
 def synthetic_batches(cfg: TrainConfig, device: torch.device, fmt: torch.memory_format) -> Iterator[Batch]:
@@ -82,15 +94,68 @@ class Normalize:
         return x.sub_(self.mean).div_(self.std), labels.to(self.device, non_blocking=True), skipped
 
 
+class Prefetcher:
+    """The next batch's host-to-device copy and normalisation run on a side CUDA stream while the current
+    batch computes (NVIDIA's data_prefetcher), so the compute stream never waits for an input copy.
+
+    On CPU there is no stream to overlap with: each batch is normalised as it is taken, by the same code.
+    """
+
+    def __init__(self, normalize: Normalize) -> None:
+        self.normalize = normalize
+        cuda = normalize.device.type == "cuda"
+        self.stream = torch.cuda.Stream(normalize.device) if cuda else None  # type: ignore[no-untyped-call]
+
+    def __call__(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        if self.stream is None:
+            yield from map(self.normalize, batches)
+            return
+        ahead = self._load(batches)
+        while ahead is not None:
+            compute = torch.cuda.current_stream(self.normalize.device)
+            compute.wait_stream(self.stream)
+            batch = ahead
+            # Made on the side stream, used on the compute stream: the caching allocator must not hand
+            # their memory out again before the compute stream is done with them.
+            batch[0].record_stream(compute)
+            batch[1].record_stream(compute)
+            ahead = self._load(batches)
+            yield batch
+
+    def _load(self, batches: Iterator[Batch]) -> Batch | None:
+        # The loader's own device work (DALI copies its GPU output into torch tensors on the current
+        # stream) lands on the side stream too, ahead of the normalisation that reads it.
+        with torch.cuda.stream(self.stream):
+            batch = next(batches, None)
+            return None if batch is None else self.normalize(batch)
+
+
 def make_inputs(
     cfg: TrainConfig, run: TrainingRun, device: torch.device
 ) -> tuple[EpochBatches, Batches | None]:
     """An epoch's training batches on the device (a fresh iterator per call, in that epoch's order), and the
-    validation batches (None without validation). --channels-last makes the inputs, and so every activation,
-    NHWC."""
+    validation batches (None without validation). The loader (PyTorch's DataLoader, or DALI) hands over
+    uint8 NHWC; the prefetcher copies and normalises. --channels-last makes the inputs, and so every
+    activation, NHWC."""
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     if run.train_split is None:
         return (lambda epoch: synthetic_batches(cfg, device, fmt)), None
+    prefetch = Prefetcher(Normalize(device, fmt))
+    if cfg.data_loader == "dali":
+        dali = dali_data.DaliLoaders(
+            run.train_split,
+            run.val_split,
+            rank=run.rank,
+            size=run.size,
+            batch_size=cfg.batch_size,
+            image_size=cfg.image_size,
+            steps_per_epoch=run.steps_per_epoch,
+            seed=cfg.seed,
+            threads=cores_per_rank(hvd.local_size()),
+            device_id=device.index if device.type == "cuda" else None,
+        )
+        val = None if run.val_split is None else (lambda: prefetch(dali.val()))
+        return (lambda epoch: prefetch(dali.train(epoch))), val
     from .data.torch_data import default_workers, make_loader, set_epoch
 
     workers = cfg.workers if cfg.workers >= 0 else default_workers(hvd.local_size())
@@ -104,18 +169,16 @@ def make_inputs(
         seed=cfg.seed,
         pin_memory=device.type == "cuda",
     )
-    normalize = Normalize(device, fmt)
-
     train_loader = loader(run.train_split, train=True)
 
     def train(epoch: int) -> Iterator[Batch]:
         set_epoch(train_loader, epoch)
-        return map(normalize, iter(train_loader))
+        return prefetch(iter(train_loader))
 
     if run.val_split is None:
         return train, None
     val_loader = loader(run.val_split, train=False)
-    return train, lambda: map(normalize, iter(val_loader))
+    return train, lambda: prefetch(iter(val_loader))
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -135,6 +198,10 @@ def train_step(
     optimizer.zero_grad()  # torch >= 2 sets grads to None
     with amp.autocast():
         loss = loss_fn(model(images), labels)
+    if amp.scaler is None:
+        loss.backward()
+        optimizer.step()  # Horovod: waits for the gradients' allreduce (started during backward) first
+        return loss
     amp.scaler.scale(loss).backward()
     # Horovod: wait for the gradients' allreduce (started during backward) before unscaling them, then step
     # without a second synchronize.
@@ -167,11 +234,42 @@ def save_model(model: nn.Module, num_classes: int, out: Path) -> None:
     write_json_atomic(out / "labels.json", {"numClasses": num_classes})
 
 
+def train(
+    cfg: TrainConfig,
+    run: TrainingRun,
+    model: nn.Module,
+    optimizer: Any,
+    amp: Amp,
+    loss_fn: nn.Module,
+    train_batches: EpochBatches,
+    val_batches: Batches | None,
+) -> None:
+    """The epochs: training steps, validation and a checkpoint after each."""
+    for epoch in run.epochs():
+        for step, lr, batch in run.steps(epoch, train_batches(epoch)):
+            loss = train_step(model, optimizer, amp, loss_fn, batch, lr)
+            if run.step_done(step, images=batch[0].shape[0], skipped=batch[2]):
+                # Horovod: the logged loss is averaged over the ranks.
+                loss_avg = hvd.allreduce(loss.detach().float(), name="loss").item()
+                run.log(epoch=epoch, step=step, lr=lr, loss=loss_avg)
+        if val_batches is not None:
+            run.validated(evaluate(model, val_batches(), cfg.val_steps, amp), epoch)
+        if run.checkpoint_dir is not None:
+            torch_checkpoint.save(run.checkpoint_dir, epoch + 1, model, optimizer, amp.scaler)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    cfg = parse_args("python -m dtjob_train.pytorch", argv)
+    cfg = parse_args("python -m dtjob_train.pytorch", argv, framework="pytorch")
     # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
     hvd.init()
     device = set_up_device()
+    if cfg.amp and cfg.amp_dtype == "bf16" and (problem := bf16_unsupported(device)) is not None:
+        fail(problem, rank=hvd.rank())
+    if cfg.data == "imagenet" and cfg.data_loader == "dali":
+        try:
+            dali_data.require()
+        except dali_data.DaliMissing as e:
+            fail(str(e), rank=hvd.rank())
     torch.manual_seed(cfg.seed)
     run = TrainingRun("pytorch", cfg, hvd)
     train_batches, val_batches = make_inputs(cfg, run, device)
@@ -187,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(), compression=compression, op=hvd.Average
     )
-    amp = Amp(cfg.amp, device)
+    amp = Amp(cfg.amp, cfg.amp_dtype, device)
 
     # Horovod: rank 0 restores the newest checkpoint and broadcasts the epoch to start from.
     run.resume(
@@ -203,17 +301,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     model.train()
-    for epoch in run.epochs():
-        for step, lr, batch in run.steps(epoch, train_batches(epoch)):
-            loss = train_step(model, optimizer, amp, loss_fn, batch, lr)
-            if run.step_done(step, images=batch[0].shape[0], skipped=batch[2]):
-                # Horovod: the logged loss is averaged over the ranks.
-                loss_avg = hvd.allreduce(loss.detach().float(), name="loss").item()
-                run.log(epoch=epoch, step=step, lr=lr, loss=loss_avg)
-        if val_batches is not None:
-            run.validated(evaluate(model, val_batches(), cfg.val_steps, amp), epoch)
-        if run.checkpoint_dir is not None:
-            torch_checkpoint.save(run.checkpoint_dir, epoch + 1, model, optimizer, amp.scaler)
+    try:
+        train(cfg, run, model, optimizer, amp, loss_fn, train_batches, val_batches)
+    except dali_data.UndecodableImage as e:
+        # The rank that met the file says so (it may not be rank 0); Horovod stops the others.
+        print(f"error: rank {run.rank}: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_BAD_INPUT) from None
 
     # Horovod: finish gathers every rank's skipped images and weight digest (equal: the ranks kept in step).
     weights = (p.detach().cpu().numpy().tobytes() for p in model.parameters())
