@@ -115,3 +115,20 @@ def test_mixed_precision_with_fp16_allreduce(framework: str, tmp_path: Path) -> 
     assert len(losses) == 3 and all(loss == loss for loss in losses), run.out
     metrics = json.loads((tmp_path / "rank-0" / "out" / "metrics.json").read_text())
     assert metrics["amp"] and metrics["fp16Allreduce"] and metrics["weightsConsistent"], metrics
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "keras"])
+def test_xla_training_learns_with_the_allreduce_outside_the_compiled_step(
+    framework: str, tmp_path: Path
+) -> None:
+    # Horovod's allreduce inside an XLA cluster would not compile: this run proves it stays outside.
+    data = make_tree(tmp_path / "data")
+    args = tiny_args(data, "--arch", "resnet-tiny", "--base-lr", "3.2", "--warmup-epochs", "0")
+    args += ["--label-smoothing", "0", "--workers", "1", "--epochs", "3", "--xla"]
+    run = launch(framework, args, per_rank_dir=tmp_path / "runs")
+    assert run.proc.returncode == 0, run.out
+    losses = run.losses()
+    assert len(losses) == 12 and all(loss == loss for loss in losses), run.out
+    assert sum(losses[-2:]) < sum(losses[:2]), f"loss did not fall: {losses}"
+    metrics = json.loads((tmp_path / "runs" / "rank-0" / "out" / "metrics.json").read_text())
+    assert metrics["xla"] and metrics["weightsConsistent"] and metrics["valTop1"] is not None, metrics

@@ -42,5 +42,8 @@ def loss_scale_variables(optimizer: Any) -> list[Any]:
 
 
 def save_model(model: Any, output_dir: Path) -> None:
-    """The trained model as output_dir/model.keras."""
-    model.save(str(output_dir / "model.keras"))
+    """The trained network as output_dir/model.keras, for inference: the training state (optimizer, its
+    learning-rate schedule) lives in the checkpoints, and loading the file needs no dtjob_train code."""
+    # An uncompiled view of the same layers: the .keras format saves a compiled model's optimizer.
+    network = tf.keras.Model(model.inputs, model.outputs, name=model.name)
+    network.save(str(output_dir / "model.keras"))

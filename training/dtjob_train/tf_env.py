@@ -34,10 +34,14 @@ def configure_devices(local_rank: int, local_size: int) -> bool:
     return False
 
 
-def set_precision(amp: bool, on_gpu: bool) -> None:
-    """fp16 with loss scaling on GPU; bfloat16 on CPU (no scaling needed)."""
-    if amp:
-        keras.mixed_precision.set_global_policy("mixed_float16" if on_gpu else "mixed_bfloat16")
+def set_precision(amp: bool, amp_dtype: str, on_gpu: bool) -> bool:
+    """--amp: the mixed_float16 policy on GPU (with loss scaling: True) or mixed_bfloat16 (--amp-dtype bf16,
+    and always on CPU), which needs no loss scaling."""
+    if not amp:
+        return False
+    scaled = on_gpu and amp_dtype == "fp16"
+    keras.mixed_precision.set_global_policy("mixed_float16" if scaled else "mixed_bfloat16")
+    return scaled
 
 
 __all__ = ["configure_devices", "keras", "set_precision", "tf"]

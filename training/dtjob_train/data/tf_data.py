@@ -3,6 +3,10 @@
 Training decodes only the random crop (decode_and_crop_jpeg), the standard TF ResNet recipe that skips most
 of the decode work. Files that are not JPEGs are dropped and counted; a JPEG too corrupt to decode is dropped
 by ignore_errors so a bad file never stops a run.
+
+Batches are uint8 NHWC: the model's first layer (models.resnet_keras) casts and normalises on the device, so
+the host copies a quarter of the bytes. Each rank's pipeline runs on its own thread pool, sized to its share
+of the node's cores.
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ import functools
 from typing import Any
 
 from dtjob_train.cli import TrainConfig
+from dtjob_train.common import cores_per_rank
 from dtjob_train.run import TrainingRun
 from dtjob_train.tf_env import tf
 
-from .folder import MEAN_RGB, STD_RGB, Split, epoch_shard
+from .folder import Split, epoch_shard
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -32,8 +37,13 @@ def _train_image(data: Any, size: int) -> Any:
     )
     window = tf.stack([begin[0], begin[1], crop_size[0], crop_size[1]])
     image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
-    image = tf.image.resize(image, (size, size), method="bilinear")
+    image = _to_uint8(tf.image.resize(image, (size, size), method="bilinear"))
     return tf.image.random_flip_left_right(image)
+
+
+def _to_uint8(image: Any) -> Any:
+    """Resizing yields float pixels in [0, 255] (bilinear never overshoots); back to one byte each."""
+    return tf.saturate_cast(tf.round(image), tf.uint8)
 
 
 def _val_image(data: Any, size: int) -> Any:
@@ -41,7 +51,7 @@ def _val_image(data: Any, size: int) -> Any:
     shape = tf.cast(tf.shape(image)[:2], tf.float32)
     scale = (size / 0.875) / tf.reduce_min(shape)
     resized = tf.image.resize(image, tf.cast(tf.round(shape * scale), tf.int32), method="bilinear")
-    return tf.image.resize_with_crop_or_pad(resized, size, size)
+    return _to_uint8(tf.image.resize_with_crop_or_pad(resized, size, size))
 
 
 def epoch_indices(total: int, *, rank: int, size: int, seed: int, epochs: range) -> Any:
@@ -69,18 +79,18 @@ def make_dataset(
     seed: int,
     num_classes: int | None,
     skipped: Any,
+    threads: int,
     epochs: range | None = None,
     steps_per_epoch: int = 0,
 ) -> Any:
-    """Batches of (normalised float32 NHWC images, labels); one-hot labels when num_classes is given.
+    """Batches of (uint8 NHWC images, labels); one-hot labels when num_classes is given. `threads`: the
+    size of the pipeline's private thread pool.
 
     Training: exactly steps_per_epoch batches for each epoch of `epochs`, each epoch in its own global order
     (epoch_indices). An epoch's shard wraps around when dropped files leave it short of full batches, so the
     next epoch still starts at its own beginning. Validation: this rank's fixed shard, once.
     `skipped` is an int64 tf.Variable counting files that were not JPEGs.
     """
-    mean = tf.constant(MEAN_RGB, shape=(1, 1, 3))
-    std = tf.constant(STD_RGB, shape=(1, 1, 3))
 
     def load(path: Any, label: Any) -> Any:
         data = tf.io.read_file(path)
@@ -88,9 +98,9 @@ def make_dataset(
         image = tf.cond(
             ok,
             lambda: _train_image(data, image_size) if train else _val_image(data, image_size),
-            lambda: tf.zeros((image_size, image_size, 3)),
+            lambda: tf.zeros((image_size, image_size, 3), tf.uint8),
         )
-        return (tf.cast(image, tf.float32) - mean) / std, label, ok
+        return image, label, ok
 
     def keep(image: Any, label: Any, ok: Any) -> Any:
         with tf.control_dependencies([skipped.assign_add(tf.cast(tf.logical_not(ok), tf.int64))]):
@@ -124,20 +134,25 @@ def make_dataset(
         )
     options = tf.data.Options()
     options.experimental_optimization.map_parallelization = True
+    # Its own pool, its share of the cores: TensorFlow's default pool has a thread per core in every rank.
+    options.threading.private_threadpool_size = threads
+    options.threading.max_intra_op_parallelism = 1
     return ds.with_options(options).prefetch(AUTOTUNE)
 
 
 def synthetic_batch(cfg: TrainConfig, rank: int) -> tuple[Any, Any]:
-    """One fixed random batch (float NHWC images, int labels), fed again every step: measures compute only."""
+    """One fixed random batch (uint8 NHWC images, int labels), fed again every step: measures compute only."""
     tf.random.set_seed(cfg.seed + rank)
-    images = tf.random.normal((cfg.batch_size, cfg.image_size, cfg.image_size, 3))
+    shape = (cfg.batch_size, cfg.image_size, cfg.image_size, 3)
+    images = tf.cast(tf.random.uniform(shape, maxval=256, dtype=tf.int32), tf.uint8)
     labels = tf.random.uniform((cfg.batch_size,), maxval=cfg.num_classes, dtype=tf.int32)
     return images, labels
 
 
-def imagenet_datasets(run: TrainingRun, skipped: Any, *, one_hot: bool) -> tuple[Any, Any]:
+def imagenet_datasets(run: TrainingRun, skipped: Any, *, one_hot: bool, local_size: int) -> tuple[Any, Any]:
     """This rank's training dataset of an ImageNet run and its validation dataset (None without one);
-    one-hot labels for Keras's fit, class indices otherwise."""
+    one-hot labels for Keras's fit, class indices otherwise. `local_size`: the ranks on this host, which
+    share its cores."""
     cfg = run.cfg
     assert run.train_split is not None
     num_classes = run.num_classes if one_hot else None
@@ -150,6 +165,7 @@ def imagenet_datasets(run: TrainingRun, skipped: Any, *, one_hot: bool) -> tuple
         seed=cfg.seed,
         num_classes=num_classes,
         skipped=skipped,
+        threads=cores_per_rank(local_size),
     )
     # From the epoch the run resumes at: call after TrainingRun.resume.
     epochs = run.epochs()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dtjob_train.data.folder import MEAN_RGB, STD_RGB
 from dtjob_train.tf_env import keras, tf
 
 
@@ -22,15 +23,19 @@ def _tiny(inputs: Any) -> Any:
 
 
 def build(arch: str, num_classes: int, image_size: int) -> Any:
-    """Logits model; the last layer is float32 so mixed precision keeps the softmax/loss in full precision."""
-    inputs = keras.Input((image_size, image_size, 3))
+    """Logits model of uint8 NHWC images; the last layer is float32 so mixed precision keeps the
+    softmax/loss in full precision.
+
+    The first layer casts the bytes the input pipeline ships to the compute dtype and normalises them with
+    ImageNet's channel statistics, on the device and inside the compiled step.
+    """
+    inputs = keras.Input((image_size, image_size, 3), dtype="uint8", name="images")
+    x = keras.layers.Normalization(mean=MEAN_RGB, variance=[s * s for s in STD_RGB], name="normalize")(inputs)
     if arch == "resnet50":
-        base = keras.applications.ResNet50(
-            weights=None, include_top=False, input_tensor=inputs, pooling="avg"
-        )
+        base = keras.applications.ResNet50(weights=None, include_top=False, input_tensor=x, pooling="avg")
         features = base.output
     elif arch == "resnet-tiny":
-        features = _tiny(inputs)
+        features = _tiny(x)
     else:
         raise ValueError(f"--arch: unknown architecture {arch!r}")
     logits = keras.layers.Dense(num_classes, name="logits")(features)
