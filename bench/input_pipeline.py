@@ -1,11 +1,12 @@
 """Input pipeline images/sec against a naive single-process PIL loader, on the same JPEGs in one run.
 
-    python -m bench.input_pipeline [--images 1024] [--width 500 --height 375] [--workers N] [--tf]
+    python -m bench.input_pipeline [--images 1024] [--width 500 --height 375] [--workers N] [--no-tf]
 
 The files are generated at ImageNet's typical size (500x375 JPEG, quality 90). The naive loader is what a
 first version would do: open, convert, resize the short side, random-crop 224, flip, in the main process.
-The pipeline is dtjob_train's: DataLoader worker processes, reduced-scale JPEG decode, uint8 batches
-(and optionally the tf.data pipeline the TensorFlow/Keras trainers use).
+The pipelines are dtjob_train's: the PyTorch DataLoader (worker processes, reduced-scale JPEG decode, uint8
+batches), NVIDIA DALI (`--data-loader dali`: nvJPEG on a GPU, its CPU decoder without one; skipped, with the
+reason, where DALI is not installed) and the tf.data pipeline of the TensorFlow/Keras trainers.
 """
 
 from __future__ import annotations
@@ -74,7 +75,46 @@ def torch_pipeline(root: Path, size: int, workers: int, batch: int) -> float:
     return seen / (time.perf_counter() - start)
 
 
-def tf_pipeline(root: Path, size: int, batch: int) -> float:
+def dali_pipeline(root: Path, size: int, threads: int, batch: int) -> tuple[float, str]:
+    """(images/sec, where it decoded) of the DALI pipeline, timed after its first batch."""
+    import torch
+    from dtjob_train.data.dali_data import DaliLoaders
+
+    split = scan(root, need_val=False).train
+    gpu = torch.cuda.is_available()
+    loaders = DaliLoaders(
+        split,
+        None,
+        rank=0,
+        size=1,
+        batch_size=batch,
+        image_size=size,
+        steps_per_epoch=len(split.samples) // batch,
+        seed=0,
+        threads=threads,
+        device_id=0 if gpu else None,
+    )
+    batches = loaders.train(0)
+    next(batches)
+    start, seen = time.perf_counter(), 0
+    for images, _, _ in batches:
+        seen += images.shape[0]
+    if gpu:
+        torch.cuda.synchronize()
+    return seen / (time.perf_counter() - start), "GPU, nvJPEG" if gpu else "CPU decoder"
+
+
+def dali_missing() -> str | None:
+    from dtjob_train.data.dali_data import DaliMissing, require
+
+    try:
+        require()
+    except DaliMissing as e:
+        return str(e)
+    return None
+
+
+def tf_pipeline(root: Path, size: int, threads: int, batch: int) -> float:
     from dtjob_train.data.tf_data import make_dataset
     from dtjob_train.tf_env import tf
 
@@ -90,6 +130,7 @@ def tf_pipeline(root: Path, size: int, batch: int) -> float:
         seed=0,
         num_classes=None,
         skipped=skipped,
+        threads=threads,
         # Two epochs: the first batch below is not timed, the next `steps` are.
         epochs=range(2),
         steps_per_epoch=len(split.samples) // batch,
@@ -111,7 +152,7 @@ def main() -> None:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
-    p.add_argument("--tf", action="store_true", help="also measure the tf.data pipeline")
+    p.add_argument("--tf", action=argparse.BooleanOptionalAction, default=True, help="the tf.data pipeline")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -119,14 +160,23 @@ def main() -> None:
         make_images(root, a.images, a.width, a.height)
         paths = [p for p, _ in scan(root, need_val=False).train.samples]
         base = naive(paths, a.image_size)
-        piped = torch_pipeline(root, a.image_size, a.workers, a.batch_size)
-        shape = f"{a.images} JPEGs {a.width}x{a.height} -> {a.image_size}px"
-        print(f"\nInput pipeline, {shape}, {a.workers} workers")
-        print(f"  naive PIL, 1 process   : {base:8.1f} images/sec")
-        print(f"  dtjob_train (PyTorch)  : {piped:8.1f} images/sec   ratio {piped / base:.2f}x")
+        rows = [("dtjob_train (PyTorch)", torch_pipeline(root, a.image_size, a.workers, a.batch_size), "")]
+        missing = dali_missing()
+        if missing is None:
+            rate, where = dali_pipeline(root, a.image_size, a.workers, a.batch_size)
+            rows.append(("DALI", rate, where))
         if a.tf:
-            tfr = tf_pipeline(root, a.image_size, a.batch_size)
-            print(f"  dtjob_train (tf.data)  : {tfr:8.1f} images/sec   ratio {tfr / base:.2f}x")
+            rows.append(
+                ("dtjob_train (tf.data)", tf_pipeline(root, a.image_size, a.workers, a.batch_size), "")
+            )
+        shape = f"{a.images} JPEGs {a.width}x{a.height} -> {a.image_size}px"
+        print(f"\nInput pipeline, {shape}, {a.workers} workers/threads")
+        print(f"  {'naive PIL, 1 process':24s}: {base:8.1f} images/sec")
+        for name, rate, note in rows:
+            suffix = f"   ({note})" if note else ""
+            print(f"  {name:24s}: {rate:8.1f} images/sec   ratio {rate / base:.2f}x{suffix}")
+        if missing is not None:
+            print(f"  {'DALI':24s}: skipped: {missing}")
 
 
 if __name__ == "__main__":

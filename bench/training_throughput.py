@@ -1,11 +1,13 @@
 """Synthetic ResNet-50 training throughput on this host: 1 Horovod rank vs 2, measured in one run.
 
     python -m bench.training_throughput [--framework pytorch] [--image-size 224] [--batch-size 16]
-                                        [--steps 12]
+                                        [--steps 12] [--amp] [--xla]
 
 Every rank gets one CPU core (DTJOB_THREADS_PER_RANK=1), the way each rank gets one GPU on a node, so the
 2-rank figure against twice the 1-rank figure is the scaling efficiency of the allreduce path. A third run,
 1 rank on 2 cores, is printed for reference: on CPU the cores are better spent inside one process.
+The runs are fp32 with an fp32 allreduce unless --amp (bf16 autocast on CPU, fp16 allreduce), so the figures
+stay comparable whatever the trainers' defaults; --xla compiles the TensorFlow/Keras step.
 """
 
 from __future__ import annotations
@@ -52,14 +54,20 @@ def main() -> None:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--steps", type=int, default=12, help="steps per run; the first log interval is not timed")
+    p.add_argument("--amp", action="store_true", help="mixed precision and fp16 allreduce")
+    p.add_argument("--xla", action="store_true", help="XLA (TensorFlow and Keras)")
     a = p.parse_args()
     interval = max(a.steps // 4, 1)
     args = ["--arch", "resnet50", "--image-size", str(a.image_size), "--batch-size", str(a.batch_size)]
+    args += ["--amp", "--fp16-allreduce"] if a.amp else ["--no-amp", "--no-fp16-allreduce"]
+    args += ["--xla"] if a.xla else []
     args += ["--epochs", "1", "--steps-per-epoch", str(a.steps), "--log-interval", str(interval)]
     one = run(a.framework, 1, 1, args)
     two = run(a.framework, 2, 1, args)
     one_wide = run(a.framework, 1, 2, args)
-    print(f"\nResNet-50 synthetic, {a.framework}, {a.image_size}px, batch {a.batch_size}/rank, CPU, Gloo")
+    mode = ("AMP" if a.amp else "fp32") + (", XLA" if a.xla else "")
+    shape = f"{a.framework}, {a.image_size}px, batch {a.batch_size}/rank, {mode}"
+    print(f"\nResNet-50 synthetic, {shape}, CPU, Gloo")
     print(f"  1 rank  x 1 core : {one:8.2f} images/sec")
     print(f"  2 ranks x 1 core : {two:8.2f} images/sec")
     print(f"  1 rank  x 2 cores: {one_wide:8.2f} images/sec (reference)")
