@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dtjob import desired, metrics, names, storage
+from dtjob import desired, kueue, metrics, names, storage
 from dtjob.actions import (
     Action,
     CreateLauncher,
@@ -28,6 +28,7 @@ from dtjob.actions import (
     LogsUploaded,
     MintSas,
     PodForceDeleted,
+    ReleasePod,
     Result,
     SasSecretsDeleted,
     UploadLogs,
@@ -96,6 +97,8 @@ def _run(
             kube.delete_pod(ns, pod)
         case ForceDeletePod(name=pod, uid=uid, overdue_s=overdue):
             return PodForceDeleted(pod, overdue) if kube.force_delete_pod(ns, pod, uid) else None
+        case ReleasePod(name=pod, uid=uid):
+            kube.remove_pod_finalizer(ns, pod, uid, kueue.POD_FINALIZER)
         case DeleteLauncher():
             kube.delete_batch_job(ns, names.launcher_name(spec.name))
         case CreateStagingJob():

@@ -55,6 +55,16 @@ class ForceDeletePod:
 
 
 @dataclass(frozen=True)
+class ReleasePod:
+    """Take Kueue's finalizer off a pod of ours that is deleted and has ended, only while it is still the one
+    with `uid`: Kueue keeps it on a pod group's member until a replacement exists, and the replacement needs
+    this pod's name."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
 class DeleteLauncher:
     pass
 
@@ -83,8 +93,8 @@ class DeleteSasSecrets:
 
 
 Action = (
-    MintSas | EnsureWorld | CreateWorker | CreateLauncher | DeletePod | ForceDeletePod | DeleteLauncher
-    | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets
+    MintSas | EnsureWorld | CreateWorker | CreateLauncher | DeletePod | ForceDeletePod | ReleasePod
+    | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets
 )  # fmt: skip
 
 

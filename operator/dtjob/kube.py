@@ -92,6 +92,7 @@ class Kube(Protocol):
     def delete_secret(self, namespace: str, name: str) -> None: ...
     def delete_pod(self, namespace: str, name: str) -> None: ...
     def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool: ...
+    def remove_pod_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool: ...
     def delete_batch_job(self, namespace: str, name: str) -> None: ...
     def delete_pods(self, namespace: str, label_selector: str) -> None: ...
     def delete_training_job(self, namespace: str, name: str) -> None: ...
@@ -423,6 +424,38 @@ class KubeClient:
             raise
         log.warning("force-deleted Pod %s/%s (uid %s): still terminating past its grace period", namespace,
                     name, uid)  # fmt: skip
+        return True
+
+    def remove_pod_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        """Take `finalizer` off the pod while it is the pod with `uid` (a JSON patch whose tests fail on any
+        other pod, or on a list changed since the read). False: gone, replaced, or the finalizer is off."""
+        try:
+            pod = self.core.read_namespaced_pod(name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        meta = pod.metadata
+        present = list((meta.finalizers if meta else None) or ())
+        if meta is None or meta.uid != uid or finalizer not in present:
+            return False
+        at = present.index(finalizer)
+        patch = [
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "test", "path": f"/metadata/finalizers/{at}", "value": finalizer},
+            {"op": "remove", "path": f"/metadata/finalizers/{at}"},
+        ]
+        try:
+            self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False)
+        except ApiException as err:
+            if err.status in (
+                404,
+                409,
+                422,
+            ):  # gone, or changed since the read: the next reconcile looks again
+                return False
+            raise
+        log.info("removed finalizer %s from Pod %s/%s", finalizer, namespace, name)
         return True
 
     def delete_batch_job(self, namespace: str, name: str) -> None:

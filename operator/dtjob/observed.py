@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dtjob import names
+from dtjob import kueue, names
 from dtjob.timefmt import parse_time
 from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
@@ -74,6 +74,12 @@ class PodState:
     # How the container ended when it failed: its exit code and reason (Error, OOMKilled, ...).
     exit_code: int | None = None
     termination_reason: str | None = None
+    # Kueue: the pod waits for its group's admission (its scheduling gate is on) ...
+    gated: bool = False
+    # ... Kueue stopped it, its Workload evicted (`<reason>: <message>`, e.g. "Preempted: ...") ...
+    kueue_eviction: str | None = None
+    # ... and its finalizer is still on the pod.
+    kueue_finalizer: bool = False
 
     @property
     def finished(self) -> bool:
@@ -165,7 +171,24 @@ def pod_state(pod: Json) -> PodState:
         unschedulable=bool(scheduled and scheduled.get("status") == "False"),
         exit_code=exit_code,
         termination_reason=termination_reason,
+        gated=_gated(pod),
+        kueue_eviction=kueue_eviction(pod),
+        kueue_finalizer=kueue.POD_FINALIZER in (meta.get("finalizers") or ()),
     )
+
+
+def _gated(pod: Json) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or ()
+    return any(g.get("name") == kueue.ADMISSION_GATE for g in gates)
+
+
+def kueue_eviction(pod: Json) -> str | None:
+    """`<reason>: <message>` when Kueue stopped the pod because it evicted its Workload, else None."""
+    found = _true_condition((pod.get("status") or {}).get("conditions"), kueue.TERMINATION_TARGET)
+    reason = str((found or {}).get("reason") or "")
+    if not reason.startswith(kueue.EVICTED_REASON_PREFIX):
+        return None
+    return f"{kueue.evicted_reason(reason)}: {(found or {}).get('message') or ''}".rstrip(": ")
 
 
 def _statuses(status: Json) -> list[Json]:

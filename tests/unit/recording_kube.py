@@ -167,6 +167,15 @@ class RecordingKube:
         del self.objects[("Pod", namespace, name)]
         return True
 
+    def remove_pod_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+        found = self.objects.get(("Pod", namespace, name))
+        self.calls.append(("remove-finalizer", "Pod", name))
+        held = (found or {}).get("metadata", {}).get("finalizers") or []
+        if found is None or found["metadata"].get("uid") != uid or finalizer not in held:
+            return False
+        held.remove(finalizer)
+        return True
+
     def delete_batch_job(self, namespace: str, name: str) -> None:
         self._delete("Job", namespace, name)
 

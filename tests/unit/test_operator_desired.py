@@ -89,8 +89,10 @@ def test_worker_pod_gets_gpus_placement_readiness_and_data() -> None:
     meta, pod_spec = pod["metadata"], pod["spec"]
     assert meta["labels"][names.ATTEMPT_LABEL] == "3"
     assert meta["labels"][names.WORKER_INDEX_LABEL] == "1"
+    # Kueue's pod group: every worker names its job's group and the group's size (the workers alone).
     assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
-    assert meta["annotations"] == {"a": "b"}
+    assert meta["labels"]["kueue.x-k8s.io/pod-group-name"] == "rn50"
+    assert meta["annotations"] == {"a": "b", "kueue.x-k8s.io/pod-group-total-count": "2"}
     assert pod_spec["hostname"] == "rn50-worker-1" and pod_spec["subdomain"] == "rn50-workers"
     assert pod_spec["restartPolicy"] == "Never"
     assert pod_spec["schedulerName"] == "volcano"
@@ -227,3 +229,16 @@ def test_a_worker_leaves_a_lost_node_within_seconds_not_five_minutes() -> None:
     mine = desired.worker_pod(job_spec(placement={"tolerations": [own]}), owner, 0, 0)
     unreachable = [t for t in mine["spec"]["tolerations"] if t["key"] == "node.kubernetes.io/unreachable"]
     assert unreachable == [own]
+
+
+def test_the_launcher_stays_out_of_kueue_and_a_job_without_a_queue_has_no_kueue_metadata() -> None:
+    # The launcher is created once every worker is Ready, that is after admission: in the group it could never
+    # be counted at admission, and as its own Workload it would queue behind its own workers.
+    spec = job_spec(runPolicy={"scheduling": {"queueName": "gpu-queue"}})
+    job = desired.launcher_job(spec, OWNER, 0)
+    template = job["spec"]["template"]["metadata"]
+    for meta in (job["metadata"], template):
+        assert not [k for k in (meta.get("labels") or {}) if k.startswith("kueue.x-k8s.io/")]
+        assert not [k for k in (meta.get("annotations") or {}) if k.startswith("kueue.x-k8s.io/")]
+    plain = desired.worker_pod(job_spec(), OWNER, 0, 0)["metadata"]
+    assert not [k for k in {**plain["labels"], **(plain.get("annotations") or {})} if k.startswith("kueue.")]

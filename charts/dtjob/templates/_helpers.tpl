@@ -88,10 +88,11 @@ them against the code). Pods and Jobs are watched and listed; every child is als
   resources: [distributedtrainingjobs/finalizers]
   verbs: [update]
 # get (and patch): a create answered 409 AlreadyExists is followed by a read (whose is it, is it gone or
-# going?) and, for the Service, ConfigMap and NetworkPolicy, a patch of the fields the operator owns.
+# going?) and, for the Service, ConfigMap and NetworkPolicy, a patch of the fields the operator owns. Pods:
+# patch takes Kueue's finalizer off a deleted worker that has ended, so that its name can be reused.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, delete, patch]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob import names
+from dtjob import kueue, names
 from dtjob import validators as rules
 from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, rank_env, worker_sshd_script
 from dtjob.desired.common import (
@@ -47,6 +47,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         **_pod_labels(spec, names.ROLE_WORKER, attempt),
         names.WORKER_INDEX_LABEL: str(index),
         names.MPI_HOST_LABEL: "true",
+        **kueue.worker_labels(spec.run_policy.scheduling.queue_name, spec.name),
     }
     container: Json = {
         "name": names.WORKER_CONTAINER,
@@ -79,6 +80,10 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
     }
     _common_pod_spec(spec, pod_spec, gpu_placement=True)
     pod_spec, annotations = _with_template(spec.worker, pod_spec, names.WORKER_CONTAINER)
+    annotations = {
+        **annotations,
+        **kueue.worker_annotations(spec.run_policy.scheduling.queue_name, spec.workers),
+    }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -183,8 +188,6 @@ def _pod_labels(spec: JobSpec, role: str, attempt: int) -> dict[str, str]:
     labels = names.labels(spec.name, role, role)
     labels[names.ATTEMPT_LABEL] = str(attempt)
     scheduling = spec.run_policy.scheduling
-    if scheduling.queue_name:
-        labels["kueue.x-k8s.io/queue-name"] = scheduling.queue_name
     if scheduling.pod_group:
         labels["scheduling.x-k8s.io/pod-group"] = scheduling.pod_group
     return labels

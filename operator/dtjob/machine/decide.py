@@ -17,6 +17,7 @@ from dtjob.actions import (
     Event,
     MintSas,
 )
+from dtjob.machine.admission import PREEMPTED, preempted
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import cleanup, delete_world_pods, finish, ttl
 from dtjob.machine.staging import stage
@@ -62,6 +63,8 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
         ttl(b, spec)
         return b.decision()
     if _blocked(b, spec, observed) or _suspended(b, spec, observed):
+        return b.decision()
+    if preempted(b, spec, observed, attempt):
         return b.decision()
     deadline = _deadline(b, spec, observed)
     if b.status.phase in FINISHED:
@@ -121,7 +124,8 @@ def _suspended(b: Builder, spec: JobSpec, observed: Observed) -> bool:
         b.status = replace(b.status, start_time=None)
         b.phase(SUSPENDED, "suspended: pods deleted; set runPolicy.suspend=false to resume")
         return True
-    if b.prev.phase == SUSPENDED:
+    held = b.prev.condition("Suspended")
+    if b.prev.phase == SUSPENDED and not (held is not None and held.reason == PREEMPTED):
         b.cond("Suspended", False, "Resumed", "runPolicy.suspend is false")
         b.events.append(Event("Normal", "Resumed", "resumed: recreating the MPI world"))
     return False

@@ -19,6 +19,7 @@ from dtjob.actions import (
     ForceDeletePod,
     UploadLogs,
 )
+from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import delete_world_pods, finish
 from dtjob.observed import LauncherState, Observed, PodState
@@ -235,7 +236,7 @@ def advance_world(
             blocked.add(pod.name)
             if not pod.deleting:
                 b.actions.append(DeletePod(pod.name))
-            else:
+            elif not release_when_ended(b, pod):
                 _force_delete_when_stuck(b, pod)
     stale_launcher = observed.launcher is not None and launcher is None
     if stale_launcher and observed.launcher and not observed.launcher.deleting:
@@ -305,6 +306,9 @@ def _waiting_message(
         return f"{text}; waiting for {len(blocked)} old pod(s) to terminate"
     if missing:
         return f"{text}; creating {len(missing)} worker pod(s)"
+    gated = sum(1 for p in workers.values() if p.gated)
+    if gated:
+        return f"{text}; {gated} worker pod(s) wait for admission by Kueue"
     for index in sorted(workers):
         pod = workers[index]
         if not pod.ready and pod.reason:

@@ -1,0 +1,75 @@
+"""Kueue's side of a world: a Workload evicted (preempted by a job of higher priority, its queue stopped)
+stops the world without counting a restart against runPolicy.backoffLimit; the workers are created again and
+wait, gated, until Kueue admits the group again. Pure.
+
+Kueue marks each pod of the group it stops with a TerminationTarget condition before deleting it; the job
+holds Suspended=True (reason Preempted) from the first such pod it sees until every worker of the world is
+back and ungated, so a launcher that fails as its workers go is never taken for a failure of the world."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dtjob import names
+from dtjob.actions import CreateWorker, DeleteLauncher, DeletePod, EnsureWorld, Event, ReleasePod
+from dtjob.machine.builder import Builder
+from dtjob.observed import Observed, PodState
+from dtjob.spec import JobSpec
+from dtjob.status import SUSPENDED
+
+PREEMPTED = "Preempted"
+
+
+def release_when_ended(b: Builder, pod: PodState) -> bool:
+    """A deleted pod of ours that has ended (or never ran) and still carries Kueue's finalizer: take it off,
+    so that its name is free for the next world. True when that was decided."""
+    ended = pod.finished or not pod.scheduled
+    if pod.deleting and pod.kueue_finalizer and ended:
+        b.actions.append(ReleasePod(pod.name, pod.uid))
+        return True
+    return False
+
+
+def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bool:
+    """While Kueue has evicted the world: tear down what is left of it, create its workers again (Kueue gates
+    them until the group is admitted) and say so; True until the world is admitted again."""
+    mine = [p for p in observed.workers() if p.attempt == attempt]
+    eviction = next((p.kueue_eviction for p in mine if p.kueue_eviction), None)
+    held = b.prev.condition("Suspended")
+    holding = held is not None and held.status == "True" and held.reason == PREEMPTED
+    if eviction is None and not holding:
+        return False
+    size = spec.workers
+    live = {p.index: p for p in mine if not p.deleting and p.index is not None and p.index < size}
+    back = eviction is None and observed.launcher is None and len(live) == size
+    if back and not any(p.gated for p in live.values()):
+        b.cond("Suspended", False, "Admitted", "Kueue admitted the world again")
+        b.events.append(Event("Normal", "Admitted", "Kueue admitted the world again: resuming"))
+        return False
+    if not holding:
+        text = (
+            f"Kueue evicted the world ({eviction}): not counted as a restart; it waits to be admitted again"
+        )
+        b.events.append(Event("Warning", PREEMPTED, text))
+        b.cond("Suspended", True, PREEMPTED, text)
+        b.cond_false_if_present("Running", PREEMPTED, text)
+        b.cond_false_if_present("Restarting", PREEMPTED, text)
+    b.status = replace(b.status, start_time=None, launcher_state="Absent", launcher_pod=None, workers_ready=0)
+    if observed.launcher is not None and not observed.launcher.deleting:
+        b.actions.append(DeleteLauncher())
+    blocked: set[str] = set()
+    for pod in observed.workers():
+        if pod.deleting or pod.attempt != attempt or pod.kueue_eviction:
+            blocked.add(pod.name)
+            if not pod.deleting:
+                b.actions.append(DeletePod(pod.name))
+            else:
+                release_when_ended(b, pod)
+    missing = [i for i in range(size) if i not in live and names.worker_name(spec.name, i) not in blocked]
+    if missing:
+        b.actions.append(EnsureWorld())
+        b.actions.extend(CreateWorker(i, attempt) for i in missing)
+    queue = spec.run_policy.scheduling.queue_name
+    waiting = "waiting for the old pods to go" if blocked else f"waiting for admission in LocalQueue {queue}"
+    b.phase(SUSPENDED, f"preempted by Kueue; {waiting}", "Warning", PREEMPTED)
+    return True

@@ -1,0 +1,129 @@
+"""Kueue's pod-group integration in the state machine: gated workers wait for admission, an eviction
+(preemption) suspends the world without spending runPolicy.backoffLimit, and the world comes back when Kueue
+admits it again; pods of ours that Kueue's finalizer would hold are released once they ended."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dtjob.actions import CreateLauncher, CreateWorker, DeleteLauncher, DeletePod, EnsureWorld, ReleasePod
+from dtjob.machine import decide
+from dtjob.observed import LauncherState, Observed, PodState, observe_children
+from dtjob.status import JobStatus
+from dtjob.timefmt import format_time
+
+from tests.unit.operator_fixtures import job_spec
+
+NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+QUEUED = {"runPolicy": {"scheduling": {"queueName": "team-a"}, "backoffLimit": 0}}
+EVICTION = (
+    "Preempted: Preempted to accommodate a workload (UID: u-9) due to prioritization in the ClusterQueue"
+)
+
+
+def worker(i: int, attempt: int = 0, **kw: Any) -> PodState:
+    fields: dict[str, Any] = {
+        "name": f"rn50-worker-{i}", "role": "worker", "attempt": attempt, "index": i, "phase": "Running",
+        "scheduled": True, "ready": True, "deleting": False, "uid": f"uid-w{i}", "kueue_finalizer": True,
+    }  # fmt: skip
+    fields.update(kw)
+    return PodState(**fields)
+
+
+def gated(i: int) -> PodState:
+    return worker(i, phase="Pending", scheduled=False, ready=False, gated=True)
+
+
+def stopped(i: int, **kw: Any) -> PodState:
+    """A worker Kueue stopped: TerminationTarget True, then deleted (its finalizer keeps it a while)."""
+    return worker(i, deleting=True, kueue_eviction=EVICTION, **kw)
+
+
+def launcher(failed: bool = False) -> LauncherState:
+    return LauncherState(
+        0, deleting=False, running=not failed, succeeded=False, failed=failed, pod_name="rn50-l"
+    )
+
+
+def running() -> JobStatus:
+    return JobStatus(
+        phase="Running", start_time=format_time(NOW - timedelta(minutes=5)), launcher_pod="rn50-l"
+    )
+
+
+def test_gated_workers_wait_for_admission_and_say_so() -> None:
+    d = decide(job_spec(**QUEUED), Observed(pods=(gated(0), gated(1))), JobStatus(phase="Pending"), NOW)
+    assert d.status.phase == "Pending"
+    assert d.status.message == "0/2 workers ready; 2 worker pod(s) wait for admission by Kueue"
+    assert not any(isinstance(a, CreateLauncher) for a in d.actions)
+
+
+def test_a_preemption_suspends_the_world_without_spending_the_backoff_limit() -> None:
+    # backoffLimit 0: a counted failure would fail the job at once.
+    observed = Observed(pods=(stopped(0), stopped(1, phase="Failed")), launcher=launcher(failed=True))
+    d = decide(job_spec(**QUEUED), observed, running(), NOW)
+    assert d.status.phase == "Suspended" and d.status.restarts == 0
+    cond = d.status.condition("Suspended")
+    assert cond is not None and cond.status == "True" and cond.reason == "Preempted"
+    assert EVICTION in cond.message
+    assert d.status.launcher_pod is None and d.status.start_time is None
+    # The launcher (failed as its workers went) is deleted, not judged; the ended worker is released.
+    assert d.actions == [DeleteLauncher(), ReleasePod("rn50-worker-1", "uid-w1")]
+    assert ("Warning", "Preempted") in [(e.type, e.reason) for e in d.events]
+
+
+def test_the_preempted_world_is_created_again_and_waits_gated_then_resumes() -> None:
+    spec = job_spec(**QUEUED)
+    first = decide(spec, Observed(pods=(stopped(0), stopped(1))), running(), NOW)
+    # The old pods are gone: both workers are created again (Kueue's webhook gates them).
+    d = decide(spec, Observed(), first.status, NOW)
+    assert d.status.phase == "Suspended" and d.status.restarts == 0
+    assert d.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0)]
+    d = decide(spec, Observed(pods=(gated(0), gated(1))), d.status, NOW)
+    assert d.status.phase == "Suspended" and d.actions == []
+    assert d.status.message == "preempted by Kueue; waiting for admission in LocalQueue team-a"
+    # Admitted again: the gates are off, the world goes on as a fresh start of the same attempt.
+    d = decide(spec, Observed(pods=(worker(0), worker(1))), d.status, NOW)
+    cond = d.status.condition("Suspended")
+    assert cond is not None and cond.status == "False" and cond.reason == "Admitted"
+    assert d.status.restarts == 0 and d.status.phase in ("Starting", "Pending")
+    assert CreateLauncher(0) in d.actions
+
+
+def test_a_worker_that_failed_on_its_own_still_counts() -> None:
+    # No TerminationTarget from Kueue: the usual failure path, which spends the backoff limit.
+    crashed = worker(1, phase="Failed", ready=False, reason="Error, exit code 1")
+    d = decide(job_spec(**QUEUED), Observed(pods=(worker(0), crashed), launcher=launcher()), running(), NOW)
+    assert d.status.phase == "Failed"
+
+
+def test_a_restart_releases_the_old_pods_that_kueue_holds() -> None:
+    prev = JobStatus(phase="Restarting", restarts=1, start_time=format_time(NOW))
+    ended = worker(0, deleting=True, phase="Failed", deletion_deadline=NOW + timedelta(seconds=20))
+    running_still = worker(1, deleting=True, deletion_deadline=NOW + timedelta(seconds=20))
+    d = decide(job_spec(**QUEUED), Observed(pods=(ended, running_still)), prev, NOW)
+    # Only the one that has ended: Kueue counts a Running pod as the group's until its kubelet ends it.
+    assert ReleasePod("rn50-worker-0", "uid-w0") in d.actions
+    assert ReleasePod("rn50-worker-1", "uid-w1") not in d.actions
+    assert not any(isinstance(a, DeletePod) for a in d.actions)
+
+
+def test_observe_reads_the_gate_the_finalizer_and_kueues_stop_condition() -> None:
+    labels = {"dtjob.io/role": "worker", "dtjob.io/attempt": "0", "dtjob.io/worker-index": "0"}
+    pod = {
+        "metadata": {"name": "rn50-worker-0", "labels": labels, "finalizers": ["kueue.x-k8s.io/managed"],
+                     "deletionTimestamp": "2025-01-01T12:00:30Z"},
+        "spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]},
+        "status": {"phase": "Running", "conditions": [
+            {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
+             "message": EVICTION.removeprefix("Preempted: ")},
+        ]},
+    }  # fmt: skip
+    state = observe_children([pod], None).pods[0]
+    assert state.gated and state.kueue_finalizer and state.kueue_eviction == EVICTION
+    # Stopped for another reason (its Workload deleted, not admitted): no eviction to wait out.
+    pod["status"]["conditions"][0]["reason"] = "WorkloadDeleted"
+    assert observe_children([pod], None).pods[0].kueue_eviction is None
+    bare = observe_children([{"metadata": {"name": "p", "labels": labels}}], None).pods[0]
+    assert not bare.gated and not bare.kueue_finalizer and bare.kueue_eviction is None
