@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 include hack/versions.env
-export K8S_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION AZURITE_VERSION COREDNS_VERSION
+export K8S_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION AZURITE_VERSION COREDNS_VERSION KUEUE_VERSION
 
 DTJOB_CACHE ?= $(HOME)/.cache/dtjob
 export DTJOB_CACHE
@@ -67,10 +67,12 @@ venv: deps $(VENV)/.ready $(UPLOADER_WHEELS)/.ready
 venv-training: venv
 	@training/install.sh $(PY)
 
-# With kstatus (sigs.k8s.io/cli-utils), the health library of Flux, for the tests of a job's GitOps health.
+# With kstatus (sigs.k8s.io/cli-utils), the health library of Flux, for the tests of a job's GitOps health,
+# and Kueue's manager, for the tests of jobs it queues and preempts.
 control-plane:
 	@hack/build-control-plane.sh
 	@hack/build-kstatus.sh
+	@hack/build-kueue.sh
 
 # Azurite (Blob Storage emulator) from the npm registry, for the tests marked `azure`.
 azurite:
