@@ -127,3 +127,11 @@ def test_observe_reads_the_gate_the_finalizer_and_kueues_stop_condition() -> Non
     assert observe_children([pod], None).pods[0].kueue_eviction is None
     bare = observe_children([{"metadata": {"name": "p", "labels": labels}}], None).pods[0]
     assert not bare.gated and not bare.kueue_finalizer and bare.kueue_eviction is None
+
+
+def test_a_finished_jobs_deleted_workers_are_released_so_kueue_frees_the_quota() -> None:
+    prev = JobStatus(phase="Succeeded", start_time=format_time(NOW), completion_time=format_time(NOW))
+    ended = worker(0, deleting=True, phase="Failed")
+    d = decide(job_spec(**QUEUED), Observed(pods=(ended, worker(1, kueue_finalizer=False))), prev, NOW)
+    assert ReleasePod("rn50-worker-0", "uid-w0") in d.actions
+    assert not any(isinstance(a, ReleasePod) and a.name == "rn50-worker-1" for a in d.actions)

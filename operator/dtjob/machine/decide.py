@@ -17,7 +17,7 @@ from dtjob.actions import (
     Event,
     MintSas,
 )
-from dtjob.machine.admission import PREEMPTED, preempted
+from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import cleanup, delete_world_pods, finish, ttl
 from dtjob.machine.staging import stage
@@ -60,6 +60,8 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
 
     if prev.phase in FINISHED:
         cleanup(b, spec, observed)
+        for gone in observed.workers():  # Kueue frees the quota once every pod of the group is gone
+            release_when_ended(b, gone)
         ttl(b, spec)
         return b.decision()
     if _blocked(b, spec, observed) or _suspended(b, spec, observed):
