@@ -224,9 +224,10 @@ def test_the_scan_reads_the_calls_the_code_makes() -> None:
     known = {
         ("", "pods", "create"), ("", "secrets", "get"), ("", "pods/log", "get"), ("batch", "jobs", "delete"),
         (dtjob.API_GROUP, f"{dtjob.PLURAL}/status", "patch"), *RELEASE_NAMESPACE_ONLY,
+        ("", "pods", "patch"),  # Kueue's finalizer off an ended worker whose name the next world reuses
     }  # fmt: skip
     assert known <= used
-    never = {("", "secrets", "list"), ("", "secrets", "watch"), ("", "pods", "patch")}
+    never = {("", "secrets", "list"), ("", "secrets", "watch"), ("", "pods", "update")}
     assert not never & used and ("batch", "jobs", "patch") not in used
     with pytest.raises(AssertionError, match="add it to RESOURCES"):
         permission_of("core", "create_namespaced_pod_eviction")
