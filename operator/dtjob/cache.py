@@ -44,7 +44,11 @@ def projection(body: Json) -> dict[str, Any]:
             "labels": dict(meta.get("labels") or {}),
             "deletionTimestamp": meta.get("deletionTimestamp"),
             "creationTimestamp": meta.get("creationTimestamp"),
+            # Kueue's finalizer, which the operator takes off its own ended pods.
+            "finalizers": list(meta.get("finalizers") or ()),
         },
+        # Kueue's admission gate: a worker that waits for its group's admission.
+        "spec": {"schedulingGates": list((body.get("spec") or {}).get("schedulingGates") or ())},
         "status": dict(body.get("status") or {}),
     }
 
