@@ -21,7 +21,7 @@ export PATH := $(DTJOB_CACHE)/bin/kubernetes-$(K8S_VERSION):$(DTJOB_CACHE)/bin/h
 CLUSTER_NAME ?= dtjob
 export CLUSTER_NAME
 
-.PHONY: help print-venv deps venv venv-training control-plane azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
+.PHONY: help print-venv deps venv venv-training control-plane gang-schedulers azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
         test-integration test-training test-e2e demo demo-down demo-sim bench clean-cache
 
 help:
@@ -74,6 +74,10 @@ control-plane:
 	@hack/build-kstatus.sh
 	@hack/build-kueue.sh
 
+# scheduler-plugins' coscheduling kube-scheduler and the PodGroup CRDs, for the gang-scheduling tests.
+gang-schedulers:
+	@hack/build-control-plane.sh scheduler_plugins volcano_crds
+
 # Azurite (Blob Storage emulator) from the npm registry, for the tests marked `azure`.
 azurite:
 	@hack/install-azurite.sh >/dev/null
@@ -101,7 +105,7 @@ lint: venv-training
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
-test-integration: control-plane venv
+test-integration: control-plane gang-schedulers venv
 	$(PY) -m pytest -m integration tests
 
 test-training: venv-training
@@ -122,7 +126,7 @@ test-python-deps: azurite venv-training
 # One pytest run for everything, so CI reads one closing line. On a cold machine the Go builds and the
 # Python and image builds overlap (downloads and compiles share the two cores).
 test: deps
-	@$(MAKE) --no-print-directory -j2 control-plane test-python-deps
+	@$(MAKE) --no-print-directory -j2 control-plane gang-schedulers test-python-deps
 	@$(MAKE) --no-print-directory lint
 	$(IN_TEST_NETNS) $(PY) -m pytest --durations=15 tests
 

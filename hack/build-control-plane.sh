@@ -4,6 +4,9 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet and kube-proxy come from k8s.io/kubernetes, whose go.mod
 # replaces its staging modules with ./staging paths; a small local module re-points each of them at its v0.Y.Z tag.
 # A second run finds every binary and builds nothing.
+# Not built by default (targets named on the command line, see the Makefile's gang-schedulers): the gang
+# schedulers the integration tests run beside the control plane, scheduler-plugins' kube-scheduler with its
+# PodGroup CRD, and Volcano's PodGroup CRD (no Volcano scheduler: its PodGroup is checked against the CRD).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -105,6 +108,50 @@ build_helm() {
     ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$client_go"
   done
   GOBIN=$out go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
+build_scheduler_plugins() {
+  # scheduler-plugins' go.mod pins its k8s.io staging modules with replace directives, which `go install
+  # module@version` refuses: the released module is copied out of the module cache and built in place. Its
+  # replace directives are re-pointed from its own Kubernetes patch release to the test bed's (K8S_VERSION, the
+  # same minor), so the scheduler embeds the very kube-scheduler the control plane runs and shares its modules.
+  # Its PodGroup CRD comes from the same module (config/crd/bases).
+  local v=$SCHEDULER_PLUGINS_VERSION
+  local out=$cache/bin/scheduler-plugins-$v
+  if [[ -x $out/kube-scheduler && -f $out/crds/scheduling.x-k8s.io_podgroups.yaml ]]; then
+    log "scheduler-plugins $v cached"; return
+  fi
+  local src
+  src=$(go mod download -json "sigs.k8s.io/scheduler-plugins@$v" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  local work=$cache/build/scheduler-plugins-$v
+  rm -rf "$work"
+  mkdir -p "$work" "$out/crds"
+  cp -r "$src/." "$work/"
+  chmod -R u+w "$work"
+  cd "$work"
+  local own_k8s
+  own_k8s=$(sed -n 's#^\s*k8s\.io/kubernetes => k8s\.io/kubernetes \(v1\.[0-9.]*\)$#\1#p' go.mod)
+  [[ ${own_k8s%.*} == "${K8S_VERSION%.*}" ]] ||
+    { log "scheduler-plugins $v is built for kubernetes $own_k8s, not ${K8S_VERSION%.*}.x"; exit 1; }
+  sed -i -e "s#^\(\s*\(replace \)\?k8s\.io/[a-z0-9-]*\( => k8s\.io/[a-z0-9-]*\)\?\) v0\.${own_k8s#v1.}\b#\1 v0.${K8S_VERSION#v1.}#" \
+    -e "s#k8s\.io/kubernetes $own_k8s#k8s.io/kubernetes $K8S_VERSION#g" go.mod
+  log "building scheduler-plugins kube-scheduler $v (kubernetes $K8S_VERSION)"
+  go build -trimpath \
+    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$v" -o "$out/kube-scheduler.tmp" ./cmd/scheduler
+  cp config/crd/bases/scheduling.x-k8s.io_podgroups.yaml "$out/crds/"
+  mv "$out/kube-scheduler.tmp" "$out/kube-scheduler"
+  cd / && rm -rf "$work"
+}
+
+build_volcano_crds() {
+  # Volcano's CRDs live in its main module (volcano.sh/apis carries the Go types only); nothing is built.
+  local out=$cache/crds/volcano-$VOLCANO_VERSION
+  [[ -f $out/scheduling.volcano.sh_podgroups.yaml ]] && { log "volcano $VOLCANO_VERSION CRDs cached"; return; }
+  local src
+  src=$(go mod download -json "volcano.sh/volcano@$VOLCANO_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  mkdir -p "$out"
+  cp "$src/config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml" "$out/"
+  log "volcano $VOLCANO_VERSION CRDs copied"
 }
 
 targets=("$@")
