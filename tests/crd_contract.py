@@ -95,7 +95,12 @@ BASES: tuple[Json, ...] = (
                             "persistentVolumeClaim": {"claimName": "imagenet", "readOnly": False}}},
      "output": _output(_IDENTITY),
      "checkpoints": {"mountPath": "/checkpoints",
-                     "persistentVolumeClaim": {"claimName": "ckpt", "readOnly": False}}},
+                     "persistentVolumeClaim": {"claimName": "ckpt", "readOnly": False}},
+     # gang and podGroup exclude each other: the gang fields are probed here.
+     "runPolicy": {**_COMMON["runPolicy"],
+                   "scheduling": {"schedulerName": "sched", "queueName": "queue",
+                                  "gang": {"scheduler": "volcano", "scheduleTimeoutSeconds": 120,
+                                           "queue": "research"}}}},
 )  # fmt: skip
 
 # Decided by the operator's configuration, not by the schema: which emulator hosts may serve plain http.

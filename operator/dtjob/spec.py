@@ -23,6 +23,7 @@ from dtjob.config import OperatorConfig
 from dtjob.spec_model import (
     Dataset,
     DataVolume,
+    Gang,
     Hyperparameters,
     JobSpec,
     Launcher,
@@ -50,6 +51,7 @@ from dtjob.storage_spec import parse_output
 __all__ = [
     "DataVolume",
     "Dataset",
+    "Gang",
     "Hyperparameters",
     "JobSpec",
     "Launcher",

@@ -9,6 +9,8 @@ from typing import Any
 from dtjob.storage_spec import Output, StageFrom
 
 Json = dict[str, Any]
+# Long enough for a scheduler to place a gang that fits; a pool scaling up from zero may need longer.
+DEFAULT_GANG_TIMEOUT_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -119,10 +121,22 @@ class Launcher:
 
 
 @dataclass(frozen=True)
+class Gang:
+    """runPolicy.scheduling.gang: the operator creates the gang scheduler's PodGroup for the world."""
+
+    scheduler: str  # coscheduling (scheduler-plugins) | volcano
+    # The coscheduling PodGroup's own timeout, and for either scheduler how long the workers may stay
+    # unplaced before the job says why (condition GangScheduled, event GangScheduleTimeout).
+    schedule_timeout_seconds: int = DEFAULT_GANG_TIMEOUT_SECONDS
+    queue: str | None = None  # a Volcano Queue
+
+
+@dataclass(frozen=True)
 class Scheduling:
     scheduler_name: str | None = None
     queue_name: str | None = None
     pod_group: str | None = None
+    gang: Gang | None = None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,17 @@ from collections.abc import Mapping
 from dtjob import names
 from dtjob import validators as rules
 from dtjob.config import OperatorConfig
-from dtjob.spec_model import Hyperparameters, Json, Launcher, Placement, PodOverrides, RunPolicy, Scheduling
+from dtjob.spec_model import (
+    DEFAULT_GANG_TIMEOUT_SECONDS,
+    Gang,
+    Hyperparameters,
+    Json,
+    Launcher,
+    Placement,
+    PodOverrides,
+    RunPolicy,
+    Scheduling,
+)
 from dtjob.spec_reader import Reader, SpecError
 from dtjob.spec_template import parse_template
 
@@ -21,6 +31,9 @@ DATA_LOADERS = ("pytorch", "dali")
 # The per-GPU batch without batchSizePerGpu (the trainers' own default, dtjob_train.cli): NVIDIA's ResNet-50
 # batch with mixed precision, which fits a 16 GB GPU; fp32 activations take twice the memory.
 DEFAULT_BATCH_AMP, DEFAULT_BATCH_FP32 = 256, 128
+GANG_SCHEDULERS = ("coscheduling", "volcano")
+# The PodGroup's scheduleTimeoutSeconds is an int32.
+MAX_GANG_TIMEOUT_SECONDS = 2**31 - 1
 # Deadlines and TTLs: 68 years, the batch Job's own int32 bound, so date arithmetic never overflows.
 MAX_DURATION_SECONDS = 2**31 - 1
 
@@ -154,12 +167,36 @@ def parse_run_policy(r: Reader) -> RunPolicy:
         ),
         restart_policy=r.choice("restartPolicy", RESTART_POLICIES, d.restart_policy),
         permanent_exit_codes=_exit_code_ranges(r, "permanentExitCodes") or d.permanent_exit_codes,
-        scheduling=Scheduling(
-            scheduler_name=s.checked("schedulerName", lambda n: rules.name_problem(n, subdomain=True)),
-            queue_name=s.checked("queueName", lambda n: rules.name_problem(n, subdomain=False)),
-            pod_group=s.checked("podGroup", lambda n: rules.name_problem(n, subdomain=False)),
-        ),
+        scheduling=_scheduling(s),
     )
+
+
+def _scheduling(s: Reader) -> Scheduling:
+    scheduling = Scheduling(
+        scheduler_name=s.checked("schedulerName", lambda n: rules.name_problem(n, subdomain=True)),
+        queue_name=s.checked("queueName", lambda n: rules.name_problem(n, subdomain=False)),
+        pod_group=s.checked("podGroup", lambda n: rules.name_problem(n, subdomain=False)),
+        gang=_gang(s.child("gang")) if s.has("gang") else None,
+    )
+    if scheduling.gang is not None and scheduling.pod_group is not None:
+        raise SpecError(
+            s.at("podGroup"),
+            "names a PodGroup of your own, while gang makes the operator create one: set one of them",
+        )
+    return scheduling
+
+
+def _gang(g: Reader) -> Gang:
+    if not g.has("scheduler"):
+        raise SpecError(g.at("scheduler"), f"is required (one of {', '.join(GANG_SCHEDULERS)})")
+    scheduler = g.choice("scheduler", GANG_SCHEDULERS, GANG_SCHEDULERS[0])
+    queue = g.checked("queue", lambda n: rules.name_problem(n, subdomain=True))
+    if queue is not None and scheduler != "volcano":
+        raise SpecError(g.at("queue"), "is a Volcano Queue: it applies only with scheduler volcano")
+    timeout = g.integer(
+        "scheduleTimeoutSeconds", DEFAULT_GANG_TIMEOUT_SECONDS, minimum=1, maximum=MAX_GANG_TIMEOUT_SECONDS
+    )
+    return Gang(scheduler, timeout or DEFAULT_GANG_TIMEOUT_SECONDS, queue)
 
 
 def _exit_code_ranges(r: Reader, key: str) -> tuple[tuple[int, int], ...] | None:

@@ -64,6 +64,8 @@ def test_probes_reach_every_kind_of_bound(all_probes: list[Probe]) -> None:
         "spec.placement.nodePool", "spec.placement.tolerations[0].key", "spec.placement.tolerations",
         "spec.placement.launcher.tolerations[0].tolerationSeconds", "spec.runPolicy.activeDeadlineSeconds",
         "spec.runPolicy.scheduling.queueName", "spec.imagePullSecrets[0].name",
+        "spec.runPolicy.scheduling.gang.scheduler", "spec.runPolicy.scheduling.gang.queue",
+        "spec.runPolicy.scheduling.gang.scheduleTimeoutSeconds",
     ):  # fmt: skip
         assert expected in fields
 
@@ -97,6 +99,7 @@ def _node(path: str) -> dict[str, Any]:
         ("placement.tolerations.[].value", validators.LABEL_VALUE),
         ("runPolicy.scheduling.queueName", validators.DNS_LABEL),
         ("runPolicy.scheduling.schedulerName", validators.DNS_SUBDOMAIN),
+        ("runPolicy.scheduling.gang.queue", validators.DNS_SUBDOMAIN),
     ],
 )
 def test_schema_patterns_are_the_validators_own(path: str, pattern: str) -> None:
