@@ -78,6 +78,11 @@ def network_policy_name(job: str) -> str:
     return f"{job}-mpi"
 
 
+def pod_group_name(job: str) -> str:
+    """The gang scheduler's PodGroup of the job's world (named after the job, as mpi-operator does)."""
+    return job
+
+
 def staging_job_name(job: str) -> str:
     return f"{job}-stage"
 

@@ -1,5 +1,6 @@
 """Pure builders: a parsed JobSpec -> the Kubernetes objects (plain dicts) that should exist for it."""
 
+from dtjob.desired.pod_group import pod_group
 from dtjob.desired.pods import launcher_job, worker_pod
 from dtjob.desired.staging import staging_job
 from dtjob.desired.world import (
@@ -15,6 +16,7 @@ __all__ = [
     "hostfile_text",
     "launcher_job",
     "network_policy",
+    "pod_group",
     "ssh_secret",
     "staging_job",
     "worker_pod",

@@ -49,4 +49,22 @@ def drift(desired: Json, existing: Json) -> dict[str, Any] | None:
     if kind == "NetworkPolicy":
         want_spec = dict(desired.get("spec") or {})
         return None if dict(existing.get("spec") or {}) == want_spec else {"spec": want_spec}
+    if kind == "PodGroup":
+        # Only the fields the operator sets: a scheduler's webhook may default others (Volcano's queue).
+        want_spec = dict(desired.get("spec") or {})
+        have_spec = existing.get("spec") or {}
+        same = all(have_spec.get(key) == value for key, value in want_spec.items())
+        return None if same else {"spec": _replacing(want_spec, have_spec)}
     return None
+
+
+def _replacing(want: Json, have: Json) -> dict[str, Any]:
+    """A merge patch setting `want`'s keys, where a map in `want` also drops the keys only `have` holds."""
+    patch: dict[str, Any] = {}
+    for key, value in want.items():
+        old = have.get(key)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            patch[key] = {**{k: None for k in old if k not in value}, **value}
+        else:
+            patch[key] = value
+    return patch

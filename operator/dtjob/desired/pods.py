@@ -6,6 +6,7 @@ from typing import Any
 
 from dtjob import kueue, names
 from dtjob import validators as rules
+from dtjob.desired import gang
 from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, rank_env, worker_sshd_script
 from dtjob.desired.common import (
     MPI_DIR,
@@ -87,7 +88,9 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": metadata(name, spec.namespace, labels, owner, annotations),
+        "metadata": metadata(
+            name, spec.namespace, labels, owner, {**annotations, **gang.pod_annotations(spec)}
+        ),
         "spec": pod_spec,
     }
 
@@ -146,7 +149,10 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
             "completions": 1,
             "parallelism": 1,
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": annotations},
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {**annotations, **gang.pod_annotations(spec)},
+                },
                 "spec": pod_spec,
             },
         },
@@ -190,6 +196,7 @@ def _pod_labels(spec: JobSpec, role: str, attempt: int) -> dict[str, str]:
     scheduling = spec.run_policy.scheduling
     if scheduling.pod_group:
         labels["scheduling.x-k8s.io/pod-group"] = scheduling.pod_group
+    labels.update(gang.pod_labels(spec))
     return labels
 
 
@@ -198,8 +205,9 @@ def _common_pod_spec(spec: JobSpec, pod_spec: Json, gpu_placement: bool) -> None
     pod_spec["securityContext"] = pod_security_context(TRAINING_UID)
     # Nothing in the world talks to the Kubernetes API: no token in the pods unless the job asks for one.
     pod_spec["automountServiceAccountToken"] = spec.automount_service_account_token
-    if spec.run_policy.scheduling.scheduler_name:
-        pod_spec["schedulerName"] = spec.run_policy.scheduling.scheduler_name
+    scheduler_name = gang.scheduler_name(spec)
+    if scheduler_name:
+        pod_spec["schedulerName"] = scheduler_name
     if spec.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
     if gpu_placement and spec.placement.affinity:
