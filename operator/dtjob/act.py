@@ -22,6 +22,7 @@ from dtjob.actions import (
     DeleteJob,
     DeleteLauncher,
     DeletePod,
+    DeletePodGroup,
     DeleteSasSecrets,
     EnsureWorld,
     ForceDeletePod,
@@ -34,6 +35,7 @@ from dtjob.actions import (
     UploadLogs,
 )
 from dtjob.config import OperatorConfig
+from dtjob.desired.gang import gang_scheduler
 from dtjob.desired.owned import is_ours
 from dtjob.kube import Applied, Kube, NotOurs
 from dtjob.names import Access
@@ -79,6 +81,10 @@ def _run(
         case MintSas(access=access, not_after=not_after):
             storage.mint_sas(kube, spec, Access(access), not_after, owner, now, config)
         case EnsureWorld():
+            if spec.run_policy.scheduling.gang is not None:
+                # Before anything else: a cluster without the gang scheduler's API gets nothing of the world.
+                worker = desired.worker_pod(spec, owner, 0, 0)
+                _ensure(kube, desired.pod_group(spec, owner, worker))
             ssh = kube.get_secret(ns, names.ssh_secret_name(spec.name))
             if ssh is None:
                 keys = generate_keypair(comment=f"dtjob-{spec.name}")
@@ -101,6 +107,10 @@ def _run(
             kube.remove_pod_finalizer(ns, pod, uid, kueue.POD_FINALIZER)
         case DeleteLauncher():
             kube.delete_batch_job(ns, names.launcher_name(spec.name))
+        case DeletePodGroup():
+            gang = gang_scheduler(spec)
+            if gang is not None:
+                kube.delete_pod_group(gang.api_version, ns, names.pod_group_name(spec.name))
         case CreateStagingJob():
             _ensure(kube, desired.staging_job(spec, owner, config.stager_image))
         case UploadLogs(attempt=attempt):

@@ -24,7 +24,13 @@ class MintSas:
 
 @dataclass(frozen=True)
 class EnsureWorld:
-    """SSH Secret, hostfile ConfigMap (kept current) and headless Service."""
+    """The gang's PodGroup first (runPolicy.scheduling.gang), then the SSH Secret, hostfile ConfigMap (kept
+    current) and headless Service."""
+
+
+@dataclass(frozen=True)
+class DeletePodGroup:
+    """The job finished or was suspended: its gang's PodGroup goes (a Volcano queue counts it until then)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ class DeleteSasSecrets:
 
 Action = (
     MintSas | EnsureWorld | CreateWorker | CreateLauncher | DeletePod | ForceDeletePod | ReleasePod
-    | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets
+    | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets | DeletePodGroup
 )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL, metrics
+from dtjob.desired.gang import COSCHEDULING, POD_GROUP_KIND, SCHEDULERS, VOLCANO
 from dtjob.desired.owned import drift, is_ours
 from dtjob.leader import Fence, Unfenced
 from dtjob.timefmt import format_micro_time, format_time
@@ -47,6 +48,10 @@ class Rejected(Exception):
 
 class Forbidden(Exception):
     """The API server refused a create with 403: admission (Pod Security, a ResourceQuota) or RBAC."""
+
+
+class ApiNotServed(Exception):
+    """The cluster does not serve an API a child needs: a gang scheduler's PodGroup, its CRD not installed."""
 
 
 class NotOurs(Exception):
@@ -96,6 +101,8 @@ class Kube(Protocol):
     def delete_batch_job(self, namespace: str, name: str) -> None: ...
     def delete_pods(self, namespace: str, label_selector: str) -> None: ...
     def delete_training_job(self, namespace: str, name: str) -> None: ...
+    def delete_pod_group(self, api_version: str, namespace: str, name: str) -> None: ...
+    def list_node_pods(self, node: str) -> list[Json] | None: ...
     def emit_event(
         self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime
     ) -> None: ...
@@ -180,6 +187,9 @@ class KubeClient:
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.networking = client.NetworkingV1Api(api_client)
+        # The gang schedulers' PodGroups, one client each (so that each API group's verbs are spelt out).
+        self.coscheduling = client.CustomObjectsApi(api_client)
+        self.volcano = client.CustomObjectsApi(api_client)
 
     # --- reads ---------------------------------------------------------------------------------------
 
@@ -321,6 +331,8 @@ class KubeClient:
         self.fence.check()
         kind = obj["kind"]
         namespace = obj["metadata"]["namespace"]
+        if kind == POD_GROUP_KIND:
+            return self._create_pod_group(obj)
         create: Any = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
@@ -353,7 +365,7 @@ class KubeClient:
         if self.create_if_absent(obj):
             return Applied.CREATED
         kind, meta = obj["kind"], obj["metadata"]
-        existing = self._read(kind, meta["namespace"], meta["name"])
+        existing = self._read(kind, meta["namespace"], meta["name"], obj["apiVersion"])
         if existing is None or (existing.get("metadata") or {}).get("deletionTimestamp"):
             state = "gone" if existing is None else "being deleted"
             raise Conflict(
@@ -364,11 +376,16 @@ class KubeClient:
         patch = drift(obj, existing)
         if patch is None:
             return Applied.UNCHANGED
-        self._patch(kind, meta["namespace"], meta["name"], patch)
+        if kind == POD_GROUP_KIND:
+            self._pod_group_call(obj["apiVersion"], "patch", meta["namespace"], meta["name"], patch)
+        else:
+            self._patch(kind, meta["namespace"], meta["name"], patch)
         log.info("updated %s %s/%s", kind, meta["namespace"], meta["name"])
         return Applied.UPDATED
 
-    def _read(self, kind: str, namespace: str, name: str) -> Json | None:
+    def _read(self, kind: str, namespace: str, name: str, api_version: str = "v1") -> Json | None:
+        if kind == POD_GROUP_KIND:
+            return _raw_or_none(lambda: self._pod_group_call(api_version, "get", namespace, name))
         read: Any = {
             "Pod": self.core.read_namespaced_pod,
             "Service": self.core.read_namespaced_service,
@@ -483,6 +500,88 @@ class KubeClient:
                 API_GROUP, API_VERSION, namespace, PLURAL, name, propagation_policy="Background"
             )
         )
+
+    def list_node_pods(self, node: str) -> list[Json] | None:
+        """The pods bound to `node` that have not ended, in every namespace; None when that is forbidden (a
+        namespace-scoped install)."""
+        selector = f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+        try:
+            response: Any = self.core.list_pod_for_all_namespaces(
+                field_selector=selector, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 403:
+                return None
+            raise
+        return list(json.loads(response.data).get("items") or [])
+
+    # --- the gang schedulers' PodGroups ----------------------------------------------------------------
+
+    def _create_pod_group(self, obj: Json) -> bool:
+        meta = obj["metadata"]
+        try:
+            self._pod_group_call(obj["apiVersion"], "create", meta["namespace"], meta["name"], obj)
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            if err.status == 404:  # no such API (the namespace exists: its job is in it)
+                raise ApiNotServed(f"{POD_GROUP_KIND} ({obj['apiVersion']})") from err
+            if err.status in (400, 422):
+                raise Rejected(
+                    f"{POD_GROUP_KIND} {meta['name']} rejected by the API server: {_api_message(err)}"
+                ) from err
+            if err.status == 403:
+                raise Forbidden(
+                    f"{POD_GROUP_KIND} {meta['name']} refused by the API server: {_api_message(err)}"
+                ) from err
+            raise
+        log.info("created %s %s/%s (%s)", POD_GROUP_KIND, meta["namespace"], meta["name"], obj["apiVersion"])
+        return True
+
+    def delete_pod_group(self, api_version: str, namespace: str, name: str) -> None:
+        """Delete-if-present; a cluster that no longer serves the API has none to delete."""
+        _ignore_404(lambda: self._pod_group_call(api_version, "delete", namespace, name))
+        log.info("deleted %s %s/%s (%s)", POD_GROUP_KIND, namespace, name, api_version)
+
+    def _pod_group_call(
+        self, api_version: str, verb: str, namespace: str, name: str, body: Json | None = None
+    ) -> Any:
+        """One call on a PodGroup of either gang scheduler's API; each client's calls are spelt out."""
+        group, version = api_version.split("/", 1)
+        plural, payload = "podgroups", body or {}
+        if api_version == SCHEDULERS[COSCHEDULING].api_version:
+            calls: dict[str, Any] = {
+                "create": lambda: self.coscheduling.create_namespaced_custom_object(
+                    group, version, namespace, plural, payload, _preload_content=False
+                ),
+                "get": lambda: self.coscheduling.get_namespaced_custom_object(
+                    group, version, namespace, plural, name, _preload_content=False
+                ),
+                "patch": lambda: self.coscheduling.patch_namespaced_custom_object(
+                    group, version, namespace, plural, name, payload, _preload_content=False
+                ),
+                "delete": lambda: self.coscheduling.delete_namespaced_custom_object(
+                    group, version, namespace, plural, name, _preload_content=False
+                ),
+            }
+        elif api_version == SCHEDULERS[VOLCANO].api_version:
+            calls = {
+                "create": lambda: self.volcano.create_namespaced_custom_object(
+                    group, version, namespace, plural, payload, _preload_content=False
+                ),
+                "get": lambda: self.volcano.get_namespaced_custom_object(
+                    group, version, namespace, plural, name, _preload_content=False
+                ),
+                "patch": lambda: self.volcano.patch_namespaced_custom_object(
+                    group, version, namespace, plural, name, payload, _preload_content=False
+                ),
+                "delete": lambda: self.volcano.delete_namespaced_custom_object(
+                    group, version, namespace, plural, name, _preload_content=False
+                ),
+            }
+        else:
+            raise ValueError(f"no PodGroup API {api_version}")
+        return calls[verb]()
 
     def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         self.fence.check()

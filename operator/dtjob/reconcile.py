@@ -18,12 +18,12 @@ from dtjob.act import act
 from dtjob.actions import Event, SasSecretsDeleted
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
-from dtjob.kube import Forbidden, Kube, NotOurs, Rejected
+from dtjob.kube import ApiNotServed, Forbidden, Kube, NotOurs, Rejected
 from dtjob.machine import decide, invalid_spec, with_results
 from dtjob.observed import Children
 from dtjob.observer import observe
-from dtjob.refusals import child_not_ours, create_forbidden
-from dtjob.spec import SpecError, parse_spec
+from dtjob.refusals import child_not_ours, create_forbidden, gang_api_missing
+from dtjob.spec import JobSpec, SpecError, parse_spec
 from dtjob.status import FINISHED, JobStatus, status_from_dict
 from dtjob.storage import StorageRefused
 
@@ -78,6 +78,8 @@ def reconcile(
         return _forbidden(kube, namespace, name, str(err), now)
     except NotOurs as err:
         return _wait_for_name(kube, namespace, name, str(err), now)
+    except ApiNotServed as err:
+        return _wait_for_api(kube, spec, str(err), now)
     except StorageRefused as refused:
         if not refused.blocker.fatal:
             raise  # credentials that vanished since observe(): the retry sees them missing and waits
@@ -142,6 +144,16 @@ def _wait_for_name(kube: Kube, namespace: str, name: str, child: str, now: datet
     decision = child_not_ours(
         status_from_dict(job.get("status")), child, now, job["metadata"].get("generation")
     )
+    _record(kube, job, decision.status, decision.events, now)
+    return decision.requeue_after
+
+
+def _wait_for_api(kube: Kube, spec: JobSpec, api: str, now: datetime) -> float | None:
+    job = kube.get_job(spec.namespace, spec.name)
+    if job is None:
+        return None
+    prev = status_from_dict(job.get("status"))
+    decision = gang_api_missing(prev, spec, api, now, job["metadata"].get("generation"))
     _record(kube, job, decision.status, decision.events, now)
     return decision.requeue_after
 

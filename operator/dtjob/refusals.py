@@ -9,7 +9,9 @@ Admission refuses creates with 403 for two kinds of cause:
 - A ResourceQuota, or the operator's own RBAC: room or permission may come later. The job waits in Pending
   with condition Created=False (reason CreateForbidden) quoting the API server, and tries again.
 A child whose name an object of another owner holds (an older job of the same name) is never adopted: the job
-waits the same way (reason ChildNotOwned) until the garbage collector removes it.
+waits the same way (reason ChildNotOwned) until the garbage collector removes it. So does a gang-scheduled job
+on a cluster that does not serve its scheduler's PodGroup API (reason GangSchedulerMissing) until the
+scheduler is installed; nothing of its world is created meanwhile.
 """
 
 from __future__ import annotations
@@ -18,9 +20,19 @@ from dataclasses import replace
 from datetime import datetime
 
 from dtjob.actions import Decision, Event
+from dtjob.desired.gang import gang_scheduler
 from dtjob.kstatus import with_kstatus_conditions
 from dtjob.machine import invalid_spec
-from dtjob.status import CHILD_NOT_OURS, CREATE_FORBIDDEN, PENDING, RESTARTING, JobStatus, set_condition
+from dtjob.spec import JobSpec
+from dtjob.status import (
+    CHILD_NOT_OURS,
+    CREATE_FORBIDDEN,
+    GANG_API_MISSING,
+    PENDING,
+    RESTARTING,
+    JobStatus,
+    set_condition,
+)
 
 POD_SECURITY_VIOLATION = "PodSecurityViolation"
 RETRY_SECONDS = 30.0
@@ -78,6 +90,21 @@ def child_not_ours(prev: JobStatus, child: str, now: datetime, generation: int |
         f"deleted, retrying every {RETRY_SECONDS:.0f}s"
     )
     return _wait(prev, CHILD_NOT_OURS, text, now, generation)
+
+
+def gang_api_missing(
+    prev: JobStatus, spec: JobSpec, api: str, now: datetime, generation: int | None
+) -> Decision:
+    """The cluster does not serve the PodGroup API (`api`, e.g. "PodGroup (scheduling.x-k8s.io/v1alpha1)")
+    of the job's gang scheduler."""
+    gang, scheduler = spec.run_policy.scheduling.gang, gang_scheduler(spec)
+    assert gang is not None and scheduler is not None
+    text = (
+        f"spec.runPolicy.scheduling.gang.scheduler {gang.scheduler}: the cluster does not serve {api}; "
+        f"install {scheduler.installed_by} (its PodGroup CRD and scheduler); retrying every "
+        f"{RETRY_SECONDS:.0f}s"
+    )
+    return _wait(prev, GANG_API_MISSING, text, now, generation)
 
 
 def _wait(prev: JobStatus, reason: str, text: str, now: datetime, generation: int | None) -> Decision:

@@ -31,6 +31,7 @@ class ConditionType(StrEnum):
 
     STAGED = "Staged"
     CREATED = "Created"
+    GANG_SCHEDULED = "GangScheduled"
     RUNNING = "Running"
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"
@@ -58,6 +59,9 @@ CONDITION_TYPES = tuple(ConditionType)
 CREATE_FORBIDDEN = "CreateForbidden"
 # Condition Created=False with this reason: a child's name is held by another owner's object (dtjob.refusals).
 CHILD_NOT_OURS = "ChildNotOwned"
+# Condition Created=False with this reason: the cluster does not serve the PodGroup API of the job's gang
+# scheduler (its CRD is not installed; dtjob.refusals).
+GANG_API_MISSING = "GangSchedulerMissing"
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,10 @@ Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 CLIENT_GROUPS = {
     "core": "", "batch": "batch", "custom": dtjob.API_GROUP, "networking": "networking.k8s.io",
     "coordination": "coordination.k8s.io",
+    "coscheduling": "scheduling.x-k8s.io", "volcano": "scheduling.volcano.sh",
 }  # fmt: skip
+# Clients of CustomObjectsApi used on one resource each: our jobs, and the gang schedulers' PodGroups.
+CUSTOM_OBJECTS = {"custom": dtjob.PLURAL, "coscheduling": "podgroups", "volcano": "podgroups"}
 # Client method prefix -> RBAC verb (longest prefix first).
 VERBS = (
     ("delete_collection_", "deletecollection"),
@@ -42,7 +45,7 @@ VERBS = (
     ("replace_", "update"),
     ("delete_", "delete"),
 )
-# Client method object name -> RBAC resource (CustomObjectsApi's methods are only ever used on our jobs).
+# Client method object name -> RBAC resource (a CustomObjectsApi client's: CUSTOM_OBJECTS).
 RESOURCES = {
     "pod": "pods",
     "pod_log": "pods/log",
@@ -79,11 +82,14 @@ def permission_of(client_attr: str, method: str) -> Permission:
     prefix, verb = match
     noun = method.removeprefix(prefix).removeprefix("namespaced_").removesuffix("_for_all_namespaces")
     assert noun in RESOURCES, f"no RBAC resource known for the client method {method}: add it to RESOURCES"
-    return CLIENT_GROUPS[client_attr], RESOURCES[noun], verb
+    resource = RESOURCES[noun]
+    if noun.startswith("custom_object"):
+        resource = resource.replace(dtjob.PLURAL, CUSTOM_OBJECTS[client_attr])
+    return CLIENT_GROUPS[client_attr], resource, verb
 
 
 def client_calls() -> set[Permission]:
-    """Every `self.<core|batch|custom|networking>.<method>` the operator's code references."""
+    """Every `self.<client>.<method>` (a client of CLIENT_GROUPS) the operator's code references."""
     used: set[Permission] = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -225,6 +231,7 @@ def test_the_scan_reads_the_calls_the_code_makes() -> None:
         ("", "pods", "create"), ("", "secrets", "get"), ("", "pods/log", "get"), ("batch", "jobs", "delete"),
         (dtjob.API_GROUP, f"{dtjob.PLURAL}/status", "patch"), *RELEASE_NAMESPACE_ONLY,
         ("", "pods", "patch"),  # Kueue's finalizer off an ended worker whose name the next world reuses
+        ("scheduling.x-k8s.io", "podgroups", "create"), ("scheduling.volcano.sh", "podgroups", "delete"),
     }  # fmt: skip
     assert known <= used
     never = {("", "secrets", "list"), ("", "secrets", "watch"), ("", "pods", "update")}

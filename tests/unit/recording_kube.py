@@ -3,8 +3,9 @@
 It keeps objects by (kind, namespace, name) and answers as the API server would where the reconcile depends
 on it: 409-style `False` from create_if_absent, ownership and owned-field drift in ensure() (the same pure
 rules as KubeClient), resourceVersions that move on every write. Faults are set per test: `conflict_next`
-makes the next status patch raise Conflict, `reject` makes creates of a kind raise Rejected, `leading`
-False makes check_leader() raise NotLeader (a replica standing by).
+makes the next status patch raise Conflict, `reject` makes creates of a kind raise Rejected, `not_served`
+makes creates of an apiVersion raise ApiNotServed (a CRD not installed), `leading` False makes check_leader()
+raise NotLeader (a replica standing by).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from dtjob.desired.owned import drift, is_ours
-from dtjob.kube import Applied, Conflict, LogUnavailable, Rejected
+from dtjob.kube import ApiNotServed, Applied, Conflict, LogUnavailable, Rejected
 from dtjob.leader import NotLeader
 
 Json = dict[str, Any]
@@ -46,6 +47,8 @@ class RecordingKube:
     conflict_next: bool = False
     reject: set[str] = field(default_factory=set)  # kinds whose creates the "API server" refuses
     leading: bool = True
+    not_served: set[str] = field(default_factory=set)  # apiVersions the "API server" does not serve
+    node_pods: dict[str, list[Json]] | None = field(default_factory=dict)  # None: listing them is forbidden
     _version: int = 1
 
     # --- test setup ----------------------------------------------------------------------------------
@@ -126,6 +129,8 @@ class RecordingKube:
         self.calls.append(("create", kind, meta["name"]))
         if kind in self.reject:
             raise Rejected(f"{kind} {meta['name']} rejected by the API server: refused by the test")
+        if obj.get("apiVersion") in self.not_served:
+            raise ApiNotServed(f"{kind} ({obj['apiVersion']})")
         if (kind, meta["namespace"], meta["name"]) in self.objects:
             return False
         self.put(obj)
@@ -192,6 +197,13 @@ class RecordingKube:
     def check_leader(self) -> None:
         if not self.leading:
             raise NotLeader("standing by")
+
+    def delete_pod_group(self, api_version: str, namespace: str, name: str) -> None:
+        self._delete("PodGroup", namespace, name)
+
+    def list_node_pods(self, node: str) -> list[Json] | None:
+        self.calls.append(("list", "Pod", f"spec.nodeName={node}"))
+        return None if self.node_pods is None else copy.deepcopy(self.node_pods.get(node, []))
 
     def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         self.events.append((kind, reason))

@@ -115,6 +115,11 @@ them against the code). Pods and Jobs are watched and listed; every child is als
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+# The gang schedulers' PodGroups (runPolicy.scheduling.gang): created before the workers, their fields kept in
+# line, deleted when the job ends or is suspended.
+- apiGroups: [scheduling.x-k8s.io, scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [get, create, patch, delete]
 {{- if .Values.networkPolicy.enabled }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
