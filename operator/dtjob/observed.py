@@ -5,7 +5,7 @@ Built from raw Pod and Job dicts (as the watch cache holds them) and from the re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -46,6 +46,15 @@ class SasObservation:
     mint_needed: bool
     rotate_in_s: float | None = None
     blocked: Blocker | None = None
+
+
+@dataclass(frozen=True)
+class PoolRoom:
+    """The free GPUs of the pool a gang waits for, read when its schedule timeout passes: one entry per node
+    of the pool that takes new pods (allocatable minus what the pods bound there request)."""
+
+    selector: str  # the pool's node selector, as the message names it
+    free: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,7 @@ class Observed:
     staging: StagingOutcome | None = None  # the staging Job's outcome, when that Job exists
     training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress, from the launcher's log
     progress_poll_s: float | None = None  # how soon progress should be read again while training
+    pool_room: PoolRoom | None = None  # read only for a gang past its schedule timeout
 
     def workers(self) -> list[PodState]:
         return [p for p in self.pods if p.role == names.ROLE_WORKER]
@@ -292,6 +302,50 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
         world_size=_int_label(meta.get("labels") or {}, names.WORLD_SIZE_LABEL),
         failed_pod=failed_pod if is_failed else None,
     )
+
+
+def pool_room(
+    selector: str,
+    nodes: Iterable[Json],
+    pods_by_node: Mapping[str, Iterable[Json]],
+    resource: str,
+    skip: Callable[[Json], bool],
+) -> PoolRoom:
+    """Free `resource` per node that takes new pods: allocatable minus the requests of the pods bound there
+    that have not ended, leaving out those `skip` names (the waiting job's own)."""
+    free = []
+    for node in nodes:
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
+        name = str((node.get("metadata") or {}).get("name", ""))
+        allocatable = _count(((node.get("status") or {}).get("allocatable") or {}).get(resource))
+        used = sum(
+            _pod_request(pod, resource)
+            for pod in pods_by_node.get(name, ())
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not skip(pod)
+        )
+        free.append(max(allocatable - used, 0))
+    return PoolRoom(selector, tuple(free))
+
+
+def _pod_request(pod: Json, resource: str) -> int:
+    """What a pod requests of an extended resource: its containers' sum, or its largest init container's."""
+    spec = pod.get("spec") or {}
+
+    def request(container: Json) -> int:
+        resources = container.get("resources") or {}
+        value = (resources.get("requests") or {}).get(resource, (resources.get("limits") or {}).get(resource))
+        return _count(value)
+
+    containers = sum(request(c) for c in spec.get("containers") or ())
+    return max([containers, *(request(c) for c in spec.get("initContainers") or ())])
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0
 
 
 def observe_children(pods: Iterable[Json], launcher_job: Json | None, job_uid: str = "") -> Observed:

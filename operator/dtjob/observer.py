@@ -7,14 +7,17 @@ Secrets, the staging and launcher log tails) and only happen when the state mach
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from dtjob import names, storage
 from dtjob.config import OperatorConfig
+from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube import Kube, LogUnavailable
 from dtjob.machine import world_started
-from dtjob.observed import Blocker, Children, Observed, observe_children
+from dtjob.machine.gang import wants_pool_room
+from dtjob.observed import Blocker, Children, Observed, PoolRoom, observe_children, pool_room
 from dtjob.preflight import preflight
 from dtjob.spec import JobSpec
 from dtjob.status import FINISHED, JobStatus
@@ -49,6 +52,7 @@ def observe(
     if active and spec.dataset.staging is not None and not prev.is_true("Staged"):
         staging = storage.observe_staging(kube, spec.namespace, children.staging, children.pods)
     progress = _training_progress(kube, spec.namespace, prev, seen)
+    room = _pool_room(kube, spec) if active and wants_pool_room(spec, seen, prev, now) else None
     return Observed(
         pods=seen.pods,
         launcher=seen.launcher,
@@ -59,7 +63,31 @@ def observe(
         staging=staging,
         training_progress=progress,
         progress_poll_s=config.progress_seconds if seen.launcher is not None else None,
+        pool_room=room,
     )
+
+
+def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:
+    """The free GPUs of the workers' pool, for a gang past its schedule timeout to name what it lacks. None
+    when the operator may not read nodes or pods cluster-wide (a namespace-scoped install)."""
+    selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
+    nodes = kube.list_nodes(selector)
+    if not nodes:
+        return None
+    by_node = {}
+    for node in nodes:
+        name = str(node["metadata"]["name"])
+        pods = kube.list_node_pods(name)
+        if pods is None:
+            return None
+        by_node[name] = pods
+
+    def own(pod: Mapping[str, Any]) -> bool:
+        meta = pod.get("metadata") or {}
+        job = (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
+        return meta.get("namespace") == spec.namespace and job == spec.name
+
+    return pool_room(selector, nodes, by_node, GPU_RESOURCE, own)
 
 
 def _worst(*blockers: Blocker | None) -> Blocker | None:

@@ -14,12 +14,14 @@ from datetime import datetime, timedelta
 from dtjob import names
 from dtjob.actions import (
     Decision,
+    DeletePodGroup,
     Event,
     MintSas,
 )
 from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import cleanup, delete_world_pods, finish, ttl
+from dtjob.machine.gang import report_gang
 from dtjob.machine.staging import stage
 from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure, startup_failure
 from dtjob.names import output_url
@@ -97,6 +99,7 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
         b.requeue(due)
 
     advance_world(b, spec, observed, workers, launcher, attempt, size)
+    report_gang(b, spec, observed, workers, size)
     if b.status.phase == RUNNING and observed.progress_poll_s is not None:
         b.requeue(observed.progress_poll_s)
     return b.decision()
@@ -120,6 +123,8 @@ def _blocked(b: Builder, spec: JobSpec, observed: Observed) -> bool:
 def _suspended(b: Builder, spec: JobSpec, observed: Observed) -> bool:
     if spec.run_policy.suspend:
         delete_world_pods(b, observed)
+        if spec.run_policy.scheduling.gang is not None and b.prev.phase != SUSPENDED:
+            b.actions.append(DeletePodGroup())  # a Volcano queue counts it while it exists
         b.cond("Suspended", True, "Suspended", "runPolicy.suspend is true: pods deleted, job kept")
         b.cond_false_if_present("Running", "Suspended")
         b.cond_false_if_present("Restarting", "Suspended")

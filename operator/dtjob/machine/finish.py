@@ -14,6 +14,7 @@ from dtjob.actions import (
     DeleteJob,
     DeleteLauncher,
     DeletePod,
+    DeletePodGroup,
     DeleteSasSecrets,
     Event,
     LogsUploaded,
@@ -39,6 +40,9 @@ def finish(b: Builder, spec: JobSpec, observed: Observed, phase: str, reason: st
     b.cond_false_if_present("Running", reason, message)
     b.cond_false_if_present("Restarting", reason, message)
     b.phase(phase, message, "Normal" if phase == SUCCEEDED else "Warning", reason)
+    if spec.run_policy.scheduling.gang is not None:
+        # Once, as the job ends (its ownerReference removes it with the job in any case).
+        b.actions.append(DeletePodGroup())
     cleanup(b, spec, observed)
     ttl(b, spec)
 

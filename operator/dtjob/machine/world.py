@@ -28,6 +28,7 @@ from dtjob.status import (
     CHILD_NOT_OURS,
     CREATE_FORBIDDEN,
     FAILED,
+    GANG_API_MISSING,
     PENDING,
     RESTARTING,
     RUNNING,
@@ -253,7 +254,7 @@ def advance_world(
         b.status = replace(b.status, launcher_state="Pending")
 
     refused = b.prev.condition("Created")
-    held = refused is not None and refused.reason in (CREATE_FORBIDDEN, CHILD_NOT_OURS)
+    held = refused is not None and refused.reason in (CREATE_FORBIDDEN, CHILD_NOT_OURS, GANG_API_MISSING)
     if refused is not None and held and (missing or create_launcher):
         # The last create was refused (a quota, RBAC, a name still held): try again, and keep saying why.
         b.phase(RESTARTING if b.prev.phase == RESTARTING else PENDING, refused.message)
