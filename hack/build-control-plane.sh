@@ -136,8 +136,14 @@ build_scheduler_plugins() {
   sed -i -e "s#^\(\s*\(replace \)\?k8s\.io/[a-z0-9-]*\( => k8s\.io/[a-z0-9-]*\)\?\) v0\.${own_k8s#v1.}\b#\1 v0.${K8S_VERSION#v1.}#" \
     -e "s#k8s\.io/kubernetes $own_k8s#k8s.io/kubernetes $K8S_VERSION#g" go.mod
   log "building scheduler-plugins kube-scheduler $v (kubernetes $K8S_VERSION)"
-  go build -trimpath \
-    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$v" -o "$out/kube-scheduler.tmp" ./cmd/scheduler
+  # The Kubernetes version it embeds, as for the control plane: its compatibility-version check reads it.
+  local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  local ld="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  go build -trimpath -ldflags "$ld" -o "$out/kube-scheduler.tmp" ./cmd/scheduler
   cp config/crd/bases/scheduling.x-k8s.io_podgroups.yaml "$out/crds/"
   mv "$out/kube-scheduler.tmp" "$out/kube-scheduler"
   cd / && rm -rf "$work"
@@ -151,6 +157,7 @@ build_volcano_crds() {
   src=$(go mod download -json "volcano.sh/volcano@$VOLCANO_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
   mkdir -p "$out"
   cp "$src/config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml" "$out/"
+  chmod u+w "$out"/*.yaml
   log "volcano $VOLCANO_VERSION CRDs copied"
 }
 
