@@ -1,0 +1,161 @@
+"""A gang scheduler beside the local control plane's own: scheduler-plugins' kube-scheduler with its
+Coscheduling plugin, as a second scheduler (its own schedulerName; the default scheduler keeps every other
+pod), and the gang schedulers' PodGroup CRDs. Built and cached by `hack/build-control-plane.sh
+scheduler_plugins volcano_crds` (make gang-schedulers). Everything listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import free_port, kubectl
+
+REPO = Path(__file__).resolve().parents[1]
+# The name scheduler-plugins' Helm chart gives its second scheduler, and the operator's default for
+# runPolicy.scheduling.gang.scheduler coscheduling.
+SCHEDULER_NAME = "scheduler-plugins-scheduler"
+COSCHEDULING_CRD = "podgroups.scheduling.x-k8s.io"
+VOLCANO_CRD = "podgroups.scheduling.volcano.sh"
+
+
+def pinned(key: str) -> str:
+    for line in (REPO / "hack" / "versions.env").read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == key and not line.startswith("#"):
+            return value.strip()
+    raise KeyError(key)
+
+
+def _cache() -> Path:
+    return Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob"))
+
+
+def scheduler_plugins_dir() -> Path:
+    """The cached build: kube-scheduler and crds/ (scheduler-plugins' PodGroup CRD)."""
+    return _cache() / "bin" / f"scheduler-plugins-{pinned('SCHEDULER_PLUGINS_VERSION')}"
+
+
+def volcano_crd_file() -> Path:
+    return _cache() / "crds" / f"volcano-{pinned('VOLCANO_VERSION')}" / "scheduling.volcano.sh_podgroups.yaml"
+
+
+def coscheduling_crd_file() -> Path:
+    return scheduler_plugins_dir() / "crds" / "scheduling.x-k8s.io_podgroups.yaml"
+
+
+def install_crd_file(kubeconfig: str, path: Path, name: str) -> None:
+    """Apply a CRD and wait until the API server serves it."""
+    done = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(path))
+    assert done.returncode == 0, done.stderr
+
+    def established() -> bool:
+        found = kubectl(kubeconfig, "get", f"crd/{name}", "-o", "json")
+        conditions = json.loads(found.stdout or "{}").get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    wait_for(established, timeout=60, interval=0.25, what=f"CRD {name} Established")
+
+
+def delete_crd(kubeconfig: str, name: str) -> None:
+    """Delete a CRD and wait until the API server no longer serves it (its objects go with it)."""
+    kubectl(kubeconfig, "delete", f"crd/{name}", "--ignore-not-found", "--wait=true")
+    wait_for(
+        lambda: kubectl(kubeconfig, "get", f"crd/{name}").returncode != 0,
+        timeout=60,
+        interval=0.25,
+        what=f"CRD {name} deleted",
+    )
+
+
+def scheduler_config(kubeconfig: str) -> str:
+    """A KubeSchedulerConfiguration with one profile: the default plugins plus Coscheduling at every
+    extension point it implements (its queue sort replacing the default one)."""
+    coscheduling = "{enabled: [{name: Coscheduling}]}"
+    return f"""apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {{leaderElect: false}}
+clientConnection: {{kubeconfig: {json.dumps(kubeconfig)}}}
+profiles:
+  - schedulerName: {SCHEDULER_NAME}
+    plugins:
+      queueSort: {{enabled: [{{name: Coscheduling}}], disabled: [{{name: "*"}}]}}
+      preFilter: {coscheduling}
+      postFilter: {coscheduling}
+      permit: {coscheduling}
+      reserve: {coscheduling}
+    pluginConfig:
+      - name: Coscheduling
+        args: {{permitWaitingTimeSeconds: 60}}
+"""
+
+
+class CoschedulingScheduler:
+    """scheduler-plugins' kube-scheduler as a process, serving /healthz on a loopback port."""
+
+    def __init__(self, kubeconfig: str, work_dir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.work_dir = work_dir
+        self.port = free_port()
+        self.log_path = work_dir / "scheduler-plugins.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = scheduler_plugins_dir() / "kube-scheduler"
+        if not binary.is_file():
+            raise FileNotFoundError(f"{binary} is not built: run `make gang-schedulers`")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        config = self.work_dir / "scheduler-config.yaml"
+        config.write_text(scheduler_config(self.kubeconfig))
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                str(binary),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                f"--cert-dir={self.work_dir / 'certs'}",
+                "--v=3",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        wait_for(self._healthy, timeout=60, interval=0.25, what="scheduler-plugins' kube-scheduler healthy")
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"kube-scheduler exited ({self.proc.returncode}):\n{self.log_tail()}")
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # its own self-signed serving certificate, on loopback
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/healthz", context=context, timeout=2):
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
