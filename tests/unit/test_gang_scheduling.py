@@ -297,3 +297,15 @@ def test_a_cluster_without_the_pod_group_api_gets_nothing_and_a_condition_naming
     )
     assert status["phase"] == "Pending" and requeue == 30
     assert ("Warning", "GangSchedulerMissing") in kube.events
+
+
+def test_the_next_world_brings_a_kept_pod_group_back_in_line() -> None:
+    # The PodGroup outlives a world restart; the next world, after spec.workers changed, resizes it.
+    kube = RecordingKube()
+    new_job(kube, workers=3, **COSCHEDULING)
+    kube.put({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+              "metadata": {"name": "rn50", "namespace": "ml", "ownerReferences": [OWNER]},
+              "spec": {"minMember": 2, "scheduleTimeoutSeconds": 30}})  # fmt: skip
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert ("patch", "PodGroup", "rn50") in kube.writes()
+    assert kube.objects[("PodGroup", "ml", "rn50")]["spec"]["minMember"] == 3
