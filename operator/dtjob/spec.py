@@ -137,6 +137,9 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     taken = [v.mount_path for v in (data.volume, checkpoints) if v is not None]
     check_mount_paths(worker.template, names.WORKER_CONTAINER, "spec.worker.template", taken)
     check_mount_paths(launcher.pod.template, names.LAUNCHER_CONTAINER, "spec.launcher.template", taken)
+    run_policy = parse_run_policy(spec.child("runPolicy"))
+    if run_policy.scheduling.gang is not None:
+        _one_scheduler_for_the_gang(worker, launcher)
     return JobSpec(
         name=name,
         namespace=str(metadata.get("namespace", "default")),
@@ -155,12 +158,23 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         hyperparameters=parse_hyperparameters(spec.child("hyperparameters"), framework),
         placement=parse_placement(spec.child("placement"), config, gpus > 0),
         launcher=launcher,
-        run_policy=parse_run_policy(spec.child("runPolicy")),
+        run_policy=run_policy,
         output=parse_output(spec.data.get("output"), emulator_hosts=config.emulator_hosts),
         checkpoints=checkpoints,
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
         append_training_flags=spec.boolean("appendTrainingFlags", False),
     )
+
+
+def _one_scheduler_for_the_gang(worker: PodOverrides, launcher: Launcher) -> None:
+    """A gang's pods are placed by its scheduler: a template may not send them to another."""
+    for path, pod in (("spec.worker.template", worker), ("spec.launcher.template", launcher.pod)):
+        if pod.template is not None and "schedulerName" in pod.template.spec:
+            raise SpecError(
+                f"{path}.spec.schedulerName",
+                "is set by spec.runPolicy.scheduling (with gang, the gang scheduler's name by default): "
+                "set spec.runPolicy.scheduling.schedulerName instead",
+            )
 
 
 def _required(item: Json, path: str) -> str:

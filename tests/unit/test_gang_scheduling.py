@@ -70,6 +70,16 @@ def test_a_gang_the_operator_cannot_run_names_its_field(
     assert err.value.path == field and words in err.value.message
 
 
+@pytest.mark.parametrize("pod", ["worker", "launcher"])
+def test_a_template_may_not_send_the_gang_to_another_scheduler(pod: str) -> None:
+    with pytest.raises(SpecError) as err:
+        job_spec(**{pod: {"template": {"spec": {"schedulerName": "default-scheduler"}}}}, **VOLCANO)
+    assert err.value.path == f"spec.{pod}.template.spec.schedulerName"
+    assert "set spec.runPolicy.scheduling.schedulerName instead" in err.value.message
+    # Without a gang the template's scheduler is the template's business.
+    job_spec(**{pod: {"template": {"spec": {"schedulerName": "default-scheduler"}}}})
+
+
 # --- the PodGroups and the pods ----------------------------------------------------------------------------
 
 
