@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 # runPolicy.scheduling.gang.scheduler coscheduling.
 SCHEDULER_NAME = "scheduler-plugins-scheduler"
 COSCHEDULING_CRD = "podgroups.scheduling.x-k8s.io"
+UNSCHEDULABLE_FLUSH_S = 10
 VOLCANO_CRD = "podgroups.scheduling.volcano.sh"
 
 
@@ -124,6 +125,10 @@ class CoschedulingScheduler:
                 f"--authentication-kubeconfig={self.kubeconfig}",
                 f"--authorization-kubeconfig={self.kubeconfig}",
                 f"--cert-dir={self.work_dir / 'certs'}",
+                # Coscheduling retries a gang it turned away when a pod is added or a PodGroup changes, not
+                # when a pod elsewhere is deleted: the periodic flush of unschedulable pods (every 30 s, of
+                # those waiting longer than this; 5 minutes by default) is what sees the freed GPUs.
+                f"--pod-max-in-unschedulable-pods-duration={UNSCHEDULABLE_FLUSH_S}s",
                 "--v=3",
             ],
             stdout=log,

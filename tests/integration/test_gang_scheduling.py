@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +41,7 @@ GPU = "nvidia.com/gpu"
 GPU_POOL = "kubernetes.azure.com/agentpool=gpu"
 COSCHEDULING = ("scheduling.x-k8s.io", "v1alpha1")
 VOLCANO = ("scheduling.volcano.sh", "v1beta1")
+COSCHEDULER: list[CoschedulingScheduler] = []  # the running one, for its log in a failure's message
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,7 @@ def coscheduling(
     install_crd_file(kubeconfig, coscheduling_crd_file(), COSCHEDULING_CRD)
     scheduler = CoschedulingScheduler(kubeconfig, tmp_path_factory.mktemp("scheduler-plugins"))
     scheduler.start()
+    COSCHEDULER[:] = [scheduler]
     try:
         yield SCHEDULER_NAME
     finally:
@@ -81,6 +84,25 @@ def free_gpus(core_v1: client.CoreV1Api) -> int:
         )
         free += int(node.status.allocatable.get(GPU, 0)) - held
     return free
+
+
+@contextmanager
+def explained(jobs: Jobs, operator: OperatorProcess) -> Iterator[None]:
+    """A failed wait says what the job, its workers, the operator and the gang scheduler saw."""
+    try:
+        yield
+    except AssertionError as err:
+        verdicts = {
+            p.metadata.name: (
+                p.spec.node_name,
+                [(c.type, c.status, c.message) for c in p.status.conditions or []],
+            )
+            for p in jobs.pods("gang", "worker")
+        }
+        raise AssertionError(
+            f"{err}\nstatus: {json.dumps(jobs.status('gang'), indent=1)}\nworkers: {verdicts}\n"
+            f"operator log:\n{operator.log_tail(40)}\nscheduler log:\n{COSCHEDULER[0].log_tail(60)}"
+        ) from None
 
 
 def n_workers(jobs: Jobs, name: str, count: int) -> list[client.V1Pod] | None:
@@ -134,7 +156,8 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_gpus_are_freed(
         cond = jobs.condition("gang", "GangScheduled")
         return cond if cond and cond["reason"] == "GangScheduleTimeout" else None
 
-    cond = wait_for(timed_out, timeout=90, interval=0.5, what="GangScheduleTimeout")
+    with explained(jobs, operator):
+        cond = wait_for(timed_out, timeout=90, interval=0.5, what="GangScheduleTimeout")
     assert bound == set(), f"bound while the gang did not fit: {bound}"
     assert cond["status"] == "False"
     assert cond["message"].startswith(
@@ -158,8 +181,9 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_gpus_are_freed(
     # The other workload ends: the gang is placed at once, then the launcher (in the group, not counted).
     for i in range(2):
         core_v1.delete_namespaced_pod(f"hog-{i}", namespace, grace_period_seconds=0)
-    wait_for(lambda: all(p.spec.node_name for p in jobs.pods("gang", "worker")), timeout=90,
-             what="every worker bound")  # fmt: skip
+    with explained(jobs, operator):
+        wait_for(lambda: all(p.spec.node_name for p in jobs.pods("gang", "worker")), timeout=90,
+                 what="every worker bound")  # fmt: skip
     placed = wait_for(lambda: (c := jobs.condition("gang", "GangScheduled")) and c["status"] == "True" and c,
                       timeout=60, what="GangScheduled True")  # fmt: skip
     assert placed["message"] == f"all 4 workers placed together by {coscheduling}"
