@@ -33,9 +33,9 @@ def pod_group(spec: JobSpec, owner: Json, worker: Mapping[str, Any]) -> Json:
         # How long placed workers wait at Permit for the rest of the gang before all are let go again.
         group_spec["scheduleTimeoutSeconds"] = gang.schedule_timeout_seconds
         # No minResources: coscheduling checks it in PreFilter as unresolvable, and v0.34 retries such a pod
-        # only when a pod is added or a PodGroup changes, not when GPUs are freed. Without it a gang that does
-        # not fit fails Filter, PostFilter turns the whole group away, and the pods are retried as soon as
-        # capacity frees (a pod deleted, a node added).
+        # only when a pod is added or a PodGroup changes (or at the scheduler's flush of unschedulable pods,
+        # 5 minutes by default), not when GPUs are freed. Without it the worker that does not fit fails Filter
+        # on its GPUs, which a deleted pod or an added node retries at once.
     if gang.scheduler == VOLCANO:
         # Volcano admits a group into its queue only when the queue has room for minResources.
         group_spec["minResources"] = min_resources(worker, spec.workers)
@@ -51,9 +51,10 @@ def pod_group(spec: JobSpec, owner: Json, worker: Mapping[str, Any]) -> Json:
 
 
 def min_resources(pod: Mapping[str, Any], count: int) -> dict[str, str]:
-    """What `count` copies of `pod` request: each container's requests (a limit stands in for a missing
-    request, as the API server defaults it), summed, times `count`. Quantities keep their suffix when every
-    container uses the same one (16Gi x 4 = 64Gi), else are summed in base units."""
+    """What `count` copies of `pod` request: its containers' requests (a limit stands in for a missing
+    request, as the API server defaults it), summed, times `count`; init containers, which run before them,
+    are left out. Quantities keep their suffix when every container uses the same one (16Gi x 4 = 64Gi),
+    else are summed in base units."""
     found: dict[str, list[tuple[Decimal, str]]] = {}
     for container in (pod.get("spec") or {}).get("containers") or ():
         resources = container.get("resources") or {}
