@@ -1,8 +1,10 @@
-"""`make bench` / `python -m bench [NAME ...]`: run the benchmarks one after another, each in its own process.
+"""`make bench` / `python -m bench [NAME [ARG ...]] ...`: run the benchmarks one after another, each in its
+own process.
 
 Every benchmark prints its own ratios against a baseline it measures in the same run. Names: input_pipeline,
-training_throughput, staging_throughput (Azurite), operator_scale and failover (the local control plane);
-default all.
+training_throughput, staging_throughput (Azurite), operator_scale, failover and versus_mpi_operator (the local
+control plane); default all. Words after a name, up to the next name, are that benchmark's arguments:
+`BENCH="versus_mpi_operator --jobs 500" make bench`.
 """
 
 from __future__ import annotations
@@ -10,20 +12,39 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("input_pipeline", "training_throughput", "staging_throughput", "operator_scale", "failover")
+BENCHMARKS = (
+    "input_pipeline",
+    "training_throughput",
+    "staging_throughput",
+    "operator_scale",
+    "failover",
+    "versus_mpi_operator",
+)
+
+
+def parse(argv: list[str]) -> list[tuple[str, list[str]]]:
+    """Benchmark names, each with the arguments that follow it; an argument before any name is an error."""
+    chosen: list[tuple[str, list[str]]] = []
+    for word in argv:
+        if word in BENCHMARKS:
+            chosen.append((word, []))
+        elif chosen:
+            chosen[-1][1].append(word)
+        else:
+            raise ValueError(f"unknown benchmark: {word}; choose from {', '.join(BENCHMARKS)}")
+    return chosen or [(name, []) for name in BENCHMARKS]
 
 
 def main(argv: list[str]) -> int:
-    chosen = argv or list(BENCHMARKS)
-    unknown = sorted(set(chosen) - set(BENCHMARKS))
-    if unknown:
-        choices = ", ".join(BENCHMARKS)
-        print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {choices}", file=sys.stderr)
+    try:
+        chosen = parse(argv)
+    except ValueError as error:
+        print(error, file=sys.stderr)
         return 2
     failed: list[str] = []
-    for name in chosen:
-        print(f"\n=== bench.{name}", flush=True)
-        if subprocess.run([sys.executable, "-m", f"bench.{name}"]).returncode != 0:
+    for name, args in chosen:
+        print(f"\n=== bench.{name} {' '.join(args)}".rstrip(), flush=True)
+        if subprocess.run([sys.executable, "-m", f"bench.{name}", *args]).returncode != 0:
             failed.append(name)
     if failed:
         print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)

@@ -59,7 +59,8 @@ class OperatorProcess:
     (`metrics` False: no metrics server).
 
     Without leader election by default (one operator per test, whatever the machine the tests run on); with
-    `leader_elect`, one of several replicas named `name`, whose Lease lives in the watched namespace."""
+    `leader_elect`, one of several replicas named `name`, whose Lease lives in the watched namespace.
+    `verbose` False: logging as deployed (the chart's default), for benchmarks."""
 
     def __init__(
         self,
@@ -70,6 +71,7 @@ class OperatorProcess:
         metrics: bool = True,
         leader_elect: bool = False,
         name: str = "operator",
+        verbose: bool = True,
     ) -> None:
         self.extra_env = dict(env or {})
         self.kubeconfig = kubeconfig
@@ -77,6 +79,7 @@ class OperatorProcess:
         self.log_path = log_path
         self.leader_elect = leader_elect
         self.name = name
+        self.verbose = verbose
         self.port = free_port()
         self.metrics_port = free_port() if metrics else 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -91,7 +94,8 @@ class OperatorProcess:
         env.update(self.extra_env)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dtjob", "operator", "--namespace", self.namespace, "--verbose",
+            [sys.executable, "-m", "dtjob", "operator", "--namespace", self.namespace,
+             *(["--verbose"] if self.verbose else []),
              "--liveness", f"http://127.0.0.1:{self.port}/healthz",
              "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
              "--leader-elect" if self.leader_elect else "--no-leader-elect"],

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds Kubeflow's mpi-operator (the comparison in bench/versus_mpi_operator.py) from its module on the Go
+# module proxy, at the exact version below, into
+#   $DTJOB_CACHE/bin/mpi-operator-<version>/mpi-operator
+# beside its MPIJob CRD (kubeflow.org_mpijobs.yaml, from the same module). A second run builds nothing.
+set -euo pipefail
+version=${MPI_OPERATOR_VERSION:-v0.8.0}
+module=github.com/kubeflow/mpi-operator
+cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
+out=$cache/bin/mpi-operator-$version
+log() { printf '[build-mpi-operator] %s\n' "$*" >&2; }
+if [[ -x $out/mpi-operator && -s $out/kubeflow.org_mpijobs.yaml ]]; then
+  log "mpi-operator $version cached"
+  exit 0
+fi
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+log "fetching $module@$version"
+dir=$(go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+[[ -d $dir ]] || { log "no module directory for $module@$version"; exit 1; }
+work=$cache/build/mpi-operator-$version
+rm -rf "$work"
+mkdir -p "$work" "$out"
+cp -r "$dir/." "$work/"
+chmod -R u+w "$work"
+crd=$(find "$work/manifests" -name 'kubeflow.org_mpijobs.yaml' | head -1)
+[[ -n $crd ]] || { log "no MPIJob CRD in the module"; exit 1; }
+log "building $module/cmd/mpi-operator $version"
+(cd "$work" && go build -trimpath -ldflags "-s -w" -o "$out/mpi-operator.tmp" ./cmd/mpi-operator)
+cp "$crd" "$out/kubeflow.org_mpijobs.yaml"
+mv "$out/mpi-operator.tmp" "$out/mpi-operator"
+rm -rf "$work"
+log "built $out/mpi-operator"
