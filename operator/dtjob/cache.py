@@ -53,6 +53,11 @@ def projection(body: Json) -> dict[str, Any]:
     }
 
 
+def pod_ready(obj: Json) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def job_key(obj: Json) -> Key | None:
     meta = obj.get("metadata") or {}
     namespace, job = meta.get("namespace"), (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
@@ -93,6 +98,14 @@ class ChildCache:
         if uid in self._tombstones:
             return None  # a late event for an object already gone
         return key if self._put(kind, key, obj) else None
+
+    def turns_ready(self, body: Json) -> bool:
+        """Whether this pod, as a watch event shows it, is Ready while the cache holds it not Ready (or not
+        at all). Ask before observe()."""
+        if not pod_ready(body):
+            return False
+        old = self._entries.get((body.get("metadata") or {}).get("uid") or "")
+        return old is None or not pod_ready(old.obj)
 
     def uids(self, namespace: str) -> frozenset[str]:
         """The uids cached in `namespace`: take this before a LIST and hand it to replace()."""

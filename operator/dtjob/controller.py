@@ -2,10 +2,11 @@
 
 Every watch event (the job itself, one of its pods, its launcher Job) only enqueues the job's key; the key is
 deduplicated while waiting and never reconciled twice at the same time, so a burst of pod events for one job
-costs one reconcile. Reconciles read pods and Jobs from the children cache (dtjob.cache), not from the API:
-watch events keep it current, and a LIST of each namespace's children, before its first reconcile and then
-every `resync_seconds`, corrects it, so that a missed event (a deletion during a watch outage) heals by the
-next resync at the latest.
+costs one reconcile. A pod turning Ready puts its job in the queue's urgent lane (dtjob.lanes): a job whose
+last worker turned Ready gets its launcher without waiting behind every job created after it. Reconciles read
+pods and Jobs from the children cache (dtjob.cache), not from the API: watch events keep it current, and a
+LIST of each namespace's children, before its first reconcile and then every `resync_seconds`, corrects it, so
+that a missed event (a deletion during a watch outage) heals by the next resync at the latest.
 
 With leader election, every replica feeds its queue and its cache from the same watches, but only the leader
 dispatches: a standby drops each key it takes from the queue, and a reconcile that finds leadership gone part
@@ -31,9 +32,10 @@ from typing import Any
 
 from dtjob import metrics, names
 from dtjob.azure.sas import redact
-from dtjob.cache import ChildCache
+from dtjob.cache import PODS, ChildCache
 from dtjob.config import OperatorConfig
 from dtjob.kube import Conflict, ControllerKube, Kube
+from dtjob.lanes import Lanes
 from dtjob.leader import NotLeader
 from dtjob.reconcile import Children, reconcile
 
@@ -74,13 +76,12 @@ class Controller:
         self.children_of: ChildrenOf = self.cache.children
         self._listed: set[str] = set()  # namespaces whose children were listed at least once
         self._list_locks: dict[str, asyncio.Lock] = {}
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
+        self._queue: Lanes[Key] = Lanes()
         self._waiting_since: dict[
             Key, float
         ] = {}  # monotonic time each waiting key (queued or dirty) arrived
         self._active: set[Key] = set()
-        self._dirty: set[Key] = set()
+        self._dirty: dict[Key, bool] = {}  # keys to run once more when their reconcile ends -> urgent
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._failures: dict[Key, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -95,7 +96,7 @@ class Controller:
 
     # --- feeding the queue ---------------------------------------------------------------------------
 
-    def enqueue(self, key: Key, delay: float = 0.0) -> None:
+    def enqueue(self, key: Key, delay: float = 0.0, urgent: bool = False) -> None:
         if delay > 0:
             loop = asyncio.get_running_loop()
             old = self._timers.get(key)
@@ -108,10 +109,9 @@ class Controller:
             return
         self._waiting_since.setdefault(key, time.monotonic())
         if key in self._active:
-            self._dirty.add(key)  # run once more when the current reconcile ends
-        elif key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
+            self._dirty[key] = self._dirty.get(key, False) or urgent
+        else:
+            self._queue.put(key, urgent)
 
     def _fire(self, key: Key) -> None:
         self._timers.pop(key, None)
@@ -119,9 +119,10 @@ class Controller:
 
     def observe_child(self, kind: str, body: Mapping[str, Any], deleted: bool) -> None:
         """A watch event of a pod or a batch Job: into the cache, and its job into the queue."""
+        urgent = kind == PODS and not deleted and self.cache.turns_ready(body)
         key = self.cache.observe(kind, body, deleted)
         if key is not None:
-            self.enqueue(key)
+            self.enqueue(key, urgent=urgent)
 
     async def relist(self, namespace: str, first: bool = False) -> set[Key]:
         """Correct the cache from a LIST of the namespace's children; returns the jobs whose children
@@ -167,7 +168,7 @@ class Controller:
 
     @property
     def depth(self) -> int:
-        return len(self._queued) + len(self._active)
+        return len(self._queue) + len(self._active)
 
     def metrics_snapshot(self) -> metrics.Snapshot:
         """The state the metrics show; called from the metrics server's thread, so it only copies: a dict's
@@ -218,7 +219,6 @@ class Controller:
     async def _worker(self) -> None:
         while True:
             key = await self._queue.get()
-            self._queued.discard(key)
             self._waiting_since.pop(key, None)
             if key not in self.known:
                 continue
@@ -245,9 +245,9 @@ class Controller:
             await self._reconcile(key)
         finally:
             self._active.discard(key)
-            if key in self._dirty:
-                self._dirty.discard(key)
-                self.enqueue(key)
+            urgent = self._dirty.pop(key, None)
+            if urgent is not None:
+                self.enqueue(key, urgent=urgent)
 
     async def _reconcile(self, key: Key) -> None:
         namespace, name = key

@@ -369,3 +369,34 @@ def test_a_child_event_updates_the_cache_and_enqueues_its_job() -> None:
         assert names_of(stub.last_seen(A)) == []
 
     run(test, kube=kube)
+
+
+def ready_pod(name: str, uid: str, job: str, version: str) -> dict[str, Any]:
+    body = pod(name, uid, job)
+    body["metadata"]["resourceVersion"] = version
+    body["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    return body
+
+
+def test_a_pod_turning_ready_puts_its_job_ahead_of_the_jobs_waiting_before_it() -> None:
+    C: Key = ("ns", "c")
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.known.add(C)
+        gate = stub.block[B] = threading.Event()
+        controller.start()
+        controller.enqueue(B)  # holds the only worker while the others queue up
+        await until(lambda: stub.count(B) == 1)
+        controller.enqueue(C)  # a new job, waiting first
+        controller.observe_child("pods", pod("a-worker-0", "u0"), deleted=False)  # created: not urgent
+        controller.observe_child("pods", ready_pod("a-worker-0", "u0", "a", "2"), deleted=False)  # Ready
+        controller.observe_child("pods", ready_pod("a-worker-0", "u0", "a", "3"), deleted=False)  # still
+        assert controller.depth == 3  # B running, C and A waiting, each once
+        gate.set()
+        await until(lambda: stub.count(A) == 1 and stub.count(C) == 1)
+        order = [key for key, _ in stub.calls]
+        assert order.index(A) < order.index(C), order
+
+    kube = RecordingKube()
+    kube.children = [("pods", pod("a-worker-0", "u0"))]
+    run(test, workers=1, kube=kube)
