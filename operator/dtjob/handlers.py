@@ -29,6 +29,8 @@ from dtjob.leader import Fence, Leadership, Unfenced
 MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY}"
 WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
 WATCH_CLIENT_TIMEOUT = 330
+# The watch-only handlers below (ids): they feed the cache and the queue, nothing more.
+EVENT_HANDLERS = ("pods_event", "jobs_event", "job_event")
 # At shutdown, how long reconciles under way get to end (each ends at its next write once the fence is shut)
 # before the Lease is released to the next replica.
 SHUTDOWN_GRACE_S = 3.0
@@ -41,6 +43,22 @@ class RunOptions:
     liveness: str | None = None  # the health endpoint's URL; None: no endpoint
     lease_namespace: str | None = None  # leader election in this namespace; None: this replica always leads
     identity: str = ""  # this replica's name in the Lease
+
+
+class QuietEventHandlers(logging.Filter):
+    """Drops kopf's INFO line "Handler '<id>' succeeded." of the watch-only handlers: kopf writes one per
+    watch event (thousands for a hundred jobs starting), saying nothing the operator's own lines do not. Their
+    failures (kopf logs them at ERROR, with the traceback) and everything else pass."""
+
+    def __init__(self, handler_ids: tuple[str, ...] = EVENT_HANDLERS) -> None:
+        super().__init__()
+        self._lines = frozenset(f"Handler {handler_id!r} succeeded." for handler_id in handler_ids)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.INFO and record.msg in self._lines)
+
+
+QUIET_EVENT_HANDLERS = QuietEventHandlers()
 
 
 @kopf.on.startup()
@@ -61,6 +79,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.label_selectors["batch", "v1", "jobs"] = MANAGED_SELECTOR
     # Our own events describe every transition; kopf's per-handler chatter would only add noise.
     settings.posting.level = logging.WARNING
+    logging.getLogger("kopf.objects").addFilter(QUIET_EVENT_HANDLERS)  # adds it once, however often called
     # Blob Storage: the operator's deadlines for every client built in this process.
     set_default_deadlines(
         Deadlines(config.azure_connect_timeout_seconds, config.azure_timeout_seconds, config.azure_retries, 2)
@@ -144,7 +163,7 @@ for _resource in CHILD_KINDS:
     )
 
 
-@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="job_event")
 async def job_event(
     type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
