@@ -1,5 +1,5 @@
-"""kopf's per-event "succeeded" lines of the watch-only handlers are dropped; their failures and every other
-line pass."""
+"""kopf as the operator sets it up: the per-event "succeeded" lines of the watch-only handlers dropped (their
+failures and every other line pass), and no object essence built, as no handler registered needs one."""
 
 from __future__ import annotations
 
@@ -26,3 +26,11 @@ def test_success_lines_are_dropped_and_failures_pass() -> None:
         assert quiet.filter(record(logging.ERROR, failed))
     assert quiet.filter(record(logging.INFO, "Handler 'configure' succeeded."))  # not a watch-only one
     assert quiet.filter(record(logging.INFO, "Timer 'x' succeeded."))
+
+
+def test_no_handler_needs_the_essence_that_no_essence_leaves_out() -> None:
+    registry = kopf.get_default_registry()
+    assert not registry._changing.get_all_handlers(), "change handlers need kopf's diff: drop NoEssence"
+    assert not registry._spawning.get_all_handlers(), "daemons and timers need kopf's diff: drop NoEssence"
+    pod = kopf.Body({"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {"x": 1}})
+    assert handlers.NoEssence(prefix="dtjob.io").build(body=pod) == {}
