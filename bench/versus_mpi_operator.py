@@ -276,15 +276,24 @@ def dtjob_run(
         operator.start()
         assert operator.proc is not None
         if profile is not None:  # py-spy samples the operator until it stops (root, or ptrace allowed)
-            pid = str(operator.proc.pid)
-            spy = ["py-spy", "record", "--pid", pid, "--format", "raw", "--output", str(profile)]
+            spied = str(operator.proc.pid)
+            spy = ["py-spy", "record", "--pid", spied, "--format", "raw", "--output", str(profile)]
             subprocess.Popen([*spy, "--rate", "50", "--nonblocking"], stdout=subprocess.DEVNULL)
 
         def create(job: str) -> None:
             jobs.create(job, workers=workers, gpusPerWorker=1, launcher={"podAnnotations": RUN_FOREVER})
 
         pid = operator.proc.pid
-        return measure(api, "dtjob", namespace, pid, create, count, workers, names.JOB_NAME_LABEL)
+        result = measure(api, "dtjob", namespace, pid, create, count, workers, names.JOB_NAME_LABEL)
+        # What its liveness endpoint says then, and how long until its queue is empty (every job Running).
+        depth = (operator.probes() or {}).get("queue")
+        start = time.monotonic()
+        wait_for(lambda: (operator.probes() or {}).get("queue") == 0, timeout=300, interval=0.5,
+                 what="dtjob's queue empty")  # fmt: skip
+        _, rss = proc_usage(pid)
+        print(f"dtjob: queue {depth} when the last launcher existed, empty {time.monotonic() - start:.1f}s "
+              f"later; RSS then {rss:.0f} MiB", flush=True)  # fmt: skip
+        return result
     finally:
         operator.stop()
         delete_namespace(core, namespace)
@@ -317,6 +326,14 @@ def main() -> int:
     kubeconfig = kubeconfig_path()
     only = set(args.only or ("mpi-default", "mpi-raised", "dtjob"))
     api = config.new_client_from_config(config_file=kubeconfig)
+    nodes = client.CoreV1Api(api).list_node().items
+    gpus = 0
+    for node in nodes:
+        gpus += int((node.status.allocatable or {}).get("nvidia.com/gpu", 0))
+    needed = args.jobs * args.workers
+    if gpus < needed:
+        sys.exit(f"the simulated GPU pool has {gpus} GPUs, {needed} needed: restart the cluster with "
+                 f"GPU_POOL_SIZE={-(-needed // 8)} GPU_VM_SIZE=Standard_ND96isr_H100_v5")  # fmt: skip
     results: list[Result] = []
     if only - {"dtjob"}:
         binary = mpi_operator_dir()
