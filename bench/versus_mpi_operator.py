@@ -47,6 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 MPI_OPERATOR_VERSION = "v0.8.0"
 MPI_JOB_LABEL = "training.kubeflow.org/job-name"
 LOCK_NAMESPACE = "mpi-operator"
+LAUNCHER_SUFFIX = "-launcher"
 RUN_FOREVER = {"sim.dtjob.io/run-duration": "3600s"}  # launchers keep running: nothing finishes mid-run
 
 
@@ -81,17 +82,18 @@ class Watched:
             if body.metadata.name not in self.pods:
                 self.pods.add(body.metadata.name)
                 self.last_pod_at = now
-            if job is None or "launcher" in body.metadata.name:
+            if job is None or "-worker-" not in body.metadata.name:  # both name workers <job>-worker-<i>
                 return
             conditions = (body.status and body.status.conditions) or []
             if any(c.type == "Ready" and c.status == "True" for c in conditions):
                 self.ready.setdefault(job, {}).setdefault(body.metadata.name, now)
 
     def job(self, body: Any, now: float) -> None:
-        job = (body.metadata.labels or {}).get(self.job_label)
-        if job is not None and "launcher" in body.metadata.name:
+        # Both name the launcher <job>-launcher (mpi-operator labels its Job with app=<job> only).
+        name: str = body.metadata.name
+        if name.endswith(LAUNCHER_SUFFIX):
             with self.lock:
-                self.launchers.setdefault(job, now)
+                self.launchers.setdefault(name.removesuffix(LAUNCHER_SUFFIX), now)
 
 
 def watch_namespace(api: client.ApiClient, namespace: str, seen: Watched, stop: threading.Event) -> None:
