@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.__main__ import BENCHMARKS, parse
+from bench.__main__ import DEFAULT, parse
 
 
 def test_words_after_a_name_are_its_arguments() -> None:
@@ -12,7 +12,7 @@ def test_words_after_a_name_are_its_arguments() -> None:
         ("versus_mpi_operator", ["--jobs", "500"]),
         ("failover", ["--runs", "3"]),
     ]
-    assert parse([]) == [(name, []) for name in BENCHMARKS]
+    assert parse([]) == [(name, []) for name in DEFAULT]
 
 
 def test_an_argument_before_any_name_is_refused() -> None:
