@@ -484,10 +484,12 @@ def test_install_runs_the_operator_with_least_privilege(
     assert not can_i(kubeconfig, sa, "create", "pods", "default")
     assert not can_i(kubeconfig, sa, "delete", "nodes", None)
     assert not can_i(kubeconfig, sa, "create", "clusterrolebindings.rbac.authorization.k8s.io", None)
-    # The job itself is never written (status only), nor Secrets listed, nor pods or Jobs patched.
+    # The job itself is never written (status only), nor Secrets listed, nor pods replaced, nor Jobs patched.
+    # Pods are patched only to take Kueue's finalizer off the operator's own ended workers.
     assert not can_i(kubeconfig, sa, "patch", "distributedtrainingjobs.dtjob.io", namespace)
     assert not can_i(kubeconfig, sa, "list", "secrets", namespace)
-    assert not can_i(kubeconfig, sa, "patch", "pods", namespace)
+    assert can_i(kubeconfig, sa, "patch", "pods", namespace)
+    assert not can_i(kubeconfig, sa, "update", "pods", namespace)
     assert not can_i(kubeconfig, sa, "patch", "jobs.batch", namespace)
     assert can_i(kubeconfig, sa, "get", "namespaces", None)
     # The leader Lease, in the release namespace only.

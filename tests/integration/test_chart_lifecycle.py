@@ -240,6 +240,12 @@ def test_helm_upgrade_from_the_previous_chart_leaves_a_running_job_untouched(
     try:
         jobs.create("survivor", launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}})
         jobs.wait_phase("survivor", "Running", timeout=120)
+        # The Job controller counts the launcher's pod Ready a moment after the pod is: wait for that last
+        # status write, so the snapshot below is of a settled world that nothing but the upgrade could touch.
+        wait_for(
+            lambda: (job := jobs.launcher("survivor")) is not None and (job.status.ready or 0) >= 1,
+            timeout=60, what="the launcher Job counting its pod Ready",
+        )  # fmt: skip
     finally:
         operator.stop()
     before = job_and_children(jobs, "survivor")
