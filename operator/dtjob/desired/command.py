@@ -55,6 +55,33 @@ Host *
 CONFIG
 """
 
+# A worker can be Ready before the cluster DNS serves its name: the EndpointSlice controller and the DNS
+# server catch up in their own time, and mpirun gives up at the first host it cannot resolve. So the launcher
+# waits (bounded) until every host of the hostfile resolves, and fails naming the one that never did. Images
+# without getent skip the wait.
+DNS_WAIT_SECONDS = 120
+
+
+def wait_for_host_names(hostfile: str, seconds: int) -> str:
+    """Shell that waits until every host of `hostfile` resolves, failing after `seconds`."""
+    return f"""if command -v getent >/dev/null 2>&1; then
+  for host in $(sed -e 's/[: ].*//' {hostfile}); do
+    waited=0
+    until getent hosts "$host" >/dev/null; do
+      if [ "$waited" -ge {seconds} ]; then
+        echo "dtjob: MPI host $host does not resolve after {seconds} s" >&2
+        exit 1
+      fi
+      sleep 1
+      waited=$((waited + 1))
+    done
+  done
+fi
+"""
+
+
+WAIT_FOR_HOST_NAMES = wait_for_host_names(HOSTFILE, DNS_WAIT_SECONDS)
+
 
 def rank_env(spec: JobSpec) -> list[Json]:
     """The environment of the pods that run or launch ranks: DTJOB_EXPECT_GPU=1 when the job asks for GPUs,
@@ -227,7 +254,8 @@ def results_upload_script(spec: JobSpec, uid: str) -> str | None:
 def launcher_script(spec: JobSpec, uid: str = "") -> str:
     training = shlex.join(mpi_command(spec))
     upload = results_upload_script(spec, uid)
+    setup = SSH_CLIENT_SETUP + WAIT_FOR_HOST_NAMES
     if upload is None:
-        return SSH_CLIENT_SETUP + "exec " + training + "\n"
+        return setup + "exec " + training + "\n"
     # Chained, not exec'd: the launcher fails when either training or the results upload fails.
-    return SSH_CLIENT_SETUP + training + " && \\\n  " + upload + "\n"
+    return setup + training + " && \\\n  " + upload + "\n"
