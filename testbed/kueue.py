@@ -37,6 +37,7 @@ from testbed.kube_wait import wait_for
 from testbed.operator_harness import free_port, kubectl
 
 # The Kueue CRDs whose versions (v1beta1 stored, v1beta2 served) convert through Kueue's /convert webhook.
+GROUP = "kueue.x-k8s.io"
 CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
 # The webhooks kept from Kueue's manifest: those for pods and for Kueue's own kinds. The others are for
 # integrations left disabled; the manager serves no path for them, and a Fail policy would refuse every Job.
@@ -268,14 +269,26 @@ class KueueProcess:
         # First, so that no pod is refused by a webhook whose server is gone.
         for kind, name in WEBHOOK_CONFIG_NAMES.items():
             kubectl(self.kubeconfig, "delete", kind.lower(), name, "--ignore-not-found")
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+            if self.proc is None or self.proc.poll() is not None:
+                return
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        finally:
+            self._unhook_conversion()
+
+    def _unhook_conversion(self) -> None:
+        """Kueue's CRDs stay (objects of the test may still hold them), but without the conversion webhook
+        whose server is gone: otherwise every namespace deletion in the cluster fails listing those kinds,
+        and the pods of every later test's namespace stay, holding the simulated pool's GPUs."""
+        patch = json.dumps({"spec": {"conversion": {"strategy": "None", "webhook": None}}})
+        for plural in CONVERTED:
+            done = kubectl(self.kubeconfig, "patch", "crd", f"{plural}.{GROUP}", "--type=merge", "-p", patch)
+            assert done.returncode == 0 or "NotFound" in done.stderr, done.stderr
 
     def log_tail(self, lines: int = 60) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
