@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import ssl
 import subprocess
 import urllib.error
@@ -16,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from testbed.kube_wait import wait_for
-from testbed.operator_harness import free_port, kubectl
+from testbed.operator_harness import free_port, kubectl, terminate
 
 REPO = Path(__file__).resolve().parents[1]
 # The name scheduler-plugins' Helm chart gives its second scheduler, and the operator's default for
@@ -156,11 +155,4 @@ class CoschedulingScheduler:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)

@@ -19,7 +19,6 @@ import datetime
 import ipaddress
 import json
 import os
-import signal
 import ssl
 import subprocess
 import urllib.error
@@ -34,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from testbed.kube_wait import wait_for
-from testbed.operator_harness import free_port, kubectl
+from testbed.operator_harness import free_port, kubectl, terminate
 
 # The Kueue CRDs whose versions (v1beta1 stored, v1beta2 served) convert through Kueue's /convert webhook.
 GROUP = "kueue.x-k8s.io"
@@ -270,14 +269,7 @@ class KueueProcess:
         for kind, name in WEBHOOK_CONFIG_NAMES.items():
             kubectl(self.kubeconfig, "delete", kind.lower(), name, "--ignore-not-found")
         try:
-            if self.proc is None or self.proc.poll() is not None:
-                return
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+            terminate(self.proc)
         finally:
             self._unhook_conversion()
 

@@ -54,6 +54,18 @@ def free_port() -> int:
         return port
 
 
+def terminate(proc: subprocess.Popen[Any] | None, grace_s: float = 30) -> None:
+    """SIGTERM a test bed process that may still run; SIGKILL it if it has not ended within grace_s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 class OperatorProcess:
     """`python -m dtjob operator` watching one namespace, liveness, readiness and metrics on loopback ports
     (`metrics` False: no metrics server).
@@ -148,14 +160,7 @@ class OperatorProcess:
         return str((self.readiness() or {})["identity"])
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        terminate(self.proc)
 
     def kill(self) -> None:
         """SIGKILL, as the OOM killer or a lost node ends it: no handler runs, requests are cut mid-flight."""
