@@ -13,9 +13,9 @@
 #   hack/build-images.sh prune         drop the cached build stages and intermediate layers (disk back; the
 #                                      next build installs the frameworks again, the Horovod wheel stays)
 #
-# NAME is operator, stager, horovod-pytorch or horovod-tensorflow (both from images/horovod/Dockerfile, with
-# FRAMEWORK=torch or tensorflow); the reference is $DTJOB_IMAGE_REGISTRY/NAME:$DTJOB_IMAGE_TAG, e.g.
-# localhost/dtjob/horovod-pytorch:dev.
+# NAME is operator, stager, mpi (Open MPI and MPICH, for any MPI program), horovod-pytorch or horovod-tensorflow
+# (both from images/horovod/Dockerfile, with FRAMEWORK=torch or tensorflow); the reference is
+# $DTJOB_IMAGE_REGISTRY/NAME:$DTJOB_IMAGE_TAG, e.g. localhost/dtjob/horovod-pytorch:dev.
 #
 # Cached by content: an image's key hashes exactly its inputs (its Dockerfile, every COPY source less what
 # images/build.dockerignore leaves out, the base image ID, the build arguments, this script's recipe
@@ -53,7 +53,7 @@ registry=${DTJOB_IMAGE_REGISTRY:-localhost/dtjob}
 tag=${DTJOB_IMAGE_TAG:-dev}
 jobs=${DTJOB_BUILD_JOBS:-2}
 compression=${DTJOB_LAYER_COMPRESSION:-gzip}
-all_images=(operator stager horovod-pytorch horovod-tensorflow)
+all_images=(operator stager mpi horovod-pytorch horovod-tensorflow)
 ignorefile=$repo/images/build.dockerignore
 # Bump when a change here alters what gets built from the same inputs.
 recipe=1
@@ -164,7 +164,7 @@ for n in "$@"; do check_name "$n"; done
 # The order builds start in: the stager reuses the operator's cached build stage when it starts after it, and
 # the two heavy images overlap the light ones.
 order=()
-for n in operator horovod-pytorch stager horovod-tensorflow; do
+for n in operator horovod-pytorch stager mpi horovod-tensorflow; do
   for m in "$@"; do [[ $m == "$n" ]] && order+=("$n") && break; done
 done
 
@@ -202,6 +202,7 @@ build_args_of() {
   case $1 in
     horovod-pytorch) echo "$cpu FRAMEWORK=torch" ;;
     horovod-tensorflow) echo "$cpu FRAMEWORK=tensorflow" ;;
+    mpi) echo "BASE_IMAGE=$base_image" ;;
     *) echo "PYTHON_IMAGE=$python_image" ;;
   esac
 }
