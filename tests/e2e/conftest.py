@@ -30,6 +30,7 @@ IMAGES = {
     "tensorflow": f"localhost/dtjob/horovod-tensorflow:{IMAGE_TAG}",
     "operator": f"localhost/dtjob/operator:{IMAGE_TAG}",
     "stager": f"localhost/dtjob/stager:{IMAGE_TAG}",
+    "mpi": f"localhost/dtjob/mpi:{IMAGE_TAG}",
 }
 
 
