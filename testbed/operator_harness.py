@@ -47,11 +47,19 @@ def install_crd(kubeconfig: str) -> None:
     wait_for(established, timeout=60, interval=0.25, what="the DistributedTrainingJob CRD Established")
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port nothing listens on, never one this process handed out before: once its socket closes,
+    bind(0) may give the same port again, and two servers of one operator (liveness, metrics) then collide."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def terminate(proc: subprocess.Popen[Any] | None, grace_s: float = 30) -> None:
