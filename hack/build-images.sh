@@ -202,7 +202,7 @@ build_args_of() {
   case $1 in
     horovod-pytorch) echo "$cpu FRAMEWORK=torch" ;;
     horovod-tensorflow) echo "$cpu FRAMEWORK=tensorflow" ;;
-    mpi) echo "BASE_IMAGE=$base_image" ;;
+    mpi) echo "BASE_IMAGE=$base_image PYTHON_IMAGE=$python_image" ;;
     *) echo "PYTHON_IMAGE=$python_image" ;;
   esac
 }
