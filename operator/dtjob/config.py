@@ -41,6 +41,8 @@ class OperatorConfig:
     reconcile_workers: int = 8
     # How often a running job's launcher log is read for training progress (one pods/log call each time).
     progress_seconds: float = 30.0
+    # How often, while the queue is idle, the C heap's free pages go back to the system (0: never).
+    heap_trim_seconds: float = 30.0
     # The staging Job's image (python -m dtjob.stager).
     stager_image: str = DEFAULT_STAGER_IMAGE
     # Replace a SAS once this fraction of its lifetime has passed (tests lower it to see rotation quickly).
@@ -93,6 +95,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         resync_seconds=float(env.get("DTJOB_RESYNC_SECONDS", d.resync_seconds)),
         reconcile_workers=int(env.get("DTJOB_RECONCILE_WORKERS", d.reconcile_workers)),
         progress_seconds=float(env.get("DTJOB_PROGRESS_SECONDS", d.progress_seconds)),
+        heap_trim_seconds=float(env.get("DTJOB_HEAP_TRIM_SECONDS", d.heap_trim_seconds)),
         stager_image=env.get("DTJOB_STAGER_IMAGE", d.stager_image),
         sas_rotate_fraction=_fraction(env.get("DTJOB_SAS_ROTATE_FRACTION", str(d.sas_rotate_fraction))),
         emulator_hosts=frozenset(

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob import metrics, names
+from dtjob import heap, metrics, names
 from dtjob.azure.sas import redact
 from dtjob.cache import PODS, ChildCache
 from dtjob.config import OperatorConfig
@@ -188,6 +188,8 @@ class Controller:
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.config.reconcile_workers)]
         self._tasks.append(asyncio.create_task(self._resync()))
+        if self.config.heap_trim_seconds > 0:
+            self._tasks.append(asyncio.create_task(self._trim_heap()))
 
     async def stop(self, grace_s: float = 0.0) -> None:
         """Stop the workers; reconciles under way get up to `grace_s` to end first (after a step-down each
@@ -215,6 +217,14 @@ class Controller:
                     log.warning("could not list the children in %s for the resync: %s", namespace, error)
             for key in list(self.known):
                 self.enqueue(key)
+
+    async def _trim_heap(self) -> None:
+        # After a burst the process keeps the burst's peak resident; once the queue has drained, the freed
+        # heap goes back (a few ms; skipped while busy, where it would only grow again).
+        while True:
+            await asyncio.sleep(self.config.heap_trim_seconds)
+            if self.depth == 0 and not self._runs:
+                heap.give_back_free_heap()
 
     async def _worker(self) -> None:
         while True:
