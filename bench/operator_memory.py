@@ -10,9 +10,9 @@ Two measurements, each in a namespace of its own with a fresh operator process:
   empty and a settle period passed, its resident set (VmRSS) is read. The baseline is the same process's
   VmRSS before the first job existed;
 - at scale: `--jobs` jobs created at once, their launchers running for an hour; when every worker pod exists
-  and the queue is empty, the peak resident set (VmHWM). Jobs beyond the pool's GPUs stay with Pending
-  workers, which the operator watches all the same. The baseline is mpi-operator (v0.8.0, client QPS raised)
-  with the same number of equivalent MPIJobs, in the same run.
+  and the queue is empty, the peak resident set (VmHWM), and VmRSS once a settle period passed. Jobs
+  beyond the pool's GPUs stay with Pending workers, which the operator watches all the same. The baseline is
+  mpi-operator (v0.8.0, client QPS raised) with the same number of equivalent MPIJobs, in the same run.
 
 dtjob runs as the chart deploys it (log level info, the default resync period).
 """
@@ -46,11 +46,14 @@ from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess, install_crd, kubectl
 
 ENDS_SOON = {"sim.dtjob.io/run-duration": "2s"}
-SETTLE_S = 20.0
+SETTLE_S = 40.0  # longer than the operator's heap trim period (30 s)
+
+
+EXTRA_ENV: dict[str, str] = {}  # --dtjob-env: e.g. allocator settings to compare
 
 
 def start_dtjob(kubeconfig: str, namespace: str) -> OperatorProcess:
-    env = {"DTJOB_RESYNC_SECONDS": str(OperatorConfig().resync_seconds)}
+    env = {"DTJOB_RESYNC_SECONDS": str(OperatorConfig().resync_seconds), **EXTRA_ENV}
     operator = OperatorProcess(kubeconfig, namespace, Path(f"/tmp/{namespace}-dtjob.log"), env=env,
                                metrics=False, verbose=False)  # fmt: skip
     operator.start()
@@ -102,8 +105,10 @@ def at_rest(api: client.ApiClient, kubeconfig: str, finished: int, workers: int)
         delete_namespace(core, namespace)
 
 
-def dtjob_at_scale(api: client.ApiClient, kubeconfig: str, count: int, workers: int) -> tuple[float, float]:
-    """(peak RSS MiB, seconds until every worker pod existed and the queue was empty)."""
+def dtjob_at_scale(
+    api: client.ApiClient, kubeconfig: str, count: int, workers: int
+) -> tuple[float, float, float]:
+    """(peak RSS MiB, seconds until every worker pod existed and the queue was empty, settled RSS MiB)."""
     core = client.CoreV1Api(api)
     namespace = new_namespace(core)
     operator = start_dtjob(kubeconfig, namespace)
@@ -119,9 +124,12 @@ def dtjob_at_scale(api: client.ApiClient, kubeconfig: str, count: int, workers: 
                  interval=5.0, what=f"{count * workers} worker pods")  # fmt: skip
         queue_empty(operator, 600)
         took = time.monotonic() - start
+        time.sleep(SETTLE_S)
         peak = peak_rss_mib(operator.proc.pid)
-        print(f"dtjob at {count} jobs: peak RSS {peak:.0f} MiB, {took:.0f}s", flush=True)
-        return peak, took
+        _, settled = proc_usage(operator.proc.pid)
+        print(f"dtjob at {count} jobs: peak RSS {peak:.0f} MiB, {settled:.0f} MiB settled, {took:.0f}s",
+              flush=True)  # fmt: skip
+        return peak, took, settled
     finally:
         operator.stop()
         delete_namespace(core, namespace)
@@ -169,18 +177,21 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--raised-qps", type=int, default=500, help="mpi-operator's --kube-api-qps")
     parser.add_argument("--no-mpi-operator", action="store_true", help="skip mpi-operator's run")
+    parser.add_argument("--dtjob-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="environment of dtjob's process (repeatable)")  # fmt: skip
     args = parser.parse_args()
+    EXTRA_ENV.update(item.split("=", 1) for item in args.dtjob_env)
     kubeconfig = kubeconfig_path()
     api = config.new_client_from_config(config_file=kubeconfig)
     install_crd(kubeconfig)
     empty, kept = at_rest(api, kubeconfig, args.finished, args.workers)
-    peak, took = dtjob_at_scale(api, kubeconfig, args.jobs, args.workers)
+    peak, took, settled = dtjob_at_scale(api, kubeconfig, args.jobs, args.workers)
     print(f"\ndtjob's resident memory (jobs of 1 launcher + {args.workers} workers):")
     print(f"  empty, just started          {empty:6.0f} MiB")
     print(f"  {args.finished:4d} finished jobs kept      {kept:6.0f} MiB  ({kept / empty:.2f}x empty)")
-    print(
-        f"  peak with {args.jobs:5d} jobs         {peak:6.0f} MiB  ({peak / empty:.2f}x empty, {took:.0f}s)"
-    )
+    print(f"  peak with {args.jobs:5d} jobs         {peak:6.0f} MiB  "
+          f"({peak / empty:.2f}x empty, {took:.0f}s)")  # fmt: skip
+    print(f"  {args.jobs:5d} jobs, once settled       {settled:6.0f} MiB  ({settled / empty:.2f}x empty)")
     if not args.no_mpi_operator:
         theirs, their_took = mpi_operator_at_scale(api, kubeconfig, args.jobs, args.workers, args.raised_qps)
         print(f"  mpi-operator, {args.jobs:5d} jobs    {theirs:6.0f} MiB  "
