@@ -23,6 +23,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +54,20 @@ SETTLE_S = 40.0  # longer than the operator's heap trim period (30 s)
 EXTRA_ENV: dict[str, str] = {}  # --dtjob-env: e.g. allocator settings to compare
 
 
-def start_dtjob(kubeconfig: str, namespace: str) -> OperatorProcess:
+@contextmanager
+def dtjob_in_new_namespace(api: client.ApiClient, kubeconfig: str) -> Iterator[tuple[OperatorProcess, Jobs]]:
+    """A fresh operator process watching a namespace of its own (its liveness answered), both gone after."""
+    core = client.CoreV1Api(api)
+    namespace = new_namespace(core)
     env = {"DTJOB_RESYNC_SECONDS": str(OperatorConfig().resync_seconds), **EXTRA_ENV}
     operator = OperatorProcess(kubeconfig, namespace, Path(f"/tmp/{namespace}-dtjob.log"), env=env,
                                metrics=False, verbose=False)  # fmt: skip
-    operator.start()
-    return operator
+    try:
+        operator.start()
+        yield operator, Jobs(api, namespace)
+    finally:
+        operator.stop()
+        delete_namespace(core, namespace)
 
 
 def queue_empty(operator: OperatorProcess, timeout: float) -> None:
@@ -72,14 +82,9 @@ def pods_with_label(core: client.CoreV1Api, namespace: str, label: str) -> int:
 
 def at_rest(api: client.ApiClient, kubeconfig: str, finished: int, workers: int) -> tuple[float, float]:
     """(VmRSS before any job, VmRSS with `finished` Succeeded jobs kept), MiB."""
-    core = client.CoreV1Api(api)
-    namespace = new_namespace(core)
-    operator = start_dtjob(kubeconfig, namespace)
-    jobs = Jobs(api, namespace)
-    try:
+    with dtjob_in_new_namespace(api, kubeconfig) as (operator, jobs):
         assert operator.proc is not None
         pid = operator.proc.pid
-        wait_for(lambda: operator.probes() is not None, timeout=60, what="dtjob's probe endpoint")
         time.sleep(SETTLE_S)
         _, empty = proc_usage(pid)
         for i in range(finished):
@@ -88,7 +93,7 @@ def at_rest(api: client.ApiClient, kubeconfig: str, finished: int, workers: int)
                         runPolicy={"cleanPodPolicy": "Running"})  # fmt: skip
 
         def all_succeeded() -> bool:
-            listed = jobs.custom.list_namespaced_custom_object("dtjob.io", "v1alpha1", namespace,
+            listed = jobs.custom.list_namespaced_custom_object("dtjob.io", "v1alpha1", jobs.ns,
                                                                "distributedtrainingjobs")  # fmt: skip
             phases = [(j.get("status") or {}).get("phase") for j in listed["items"]]
             return phases.count("Succeeded") == finished
@@ -100,9 +105,6 @@ def at_rest(api: client.ApiClient, kubeconfig: str, finished: int, workers: int)
         print(f"at rest: {empty:.0f} MiB empty, {kept:.0f} MiB with {finished} finished jobs "
               f"(peak {peak_rss_mib(pid):.0f} MiB meanwhile)", flush=True)  # fmt: skip
         return empty, kept
-    finally:
-        operator.stop()
-        delete_namespace(core, namespace)
 
 
 def dtjob_at_scale(
@@ -110,17 +112,13 @@ def dtjob_at_scale(
 ) -> tuple[float, float, float]:
     """(peak RSS MiB, seconds until every worker pod existed and the queue was empty, settled RSS MiB)."""
     core = client.CoreV1Api(api)
-    namespace = new_namespace(core)
-    operator = start_dtjob(kubeconfig, namespace)
-    jobs = Jobs(api, namespace)
-    try:
+    with dtjob_in_new_namespace(api, kubeconfig) as (operator, jobs):
         assert operator.proc is not None
-        wait_for(lambda: operator.probes() is not None, timeout=60, what="dtjob's probe endpoint")
         start = time.monotonic()
         for i in range(count):
             jobs.create(f"m-{i}", workers=workers, gpusPerWorker=1, launcher={"podAnnotations": RUN_FOREVER})
         selector = f"{names.ROLE_LABEL}=worker"
-        wait_for(lambda: pods_with_label(core, namespace, selector) >= count * workers, timeout=1800,
+        wait_for(lambda: pods_with_label(core, jobs.ns, selector) >= count * workers, timeout=1800,
                  interval=5.0, what=f"{count * workers} worker pods")  # fmt: skip
         queue_empty(operator, 600)
         took = time.monotonic() - start
@@ -130,9 +128,6 @@ def dtjob_at_scale(
         print(f"dtjob at {count} jobs: peak RSS {peak:.0f} MiB, {settled:.0f} MiB settled, {took:.0f}s",
               flush=True)  # fmt: skip
         return peak, took, settled
-    finally:
-        operator.stop()
-        delete_namespace(core, namespace)
 
 
 def mpi_operator_at_scale(
