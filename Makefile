@@ -22,7 +22,7 @@ CLUSTER_NAME ?= dtjob
 export CLUSTER_NAME
 
 .PHONY: help print-venv deps venv venv-training control-plane gang-schedulers azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
-        test-integration test-training test-e2e demo demo-down demo-sim bench clean-cache
+        test-integration test-training gpu-build-wheels test-e2e demo demo-down demo-sim bench clean-cache
 
 help:
 	@echo "make demo           a real PyTorch ResNet-50 job on the local real node, results and logs in Azurite"
@@ -108,8 +108,15 @@ test-unit: venv
 test-integration: control-plane gang-schedulers venv
 	$(PY) -m pytest -m integration tests
 
-test-training: venv-training
+test-training: venv-training gpu-build-wheels
 	$(PY) -m pytest tests/training
+
+# The GPU build test (tests/training/test_gpu_build.py) installs each GPU framework into a venv of its own,
+# offline, as the tests run without a route out: the wheels come first (after the training venv, which
+# shares the wheelhouse).
+gpu-build-wheels: venv-training
+	@DTJOB_DEVICE=gpu DTJOB_FRAMEWORKS=torch DTJOB_DOWNLOAD_ONLY=1 training/install.sh $(PY)
+	@DTJOB_DEVICE=gpu DTJOB_FRAMEWORKS=tensorflow DTJOB_DOWNLOAD_ONLY=1 training/install.sh $(PY)
 
 # The test bed's own network namespace (loopback and the real node's bridge, no route out) holds every
 # cluster, Azurite and the tests; a cluster name of its own keeps a developer's running cluster untouched.
@@ -120,7 +127,7 @@ test-e2e: control-plane test-python-deps
 
 # What the tests need besides the Go-built test bed, in order: the training venv fills the wheelhouse that
 # the image builds then read.
-test-python-deps: azurite venv-training
+test-python-deps: azurite venv-training gpu-build-wheels
 	@hack/build-images.sh
 
 # One pytest run for everything, so CI reads one closing line. On a cold machine the Go builds and the
