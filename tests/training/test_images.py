@@ -43,7 +43,13 @@ def test_dockerfile_copies_existing_files_and_runs_the_ci_install_script(dockerf
             matches = list(REPO.glob(source))
             assert matches, f"{dockerfile.parent.name}: COPY source {source} does not exist"
     assert "/opt/dtjob/training/install.sh /opt/venv/bin/python" in text
-    assert "DTJOB_DEVICE=gpu" in text and "HOROVOD_GPU_OPERATIONS=NCCL" in text
+    assert re.search(r"^ARG DTJOB_DEVICE=gpu$", text, re.M), (
+        "the images are GPU images unless asked otherwise"
+    )
+    # The framework's wheels carry CUDA's libraries and NCCL: the final stage is CUDA's base image, not the
+    # runtime image with a second copy of them.
+    assert re.search(r"^ARG RUNTIME_IMAGE=nvidia/cuda:\$\{CUDA_VERSION\}-base-", text, re.M)
+    assert re.search(r"install-system.sh runtime \$\{DTJOB_DEVICE\}$", text, re.M), "GPU images get RDMA"
     assert re.search(r"^USER dtjob$", text, re.M), "training runs as the unprivileged user"
 
 
@@ -134,3 +140,14 @@ def test_results_uploader_installs_into_a_bare_environment(tmp_path: Path) -> No
     assert str(venv) in probe.stdout
     for dockerfile in DOCKERFILES:
         assert "install-uploader.sh /opt/venv/bin/python /opt/dtjob/src" in dockerfile.read_text()
+
+
+def test_gpu_runtime_carries_the_infiniband_userspace() -> None:
+    """NCCL reaches InfiniBand on ND-series VMs through libibverbs and its providers (mlx5)."""
+    script = (REPO / "images" / "common" / "install-system.sh").read_text()
+    packages = {
+        condition: set(added.split())
+        for condition, added in re.findall(r"^\[\[ (.+) \]\] && pkgs\+=\((.+)\)$", script, re.M)
+    }
+    assert {"libibverbs1", "ibverbs-providers"} <= packages["$stage == runtime && $device == gpu"]
+    assert "patchelf" in packages["$stage == build"], "the GPU build relocates Horovod's libraries"
