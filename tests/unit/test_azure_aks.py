@@ -8,7 +8,14 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from dtjob.azure.aks import GpuPool, NodePools, PoolError, agent_pool_body, scaled_body
+from dtjob.azure.aks import (
+    GpuPool,
+    NodePools,
+    PoolError,
+    agent_pool_body,
+    image_compatibility_note,
+    scaled_body,
+)
 from dtjob.cli import build_parser
 
 from tests.azure.arm_player import ArmPlayer, StaticToken
@@ -46,7 +53,7 @@ def test_create_sends_an_autoscaling_gpu_pool(capsys: pytest.CaptureFixture[str]
         "Microsoft.ContainerService/managedClusters/aks-train/agentPools/gpu?api-version="
     )
     props = put.body["properties"]
-    assert props["vmSize"] == "Standard_NC24s_v3"
+    assert props["vmSize"] == "Standard_NC24ads_A100_v4"
     assert (props["enableAutoScaling"], props["minCount"], props["maxCount"], props["count"]) == (
         True,
         0,
@@ -140,7 +147,7 @@ def test_scale_keeps_other_settings_and_ls_lists(capsys: pytest.CaptureFixture[s
     assert run(["pool", "ls", *CLUSTER], player) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["NAME", "MODE", "VM"]
-    assert out[1].split()[:3] == ["gpu", "User", "Standard_NC24s_v3"]
+    assert out[1].split()[:3] == ["gpu", "User", "Standard_NC24ads_A100_v4"]
     assert "fixed 3" in out[1]
 
 
@@ -193,3 +200,32 @@ def test_bad_cli_values_reach_no_azure(capsys: pytest.CaptureFixture[str]) -> No
 def test_scaled_body_requires_a_change() -> None:
     with pytest.raises(PoolError, match="--min and/or --max"):
         scaled_body({"properties": {}}, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("vm_size", "volta"),
+    [
+        ("Standard_NC6s_v3", True),
+        ("Standard_NC24rs_v3", True),
+        ("Standard_ND40rs_v2", True),
+        ("Standard_NC24ads_A100_v4", False),
+        ("Standard_ND96asr_v4", False),
+        ("Standard_ND96isr_H100_v5", False),
+        ("Standard_NC40ads_H100_v5", False),
+    ],
+)
+def test_v100_pools_are_told_the_pytorch_image_needs_a100(vm_size: str, volta: bool) -> None:
+    note = image_compatibility_note(vm_size)
+    assert (note is not None) == volta
+    if note:
+        assert "horovod-pytorch" in note and "A100" in note and "horovod-tensorflow" in note
+
+
+def test_create_on_a_v100_size_says_so_and_still_creates(capsys: pytest.CaptureFixture[str]) -> None:
+    player = ArmPlayer(polls_before_done=0)
+    argv = ["pool", "create", *CLUSTER, "--vm-size", "Standard_NC24s_v3", "--dry-run"]
+    assert run(argv, player) == 0
+    assert "note: Standard_NC24s_v3 has V100 GPUs" in capsys.readouterr().err
+    argv = ["pool", "create", *CLUSTER, "--vm-size", "Standard_NC24ads_A100_v4", "--dry-run"]
+    assert run(argv, player) == 0
+    assert "note:" not in capsys.readouterr().err

@@ -17,7 +17,11 @@ if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
     from azure.core.pipeline.transport import HttpTransport
 
-DEFAULT_VM_SIZE = "Standard_NC24s_v3"  # 4x V100 16 GB, the reference architecture's size
+# 1x A100 80 GB, the smallest A100 size: the default PyTorch image needs A100 or newer (CUDA 13), so the
+# reference architecture's V100 size (Standard_NC24s_v3) serves only the TensorFlow and Keras images.
+DEFAULT_VM_SIZE = "Standard_NC24ads_A100_v4"
+# V100 sizes (NCv3, NDv2): CUDA 13, and with it the default PyTorch image, no longer runs on Volta.
+VOLTA_VM_SIZE_RE = re.compile(r"^Standard_(NC\d+r?s_v3|ND40rs_v2)$", re.IGNORECASE)
 DEFAULT_TAINT = "sku=gpu:NoSchedule"
 POOL_NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 TAINT_RE = re.compile(
@@ -59,6 +63,16 @@ class GpuPool:
     gpu_driver: str = "Install"  # "None" when the NVIDIA GPU Operator installs the drivers
     kubernetes_version: str | None = None
     subnet_id: str | None = None
+
+
+def image_compatibility_note(vm_size: str) -> str | None:
+    """What a pool of this size cannot run among the default training images, or None."""
+    if VOLTA_VM_SIZE_RE.match(vm_size):
+        return (
+            f"{vm_size} has V100 GPUs: the default horovod-pytorch image (CUDA 13) needs A100 or H100; "
+            "horovod-tensorflow (tensorflow, keras) runs here"
+        )
+    return None
 
 
 def validate_pool(pool: GpuPool) -> None:

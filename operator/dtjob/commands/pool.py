@@ -13,7 +13,15 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from dtjob.azure.aks import DEFAULT_TAINT, DEFAULT_VM_SIZE, GpuPool, NodePools, PoolError, agent_pool_body
+from dtjob.azure.aks import (
+    DEFAULT_TAINT,
+    DEFAULT_VM_SIZE,
+    GpuPool,
+    NodePools,
+    PoolError,
+    agent_pool_body,
+    image_compatibility_note,
+)
 
 Connect = Callable[[argparse.Namespace], NodePools]
 
@@ -142,6 +150,9 @@ def run_create(args: argparse.Namespace, connect: Connect = connect) -> int:
     def action() -> int:
         pool = pool_from_args(args)
         body = agent_pool_body(pool)
+        note = image_compatibility_note(pool.vm_size)
+        if note:
+            _say(f"dtjob pool: note: {note}")
         if args.dry_run:
             print(json.dumps(body, indent=2))
             return 0
