@@ -43,6 +43,15 @@ def test_dockerfile_copies_existing_files_and_runs_the_ci_install_script(dockerf
             matches = list(REPO.glob(source))
             assert matches, f"{dockerfile.parent.name}: COPY source {source} does not exist"
     assert "/opt/dtjob/training/install.sh /opt/venv/bin/python" in text
+    # Every file install.sh reads beside itself reaches the build stage.
+    copied = {
+        path
+        for line in re.findall(r"^COPY (?!--from)(.+) /opt/dtjob/training/\S*$", text, re.M)
+        for source in line.split()
+        for path in REPO.glob(source)
+    }
+    for name in set(re.findall(r"\$here/([\w.-]+)", (REPO / "training" / "install.sh").read_text())):
+        assert any(p == REPO / "training" / name or REPO / "training" / name in p.parents for p in copied), name
     assert re.search(r"^ARG DTJOB_DEVICE=gpu$", text, re.M), (
         "the images are GPU images unless asked otherwise"
     )
