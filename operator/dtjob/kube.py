@@ -29,6 +29,7 @@ from dtjob.desired.gang import COSCHEDULING, POD_GROUP_KIND, SCHEDULERS, VOLCANO
 from dtjob.desired.owned import drift, is_ours
 from dtjob.leader import Fence, Unfenced
 from dtjob.timefmt import format_micro_time, format_time
+from dtjob.ttl_cache import TtlCache
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -87,7 +88,7 @@ class Kube(Protocol):
         limit_bytes: int | None = None,
     ) -> str: ...
     def stream_pod_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]: ...
-    def list_nodes(self, label_selector: str) -> list[Json]: ...
+    def list_nodes(self, label_selector: str, fresh: bool = False) -> list[Json]: ...
     def patch_status(
         self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str
     ) -> str: ...
@@ -120,6 +121,8 @@ class ControllerKube(Kube, Protocol):
 # Every write the operator makes is safe to repeat: creates of fixed names (409 means it exists), status
 # patches guarded by resourceVersion (409 means retry from a fresh read), deletes (404 means gone).
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+# How long a node list may be reused: nodes come and go in minutes (the autoscaler), jobs in bursts.
+NODE_LIST_TTL_S = 10.0
 
 
 class _DeadlineApiClient(client.ApiClient):
@@ -190,6 +193,9 @@ class KubeClient:
         # The gang schedulers' PodGroups, one client each (so that each API group's verbs are spelt out).
         self.coscheduling = client.CustomObjectsApi(api_client)
         self.volcano = client.CustomObjectsApi(api_client)
+        # Node lists by selector: every new job's preflight reads its pool, and a burst of jobs would list
+        # (and decode) the same nodes once each.
+        self._node_lists: TtlCache[str, list[Json]] = TtlCache(NODE_LIST_TTL_S)
 
     # --- reads ---------------------------------------------------------------------------------------
 
@@ -290,19 +296,25 @@ class KubeClient:
             *(("jobs", item) for item in json.loads(jobs.data).get("items") or []),
         ]
 
-    def list_nodes(self, label_selector: str) -> list[Json]:
+    def list_nodes(self, label_selector: str, fresh: bool = False) -> list[Json]:
         """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install).
-        Rejected when the API server refuses the selector itself (400: a key or value it cannot parse)."""
+        Rejected when the API server refuses the selector itself (400: a key or value it cannot parse).
+        The answer may be up to NODE_LIST_TTL_S old unless `fresh`. Callers must not change the nodes."""
+        if not fresh and (cached := self._node_lists.get(label_selector)) is not None:
+            return list(cached)
         try:
             response: Any = self.core.list_node(label_selector=label_selector, _preload_content=False)
         except ApiException as err:
             if err.status == 403:
                 log.warning("cannot list nodes (forbidden): skipping the GPUs-per-node check")
+                self._node_lists.put(label_selector, [])
                 return []
             if err.status == 400:
                 raise Rejected(f"node selector {label_selector!r} refused: {_api_message(err)}") from err
             raise
-        return list(json.loads(response.data).get("items") or [])
+        nodes = list(json.loads(response.data).get("items") or [])
+        self._node_lists.put(label_selector, nodes)
+        return list(nodes)
 
     # --- writes: each checks the fence first --------------------------------------------------------
 

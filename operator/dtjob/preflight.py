@@ -34,11 +34,11 @@ def preflight(kube: Kube, spec: JobSpec) -> Blocker | None:
     return _gpu_capacity(kube, spec)
 
 
-def _gpu_capacity(kube: Kube, spec: JobSpec) -> Blocker | None:
+def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | None:
     """Fail a job whose workers fit on no node of the pool; a pool scaled to zero is given the benefit."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
     try:
-        nodes = kube.list_nodes(selector)
+        nodes = kube.list_nodes(selector, fresh=fresh)
     except Rejected as err:
         # The parser refuses such pools and labels; this catches a CRD older than the operator, or a pool name
         # from the operator's own configuration.
@@ -53,6 +53,9 @@ def _gpu_capacity(kube: Kube, spec: JobSpec) -> Blocker | None:
     best = max(capacities)
     if best >= spec.gpus_per_worker:
         return None
+    if not fresh:
+        # The job is about to fail for good: decide on the nodes as they are now, not on a reused list.
+        return _gpu_capacity(kube, spec, fresh=True)
     return Blocker(
         "InsufficientGPUsPerNode",
         f"spec.gpusPerWorker: {spec.gpus_per_worker} GPUs per worker, but the nodes matching {selector} "

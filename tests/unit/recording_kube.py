@@ -108,7 +108,7 @@ class RecordingKube:
             raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
         yield self.logs[pod].encode()
 
-    def list_nodes(self, label_selector: str) -> list[Json]:
+    def list_nodes(self, label_selector: str, fresh: bool = False) -> list[Json]:
         self.calls.append(("list", "Node", label_selector))
         return copy.deepcopy(self.nodes)
 
