@@ -88,16 +88,17 @@ def test_operator_installed_by_helm_from_its_image_runs_a_real_job(
     print(f"[e2e] job under the Helm-installed operator succeeded in {time.monotonic() - started:.0f}s")
     assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
     uid = real_jobs.get(name)["metadata"]["uid"]
-    # The operator in its pod reached Azurite too: it uploaded every pod's log.
-    logs = wait_for(
-        lambda: (
-            [n for n in blob_names(node_azurite, container, f"runs/{real_jobs.ns}/{name}/{uid}/logs/")]
-            or None
-        ),
-        timeout=60,
-        what="pod logs uploaded by the in-cluster operator",
-    )
-    assert any(n.endswith(f"{name}-worker-0.log") for n in logs), logs
+    # The operator in its pod reached Azurite too: it uploaded every pod's log. The logs land one blob at a
+    # time, so wait for the whole set rather than the first.
+    prefix = f"runs/{real_jobs.ns}/{name}/{uid}/logs/"
+
+    def every_log() -> list[str] | None:
+        logs = list(blob_names(node_azurite, container, prefix))
+        workers = [n for n in logs if n.endswith((f"{name}-worker-0.log", f"{name}-worker-1.log"))]
+        launchers = [n for n in logs if n.startswith(f"{prefix}{name}-launcher-")]
+        return logs if len(workers) == 2 and launchers else None
+
+    wait_for(every_log, timeout=60, what="the launcher's and both workers' logs uploaded by the operator")
     statuses = core.read_namespaced_pod(str(pod.metadata.name), installed_operator).status.container_statuses
     restarts = sum(int(s.restart_count) for s in statuses or [])
     assert restarts == 0, "the operator restarted (liveness probe or crash)"
