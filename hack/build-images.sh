@@ -98,7 +98,15 @@ import_images() {
   mkdir -p "$store"
   exec 9>"$store/build.lock"
   flock -s -n 9 || { log "a build is running; waiting for it"; flock -s 9; }
-  local ctr=(ctr --address "$address" -n "$namespace") arg ref layout want have started
+  local ctr=(ctr --address "$address" -n "$namespace") arg ref layout want have started names orphans
+  # Heal a store that older imports left behind: CRI ID names (sha256:...) of builds no tag points at.
+  mapfile -t orphans < <("${ctr[@]}" images ls | awk 'NR > 1 { print $1, $3 }' |
+    awk '$1 !~ /^sha256:/ { named[$2] = 1 } $1 ~ /^sha256:/ { ids[$1] = $2 }
+      END { for (id in ids) if (!(ids[id] in named)) print id }')
+  if [[ ${#orphans[@]} -gt 0 ]]; then
+    "${ctr[@]}" images rm --sync "${orphans[@]}" >/dev/null
+    log "dropped ${#orphans[@]} image IDs no build of ours points at any more ($address)"
+  fi
   for arg in "$@"; do
     ref=$(resolve "$arg")
     layout=$(layout_of "$ref")
@@ -111,8 +119,11 @@ import_images() {
     fi
     if [[ -n $have ]]; then
       # Another build of the same name: remove it first and wait for containerd's garbage collection, or
-      # every rebuild would leave gigabytes of unreferenced layers and snapshots behind on each node.
-      "${ctr[@]}" images rm --sync "$ref" >/dev/null
+      # every rebuild would leave gigabytes of layers and snapshots behind on each node. The kubelet's
+      # runtime (CRI) names every image it has seen a second time, by its ID (sha256:...); that name holds
+      # the old build alive too, so every name of the old build goes.
+      mapfile -t names < <("${ctr[@]}" images ls | awk -v digest="$have" 'NR > 1 && $3 == digest { print $1 }')
+      "${ctr[@]}" images rm --sync "${names[@]}" >/dev/null
     fi
     log "$ref: importing $(du -sh "$layout" | cut -f1) into $address ($snapshotter)"
     started=$SECONDS

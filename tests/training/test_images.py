@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +53,9 @@ def test_dockerfile_copies_existing_files_and_runs_the_ci_install_script(dockerf
         for path in REPO.glob(source)
     }
     for name in set(re.findall(r"\$here/([\w.-]+)", (REPO / "training" / "install.sh").read_text())):
-        assert any(p == REPO / "training" / name or REPO / "training" / name in p.parents for p in copied), name
+        assert any(p == REPO / "training" / name or REPO / "training" / name in p.parents for p in copied), (
+            name
+        )
     assert re.search(r"^ARG DTJOB_DEVICE=gpu$", text, re.M), (
         "the images are GPU images unless asked otherwise"
     )
@@ -160,3 +164,78 @@ def test_gpu_runtime_carries_the_infiniband_userspace() -> None:
     }
     assert {"libibverbs1", "ibverbs-providers"} <= packages["$stage == runtime && $device == gpu"]
     assert "patchelf" in packages["$stage == build"], "the GPU build relocates Horovod's libraries"
+
+
+FAKE_CTR = r'''#!/usr/bin/env python3
+"""A containerd's image names as `ctr images` shows and changes them; every call is logged."""
+import json, sys
+from pathlib import Path
+
+state = Path(__file__).with_name("images.json")
+names = json.loads(state.read_text())
+args = [a for a in sys.argv[1:] if a != "--sync"]
+args = args[args.index("images") + 1:]
+with state.with_name("calls.log").open("a") as log:
+    log.write(" ".join(args) + "\n")
+if args[0] == "ls":
+    print("REF TYPE DIGEST SIZE PLATFORMS LABELS")
+    for name, digest in names.items():
+        if len(args) == 1 or args[1] == f"name=={name}":
+            print(f"{name} application/vnd.oci.image.manifest.v1+json {digest} 1.0MiB linux/amd64 -")
+elif args[0] == "rm":
+    for name in args[1:]:
+        names.pop(name)
+elif args[0] == "import":
+    sys.stdin.buffer.read()
+    new = state.with_name("new-digest").read_text().strip()
+    names["localhost/dtjob/operator:dev"] = new
+state.write_text(json.dumps(names))
+'''
+
+
+def test_import_drops_every_name_of_an_old_build(tmp_path: Path) -> None:
+    """The kubelet's runtime names each image it has seen by its ID too (sha256:...). Unless those names go
+    with the tag, every rebuild leaves the old layers on each node: a test node's store grew to 21 GB."""
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ctr = bin_dir / "ctr"
+    ctr.write_text(FAKE_CTR)
+    ctr.chmod(0o755)
+    (bin_dir / "images.json").write_text(
+        json.dumps({
+            "localhost/dtjob/operator:dev": "sha256:old",
+            "sha256:id-of-old": "sha256:old",  # the runtime's name of the build being replaced
+            "localhost/dtjob/stager:dev": "sha256:stager",
+            "sha256:id-of-stager": "sha256:stager",  # still tagged: kept
+            "sha256:id-of-older": "sha256:gone",  # an earlier build no tag points at
+        })
+    )  # fmt: skip
+    (bin_dir / "new-digest").write_text("sha256:new")
+    cache = tmp_path / "cache"
+    layout = cache / "buildah" / "images" / "localhost_dtjob_operator_dev.oci"
+    layout.mkdir(parents=True)
+    (layout / "index.json").write_text("{}")
+    layout.with_name(layout.name + ".digest").write_text("sha256:new")
+    sock_path = tmp_path / "containerd.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    try:
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DTJOB_CACHE": str(cache)}
+        done = subprocess.run(
+            [str(REPO / "hack" / "build-images.sh"), "import", "--address", str(sock_path), "operator"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+    finally:
+        sock.close()
+    assert done.returncode == 0, done.stderr
+    names = json.loads((bin_dir / "images.json").read_text())
+    assert names == {
+        "localhost/dtjob/operator:dev": "sha256:new",
+        "localhost/dtjob/stager:dev": "sha256:stager",
+        "sha256:id-of-stager": "sha256:stager",
+    }
+    removals = [
+        line.split()[1:] for line in (bin_dir / "calls.log").read_text().splitlines() if line[:2] == "rm"
+    ]
+    assert removals == [["sha256:id-of-older"], ["localhost/dtjob/operator:dev", "sha256:id-of-old"]]
