@@ -87,6 +87,8 @@ download_wheels() {
   # --no-deps: tf_keras requires `tensorflow`, which would install the full wheel next to tensorflow-cpu.
   [[ $with_tf == 0 ]] || "${download[@]}" --no-deps -r "$here/requirements-tf-keras.txt"
   [[ $cuda_from_pypi == 0 ]] || "${download[@]}" -c "$constraints" -r "$cuda_build_reqs"
+  # Horovod's sdist too, so that a build with no wheel cached yet can also run offline.
+  "${download[@]}" --no-deps --no-binary horovod "horovod==$horovod_version"
 }
 
 # DTJOB_DOWNLOAD_ONLY=1: fill the wheelhouse for this selection and stop (make does it before the tests,
@@ -188,8 +190,8 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
   build=$(mktemp -d)
   trap 'rm -rf "$build"' EXIT
   log "building Horovod $horovod_version (several minutes; cached in $wheel_dir)"
-  "$PY" -m pip download -q --no-deps --no-binary horovod -d "$build" "horovod==$horovod_version"
-  tar -xzf "$build/horovod-$horovod_version.tar.gz" -C "$build"
+  "${download[@]}" --no-deps --no-binary horovod "horovod==$horovod_version"
+  tar -xzf "$wheelhouse/horovod-$horovod_version.tar.gz" -C "$build"
   src=$build/horovod-$horovod_version
   patch -d "$src" -p1 -s <"$patch_file"
   export HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MXNET=1
