@@ -179,8 +179,9 @@ def test_a_standby_writes_nothing_while_another_replica_holds_the_lease(
     )
     with api_history(api_client, jobs.ns) as history:
         b = replicas("b", DTJOB_RESYNC_SECONDS="1")
-        body = wait_for(b.readiness, timeout=30, what="readiness")
-        assert body["ready"] is True and body["leader"] is False, body
+        # /readyz answers (503, ready false) before the replica's first read of the Lease: wait for ready.
+        body = wait_for(lambda: (r := b.readiness()) and r["ready"] and r, timeout=30, what="readiness")
+        assert body["leader"] is False and body["holder"] == elsewhere, body
         jobs.create("idle")
         # The job's event and two resyncs reached b's queue, and b dropped each.
         wait_for(
