@@ -22,6 +22,8 @@ from dtjob.leader import (
     renewal,
 )
 
+from tests.unit.manual_clock import ManualClock
+
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 ME, OTHER = "op-a_1", "op-b_2"
 
@@ -103,16 +105,8 @@ def test_the_timings_come_from_the_environment() -> None:
         load_config({"DTJOB_LEASE_RENEW_DEADLINE_SECONDS": "15"})
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_leadership_lasts_until_the_renew_deadline_after_the_last_accepted_renewal() -> None:
-    clock = Clock()
+    clock = ManualClock()
     leadership = Leadership(ME, 10, clock)
     assert not leadership.leading()
     with pytest.raises(NotLeader, match=ME):
@@ -128,7 +122,7 @@ def test_leadership_lasts_until_the_renew_deadline_after_the_last_accepted_renew
 
 
 def test_a_resigned_leadership_ignores_a_renewal_still_in_flight() -> None:
-    clock = Clock()
+    clock = ManualClock()
     leadership = Leadership(ME, 10, clock)
     leadership.renewed(clock.now)
     leadership.step_down(for_good=True)

@@ -12,20 +12,13 @@ from dtjob.preflight import preflight
 from dtjob.ttl_cache import TtlCache
 from kubernetes import client
 
+from tests.unit.manual_clock import ManualClock
 from tests.unit.operator_fixtures import job_spec
 from tests.unit.recording_kube import RecordingKube
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_entries_expire_after_their_ttl() -> None:
-    clock = Clock()
+    clock = ManualClock()
     cache: TtlCache[str, int] = TtlCache(10.0, clock)
     cache.put("a", 1)
     clock.now += 9.9
@@ -36,7 +29,7 @@ def test_entries_expire_after_their_ttl() -> None:
 
 
 def test_put_forgets_expired_entries() -> None:
-    clock = Clock()
+    clock = ManualClock()
     cache: TtlCache[str, int] = TtlCache(10.0, clock)
     for key in "abc":
         cache.put(key, 1)
@@ -95,7 +88,7 @@ class CountingCoreApi:
 
 
 def test_the_client_lists_each_pool_once_per_ttl() -> None:
-    clock = Clock()
+    clock = ManualClock()
     kube = KubeClient(client.ApiClient(client.Configuration()))
     kube._node_lists = TtlCache(NODE_LIST_TTL_S, clock)  # a clock the test moves
     core = CountingCoreApi([node(4)])
