@@ -24,7 +24,6 @@ Prints the table and dtjob's ratios against each mpi-operator run (> 1: dtjob be
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from dtjob.config import OperatorConfig
 from kubernetes import client, config, watch
 
 from bench.operator_scale import kubeconfig_path, proc_usage
+from testbed.cache import cache_root
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess, install_crd, kubectl
 
@@ -52,7 +52,7 @@ RUN_FOREVER = {"sim.dtjob.io/run-duration": "3600s"}  # launchers keep running: 
 
 
 def mpi_operator_dir() -> Path:
-    cache = Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob"))
+    cache = cache_root()
     subprocess.run([str(REPO / "hack" / "build-mpi-operator.sh")], check=True)
     return cache / "bin" / f"mpi-operator-{MPI_OPERATOR_VERSION}"
 

@@ -26,6 +26,7 @@ from azure.storage.blob import BlobServiceClient
 
 from hack.demo_common import banner, follow, kubectl_runner, start_operator, stop, wait_established
 from testbed.azurite import run_azurite
+from testbed.cache import cache_root
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "pytorch-synthetic-resnet50.yaml"
@@ -63,7 +64,7 @@ def job_manifest(endpoint: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    state_dir = Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob")) / "demo"
+    state_dir = cache_root() / "demo"
     state_dir.mkdir(parents=True, exist_ok=True)
 
     banner(

@@ -25,6 +25,7 @@ import yaml
 from kubernetes import config as kube_config
 
 from hack.demo_common import banner, follow, kubectl_runner, start_operator, stop, wait_established
+from testbed.cache import cache_root
 from testbed.sim_logs import append_log, serve_pod_log
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +83,7 @@ def simulate_training_log(manifest: dict[str, Any], log_path: Path, done: thread
 
 
 def main() -> int:
-    state_dir = Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob")) / "demo"
+    state_dir = cache_root() / "demo"
     state_dir.mkdir(parents=True, exist_ok=True)
     manifest = job_manifest()
     name = manifest["metadata"]["name"]

@@ -7,13 +7,13 @@ scheduler_plugins volcano_crds` (make gang-schedulers). Everything listens on 12
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from testbed.cache import cache_root
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import free_port, kubectl, terminate
 
@@ -34,17 +34,18 @@ def pinned(key: str) -> str:
     raise KeyError(key)
 
 
-def _cache() -> Path:
-    return Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob"))
-
-
 def scheduler_plugins_dir() -> Path:
     """The cached build: kube-scheduler and crds/ (scheduler-plugins' PodGroup CRD)."""
-    return _cache() / "bin" / f"scheduler-plugins-{pinned('SCHEDULER_PLUGINS_VERSION')}"
+    return cache_root() / "bin" / f"scheduler-plugins-{pinned('SCHEDULER_PLUGINS_VERSION')}"
 
 
 def volcano_crd_file() -> Path:
-    return _cache() / "crds" / f"volcano-{pinned('VOLCANO_VERSION')}" / "scheduling.volcano.sh_podgroups.yaml"
+    return (
+        cache_root()
+        / "crds"
+        / f"volcano-{pinned('VOLCANO_VERSION')}"
+        / "scheduling.volcano.sh_podgroups.yaml"
+    )
 
 
 def coscheduling_crd_file() -> Path:

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from testbed.cache import cache_root
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import free_port, kubectl, terminate
 
@@ -55,7 +56,7 @@ WEBHOOK_CONFIG_NAMES = {
 
 def kueue_dir() -> Path:
     """Where hack/build-kueue.sh put the manager, its CRDs and its webhook manifest."""
-    cache = Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob"))
+    cache = cache_root()
     version = os.environ.get("KUEUE_VERSION") or _pinned("KUEUE_VERSION")
     return cache / "bin" / f"kueue-{version}"
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from pathlib import Path
+
+from testbed.cache import cache_root
 
 REPO = Path(__file__).resolve().parents[1]
 _COMPONENT_OF = {
@@ -29,7 +30,7 @@ def pinned_versions() -> dict[str, str]:
 def tool(name: str) -> str:
     """The pinned build of `name` from the cache, else whatever PATH offers."""
     component, version_key = _COMPONENT_OF[name]
-    cache = Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob"))
+    cache = cache_root()
     pinned = cache / "bin" / f"{component}-{pinned_versions()[version_key]}" / name
     if pinned.is_file():
         return str(pinned)
@@ -43,7 +44,7 @@ def kstatus() -> str:
     """hack/build-kstatus.sh's build of the kstatus program (cached under a hash of its sources)."""
     source = REPO / "hack" / "kstatus"
     digest = hashlib.sha256(b"".join((source / f).read_bytes() for f in ("go.mod", "go.sum", "main.go")))
-    cache = Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob"))
+    cache = cache_root()
     built = cache / "bin" / f"kstatus-{digest.hexdigest()[:12]}" / "kstatus"
     if not built.is_file():
         raise FileNotFoundError(f"kstatus is not built ({built}): run `make control-plane`")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.cache import cache_root
 from tests.training.training_helpers import REPO
 
 pytestmark = pytest.mark.training
@@ -29,14 +30,10 @@ pytestmark = pytest.mark.training
 INSTALL = REPO / "training" / "install.sh"
 
 
-def _cache() -> Path:
-    return Path(os.environ.get("DTJOB_CACHE", Path.home() / ".cache" / "dtjob"))
-
-
 def _offline_env(**extra: str) -> dict[str, str]:
-    wheelhouse = _cache() / "wheels" / "pypi"
+    wheelhouse = cache_root() / "wheels" / "pypi"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "DTJOB_", "PIP_"))}
-    env |= {"DTJOB_CACHE": str(_cache()), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
+    env |= {"DTJOB_CACHE": str(cache_root()), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
     return env | extra
 
 
