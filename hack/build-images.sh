@@ -100,9 +100,8 @@ import_images() {
   flock -s -n 9 || { log "a build is running; waiting for it"; flock -s 9; }
   local ctr=(ctr --address "$address" -n "$namespace") arg ref layout want have started names orphans
   # Heal a store that older imports left behind: CRI ID names (sha256:...) of builds no tag points at.
-  mapfile -t orphans < <("${ctr[@]}" images ls | awk 'NR > 1 { print $1, $3 }' |
-    awk '$1 !~ /^sha256:/ { named[$2] = 1 } $1 ~ /^sha256:/ { ids[$1] = $2 }
-      END { for (id in ids) if (!(ids[id] in named)) print id }')
+  mapfile -t orphans < <("${ctr[@]}" images ls | awk 'NR == 1 { next } $1 ~ /^sha256:/ { ids[$1] = $3; next }
+    { named[$3] = 1 } END { for (id in ids) if (!(ids[id] in named)) print id }')
   if [[ ${#orphans[@]} -gt 0 ]]; then
     "${ctr[@]}" images rm --sync "${orphans[@]}" >/dev/null
     log "dropped ${#orphans[@]} image IDs no build of ours points at any more ($address)"
