@@ -36,7 +36,6 @@ from dtjob.actions import (
 )
 from dtjob.config import OperatorConfig
 from dtjob.desired.gang import gang_scheduler
-from dtjob.desired.owned import is_ours
 from dtjob.kube import Applied, Kube, NotOurs
 from dtjob.names import Access
 from dtjob.observed import pod_state
@@ -59,11 +58,28 @@ def act(
 ) -> list[Result]:
     """`pods` are the job's pods as observed (whose logs UploadLogs reads); `output_url` the run's folder."""
     results: list[Result] = []
-    for action in actions:
-        result = _run(kube, config, spec, owner, action, pods, output_url, now)
+    for step in _steps(actions):
+        if isinstance(step, list):  # a world's worker pods: created at once
+            _ensure_all(kube, [desired.worker_pod(spec, owner, w.index, w.attempt) for w in step])
+            continue
+        result = _run(kube, config, spec, owner, step, pods, output_url, now)
         if result is not None:
             results.append(result)
     return results
+
+
+def _steps(actions: Sequence[Action]) -> list[Action | list[CreateWorker]]:
+    """The actions in order, each a step of its own but for a run of CreateWorker, which is one step."""
+    steps: list[Action | list[CreateWorker]] = []
+    for action in actions:
+        last = steps[-1] if steps else None
+        if isinstance(action, CreateWorker) and isinstance(last, list):
+            last.append(action)
+        elif isinstance(action, CreateWorker):
+            steps.append([action])
+        else:
+            steps.append(action)
+    return steps
 
 
 def _run(
@@ -85,18 +101,17 @@ def _run(
                 # Before anything else: a cluster without the gang scheduler's API gets nothing of the world.
                 worker = desired.worker_pod(spec, owner, 0, 0)
                 _ensure(kube, desired.pod_group(spec, owner, worker))
-            ssh = kube.get_secret(ns, names.ssh_secret_name(spec.name))
-            if ssh is None:
-                keys = generate_keypair(comment=f"dtjob-{spec.name}")
-                _ensure(kube, desired.ssh_secret(spec, owner, keys))
-            elif not is_ours(ssh, {"metadata": {"ownerReferences": [owner]}}):
-                raise NotOurs(f"Secret {names.ssh_secret_name(spec.name)}")
-            _ensure(kube, desired.hostfile_config_map(spec, owner))
-            _ensure(kube, desired.workers_service(spec, owner))
+            # A fresh key pair costs microseconds; an existing Secret keeps its keys (Secrets are never
+            # patched), so creating first spares a read in the common case.
+            keys = generate_keypair(comment=f"dtjob-{spec.name}")
+            world = [
+                desired.ssh_secret(spec, owner, keys),
+                desired.hostfile_config_map(spec, owner),
+                desired.workers_service(spec, owner),
+            ]
             if config.network_policy:
-                _ensure(kube, desired.network_policy(spec, owner))
-        case CreateWorker(index=index, attempt=attempt):
-            _ensure(kube, desired.worker_pod(spec, owner, index, attempt))
+                world.append(desired.network_policy(spec, owner))
+            _ensure_all(kube, world)
         case CreateLauncher(attempt=attempt):
             _ensure(kube, desired.launcher_job(spec, owner, attempt))
         case DeletePod(name=pod):
@@ -127,8 +142,14 @@ def _run(
 
 
 def _ensure(kube: Kube, obj: Json) -> None:
-    if kube.ensure(obj) is Applied.NOT_OURS:
-        raise NotOurs(f"{obj['kind']} {obj['metadata']['name']}")
+    _ensure_all(kube, [obj])
+
+
+def _ensure_all(kube: Kube, objs: Sequence[Json]) -> None:
+    """Each of `objs` at once; NotOurs naming the first whose name another owner's object holds."""
+    for obj, applied in zip(objs, kube.ensure_all(objs), strict=True):
+        if applied is Applied.NOT_OURS:
+            raise NotOurs(f"{obj['kind']} {obj['metadata']['name']}")
 
 
 def _upload_logs(

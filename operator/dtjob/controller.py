@@ -141,9 +141,17 @@ class Controller:
                      ", ".join(sorted(name for _, name in changed)))  # fmt: skip
         return changed
 
-    def observe_job(self, key: Key, deleted: bool, status: Mapping[str, Any] | None = None) -> None:
-        """A watch event of a job; `status` is its status as the event carried it."""
+    def observe_job(
+        self,
+        key: Key,
+        deleted: bool,
+        status: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        """A watch event of a job; `status` is its status as the event carried it, `body` the whole job
+        (which reconciles then read from the client's copy instead of the API)."""
         if deleted:
+            self.kube.forget_job(*key)
             self.known.discard(key)
             self.summaries.pop(key, None)
             self._failures.pop(key, None)
@@ -151,6 +159,8 @@ class Controller:
             if timer is not None:
                 timer.cancel()
         else:
+            if body is not None:
+                self.kube.remember_job(body)
             self.known.add(key)
             self.summaries[key] = metrics.job_summary(status)
             self.enqueue(key)

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import urllib3
 from kubernetes import client
@@ -27,6 +30,7 @@ from urllib3.util.retry import Retry
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL, metrics
 from dtjob.desired.gang import COSCHEDULING, POD_GROUP_KIND, SCHEDULERS, VOLCANO
 from dtjob.desired.owned import drift, is_ours
+from dtjob.job_cache import JobCache
 from dtjob.leader import Fence, Unfenced
 from dtjob.timefmt import format_micro_time, format_time
 from dtjob.ttl_cache import TtlCache
@@ -87,6 +91,9 @@ class Kube(Protocol):
         tail_lines: int | None = None,
         limit_bytes: int | None = None,
     ) -> str: ...
+    def poll_pod_log(
+        self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, every_s: float
+    ) -> str | None: ...
     def stream_pod_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]: ...
     def list_nodes(self, label_selector: str, fresh: bool = False) -> list[Json]: ...
     def patch_status(
@@ -94,6 +101,7 @@ class Kube(Protocol):
     ) -> str: ...
     def create_if_absent(self, obj: Json) -> bool: ...
     def ensure(self, obj: Json) -> Applied: ...
+    def ensure_all(self, objs: Sequence[Json]) -> list[Applied]: ...
     def replace_secret(self, obj: Json, resource_version: str) -> None: ...
     def delete_secret(self, namespace: str, name: str) -> None: ...
     def delete_pod(self, namespace: str, name: str) -> None: ...
@@ -115,6 +123,10 @@ class ControllerKube(Kube, Protocol):
     """What the controller calls besides what its reconciles call: the LIST that corrects its cache."""
 
     def list_children(self, namespace: str, label_selector: str) -> list[tuple[str, Json]]: ...
+    def remember_job(self, body: Mapping[str, Any]) -> None:
+        """A job as a watch event showed it: get_job may answer with it."""
+
+    def forget_job(self, namespace: str, name: str) -> None: ...
 
 
 # Answers worth another try: the API server's "try again" (429, with Retry-After) and its transient failures.
@@ -123,6 +135,15 @@ class ControllerKube(Kube, Protocol):
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 # How long a node list may be reused: nodes come and go in minutes (the autoscaler), jobs in bursts.
 NODE_LIST_TTL_S = 10.0
+# The content types of the calls' bodies.
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+# How long a job's cached copy serves without a watch event or a write confirming it (dtjob.job_cache).
+JOB_COPY_MAX_AGE_S = 60.0
+# The creates of one ensure_all() in flight at once, across all reconciles: a world's objects, then its pods,
+# go out together instead of one round trip after another.
+PARALLEL_CREATES = 16
 
 
 class _DeadlineApiClient(client.ApiClient):
@@ -156,11 +177,15 @@ class _DeadlineApiClient(client.ApiClient):
         return response
 
 
-def connect(connect_timeout: float, read_timeout: float, retries: int) -> client.ApiClient:
+def connect(
+    connect_timeout: float, read_timeout: float, retries: int, pool_size: int | None = None
+) -> client.ApiClient:
     """A client for the in-cluster API server (or the kubeconfig's), with a deadline on every call and
     bounded retries: `retries` for connection failures and 429/5xx answers, one for a read that timed out
     (so a hung call ends after twice the read timeout), backing off 0.2 s, 0.4 s, 0.8 s..."""
     configuration = client.Configuration()
+    if pool_size is not None:  # one kept-alive connection per thread that calls: no handshake per call
+        configuration.connection_pool_maxsize = pool_size
     try:
         k8s_config.load_incluster_config(client_configuration=configuration)
     except k8s_config.ConfigException:
@@ -196,18 +221,37 @@ class KubeClient:
         # Node lists by selector: every new job's preflight reads its pool, and a burst of jobs would list
         # (and decode) the same nodes once each.
         self._node_lists: TtlCache[str, list[Json]] = TtlCache(NODE_LIST_TTL_S)
+        self._node_list_locks: dict[str, threading.Lock] = {}
+        self.jobs = JobCache(JOB_COPY_MAX_AGE_S)
+        # When each log tail was last read, by (namespace, pod, container): progress polls read it at most
+        # once per interval however many events reconcile the job.
+        self._log_polls: dict[tuple[str, str, str], float] = {}
+        self._log_polls_lock = threading.Lock()
+        self.clock: Callable[[], float] = time.monotonic  # for the polls' intervals
+        self._creates = ThreadPoolExecutor(PARALLEL_CREATES, thread_name_prefix="create")
 
     # --- reads ---------------------------------------------------------------------------------------
 
     def get_job(self, namespace: str, name: str) -> Json | None:
-        return _raw_or_none(
-            lambda: self.custom.get_namespaced_custom_object(
-                API_GROUP, API_VERSION, namespace, PLURAL, name, _preload_content=False
-            )
-        )
+        """The job from the watch's copy when it holds a recent one (dtjob.job_cache), else from a GET."""
+        cached = self.jobs.get(namespace, name)
+        if cached is not None:
+            return cached
+        job = _raw_or_none(lambda: self._call("get", KIND, namespace, name))
+        if job is None:
+            self.jobs.forget(namespace, name)
+        else:
+            self.jobs.put(job)
+        return job
+
+    def remember_job(self, body: Mapping[str, Any]) -> None:
+        self.jobs.put(body)
+
+    def forget_job(self, namespace: str, name: str) -> None:
+        self.jobs.forget(namespace, name)
 
     def get_secret(self, namespace: str, name: str) -> Json | None:
-        return _raw_or_none(lambda: self.core.read_namespaced_secret(name, namespace, _preload_content=False))
+        return self._read("Secret", namespace, name)
 
     def get_pvc(self, namespace: str, name: str) -> Json | None:
         return _raw_or_none(
@@ -239,6 +283,20 @@ class KubeClient:
             raise LogUnavailable(f"{namespace}/{pod} ({container}): {err.status} {err.reason}") from err
         data: bytes = response.data
         return data.decode(errors="replace")
+
+    def poll_pod_log(
+        self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, every_s: float
+    ) -> str | None:
+        """read_pod_log()'s tail, or None when this pod's container was polled less than `every_s` ago."""
+        key, now = (namespace, pod, container), self.clock()
+        with self._log_polls_lock:
+            last = self._log_polls.get(key)
+            if last is not None and now - last < every_s:
+                return None
+            if len(self._log_polls) > 4096:  # pods come and go: drop what is past its interval
+                self._log_polls = {k: at for k, at in self._log_polls.items() if now - at < every_s}
+            self._log_polls[key] = now
+        return self.read_pod_log(namespace, pod, container, tail_lines=tail_lines, limit_bytes=limit_bytes)
 
     def stream_pod_log(
         self,
@@ -285,12 +343,9 @@ class KubeClient:
     def list_children(self, namespace: str, label_selector: str) -> list[tuple[str, Json]]:
         """Every pod and batch Job in `namespace` matching the selector, as ("pods" | "jobs", object): one
         consistent read each, for the children cache's resync."""
-        pods: Any = self.core.list_namespaced_pod(
-            namespace, label_selector=label_selector, _preload_content=False
-        )
-        jobs: Any = self.batch.list_namespaced_job(
-            namespace, label_selector=label_selector, _preload_content=False
-        )
+        query = [("labelSelector", label_selector)]
+        pods = self._call("list", "Pod", namespace, query=query)
+        jobs = self._call("list", "Job", namespace, query=query)
         return [
             *(("pods", item) for item in json.loads(pods.data).get("items") or []),
             *(("jobs", item) for item in json.loads(jobs.data).get("items") or []),
@@ -299,11 +354,22 @@ class KubeClient:
     def list_nodes(self, label_selector: str, fresh: bool = False) -> list[Json]:
         """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install).
         Rejected when the API server refuses the selector itself (400: a key or value it cannot parse).
-        The answer may be up to NODE_LIST_TTL_S old unless `fresh`. Callers must not change the nodes."""
-        if not fresh and (cached := self._node_lists.get(label_selector)) is not None:
-            return list(cached)
+        The answer may be up to NODE_LIST_TTL_S old unless `fresh`. Only what the checks read is kept of each
+        node: its name, labels, schedulability, taints and resources. Callers must not change the nodes."""
+        # One list per selector at a time: a burst of new jobs would otherwise list the same pool once per
+        # reconcile thread before the first answer is cached.
+        with self._node_list_locks.setdefault(label_selector, threading.Lock()):
+            if not fresh and (cached := self._node_lists.get(label_selector)) is not None:
+                return list(cached)
+            return list(self._list_nodes(label_selector, fresh))
+
+    def _list_nodes(self, label_selector: str, fresh: bool) -> list[Json]:
+        # resourceVersion 0: the API server answers from its watch cache, as informers' lists do.
+        version = None if fresh else "0"
         try:
-            response: Any = self.core.list_node(label_selector=label_selector, _preload_content=False)
+            response: Any = self.core.list_node(
+                label_selector=label_selector, resource_version=version, _preload_content=False
+            )
         except ApiException as err:
             if err.status == 403:
                 log.warning("cannot list nodes (forbidden): skipping the GPUs-per-node check")
@@ -312,9 +378,9 @@ class KubeClient:
             if err.status == 400:
                 raise Rejected(f"node selector {label_selector!r} refused: {_api_message(err)}") from err
             raise
-        nodes = list(json.loads(response.data).get("items") or [])
+        nodes = [_node_projection(node) for node in json.loads(response.data).get("items") or []]
         self._node_lists.put(label_selector, nodes)
-        return list(nodes)
+        return nodes
 
     # --- writes: each checks the fence first --------------------------------------------------------
 
@@ -329,14 +395,14 @@ class KubeClient:
         self.fence.check()
         body = {"metadata": {"resourceVersion": resource_version}, "status": dict(status)}
         try:
-            response: Any = self.custom.patch_namespaced_custom_object_status(
-                API_GROUP, API_VERSION, namespace, PLURAL, name, body, _preload_content=False
-            )
+            response = self._call("patch", f"{KIND}/status", namespace, name, body)
         except ApiException as err:
             if err.status == 409:
                 raise Conflict(f"{namespace}/{name} changed; retrying") from err
             raise
-        return str(json.loads(response.data)["metadata"]["resourceVersion"])
+        job = json.loads(response.data)
+        self.jobs.put(job)  # the next reconcile decides from this status, not from the watch's older one
+        return str(job["metadata"]["resourceVersion"])
 
     def create_if_absent(self, obj: Json) -> bool:
         """Create obj; False when it already exists."""
@@ -345,17 +411,9 @@ class KubeClient:
         namespace = obj["metadata"]["namespace"]
         if kind == POD_GROUP_KIND:
             return self._create_pod_group(obj)
-        create: Any = {
-            "Pod": self.core.create_namespaced_pod,
-            "Service": self.core.create_namespaced_service,
-            "Secret": self.core.create_namespaced_secret,
-            "ConfigMap": self.core.create_namespaced_config_map,
-            "Job": self.batch.create_namespaced_job,
-            "NetworkPolicy": self.networking.create_namespaced_network_policy,
-        }[kind]
         name = obj["metadata"]["name"]
         try:
-            _discard(create(namespace, obj, _preload_content=False))
+            _discard(self._call("create", kind, namespace, body=obj))
         except ApiException as err:
             if err.status == 409:
                 return False
@@ -364,8 +422,6 @@ class KubeClient:
             if err.status == 403:
                 raise Forbidden(f"{kind} {name} refused by the API server: {_api_message(err)}") from err
             raise
-        except ValueError as err:  # the typed client validates bodies before sending them
-            raise Rejected(f"{kind} {name} is invalid: {'; '.join(str(err).splitlines()[:3])}") from err
         log.info("created %s %s/%s", kind, namespace, name)
         return True
 
@@ -395,27 +451,36 @@ class KubeClient:
         log.info("updated %s %s/%s", kind, meta["namespace"], meta["name"])
         return Applied.UPDATED
 
+    def ensure_all(self, objs: Sequence[Json]) -> list[Applied]:
+        """ensure() each, all at once; when some fail, the first one's error (in `objs` order) once all
+        have ended, so nothing is left running behind the caller."""
+        if len(objs) < 2:
+            return [self.ensure(obj) for obj in objs]
+        futures = [self._creates.submit(self.ensure, obj) for obj in objs]
+        errors = [error for future in futures if (error := future.exception()) is not None]
+        if errors:
+            raise errors[0]
+        return [future.result() for future in futures]
+
     def _read(self, kind: str, namespace: str, name: str, api_version: str = "v1") -> Json | None:
         if kind == POD_GROUP_KIND:
             return _raw_or_none(lambda: self._pod_group_call(api_version, "get", namespace, name))
-        read: Any = {
-            "Pod": self.core.read_namespaced_pod,
-            "Service": self.core.read_namespaced_service,
-            "Secret": self.core.read_namespaced_secret,
-            "ConfigMap": self.core.read_namespaced_config_map,
-            "Job": self.batch.read_namespaced_job,
-            "NetworkPolicy": self.networking.read_namespaced_network_policy,
-        }[kind]
-        return _raw_or_none(lambda: read(name, namespace, _preload_content=False))
+        return _raw_or_none(lambda: self._call("get", kind, namespace, name))
 
     def _patch(self, kind: str, namespace: str, name: str, body: Json) -> None:
         self.fence.check()
-        patch: Any = {
-            "Service": self.core.patch_namespaced_service,
-            "ConfigMap": self.core.patch_namespaced_config_map,
-            "NetworkPolicy": self.networking.patch_namespaced_network_policy,
-        }[kind]
-        _discard(patch(name, namespace, body, _preload_content=False))
+        _discard(self._call("patch", kind, namespace, name, body))
+
+    def _call(
+        self,
+        verb: str,
+        kind: str,
+        namespace: str,
+        name: str = "",
+        body: Any = None,
+        query: Sequence[tuple[str, str]] = (),
+    ) -> Any:
+        return api_call(self.api_client, verb, kind, namespace, name, body, query)
 
     def replace_secret(self, obj: Json, resource_version: str) -> None:
         """Replace a Secret's content in place (mounted copies follow); guarded by resourceVersion."""
@@ -600,7 +665,7 @@ class KubeClient:
         self.fence.check()
         meta = job["metadata"]
         involved = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND}
-        _post_event(self.core, {**involved, **_reference(meta)}, kind, reason, message, now)
+        _post_event(self.api_client, {**involved, **_reference(meta)}, kind, reason, message, now)
 
 
 def _reference(meta: Mapping[str, Any]) -> Json:
@@ -608,7 +673,7 @@ def _reference(meta: Mapping[str, Any]) -> Json:
 
 
 def _post_event(
-    core: client.CoreV1Api,
+    api_client: client.ApiClient,
     involved: Json,
     kind: str,
     reason: str,
@@ -636,7 +701,7 @@ def _post_event(
     }
     try:
         body: Any = event
-        _discard(core.create_namespaced_event(involved["namespace"], body, _preload_content=False))
+        _discard(api_call(api_client, "create", "Event", involved["namespace"], body=body))
     except ApiException as err:  # events are best effort: never fail a reconcile over one
         log.warning("could not post event %s on %s: %s", reason, involved["name"], err.reason)
 
@@ -650,8 +715,8 @@ class LeaseClient:
     def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
         self.namespace = namespace
         self.name = name
+        self.api_client = api_client
         self.coordination = client.CoordinationV1Api(api_client)
-        self.core = client.CoreV1Api(api_client)
 
     def read(self) -> Json | None:
         return _raw_or_none(
@@ -700,7 +765,94 @@ class LeaseClient:
         self, lease: Mapping[str, Any], reason: str, message: str, now: datetime, instance: str
     ) -> None:
         involved = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **_reference(lease["metadata"])}
-        _post_event(self.core, involved, "Normal", reason, message, now, instance)
+        _post_event(self.api_client, involved, "Normal", reason, message, now, instance)
+
+
+# The calls the operator makes as plain JSON (api_call), by RBAC verb, and the kinds each verb is used on. A
+# call outside this table is refused, so the table is what the chart must grant for them (tests' test_rbac).
+# The typed client validates a body into its model classes and serialises it back on every call, which cost
+# about 2 ms of CPU per call, eight times the HTTP request itself.
+PLAIN_CALLS: dict[str, frozenset[str]] = {
+    "create": frozenset({"Pod", "Service", "Secret", "ConfigMap", "Job", "NetworkPolicy", "Event"}),
+    "get": frozenset({"Pod", "Service", "Secret", "ConfigMap", "Job", "NetworkPolicy", KIND}),
+    "patch": frozenset({"Service", "ConfigMap", "NetworkPolicy", f"{KIND}/status"}),
+    "list": frozenset({"Pod", "Job"}),
+    "watch": frozenset({"Pod", "Job"}),
+}
+# kind -> (API group, version, resource); a "<kind>/<subresource>" uses its kind's.
+RESOURCES: dict[str, tuple[str, str, str]] = {
+    "Pod": ("", "v1", "pods"),
+    "Service": ("", "v1", "services"),
+    "Secret": ("", "v1", "secrets"),
+    "ConfigMap": ("", "v1", "configmaps"),
+    "Event": ("", "v1", "events"),
+    "Job": ("batch", "v1", "jobs"),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
+    KIND: (API_GROUP, API_VERSION, PLURAL),
+}
+_METHODS = {"create": "POST", "get": "GET", "list": "GET", "watch": "GET", "patch": "PATCH"}
+
+
+def api_call(
+    api_client: client.ApiClient,
+    verb: str,
+    kind: str,
+    namespace: str | None,
+    name: str = "",
+    body: Any = None,
+    query: Sequence[tuple[str, str]] = (),
+    timeout: tuple[float, float] | None = None,
+) -> Any:
+    """`verb` (as RBAC names it) on `kind` (a "<kind>/<subresource>" for a subresource) in `namespace` (None:
+    every namespace), `name` for one object. Patches are merge patches (strategic for built-in kinds)."""
+    if kind not in PLAIN_CALLS.get(verb, ()):
+        raise ValueError(f"{verb} {kind} is not among dtjob.kube.PLAIN_CALLS")
+    base, _, subresource = kind.partition("/")
+    group, version, plural = RESOURCES[base]
+    path = "/api/v1" if not group else f"/apis/{group}/{version}"
+    if namespace is not None:
+        path += f"/namespaces/{quote(namespace, safe='')}"
+    path += f"/{plural}"
+    if name:
+        path += f"/{quote(name, safe='')}" + (f"/{subresource}" if subresource else "")
+    if verb == "watch":
+        query = [*query, ("watch", "true")]
+    content_type = JSON
+    if verb == "patch":
+        content_type = STRATEGIC_MERGE if not group else MERGE_PATCH
+    return rest_call(api_client, _METHODS[verb], path, body, query, content_type, timeout)
+
+
+def rest_call(
+    api_client: client.ApiClient,
+    method: str,
+    path: str,
+    body: Any = None,
+    query: Sequence[tuple[str, str]] = (),
+    content_type: str = JSON,
+    timeout: tuple[float, float] | None = None,
+) -> Any:
+    """One API call with `body` sent as JSON as it is, through the client's auth, deadlines (`timeout`,
+    connect and read, or the client's), retries and metrics (its call_api); the urllib3 answer, unread.
+    ApiException for an answer outside 2xx, as the typed client raises it."""
+    headers = {"Accept": JSON, "Content-Type": content_type}
+    _, url, headers, _, _ = api_client.param_serialize(
+        method, path, query_params=list(query), header_params=headers, auth_settings=["BearerToken"]
+    )
+    response = api_client.call_api(method, url, headers, body, _request_timeout=timeout)
+    if not 200 <= response.status <= 299:
+        response.read()  # type: ignore[no-untyped-call]
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return response.response
+
+
+def _node_projection(node: Mapping[str, Any]) -> Json:
+    meta, spec, status = (node.get(part) or {} for part in ("metadata", "spec", "status"))
+    return {
+        "metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
+        "spec": {"unschedulable": spec.get("unschedulable"), "taints": spec.get("taints") or []},
+        "status": {"allocatable": status.get("allocatable") or {}, "capacity": status.get("capacity") or {}},
+    }
 
 
 def _raw_or_none(call: Any) -> Json | None:

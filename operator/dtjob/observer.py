@@ -51,7 +51,7 @@ def observe(
     staging = None
     if active and spec.dataset.staging is not None and not prev.is_true("Staged"):
         staging = storage.observe_staging(kube, spec.namespace, children.staging, children.pods)
-    progress = _training_progress(kube, spec.namespace, prev, seen)
+    progress = _training_progress(kube, spec.namespace, prev, seen, config.progress_seconds)
     room = _pool_room(kube, spec) if active and wants_pool_room(spec, seen, prev, now) else None
     return Observed(
         pods=seen.pods,
@@ -96,22 +96,27 @@ def _worst(*blockers: Blocker | None) -> Blocker | None:
     return next((b for b in found if b.fatal), found[0] if found else None)
 
 
-def _training_progress(kube: Kube, namespace: str, prev: JobStatus, seen: Observed) -> dict[str, Any] | None:
-    """Rank 0's latest progress line while the launcher runs, and once more as it ends (a short run may print
-    all its progress between two reads)."""
+def _training_progress(
+    kube: Kube, namespace: str, prev: JobStatus, seen: Observed, every_s: float
+) -> dict[str, Any] | None:
+    """Rank 0's latest progress line while the launcher runs, at most once per `every_s` however often its
+    pods' events reconcile the job, and once more as it ends (a short run may print all its progress between
+    two reads). None: nothing new (the status keeps the last progress)."""
     launcher = seen.launcher
     if launcher is None or launcher.pod_name is None or prev.phase in FINISHED:
         return None
     if not (launcher.running or launcher.finished):
         return None
+    pod, container = launcher.pod_name, names.LAUNCHER_CONTAINER
     try:
-        text = kube.read_pod_log(
-            namespace,
-            launcher.pod_name,
-            names.LAUNCHER_CONTAINER,
-            tail_lines=PROGRESS_TAIL_LINES,
-            limit_bytes=PROGRESS_TAIL_BYTES,
-        )
+        if launcher.finished:
+            text: str | None = kube.read_pod_log(
+                namespace, pod, container, tail_lines=PROGRESS_TAIL_LINES, limit_bytes=PROGRESS_TAIL_BYTES
+            )
+        else:
+            text = kube.poll_pod_log(
+                namespace, pod, container, PROGRESS_TAIL_LINES, PROGRESS_TAIL_BYTES, every_s / 2
+            )
     except LogUnavailable:
         return None
-    return latest_progress(text)
+    return None if text is None else latest_progress(text)

@@ -116,9 +116,9 @@ def test_metrics_follow_a_job_and_its_series_end_with_it(
     }
     # The calls this job cost, each timed under its verb and resource.
     assert {
-        ("get", "distributedtrainingjobs"),
         ("patch", "distributedtrainingjobs/status"),
         ("list", "pods"),
+        ("watch", "pods"),  # the children's watch is the operator's own
         ("list", "jobs"),
         ("create", "pods"),
         ("create", "jobs"),

@@ -11,7 +11,7 @@ raise NotLeader (a replica standing by).
 from __future__ import annotations
 
 import copy
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -101,6 +101,12 @@ class RecordingKube:
         lines = self.logs[pod].splitlines(keepends=True)
         return "".join(lines[-tail_lines:] if tail_lines else lines)
 
+    def poll_pod_log(
+        self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, every_s: float
+    ) -> str | None:
+        """Never throttled here: each poll reads (KubeClient's interval has its own test)."""
+        return self.read_pod_log(namespace, pod, container, tail_lines, limit_bytes)
+
     def stream_pod_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]:
         # A generator, as KubeClient's: the call happens at the first next().
         self.calls.append(("stream-log", "Pod", pod))
@@ -149,6 +155,20 @@ class RecordingKube:
         self.calls.append(("patch", obj["kind"], meta["name"]))
         existing.update(copy.deepcopy(patch))
         return Applied.UPDATED
+
+    def ensure_all(self, objs: Sequence[Json]) -> list[Applied]:
+        """One after another, in order, so that the calls recorded are deterministic; like KubeClient's,
+        every one is tried before the first error is raised."""
+        applied: list[Applied] = []
+        errors: list[Exception] = []
+        for obj in objs:
+            try:
+                applied.append(self.ensure(obj))
+            except Exception as error:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+        return applied
 
     def replace_secret(self, obj: Json, resource_version: str) -> None:
         self.calls.append(("replace", "Secret", obj["metadata"]["name"]))

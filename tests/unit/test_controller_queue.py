@@ -82,6 +82,13 @@ class RecordingKube:
         self.events: list[tuple[str, str]] = []
         self.children: list[tuple[str, dict[str, Any]]] = []  # what a LIST of children returns
         self.lists = 0
+        self.jobs: dict[tuple[str, str], Mapping[str, Any]] = {}  # the copies its reconciles would read
+
+    def remember_job(self, body: Mapping[str, Any]) -> None:
+        self.jobs[body["metadata"]["namespace"], body["metadata"]["name"]] = body
+
+    def forget_job(self, namespace: str, name: str) -> None:
+        self.jobs.pop((namespace, name), None)
 
     def list_children(self, namespace: str, label_selector: str) -> list[tuple[str, dict[str, Any]]]:
         self.lists += 1
@@ -298,6 +305,19 @@ def test_a_deleted_job_loses_its_timer_and_its_queued_reconcile() -> None:
         await until(lambda: stub.count(A) == 1)
 
     run(test)
+
+
+def test_a_job_event_hands_the_job_to_the_client_and_a_deletion_takes_it_back() -> None:
+    body = {"metadata": {"namespace": A[0], "name": A[1], "uid": "u", "resourceVersion": "7"}}
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.observe_job(A, deleted=False, status=None, body=body)
+        assert kube.jobs == {A: body}, "reconciles read the watch's copy"
+        controller.observe_job(A, deleted=True)
+        assert kube.jobs == {}, "a deleted job's copy must not answer a later reconcile"
+
+    kube = RecordingKube()
+    run(test, kube=kube)
 
 
 def test_a_hung_reconcile_releases_its_worker_but_keeps_its_job_locked() -> None:

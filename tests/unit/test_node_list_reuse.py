@@ -4,6 +4,8 @@ that fails a job for good: that one is made on a fresh list."""
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,10 +83,25 @@ class Response:
 class CountingCoreApi:
     nodes: list[dict[str, Any]]
     selectors: list[str] = field(default_factory=list)
+    versions: list[str | None] = field(default_factory=list)  # the resourceVersion each list asked for
+    delay_s: float = 0.0
 
-    def list_node(self, label_selector: str, _preload_content: bool) -> Response:
+    def list_node(
+        self, label_selector: str, _preload_content: bool, resource_version: str | None = None
+    ) -> Response:
         self.selectors.append(label_selector)
+        self.versions.append(resource_version)
+        time.sleep(self.delay_s)
         return Response(json.dumps({"items": self.nodes}).encode())
+
+
+def kept(gpus: int) -> dict[str, Any]:
+    """node(gpus) as the client keeps it."""
+    return {
+        "metadata": {"name": f"n{gpus}", "labels": {}},
+        "spec": {"unschedulable": None, "taints": []},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "capacity": {}},
+    }
 
 
 def test_the_client_lists_each_pool_once_per_ttl() -> None:
@@ -94,14 +111,44 @@ def test_the_client_lists_each_pool_once_per_ttl() -> None:
     core = CountingCoreApi([node(4)])
     kube.core = core  # type: ignore[assignment]
     for _ in range(50):
-        assert kube.list_nodes("pool=gpu") == [node(4)]
+        assert kube.list_nodes("pool=gpu") == [kept(4)]
     kube.list_nodes("pool=cpu")
     assert core.selectors == ["pool=gpu", "pool=cpu"]
     # A caller changing its copy changes nothing for the next one.
     kube.list_nodes("pool=gpu").clear()
-    assert kube.list_nodes("pool=gpu") == [node(4)]
-    assert kube.list_nodes("pool=gpu", fresh=True) == [node(4)]
+    assert kube.list_nodes("pool=gpu") == [kept(4)]
+    assert kube.list_nodes("pool=gpu", fresh=True) == [kept(4)]
     assert core.selectors == ["pool=gpu", "pool=cpu", "pool=gpu"]
+    # Reused lists may come from the API server's watch cache; the one a job is failed on may not.
+    assert core.versions == ["0", "0", None]
     clock.now += NODE_LIST_TTL_S
     kube.list_nodes("pool=gpu")
     assert core.selectors[-1] == "pool=gpu" and len(core.selectors) == 4
+
+
+def test_reconciles_asking_at_once_share_one_list() -> None:
+    kube = KubeClient(client.ApiClient(client.Configuration()))
+    core = CountingCoreApi([node(4)], delay_s=0.2)
+    kube.core = core  # type: ignore[assignment]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: kube.list_nodes("pool=gpu"), range(8)))
+    assert answers == [[kept(4)]] * 8
+    assert core.selectors == ["pool=gpu"]
+
+
+def test_only_what_the_checks_read_is_kept_of_a_node() -> None:
+    kube = KubeClient(client.ApiClient(client.Configuration()))
+    full = {
+        "metadata": {"name": "n1", "labels": {"pool": "gpu"}, "managedFields": [{"manager": "kubelet"}]},
+        "spec": {
+            "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
+            "podCIDR": "10.0.0.0/24",
+        },
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": [{"names": ["a"] * 50}]},
+    }
+    kube.core = CountingCoreApi([full])  # type: ignore[assignment]
+    assert kube.list_nodes("pool=gpu") == [{
+        "metadata": {"name": "n1", "labels": {"pool": "gpu"}},
+        "spec": {"unschedulable": None, "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}, "capacity": {}},
+    }]  # fmt: skip

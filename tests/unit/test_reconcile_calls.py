@@ -65,14 +65,15 @@ def test_a_child_the_api_server_rejects_fails_the_job_and_leaves_no_half_world()
     new_job(kube)
     reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
     writes = kube.writes()
-    assert writes[:5] == [
+    assert writes[:6] == [
         ("patch-status", JOB, "rn50"),
         ("create", "Secret", "rn50-ssh"),
         ("create", "ConfigMap", "rn50-hostfile"),
         ("create", "Service", "rn50-workers"),
         ("create", "Pod", "rn50-worker-0"),
+        ("create", "Pod", "rn50-worker-1"),  # a world's pods go out together: each is tried
     ]
-    assert writes[5:] == [("patch-status", JOB, "rn50"), ("delete", "Job", "rn50-launcher")]
+    assert writes[6:] == [("patch-status", JOB, "rn50"), ("delete", "Job", "rn50-launcher")]
     status = kube.objects[(JOB, "ml", "rn50")]["status"]
     assert status["phase"] == "Failed"
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
@@ -164,9 +165,12 @@ def test_a_name_held_by_another_owner_is_never_adopted() -> None:
     new_job(kube)
     old = {"kind": "Secret", "metadata": {"name": "rn50-ssh", "namespace": "ml",
            "ownerReferences": [owner_reference("rn50", "uid-of-the-old-job")]}}  # fmt: skip
-    kube.put(old)
+    held = kube.put(old)
     requeue = reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
-    assert not [c for c in kube.writes() if c[0] == "create"]
+    # The world's other objects go out beside the Secret (ours, so they wait for the name with the job), but
+    # no pod: nothing may start on another job's keys.
+    assert not [c for c in kube.writes() if c[1] == "Pod"]
+    assert kube.objects[("Secret", "ml", "rn50-ssh")] == held, "the old job's Secret is left as it was"
     status = kube.objects[(JOB, "ml", "rn50")]["status"]
     created = next(c for c in status["conditions"] if c["type"] == "Created")
     assert created["status"] == "False" and created["reason"] == "ChildNotOwned"

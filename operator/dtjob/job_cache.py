@@ -1,0 +1,81 @@
+"""The operator's copy of its DistributedTrainingJobs: each as its watch last showed it, or as the operator's
+own status patch returned it. A reconcile reads its job here instead of GETting it (a burst of a hundred new
+jobs reconciled five times each would otherwise read and decode five hundred of them).
+
+Stale copies are safe, only slower: every status write is guarded by the resourceVersion it was decided from,
+so a decision made on an old copy ends in a Conflict and a retry. Two rules keep that rare:
+- the operator's own writes go in at once (write-through), so the next reconcile never decides from the
+  status before its own last patch;
+- a newer resourceVersion is never replaced by an older one (the watch may deliver an event from before the
+  write after it), comparing them as integers, as the API server's etcd revisions are.
+
+A copy not confirmed for `max_age_s` is not used: a job deleted while the watch was down sends no DELETED,
+and its copy must not live on. Copies are kept as compact JSON (managedFields dropped), a few KB each.
+Pure and thread-safe: the watch feeds it on the event loop, reconciles read it in worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Key = tuple[str, str]  # (namespace, name)
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Copy:
+    uid: str
+    version: int | None
+    raw: bytes
+    confirmed_at: float
+
+
+def _version(meta: Mapping[str, Any]) -> int | None:
+    text = meta.get("resourceVersion")
+    return int(text) if isinstance(text, str) and text.isdigit() else None
+
+
+class JobCache:
+    def __init__(self, max_age_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._copies: dict[Key, _Copy] = {}
+        self._lock = threading.Lock()
+
+    def put(self, body: Mapping[str, Any]) -> None:
+        """The job as the API server just showed it (a watch event, a GET, a patch's answer)."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        uid, version = str(meta.get("uid") or ""), _version(meta)
+        slim = {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+        raw = json.dumps(slim, separators=(",", ":"), default=dict).encode()
+        with self._lock:
+            old = self._copies.get(key)
+            if old is not None and old.uid == uid and _older(version, old.version):
+                return  # an event from before a write already here
+            self._copies[key] = _Copy(uid, version, raw, self._clock())
+
+    def get(self, namespace: str, name: str) -> Json | None:
+        """A fresh dict of the job, or None: not held, or not confirmed for max_age_s."""
+        with self._lock:
+            copy = self._copies.get((namespace, name))
+        if copy is None or self._clock() - copy.confirmed_at >= self._max_age_s:
+            return None
+        job: Json = json.loads(copy.raw)
+        return job
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._copies.pop((namespace, name), None)
+
+    def __len__(self) -> int:
+        return len(self._copies)
+
+
+def _older(version: int | None, than: int | None) -> bool:
+    return version is not None and than is not None and version < than

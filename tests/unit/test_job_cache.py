@@ -1,0 +1,124 @@
+"""A reconcile reads its job from the watch's copy (dtjob.job_cache) and writes its status through to it, so
+a burst of jobs costs no GET per reconcile, and no reconcile decides from a status older than its own last
+patch."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtjob.job_cache import JobCache
+from dtjob.kube import JOB_COPY_MAX_AGE_S, KubeClient
+from kubernetes import client
+
+from tests.unit.manual_clock import ManualClock
+
+
+def job(version: str, uid: str = "u1", phase: str = "Pending") -> dict[str, Any]:
+    meta = {"name": "rn50", "namespace": "ml", "uid": uid, "resourceVersion": version}
+    return {"metadata": {**meta, "managedFields": [{"manager": "kubectl"}]}, "status": {"phase": phase}}
+
+
+def test_a_copy_comes_back_as_a_fresh_dict_without_managed_fields() -> None:
+    cache = JobCache(60.0)
+    cache.put(job("5"))
+    first = cache.get("ml", "rn50")
+    assert first is not None and "managedFields" not in first["metadata"]
+    assert first["status"] == {"phase": "Pending"} and first["metadata"]["resourceVersion"] == "5"
+    first["status"]["phase"] = "Changed by a caller"
+    assert cache.get("ml", "rn50") == {**first, "status": {"phase": "Pending"}}
+    assert cache.get("ml", "other") is None
+
+
+def test_an_older_event_never_replaces_a_newer_write() -> None:
+    cache = JobCache(60.0)
+    cache.put(job("9", phase="Running"))  # the operator's own patch, answered
+    cache.put(job("8", phase="Pending"))  # the watch's event from before it, delivered late
+    assert (cache.get("ml", "rn50") or {})["status"] == {"phase": "Running"}
+    cache.put(job("10", phase="Succeeded"))
+    assert (cache.get("ml", "rn50") or {})["status"] == {"phase": "Succeeded"}
+
+
+def test_a_job_created_again_under_the_same_name_replaces_the_old_copy() -> None:
+    cache = JobCache(60.0)
+    cache.put(job("9", uid="old"))
+    cache.put(job("3", uid="new"))  # a lower version, but another object
+    assert (cache.get("ml", "rn50") or {})["metadata"]["uid"] == "new"
+
+
+def test_a_copy_unconfirmed_for_its_max_age_is_not_used() -> None:
+    clock = ManualClock()
+    cache = JobCache(60.0, clock)
+    cache.put(job("5"))
+    clock.now += 59.9
+    assert cache.get("ml", "rn50") is not None
+    cache.put(job("5"))  # the same version again (a GET) confirms it
+    clock.now += 59.9
+    assert cache.get("ml", "rn50") is not None
+    clock.now += 0.1
+    assert cache.get("ml", "rn50") is None, "a job deleted while the watch was down must not live on"
+    cache.forget("ml", "rn50")
+    assert len(cache) == 0
+
+
+@dataclass
+class Response:
+    data: bytes
+
+
+@dataclass
+class JobApi:
+    """The API server's job endpoints as the client's calls reach them (its _call), in memory."""
+
+    stored: dict[str, Any]
+    gets: int = 0
+    patches: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, verb: str, kind: str, namespace: str, name: str = "", body: Any = None) -> Response:
+        assert (namespace, name) == ("ml", "rn50")
+        if verb == "get":
+            assert kind == "DistributedTrainingJob"
+            self.gets += 1
+        else:
+            assert (verb, kind) == ("patch", "DistributedTrainingJob/status")
+            self.patches.append(body)
+            version = str(int(self.stored["metadata"]["resourceVersion"]) + 1)
+            self.stored = {**self.stored, "status": body["status"],
+                           "metadata": {**self.stored["metadata"], "resourceVersion": version}}  # fmt: skip
+        return Response(json.dumps(self.stored).encode())
+
+
+def kube_over(api: JobApi, clock: ManualClock) -> KubeClient:
+    kube = KubeClient(client.ApiClient(client.Configuration()))
+    kube._call = api  # type: ignore[method-assign,assignment]
+    kube.jobs = JobCache(JOB_COPY_MAX_AGE_S, clock)
+    return kube
+
+
+def test_the_client_reads_the_watch_copy_and_writes_its_status_through() -> None:
+    clock = ManualClock()
+    api = JobApi(job("5"))
+    kube = kube_over(api, clock)
+    kube.remember_job(job("5"))  # the watch's event
+    for _ in range(5):
+        assert (kube.get_job("ml", "rn50") or {})["metadata"]["resourceVersion"] == "5"
+    assert api.gets == 0
+    assert kube.patch_status("ml", "rn50", {"phase": "Running"}, "5") == "6"
+    kube.remember_job(job("5"))  # the watch catching up late
+    after = kube.get_job("ml", "rn50") or {}
+    assert after["status"] == {"phase": "Running"} and after["metadata"]["resourceVersion"] == "6"
+    assert api.gets == 0
+
+
+def test_the_client_gets_a_job_it_holds_no_recent_copy_of() -> None:
+    clock = ManualClock()
+    api = JobApi(job("5"))
+    kube = kube_over(api, clock)
+    assert kube.get_job("ml", "rn50") is not None and api.gets == 1
+    assert kube.get_job("ml", "rn50") is not None and api.gets == 1, "the answer is kept"
+    clock.now += JOB_COPY_MAX_AGE_S
+    assert kube.get_job("ml", "rn50") is not None and api.gets == 2
+    kube.forget_job("ml", "rn50")  # the watch's DELETED
+    kube.get_job("ml", "rn50")
+    assert api.gets == 3
