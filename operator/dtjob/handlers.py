@@ -1,9 +1,10 @@
-"""kopf registrations. Thin: they feed the controller's children cache and its queue.
+"""kopf registrations. Thin: they feed the controller's job copies and its queue.
 
-Pods and Jobs are watched once for the whole operator with a server-side label selector
-(app.kubernetes.io/managed-by=dtjob-operator), so the API server streams only our children; each event is
-one dict update in the cache plus one enqueue. No per-job watches, no list calls per reconcile; the
-controller lists each namespace's children once per resync to heal what the watches missed.
+kopf watches the DistributedTrainingJobs. The children, pods and Jobs, are watched by dtjob.child_watch, once
+for the whole operator with a server-side label selector (app.kubernetes.io/managed-by=dtjob-operator), so
+the API server streams only our children; each event is one dict update in the cache plus one enqueue. No
+per-job watches, no list calls per reconcile; the controller lists each namespace's children once per resync
+to heal what the watches missed.
 
 The startup handler also starts what runs beside kopf: the leader election loop (when `dtjob operator` asks
 for it), whose Leadership fences every write of the Kubernetes client, and the health endpoint.
@@ -19,19 +20,19 @@ from typing import Any
 
 import kopf
 
-from dtjob import API_GROUP, API_VERSION, PLURAL, health, metrics, names
+from dtjob import API_GROUP, API_VERSION, PLURAL, health, metrics
 from dtjob.azure.clients import Deadlines, set_default_deadlines
+from dtjob.child_watch import CHILD_KINDS, ChildWatch
 from dtjob.config import OperatorConfig, load_config
-from dtjob.controller import Controller
+from dtjob.controller import CHILDREN_SELECTOR, SLOW_PER_WORKER, Controller
 from dtjob.elector import Elector
-from dtjob.kube import KubeClient, LeaseClient, connect
+from dtjob.kube import PARALLEL_CREATES, KubeClient, LeaseClient, connect
 from dtjob.leader import Fence, Leadership, Unfenced
 
-MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY}"
 WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
 WATCH_CLIENT_TIMEOUT = 330
-# The watch-only handlers below (ids): they feed the cache and the queue, nothing more.
-EVENT_HANDLERS = ("pods_event", "jobs_event", "job_event")
+# The watch-only handlers below (ids): they feed the queue, nothing more.
+EVENT_HANDLERS = ("job_event",)
 # At shutdown, how long reconciles under way get to end (each ends at its next write once the fence is shut)
 # before the Lease is released to the next replica.
 SHUTDOWN_GRACE_S = 3.0
@@ -44,6 +45,7 @@ class RunOptions:
     liveness: str | None = None  # the health endpoint's URL; None: no endpoint
     lease_namespace: str | None = None  # leader election in this namespace; None: this replica always leads
     identity: str = ""  # this replica's name in the Lease
+    namespaces: tuple[str, ...] = ()  # those served (globs allowed); empty: the whole cluster
 
 
 class QuietEventHandlers(logging.Filter):
@@ -87,8 +89,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # kopf's own requests (the lists before each watch, its events): the same deadlines as ours.
     settings.networking.connect_timeout = config.kube_connect_timeout_seconds
     settings.networking.request_timeout = 2 * config.kube_timeout_seconds
-    settings.watching.label_selectors["v1", "pods"] = MANAGED_SELECTOR
-    settings.watching.label_selectors["batch", "v1", "jobs"] = MANAGED_SELECTOR
     # Our own events describe every transition; kopf's per-handler chatter would only add noise.
     settings.posting.level = logging.WARNING
     logging.getLogger("kopf.objects").addFilter(QUIET_EVENT_HANDLERS)  # adds it once, however often called
@@ -97,12 +97,19 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         Deadlines(config.azure_connect_timeout_seconds, config.azure_timeout_seconds, config.azure_retries, 2)
     )
     options: RunOptions = memo.get("options") or RunOptions()
-    api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, config.kube_retries)
+    # A connection for every thread that may call at once: each reconcile thread, and the parallel creates.
+    pool = config.reconcile_workers * (1 + SLOW_PER_WORKER) + PARALLEL_CREATES
+    api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, config.kube_retries, pool)
     elector = _elector(options, config)
     fence: Fence = elector.leadership if elector is not None else Unfenced()
     controller = Controller(KubeClient(api, fence), config, leading=fence.leading)
     controller.start()
     memo["controller"] = controller
+    # The children's watch: its own connections (each watch holds one for minutes), no retries of its own.
+    watch_api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0, len(CHILD_KINDS))
+    children = ChildWatch(watch_api, options.namespaces, CHILDREN_SELECTOR, controller.observe_child)
+    children.start(asyncio.get_running_loop())
+    memo["children"] = children
     metrics.bind(controller.metrics_snapshot)
     if elector is not None:
         memo["elector"] = elector
@@ -147,6 +154,9 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
         elector.resign()
     if election is not None:
         election.cancel()
+    children: ChildWatch | None = memo.get("children")
+    if children is not None:
+        children.stop()
     controller: Controller | None = memo.get("controller")
     if controller is not None:
         metrics.bind(None)
@@ -158,28 +168,11 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
         await runner.cleanup()
 
 
-# The children the operator caches and reacts to (API group/version and plural): its pods, and its batch Jobs
-# (launchers and stagers). One event handler per kind feeds the children cache and enqueues the child's job.
-CHILD_KINDS: tuple[tuple[str, ...], ...] = (("v1", "pods"), ("batch", "v1", "jobs"))
-
-
-async def child_event(
-    type: str | None, body: kopf.Body, resource: kopf.Resource, memo: kopf.Memo, **_: Any
-) -> None:
-    memo["controller"].observe_child(resource.plural, body, deleted=type == "DELETED")
-
-
-for _resource in CHILD_KINDS:
-    kopf.on.event(*_resource, id=f"{_resource[-1]}_event", labels={names.JOB_NAME_LABEL: kopf.PRESENT})(
-        child_event
-    )
-
-
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="job_event")
 async def job_event(
     type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
     if namespace and name:
         memo["controller"].observe_job(
-            (namespace, name), deleted=type == "DELETED", status=body.get("status")
+            (namespace, name), deleted=type == "DELETED", status=body.get("status"), body=body
         )

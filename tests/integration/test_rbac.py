@@ -1,7 +1,8 @@
 """The chart grants the operator exactly the API verbs its code uses: no more (least privilege), no fewer.
 
 What the code uses is read from the code itself: every Kubernetes client method the operator references
-(dtjob.kube is the only module that calls the API), every watch kopf opens for the handlers' registrations,
+(dtjob.kube is the only module that calls the API), every plain JSON call it allows itself
+(dtjob.kube.PLAIN_CALLS), every watch kopf opens for the handlers' registrations,
 and the few needs of kopf and the API server that no call in our code spells out (each listed with why).
 What the chart grants is what real helm renders, bound to the operator's ServiceAccount.
 """
@@ -113,12 +114,31 @@ def _constant(node: ast.expr) -> str:
     return value
 
 
+def plain_calls() -> set[Permission]:
+    """The calls dtjob.kube makes as plain JSON: it refuses any outside PLAIN_CALLS (the children's watch
+    among them)."""
+    from dtjob.kube import PLAIN_CALLS, RESOURCES
+
+    used: set[Permission] = set()
+    for verb, kinds in PLAIN_CALLS.items():
+        for kind in kinds:
+            base, _, subresource = kind.partition("/")
+            group, _, resource = RESOURCES[base]
+            used.add((group, f"{resource}/{subresource}" if subresource else resource, verb))
+    return used
+
+
+def test_the_childrens_watch_is_among_the_plain_calls() -> None:
+    from dtjob.child_watch import CHILD_KINDS
+    from dtjob.kube import PLAIN_CALLS
+
+    assert set(CHILD_KINDS) <= PLAIN_CALLS["list"] & PLAIN_CALLS["watch"]
+
+
 def kopf_watches(path: Path = PACKAGE / "handlers.py") -> set[Permission]:
     """list + watch for every resource a kopf.index or kopf.on.event registration serves: the decorators
-    spelt out in handlers.py, and the children its registration loop goes through (CHILD_KINDS)."""
-    from dtjob.handlers import CHILD_KINDS
-
-    resources = list(CHILD_KINDS)
+    spelt out in handlers.py."""
+    resources: list[tuple[str, ...]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.Call):
             continue
@@ -154,7 +174,7 @@ def implicit_needs(namespaced_install: bool) -> set[Permission]:
 
 
 def used_permissions(namespaced_install: bool, enabled: set[str]) -> set[Permission]:
-    used = client_calls() | kopf_watches() | implicit_needs(namespaced_install)
+    used = client_calls() | plain_calls() | kopf_watches() | implicit_needs(namespaced_install)
     if LEADER_ELECTION_OFF in enabled:
         used -= RELEASE_NAMESPACE_ONLY
     return {p for p in used if OPTIONAL.get(p) is None or OPTIONAL[p] in enabled}
@@ -226,7 +246,7 @@ def test_the_operator_is_granted_exactly_the_verbs_its_code_uses(
 
 def test_the_scan_reads_the_calls_the_code_makes() -> None:
     """The scan is not vacuous: it finds what dtjob.kube is known to do, and nothing it must never do."""
-    used = client_calls()
+    used = client_calls() | plain_calls()
     known = {
         ("", "pods", "create"), ("", "secrets", "get"), ("", "pods/log", "get"), ("batch", "jobs", "delete"),
         (dtjob.API_GROUP, f"{dtjob.PLURAL}/status", "patch"), *RELEASE_NAMESPACE_ONLY,

@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         liveness=None if args.liveness == "none" else args.liveness,
         lease_namespace=lease_namespace(args, os.environ),
         identity=identity(os.environ),
+        namespaces=tuple(namespaces),
     )
     asyncio.run(
         kopf.operator(
