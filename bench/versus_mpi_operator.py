@@ -24,6 +24,7 @@ Prints the table and dtjob's ratios against each mpi-operator run (> 1: dtjob be
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import subprocess
 import sys
@@ -48,6 +49,7 @@ MPI_OPERATOR_VERSION = "v0.8.0"
 MPI_JOB_LABEL = "training.kubeflow.org/job-name"
 LOCK_NAMESPACE = "mpi-operator"
 LAUNCHER_SUFFIX = "-launcher"
+KUBE_API_SERIES = "dtjob_kube_api_request_duration_seconds"
 RUN_FOREVER = {"sim.dtjob.io/run-duration": "3600s"}  # launchers keep running: nothing finishes mid-run
 
 
@@ -272,7 +274,7 @@ def dtjob_run(
     # As deployed: the chart's log level and resync period (the harness shortens the resync for tests).
     env = {"DTJOB_RESYNC_SECONDS": str(OperatorConfig().resync_seconds)}
     log = Path(f"/tmp/{namespace}-dtjob.log")
-    operator = OperatorProcess(kubeconfig, namespace, log, env=env, metrics=False, verbose=False)
+    operator = OperatorProcess(kubeconfig, namespace, log, env=env, verbose=False)
     jobs = Jobs(api, namespace)
     try:
         operator.start()
@@ -280,7 +282,7 @@ def dtjob_run(
         if profile is not None:  # py-spy samples the operator until it stops (root, or ptrace allowed)
             spied = str(operator.proc.pid)
             spy = ["py-spy", "record", "--pid", spied, "--format", "raw", "--output", str(profile)]
-            subprocess.Popen([*spy, "--rate", "50", "--nonblocking"], stdout=subprocess.DEVNULL)
+            subprocess.Popen([*spy, "--rate", "100", "--gil", "--nonblocking"], stdout=subprocess.DEVNULL)
 
         def create(job: str) -> None:
             jobs.create(job, workers=workers, gpusPerWorker=1, launcher={"podAnnotations": RUN_FOREVER})
@@ -295,10 +297,23 @@ def dtjob_run(
         _, rss = proc_usage(pid)
         print(f"dtjob: queue {depth} when the last launcher existed, empty {time.monotonic() - start:.1f}s "
               f"later; RSS then {rss:.0f} MiB", flush=True)  # fmt: skip
+        calls = api_calls(operator.metrics_text())
+        each = ", ".join(f"{verb} {what} {n / count:.2f}" for (verb, what), n in sorted(calls.items()))
+        print(f"dtjob: {sum(calls.values()) / count:.1f} API calls per job: {each}", flush=True)
         return result
     finally:
         operator.stop()
         delete_namespace(core, namespace)
+
+
+def api_calls(metrics_text: str) -> dict[tuple[str, str], float]:
+    """(verb, resource) -> how many API calls the operator made, from its /metrics page."""
+    calls: dict[tuple[str, str], float] = {}
+    for line in metrics_text.splitlines():
+        if line.startswith(f"{KUBE_API_SERIES}_count{{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+            calls[labels["verb"], labels["resource"]] = float(line.rsplit(" ", 1)[1])
+    return calls
 
 
 def report(results: list[Result], count: int, workers: int) -> None:
