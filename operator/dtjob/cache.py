@@ -179,5 +179,15 @@ class ChildCache:
                 staging = entry.obj
         return Children(pods=tuple(pods), launcher=launcher, staging=staging)
 
+    def workers_all_ready(self, key: Key) -> bool:
+        """Whether the job has worker pods cached and every one of them is Ready."""
+        workers = [
+            entry.obj
+            for uid in self._by_key.get(key, {})
+            if (entry := self._entries[uid]).kind == PODS
+            and entry.obj["metadata"]["labels"].get(names.ROLE_LABEL) == names.ROLE_WORKER
+        ]
+        return bool(workers) and all(pod_ready(pod) for pod in workers)
+
     def __len__(self) -> int:
         return len(self._entries)

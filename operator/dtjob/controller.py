@@ -1,12 +1,13 @@
 """A work queue of job keys, like controller-runtime's: events enqueue, a few workers reconcile.
 
 Every watch event (the job itself, one of its pods, its launcher Job) only enqueues the job's key; the key is
-deduplicated while waiting and never reconciled twice at the same time, so a burst of pod events for one job
-costs one reconcile. A pod turning Ready puts its job in the queue's urgent lane (dtjob.lanes): a job whose
-last worker turned Ready gets its launcher without waiting behind every job created after it. Reconciles read
-pods and Jobs from the children cache (dtjob.cache), not from the API: watch events keep it current, and a
-LIST of each namespace's children, before its first reconcile and then every `resync_seconds`, corrects it, so
-that a missed event (a deletion during a watch outage) heals by the next resync at the latest.
+deduplicated while waiting and never reconciled twice at the same time, and a child's event waits a quarter
+of a second for the rest of its burst, so a burst of pod events for one job costs one reconcile. A pod turning
+Ready that makes every worker of its job Ready puts the job in the queue's urgent lane (dtjob.lanes) at once:
+a job whose last worker turned Ready gets its launcher without waiting behind every job created after it.
+Reconciles read pods and Jobs from the children cache (dtjob.cache), not from the API: watch events keep it
+current, and a LIST of each namespace's children, before its first reconcile and then every `resync_seconds`,
+corrects it, so that a missed event (a deletion during a watch outage) heals by the next resync at the latest.
 
 With leader election, every replica feeds its queue and its cache from the same watches, but only the leader
 dispatches: a standby drops each key it takes from the queue, and a reconcile that finds leadership gone part
@@ -46,6 +47,9 @@ ChildrenOf = Callable[[Key], Children]
 # the queue's rules can be tested with a stub.
 ReconcileFn = Callable[[Kube, OperatorConfig, str, str, Children], float | None]
 MAX_BACKOFF_S = 60.0
+# How long a child's event waits for the others of its burst (a world's pods are created, scheduled and
+# started together) before its job is reconciled: one reconcile and one status write instead of one each.
+CHILD_EVENTS_BATCH_S = 0.25
 # How many slow reconciles each worker may leave running behind it; past that, workers wait for them.
 SLOW_PER_WORKER = 3
 # The children the cache holds: what the operator created (the same selector its watches use).
@@ -107,6 +111,10 @@ class Controller:
                 old.cancel()
             self._timers[key] = loop.call_at(due, self._fire, key)
             return
+        # Now supersedes a wake-up set for later: the reconcile sets the next one it needs.
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
         self._waiting_since.setdefault(key, time.monotonic())
         if key in self._active:
             self._dirty[key] = self._dirty.get(key, False) or urgent
@@ -118,11 +126,17 @@ class Controller:
         self.enqueue(key)
 
     def observe_child(self, kind: str, body: Mapping[str, Any], deleted: bool) -> None:
-        """A watch event of a pod or a batch Job: into the cache, and its job into the queue."""
-        urgent = kind == PODS and not deleted and self.cache.turns_ready(body)
+        """A watch event of a pod or a batch Job: into the cache, and its job into the queue, at once and
+        ahead of the others when it made every worker Ready (the launcher may start), else after
+        CHILD_EVENTS_BATCH_S, so that the burst of events a world's pods send costs one reconcile."""
+        turns_ready = kind == PODS and not deleted and self.cache.turns_ready(body)
         key = self.cache.observe(kind, body, deleted)
-        if key is not None:
-            self.enqueue(key, urgent=urgent)
+        if key is None:
+            return
+        if turns_ready and self.cache.workers_all_ready(key):
+            self.enqueue(key, urgent=True)
+        else:
+            self.enqueue(key, CHILD_EVENTS_BATCH_S)
 
     async def relist(self, namespace: str, first: bool = False) -> set[Key]:
         """Correct the cache from a LIST of the namespace's children; returns the jobs whose children

@@ -105,3 +105,15 @@ def test_a_relist_of_one_namespace_leaves_the_others_alone() -> None:
     cache.observe(PODS, other, deleted=False)
     cache.replace(NS, [], cache.uids(NS))
     assert [p["metadata"]["uid"] for p in cache.children(("elsewhere", "j")).pods] == ["u7"]
+
+
+def test_workers_all_ready_counts_only_the_workers_cached() -> None:
+    cache = ChildCache()
+    ready = [{"type": "Ready", "status": "True"}]
+    assert not cache.workers_all_ready((NS, "j")), "no workers: nothing to start a launcher on"
+    cache.observe(PODS, child("w0", "u0", 1, conditions=ready), deleted=False)
+    cache.observe(PODS, child("w1", "u1", 1), deleted=False)
+    cache.observe(PODS, child("j-launcher", "u2", 1, role="launcher"), deleted=False)  # not Ready: no matter
+    assert not cache.workers_all_ready((NS, "j"))
+    cache.observe(PODS, child("w1", "u1", 2, conditions=ready), deleted=False)
+    assert cache.workers_all_ready((NS, "j"))

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from dtjob import controller as controller_module
 from dtjob.config import OperatorConfig
-from dtjob.controller import MAX_BACKOFF_S, Controller, Key, backoff
+from dtjob.controller import CHILD_EVENTS_BATCH_S, MAX_BACKOFF_S, Controller, Key, backoff
 from dtjob.kube import Conflict, ControllerKube, Kube
 from dtjob.leader import NotLeader
 from dtjob.reconcile import Children
@@ -392,6 +392,45 @@ def test_a_child_event_updates_the_cache_and_enqueues_its_job() -> None:
         await until(lambda: stub.count(A) == 2)
         assert names_of(stub.last_seen(A)) == []
 
+    run(test, kube=kube)
+
+
+def test_a_burst_of_child_events_for_one_job_costs_one_reconcile() -> None:
+    kube = RecordingKube()
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.start()
+        for i in range(4):  # a world's pods created, then scheduled
+            controller.observe_child("pods", pod(f"a-worker-{i}", f"u{i}"), deleted=False)
+        for i in range(4):
+            scheduled = pod(f"a-worker-{i}", f"u{i}")
+            scheduled["metadata"]["resourceVersion"] = "2"
+            controller.observe_child("pods", scheduled, deleted=False)
+        await until(lambda: stub.count(A) == 1)
+        await settle(CHILD_EVENTS_BATCH_S * 2)
+        assert stub.count(A) == 1
+        assert len(stub.last_seen(A).pods) == 4
+
+    kube.children = [("pods", pod(f"a-worker-{i}", f"u{i}")) for i in range(4)]
+    run(test, kube=kube)
+
+
+def test_only_the_pod_that_makes_every_worker_ready_is_urgent() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.start()
+        controller.observe_child("pods", pod("a-worker-0", "u0"), deleted=False)
+        controller.observe_child("pods", pod("a-worker-1", "u1"), deleted=False)
+        await until(lambda: stub.count(A) == 1)
+        controller.observe_child("pods", ready_pod("a-worker-0", "u0", "a", "2"), deleted=False)
+        assert controller.due_in(A) is not None, "one of two Ready: batched with the rest"
+        controller.observe_child("pods", ready_pod("a-worker-1", "u1", "a", "2"), deleted=False)
+        assert controller.depth == 1 and controller.due_in(A) is None  # queued now, the batch's timer gone
+        await until(lambda: stub.count(A) == 2)
+        await settle(CHILD_EVENTS_BATCH_S * 2)
+        assert stub.count(A) == 2
+
+    kube = RecordingKube()
+    kube.children = [("pods", pod("a-worker-0", "u0")), ("pods", pod("a-worker-1", "u1"))]
     run(test, kube=kube)
 
 
