@@ -28,7 +28,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dtjob.kube import api_call
+from dtjob.cache import projection
+from dtjob.kube import api_call, list_pages
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -39,6 +40,9 @@ CHILD_KINDS = {"Pod": "pods", "Job": "jobs"}
 WATCH_SERVER_TIMEOUT_S = 300  # the API server ends each watch by then, and the loop watches again
 WATCH_READ_TIMEOUT_S = 330  # a connection silent for this long (no event, no bookmark) is dead
 MAX_BACKOFF_S = 30.0
+# Events handed to the event loop and not yet taken in: past this many a watch thread waits for it, so that a
+# loop behind a burst (a thousand jobs starting) holds a bounded backlog, not every event of the burst.
+MAX_IN_FLIGHT = 500
 
 
 class Gone(Exception):
@@ -70,6 +74,7 @@ class ChildWatch:
         self.kinds = list(kinds)
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -112,13 +117,11 @@ class ChildWatch:
                 self._stopped.wait(delay)
 
     def _list(self, kind: str, namespace: str | None) -> str:
-        response = api_call(
-            self.api_client, "list", kind, namespace, query=[("labelSelector", self.selector)]
-        )
-        listed = json.loads(response.data)
-        for item in listed.get("items") or ():
+        query = [("labelSelector", self.selector)]
+        items, version = list_pages(self.api_client, kind, namespace, query, projection)
+        for item in items:
             self._hand_over(CHILD_KINDS[kind], item, deleted=False)
-        return str((listed.get("metadata") or {}).get("resourceVersion") or "")
+        return version
 
     def _watch(self, kind: str, namespace: str | None, version: str) -> str:
         """Deliver events until the API server ends the watch; returns the last version seen."""
@@ -157,7 +160,21 @@ class ChildWatch:
         return new_version
 
     def _hand_over(self, plural: str, obj: Json, deleted: bool) -> None:
+        """To the loop, as the cache's projection: a pod's few fields, not its whole body, wait there."""
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
-        if self._loop is None or self._stopped.is_set() or not self.serves(namespace):
+        if self._loop is None or not self.serves(namespace):
             return
-        self._loop.call_soon_threadsafe(self.deliver, plural, obj, deleted)
+        while not self._in_flight.acquire(timeout=1.0):
+            if self._stopped.is_set():
+                return
+        if self._stopped.is_set():
+            self._in_flight.release()
+            return
+        self._loop.call_soon_threadsafe(self._take_in, plural, projection(obj), deleted)
+
+    def _take_in(self, plural: str, obj: Json, deleted: bool) -> None:
+        """On the loop."""
+        try:
+            self.deliver(plural, obj, deleted)
+        finally:
+            self._in_flight.release()

@@ -1,0 +1,42 @@
+"""LISTs of children come a page at a time, each item cut to what the cache keeps as its page is read: a
+namespace of a thousand jobs holds five thousand pods, and decoding them whole was the operator's peak."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from dtjob import kube
+from kubernetes import client
+
+
+@dataclass
+class Response:
+    data: bytes
+
+
+def test_every_page_is_read_and_only_what_keep_returns_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = [{"metadata": {"name": f"p{i}"}, "spec": {"big": "x" * 100}} for i in range(7)]
+    asked: list[list[tuple[str, str]]] = []
+
+    def api_call(api_client: Any, verb: str, kind: str, namespace: str, query: Any = ()) -> Response:
+        assert (verb, kind, namespace) == ("list", "Pod", "ml")
+        asked.append(list(query))
+        params = dict(query)
+        start = int(params.get("continue") or 0)
+        end = start + int(params["limit"])
+        more = {"continue": str(end)} if end < len(pods) else {}
+        page = {"metadata": {"resourceVersion": "42", **more}, "items": pods[start:end]}
+        return Response(json.dumps(page).encode())
+
+    monkeypatch.setattr(kube, "api_call", api_call)
+    monkeypatch.setattr(kube, "LIST_PAGE", 3)
+    items, version = kube.list_pages(
+        client.ApiClient(client.Configuration()), "Pod", "ml", [("labelSelector", "a=b")],
+        lambda pod: {"name": pod["metadata"]["name"]},
+    )  # fmt: skip
+    assert items == [{"name": f"p{i}"} for i in range(7)] and version == "42"
+    assert [dict(q).get("continue") for q in asked] == [None, "3", "6"]
+    assert all(("labelSelector", "a=b") in q and ("limit", "3") in q for q in asked)
