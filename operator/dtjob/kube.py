@@ -217,7 +217,6 @@ class KubeClient:
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        self.networking = client.NetworkingV1Api(api_client)
         # The gang schedulers' PodGroups, one client each (so that each API group's verbs are spelt out).
         self.coscheduling = client.CustomObjectsApi(api_client)
         self.volcano = client.CustomObjectsApi(api_client)
