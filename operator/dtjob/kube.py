@@ -769,8 +769,8 @@ class LeaseClient:
 
 # The calls the operator makes as plain JSON (api_call), by RBAC verb, and the kinds each verb is used on. A
 # call outside this table is refused, so the table is what the chart must grant for them (tests' test_rbac).
-# The typed client validates a body into its model classes and serialises it back on every call, which cost
-# about 2 ms of CPU per call, eight times the HTTP request itself.
+# The typed client validates a body into its model classes and serialises it back on every call: 0.16 ms of
+# CPU for a worker pod's create, against 0.004 ms for the same call as plain JSON (the network aside).
 PLAIN_CALLS: dict[str, frozenset[str]] = {
     "create": frozenset({"Pod", "Service", "Secret", "ConfigMap", "Job", "NetworkPolicy", "Event"}),
     "get": frozenset({"Pod", "Service", "Secret", "ConfigMap", "Job", "NetworkPolicy", KIND}),
