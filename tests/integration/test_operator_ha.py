@@ -108,8 +108,16 @@ def test_the_standby_takes_over_a_killed_leader_mid_job_and_does_nothing_twice(
             )
             at_kill["launchers"] = len(history.created("Job", lambda e: mine(e) and role("launcher")(e)))
 
-        # Both workers exist; they turn Ready only after 4 s, so the launcher is still to be created, by b.
-        killed = history.when(lambda e: e.kind == "Pod" and e.name == f"{name}-worker-1", kill)
+        # Both workers exist (created together, in either order); they turn Ready only after 4 s, so the
+        # launcher is still to be created, by b.
+        workers_seen: set[str] = set()
+
+        def both_workers(e: Seen) -> bool:
+            if e.kind == "Pod" and mine(e) and role("worker")(e):
+                workers_seen.add(e.name)
+            return workers_seen >= {f"{name}-worker-0", f"{name}-worker-1"}
+
+        killed = history.when(both_workers, kill)
         jobs.create(
             name,
             worker={"podAnnotations": {"sim.dtjob.io/ready-after": "4s"}},
