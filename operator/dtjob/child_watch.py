@@ -119,7 +119,7 @@ class ChildWatch:
     def _list(self, kind: str, namespace: str | None) -> str:
         query = [("labelSelector", self.selector)]
         items, version = list_pages(self.api_client, kind, namespace, query, projection)
-        for item in items:
+        for item in items:  # projected as their page was read
             self._hand_over(CHILD_KINDS[kind], item, deleted=False)
         return version
 
@@ -156,11 +156,12 @@ class ChildWatch:
             raise RuntimeError(f"the watch answered {obj.get('code')}: {obj.get('message')}")
         new_version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self._hand_over(plural, obj, deleted=kind == "DELETED")
+            self._hand_over(plural, projection(obj), deleted=kind == "DELETED")
         return new_version
 
     def _hand_over(self, plural: str, obj: Json, deleted: bool) -> None:
-        """To the loop, as the cache's projection: a pod's few fields, not its whole body, wait there."""
+        """To the loop `obj`, the cache's projection of a child: a pod's few fields, not its whole body, wait
+        there."""
         namespace = str((obj.get("metadata") or {}).get("namespace") or "")
         if self._loop is None or not self.serves(namespace):
             return
@@ -170,7 +171,7 @@ class ChildWatch:
         if self._stopped.is_set():
             self._in_flight.release()
             return
-        self._loop.call_soon_threadsafe(self._take_in, plural, projection(obj), deleted)
+        self._loop.call_soon_threadsafe(self._take_in, plural, obj, deleted)
 
     def _take_in(self, plural: str, obj: Json, deleted: bool) -> None:
         """On the loop."""

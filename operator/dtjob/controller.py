@@ -56,6 +56,11 @@ SLOW_PER_WORKER = 3
 CHILDREN_SELECTOR = f"app.kubernetes.io/managed-by={names.MANAGED_BY},{names.JOB_NAME_LABEL}"
 
 
+def reconcile_threads(config: OperatorConfig) -> int:
+    """The most reconciles running at once: each worker's, and the slow ones it may leave behind."""
+    return config.reconcile_workers * (1 + SLOW_PER_WORKER)
+
+
 def backoff(failures: int) -> float:
     """Seconds before retrying a job whose reconcile failed `failures` times in a row: 2, 4, 8... up to 60."""
     return min(2.0**failures, MAX_BACKOFF_S)
@@ -93,7 +98,7 @@ class Controller:
         self._slow: set[asyncio.Task[None]] = set()  # those the watchdog left behind
         # Threads of our own: asyncio's default pool has only cpu_count + 4, and slow reconciles hold theirs.
         self._threads = ThreadPoolExecutor(
-            max_workers=config.reconcile_workers * (1 + SLOW_PER_WORKER), thread_name_prefix="reconcile"
+            max_workers=reconcile_threads(config), thread_name_prefix="reconcile"
         )
         self.reconciles = 0  # completed ones; reported by the liveness endpoint
         self.skipped = 0  # keys dropped while standing by; reported by the liveness endpoint too

@@ -24,7 +24,7 @@ from dtjob import API_GROUP, API_VERSION, PLURAL, health, metrics
 from dtjob.azure.clients import Deadlines, set_default_deadlines
 from dtjob.child_watch import CHILD_KINDS, ChildWatch
 from dtjob.config import OperatorConfig, load_config
-from dtjob.controller import CHILDREN_SELECTOR, SLOW_PER_WORKER, Controller
+from dtjob.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
 from dtjob.elector import Elector
 from dtjob.kube import PARALLEL_CREATES, KubeClient, LeaseClient, connect
 from dtjob.leader import Fence, Leadership, Unfenced
@@ -98,7 +98,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     )
     options: RunOptions = memo.get("options") or RunOptions()
     # A connection for every thread that may call at once: each reconcile thread, and the parallel creates.
-    pool = config.reconcile_workers * (1 + SLOW_PER_WORKER) + PARALLEL_CREATES
+    pool = reconcile_threads(config) + PARALLEL_CREATES
     api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, config.kube_retries, pool)
     elector = _elector(options, config)
     fence: Fence = elector.leadership if elector is not None else Unfenced()
