@@ -20,9 +20,14 @@ export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/training:$(CURDIR)
 export PATH := $(DTJOB_CACHE)/bin/kubernetes-$(K8S_VERSION):$(DTJOB_CACHE)/bin/helm-$(HELM_VERSION):$(VENV)/bin:$(PATH)
 CLUSTER_NAME ?= dtjob
 export CLUSTER_NAME
+# Each phase's wall time (hack/phase.sh), printed at the end of `make demo` and `make test`; one log per run
+# (a sub-make inherits its parent's).
+DTJOB_PHASE_LOG ?= $(CURDIR)/out/phases/$(shell date +%Y%m%d-%H%M%S)-$(shell echo $$PPID).log
+export DTJOB_PHASE_LOG
+PHASE := hack/phase.sh
 
-.PHONY: help print-venv deps venv venv-training control-plane gang-schedulers azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
-        test-integration test-training gpu-build-wheels test-e2e demo demo-down demo-sim bench clean-cache
+.PHONY: help print-venv deps venv venv-training control-plane test-binaries gang-schedulers azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
+        test-integration test-training gpu-build-wheels test-e2e demo demo-image demo-down demo-sim bench clean-cache
 
 help:
 	@echo "make demo           a real PyTorch ResNet-50 job on the local real node, results and logs in Azurite"
@@ -38,7 +43,7 @@ print-venv:
 
 # Debian packages the tests and the training code need (OpenMPI for horovodrun --mpi, ssh for the MPI world).
 deps:
-	@hack/install-debs.sh
+	@$(PHASE) deps hack/install-debs.sh
 
 $(VENV)/.ready:
 	@echo "[venv] creating $(VENV)"
@@ -60,27 +65,32 @@ $(UPLOADER_WHEELS)/.ready: | $(VENV)/.ready
 	  "$$($(PY) hack/pydeps.py pyproject.toml azure | grep '^azure-storage-blob')"
 	touch $@
 
-venv: deps $(VENV)/.ready $(UPLOADER_WHEELS)/.ready
+venv: deps
+	@$(PHASE) venv $(MAKE) --no-print-directory $(VENV)/.ready $(UPLOADER_WHEELS)/.ready
 
 # PyTorch, TensorFlow and Horovod (built from its sdist with the project's patch) in the same venv: for the
 # training tests, mypy over the training code and the benchmarks. The demo does without them.
 venv-training: venv
-	@training/install.sh $(PY)
+	@$(PHASE) venv-training training/install.sh $(PY)
 
-# With kstatus (sigs.k8s.io/cli-utils), the health library of Flux, for the tests of a job's GitOps health,
-# and Kueue's manager, for the tests of jobs it queues and preempts.
+# The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy,
+# kwok, helm, CoreDNS): what the demo and every cluster of the tests run.
 control-plane:
-	@hack/build-control-plane.sh
-	@hack/build-kstatus.sh
-	@hack/build-kueue.sh
+	@$(PHASE) control-plane hack/build-control-plane.sh
+
+# Go builds only the tests need: kstatus (sigs.k8s.io/cli-utils), the health library of Flux, for the tests of
+# a job's GitOps health, and Kueue's manager, for the tests of jobs it queues and preempts.
+test-binaries:
+	@$(PHASE) kstatus hack/build-kstatus.sh
+	@$(PHASE) kueue hack/build-kueue.sh
 
 # scheduler-plugins' coscheduling kube-scheduler and the PodGroup CRDs, for the gang-scheduling tests.
 gang-schedulers:
-	@hack/build-control-plane.sh scheduler_plugins volcano_crds
+	@$(PHASE) gang-schedulers hack/build-control-plane.sh scheduler_plugins volcano_crds
 
 # Azurite (Blob Storage emulator) from the npm registry, for the tests marked `azure`.
 azurite:
-	@hack/install-azurite.sh >/dev/null
+	@$(PHASE) azurite hack/install-azurite.sh >/dev/null
 
 # The images/ Dockerfiles built with buildah on a local Debian base (CPU form), cached by their inputs.
 images: deps
@@ -105,7 +115,7 @@ lint: venv-training
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
-test-integration: control-plane gang-schedulers venv
+test-integration: control-plane test-binaries gang-schedulers venv
 	$(PY) -m pytest -m integration tests
 
 test-training: venv-training gpu-build-wheels
@@ -115,34 +125,40 @@ test-training: venv-training gpu-build-wheels
 # offline, as the tests run without a route out: the wheels come first (after the training venv, which
 # shares the wheelhouse).
 gpu-build-wheels: venv-training
-	@DTJOB_DEVICE=gpu DTJOB_FRAMEWORKS=torch DTJOB_DOWNLOAD_ONLY=1 training/install.sh $(PY)
-	@DTJOB_DEVICE=gpu DTJOB_FRAMEWORKS=tensorflow DTJOB_DOWNLOAD_ONLY=1 training/install.sh $(PY)
+	@DTJOB_DEVICE=gpu DTJOB_FRAMEWORKS=torch DTJOB_DOWNLOAD_ONLY=1 $(PHASE) gpu-wheels-torch training/install.sh $(PY)
+	@DTJOB_DEVICE=gpu DTJOB_FRAMEWORKS=tensorflow DTJOB_DOWNLOAD_ONLY=1 $(PHASE) gpu-wheels-tf training/install.sh $(PY)
 
 # The test bed's own network namespace (loopback and the real node's bridge, no route out) holds every
 # cluster, Azurite and the tests; a cluster name of its own keeps a developer's running cluster untouched.
 IN_TEST_NETNS := hack/netns.sh run env CLUSTER_NAME=dtjob-test
 
-test-e2e: control-plane test-python-deps
+test-e2e: control-plane test-binaries test-python-deps
 	$(IN_TEST_NETNS) $(PY) -m pytest -m e2e tests/e2e
 
 # What the tests need besides the Go-built test bed, in order: the training venv fills the wheelhouse that
 # the image builds then read.
 test-python-deps: azurite venv-training gpu-build-wheels
-	@hack/build-images.sh
+	@$(PHASE) images hack/build-images.sh
 
 # One pytest run for everything, so CI reads one closing line. On a cold machine the Go builds and the
 # Python and image builds overlap (downloads and compiles share the two cores).
 test: deps
-	@$(MAKE) --no-print-directory -j2 control-plane gang-schedulers test-python-deps
-	@$(MAKE) --no-print-directory lint
-	$(IN_TEST_NETNS) $(PY) -m pytest --durations=15 tests
+	@$(MAKE) --no-print-directory -j2 control-plane test-binaries gang-schedulers test-python-deps
+	@$(PHASE) lint $(MAKE) --no-print-directory lint
+	@rc=0; $(PHASE) pytest $(IN_TEST_NETNS) $(PY) -m pytest --durations=15 tests || rc=$$?; \
+	  $(PHASE) report; exit $$rc
 
 # The real demo keeps its cluster in a named network namespace, so it can be looked at afterwards; a cluster
 # name of its own keeps it apart from the one `make test` starts and stops.
 DEMO_NETNS := dtjob-demo
-demo: control-plane azurite venv
-	@hack/build-images.sh horovod-pytorch
-	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=dtjob-demo $(PY) hack/demo.py
+demo: deps
+	@$(MAKE) --no-print-directory -j2 control-plane azurite venv demo-image
+	@rc=0; $(PHASE) demo-run hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=dtjob-demo $(PY) hack/demo.py \
+	  || rc=$$?; $(PHASE) report; exit $$rc
+
+# The one image the demo runs; its build (downloads, pip installs, Horovod's CPU compile) overlaps the Go builds.
+demo-image: deps
+	@$(PHASE) image-pytorch hack/build-images.sh horovod-pytorch
 
 demo-down:
 	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=dtjob-demo hack/realnode.sh down

@@ -25,14 +25,14 @@ import yaml
 from azure.storage.blob import BlobServiceClient
 
 from hack.demo_common import banner, follow, kubectl_runner, start_operator, stop, wait_established
+from hack.demo_job import DEFAULT_STEPS, EXAMPLE, demo_job
 from testbed.azurite import run_azurite
 from testbed.cache import cache_root
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "pytorch-synthetic-resnet50.yaml"
 NAMESPACE = os.environ.get("DEMO_NAMESPACE", "dtjob-demo")
 TIMEOUT_SECONDS = float(os.environ.get("DEMO_TIMEOUT", "900"))
-STEPS = int(os.environ.get("DEMO_STEPS", "6"))
+STEPS = int(os.environ.get("DEMO_STEPS", str(DEFAULT_STEPS)))
 NODE_IP = "10.224.0.1"
 IMAGE = f"localhost/dtjob/horovod-pytorch:{os.environ.get('DTJOB_IMAGE_TAG', 'dev')}"
 KEY_SECRET = "demo-storage-key"
@@ -47,20 +47,16 @@ def realnode(*args: str) -> str:
 
 
 def job_manifest(endpoint: str) -> dict[str, Any]:
-    """The example job as a user would write it, shrunk to this machine's two cores and no GPU."""
-    manifest: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    spec = manifest["spec"]
-    spec["gpusPerWorker"] = 1
-    spec["hyperparameters"].update(
-        {"batchSizePerGpu": 4, "stepsPerEpoch": STEPS, "imageSize": 64, "logInterval": 1, "amp": False}
+    """The demo's job (hack/demo_job.py), writing to the demo's container in Azurite."""
+    return demo_job(
+        {
+            "endpoint": endpoint,
+            "container": CONTAINER,
+            "prefix": "runs",
+            "credentials": {"authMode": "accountKey", "secretRef": {"name": KEY_SECRET}},
+        },
+        steps=STEPS,
     )
-    spec["output"] = {
-        "endpoint": endpoint,
-        "container": CONTAINER,
-        "prefix": "runs",
-        "credentials": {"authMode": "accountKey", "secretRef": {"name": KEY_SECRET}},
-    }
-    return manifest
 
 
 def main() -> int:

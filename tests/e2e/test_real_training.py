@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hack.demo_job import demo_job
 from testbed.azurite import Azurite
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
@@ -23,15 +24,17 @@ from tests.e2e.real_jobs import (
     blob_text,
     create_tiny_job,
     new_container,
+    output_location,
     pod_logs,
     run_metrics,
+    storage_key_secret,
     wait_finished,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 
-def test_pytorch_trains_for_real_and_uploads_results_and_logs(
+def test_the_demo_job_trains_pytorch_for_real_and_uploads_results_and_logs(
     real_cluster: RealCluster,
     real_jobs: Jobs,
     real_operator: OperatorProcess,
@@ -39,9 +42,12 @@ def test_pytorch_trains_for_real_and_uploads_results_and_logs(
     tmp_path: Path,
 ) -> None:
     container = new_container(node_azurite)
-    name = "torch"
+    # The demo's own job (`make demo`): the same manifest, shrunk the same way, on the same image.
+    manifest = demo_job(output_location(node_azurite, container), steps=STEPS)
+    name = manifest["metadata"]["name"]
     started = time.monotonic()
-    create_tiny_job(real_jobs, name, node_azurite, container)
+    storage_key_secret(real_jobs, node_azurite)
+    real_jobs.create(name, **manifest["spec"])
     # A user following the job live from the start, as `dtjob logs -f` does, until it ends by itself.
     followed = tmp_path / "followed.log"
     argv = [sys.executable, "-m", "dtjob", "logs", name, "-f", "-n", real_jobs.ns]
