@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,3 +106,25 @@ def local_control_plane(kubeconfig: str) -> Path:
     if Path(kubeconfig).resolve() != local.resolve():
         pytest.skip("needs the local control plane (KUBECONFIG points at another cluster)")
     return local.parent
+
+
+# Where a run's time went, by tier (tests/<tier>/...): setup, call and teardown of every test, printed at the
+# end of the run beside --durations, so each CI log says which tier to look at first.
+_TIER_SECONDS: defaultdict[str, float] = defaultdict(float)
+_TIER_TESTS: defaultdict[str, set[str]] = defaultdict(set)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = report.nodeid.split("/")
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
+    _TIER_SECONDS[tier] += report.duration
+    _TIER_TESTS[tier].add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _TIER_SECONDS:
+        return
+    terminalreporter.section("time by tier (setup + call + teardown)")
+    for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda item: -item[1]):
+        count = len(_TIER_TESTS[tier])
+        terminalreporter.write_line(f"{tier:<14} {seconds / 60:6.1f} min  {count:5d} tests")
