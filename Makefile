@@ -22,7 +22,9 @@ CLUSTER_NAME ?= dtjob
 export CLUSTER_NAME
 # Each phase's wall time (hack/phase.sh), printed at the end of `make demo` and `make test`; one log per run
 # (a sub-make inherits its parent's).
-DTJOB_PHASE_LOG ?= $(CURDIR)/out/phases/$(shell date +%Y%m%d-%H%M%S)-$(shell echo $$PPID).log
+ifndef DTJOB_PHASE_LOG
+DTJOB_PHASE_LOG := $(CURDIR)/out/phases/$(shell date +%Y%m%d-%H%M%S)-$(shell echo $$PPID).log
+endif
 export DTJOB_PHASE_LOG
 PHASE := hack/phase.sh
 
