@@ -153,10 +153,11 @@ test: deps
 
 # The real demo keeps its cluster in a named network namespace, so it can be looked at afterwards; a cluster
 # name of its own keeps it apart from the one `make test` starts and stops.
-DEMO_NETNS := dtjob-demo
+DEMO_NETNS ?= dtjob-demo
+DEMO_CLUSTER ?= dtjob-demo
 demo: deps
 	@$(MAKE) --no-print-directory -j2 control-plane azurite venv demo-image
-	@rc=0; $(PHASE) demo-run hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=dtjob-demo $(PY) hack/demo.py \
+	@rc=0; $(PHASE) demo-run hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=$(DEMO_CLUSTER) $(PY) hack/demo.py \
 	  || rc=$$?; $(PHASE) report; exit $$rc
 
 # The one image the demo runs; its build (downloads, pip installs, Horovod's CPU compile) overlaps the Go builds.
@@ -164,7 +165,7 @@ demo-image: deps
 	@$(PHASE) image-pytorch hack/build-images.sh horovod-pytorch
 
 demo-down:
-	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=dtjob-demo hack/realnode.sh down
+	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=$(DEMO_CLUSTER) hack/realnode.sh down
 	hack/netns.sh delete $(DEMO_NETNS)
 
 demo-sim: cluster-up venv
@@ -175,6 +176,8 @@ bench: venv-training azurite cluster-up
 
 clean-cache:
 	hack/cluster.sh down || true
-	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=dtjob-demo hack/realnode.sh down || true
+	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=$(DEMO_CLUSTER) hack/realnode.sh down || true
 	hack/netns.sh delete $(DEMO_NETNS) || true
+	@# Whatever an interrupted build or node left mounted under the cache goes first, or rm cannot remove it.
+	findmnt -rn -o TARGET | grep -F "$(DTJOB_CACHE)/" | sort -r | xargs -r umount -l || true
 	rm -rf $(DTJOB_CACHE)
