@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from dtjob import kueue, names
+from dtjob.rank_error import RankError
 from dtjob.timefmt import parse_time
 from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
@@ -106,6 +107,8 @@ class LauncherState:
     reason: str | None = None
     world_size: int | None = None  # the workers its hostfile names
     failed_pod: PodState | None = None  # the launcher pod that failed: its exit code, reason, disruption
+    # Why a rank failed, as its log says (the failed launcher's log tail, read once by the observer).
+    log_error: RankError | None = None
 
     @property
     def finished(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -17,8 +18,9 @@ from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube import Kube, LogUnavailable
 from dtjob.machine import world_started
 from dtjob.machine.gang import wants_pool_room
-from dtjob.observed import Blocker, Children, Observed, PoolRoom, observe_children, pool_room
+from dtjob.observed import Blocker, Children, LauncherState, Observed, PoolRoom, observe_children, pool_room
 from dtjob.preflight import preflight
+from dtjob.rank_error import rank_error
 from dtjob.spec import JobSpec
 from dtjob.status import FINISHED, JobStatus
 from dtjob.training_progress import latest_progress
@@ -29,6 +31,11 @@ log = logging.getLogger(__name__)
 # framework floods the log with one huge line.
 PROGRESS_TAIL_LINES = 50
 PROGRESS_TAIL_BYTES = 64 * 1024
+# A launcher that just failed is read further back, once: after the rank's error line come mpirun's banner,
+# horovodrun's own traceback and the other ranks' last words. limitBytes keeps the start of the tail, so the
+# cap leaves room for every line asked for.
+FAILURE_TAIL_LINES = 200
+FAILURE_TAIL_BYTES = 256 * 1024
 
 
 def observe(
@@ -51,11 +58,15 @@ def observe(
     staging = None
     if active and spec.dataset.staging is not None and not prev.is_true("Staged"):
         staging = storage.observe_staging(kube, spec.namespace, children.staging, children.pods)
-    progress = _training_progress(kube, spec.namespace, prev, seen, config.progress_seconds)
+    log_text = _launcher_log(kube, spec.namespace, prev, seen, config.progress_seconds)
+    progress = None if log_text is None else latest_progress(log_text)
+    launcher = seen.launcher
+    if launcher is not None and log_text is not None and _failed_now(prev, launcher):
+        launcher = replace(launcher, log_error=rank_error(log_text))
     room = _pool_room(kube, spec) if active and wants_pool_room(spec, seen, prev, now) else None
     return Observed(
         pods=seen.pods,
-        launcher=seen.launcher,
+        launcher=launcher,
         generation=meta.get("generation"),
         uid=uid,
         blocker=blocker,
@@ -96,12 +107,17 @@ def _worst(*blockers: Blocker | None) -> Blocker | None:
     return next((b for b in found if b.fatal), found[0] if found else None)
 
 
-def _training_progress(
-    kube: Kube, namespace: str, prev: JobStatus, seen: Observed, every_s: float
-) -> dict[str, Any] | None:
-    """Rank 0's latest progress line while the launcher runs, at most once per `every_s` however often its
-    pods' events reconcile the job, and once more as it ends (a short run may print all its progress between
-    two reads). None: nothing new (the status keeps the last progress)."""
+def _failed_now(prev: JobStatus, launcher: LauncherState) -> bool:
+    """The launcher of the current world failed: this reconcile restarts or fails the job, naming why."""
+    return launcher.failed and launcher.attempt == prev.restarts
+
+
+def _launcher_log(kube: Kube, namespace: str, prev: JobStatus, seen: Observed, every_s: float) -> str | None:
+    """The tail of the launcher's log, for rank 0's latest progress line while the launcher runs (at most once
+    per `every_s` however often its pods' events reconcile the job) and once more as it ends (a short run may
+    print all its progress between two reads), then also for the error line of a failed one. None: nothing
+    new (the status keeps the last progress), or a log the API server cannot serve (the failure's message
+    then says what the pod's status says)."""
     launcher = seen.launcher
     if launcher is None or launcher.pod_name is None or prev.phase in FINISHED:
         return None
@@ -109,14 +125,16 @@ def _training_progress(
         return None
     pod, container = launcher.pod_name, names.LAUNCHER_CONTAINER
     try:
+        if _failed_now(prev, launcher):
+            return kube.read_pod_log(
+                namespace, pod, container, tail_lines=FAILURE_TAIL_LINES, limit_bytes=FAILURE_TAIL_BYTES
+            )
         if launcher.finished:
-            text: str | None = kube.read_pod_log(
+            return kube.read_pod_log(
                 namespace, pod, container, tail_lines=PROGRESS_TAIL_LINES, limit_bytes=PROGRESS_TAIL_BYTES
             )
-        else:
-            text = kube.poll_pod_log(
-                namespace, pod, container, PROGRESS_TAIL_LINES, PROGRESS_TAIL_BYTES, every_s / 2
-            )
+        return kube.poll_pod_log(
+            namespace, pod, container, PROGRESS_TAIL_LINES, PROGRESS_TAIL_BYTES, every_s / 2
+        )
     except LogUnavailable:
         return None
-    return None if text is None else latest_progress(text)

@@ -1,11 +1,25 @@
-"""The line that says why a rank failed, found in the launcher's log as horovodrun and mpirun forward it (rank
-tags and all); it never carries a SAS token."""
+"""A failed launcher's message quotes the line that says why a rank failed, and names the pod: the line is
+found in the launcher's log as horovodrun and mpirun forward it (rank tags and all), read once as the failure
+is seen, and never carries a SAS token."""
 
 from __future__ import annotations
 
-import pytest
-from dtjob.rank_error import MAX_CHARS, RankError, rank_error
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
+from dtjob.actions import Event
+from dtjob.machine import decide
+from dtjob.observed import Children, LauncherState, Observed, PodState
+from dtjob.observer import FAILURE_TAIL_LINES, observe
+from dtjob.rank_error import MAX_CHARS, RankError, rank_error
+from dtjob.status import JobStatus
+from dtjob.timefmt import format_time
+
+from tests.unit.operator_fixtures import CONFIG, job_body, job_spec
+from tests.unit.recording_kube import RecordingKube
+
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 NO_GPU = (
     "DTJOB_EXPECT_GPU is set (the job asks for GPUs) but no GPU is visible to this rank: check the node's "
     "NVIDIA driver and device plugin and that the image is a GPU build; set DTJOB_EXPECT_GPU=0 in the job's "
@@ -172,3 +186,106 @@ def test_tags_timestamps_and_colours_are_stripped(line: str, described: str) -> 
     found = rank_error(f"starting\n{line}\n")
     assert found is not None and found.describe().startswith(described), found
     assert "<stderr>" not in found.text and "\x1b" not in found.text
+
+
+# --- decide: the message and the event -------------------------------------------------------------------
+
+
+def failed_launcher(exit_code: int, log_error: RankError | None) -> LauncherState:
+    failed = PodState(
+        "rn50-launcher-x", "launcher", 0, None, "Failed", scheduled=True, ready=False, deleting=False,
+        reason=f"Error, exit code {exit_code}", exit_code=exit_code, termination_reason="Error",
+    )  # fmt: skip
+    return LauncherState(
+        0, deleting=False, running=False, succeeded=False, failed=True, pod_name=failed.name,
+        reason=failed.reason, failed_pod=failed, log_error=log_error,
+    )  # fmt: skip
+
+
+def running_world(launcher: LauncherState) -> Observed:
+    workers = tuple(
+        PodState(f"rn50-worker-{i}", "worker", 0, i, "Running", scheduled=True, ready=True, deleting=False)
+        for i in range(2)
+    )
+    return Observed(pods=workers, launcher=launcher)
+
+
+def running() -> JobStatus:
+    return JobStatus(phase="Running", start_time=format_time(NOW - timedelta(minutes=10)), launcher_pod="x")
+
+
+def test_decide_quotes_the_ranks_line_and_its_pod_in_the_restart_message_and_event() -> None:
+    quoted = rank_error(GLOO_NO_GPU)
+    d = decide(
+        job_spec(runPolicy={"backoffLimit": 3}), running_world(failed_launcher(3, quoted)), running(), NOW
+    )
+    assert d.status.phase == "Restarting"
+    expected = (
+        f"launcher pod rn50-launcher-x failed: Error, exit code 3: rank 1 (pod rn50-worker-0): "
+        f"error: rn50-worker-0 local rank 1: {NO_GPU}; restarting the world (restart 1 of 3)"
+    )
+    assert d.status.message == expected
+    restarting = d.status.condition("Restarting")
+    assert restarting is not None and restarting.message == expected
+    assert Event("Warning", "LauncherFailed", expected) in d.events
+
+
+def test_decide_quotes_the_line_when_an_exit_code_fails_the_job_for_good() -> None:
+    spec = job_spec(runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 3})
+    d = decide(spec, running_world(failed_launcher(2, rank_error(MPIRUN_BAD_INPUT))), running(), NOW)
+    failed = d.status.condition("Failed")
+    assert d.status.phase == "Failed" and failed is not None
+    assert failed.message.startswith(
+        "launcher pod rn50-launcher-x failed: Error, exit code 2: rank 0: error: --batch-size 512: larger "
+    )
+    assert "; exit code 2 is permanent under runPolicy.restartPolicy ExitCode" in failed.message
+    assert any(e.reason == "LauncherFailed" and "error: --batch-size 512" in e.message for e in d.events)
+
+
+def test_without_a_line_the_message_is_the_pods_reason_alone() -> None:
+    d = decide(
+        job_spec(runPolicy={"backoffLimit": 3}), running_world(failed_launcher(1, None)), running(), NOW
+    )
+    assert d.status.message == (
+        "launcher pod rn50-launcher-x failed: Error, exit code 1; restarting the world (restart 1 of 3)"
+    )
+
+
+# --- observe: the failed launcher's log, read once --------------------------------------------------------
+
+
+def launcher_children(attempt: int = 0) -> Children:
+    labels = {"dtjob.io/role": "launcher", "dtjob.io/attempt": str(attempt)}
+    ended = {"name": "launcher", "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}
+    pod: dict[str, Any] = {
+        "metadata": {"name": "rn50-launcher-x", "labels": labels},
+        "status": {"phase": "Failed", "containerStatuses": [ended]},
+    }
+    job = {"metadata": {"name": "rn50-launcher", "labels": {"dtjob.io/attempt": str(attempt)}}, "status": {}}
+    return Children(pods=(pod,), launcher=job)
+
+
+def observe_failed(kube: RecordingKube, prev: JobStatus, attempt: int = 0) -> Observed:
+    return observe(kube, CONFIG, job_spec(), job_body(), prev, launcher_children(attempt), NOW)
+
+
+def test_observe_reads_the_failed_launchers_log_tail_for_the_line() -> None:
+    kube = RecordingKube(logs={"rn50-launcher-x": "noise\n" * 500 + GLOO_NO_GPU})
+    observed = observe_failed(kube, running())
+    assert observed.launcher is not None and observed.launcher.failed
+    assert observed.launcher.log_error == rank_error(GLOO_NO_GPU)
+    assert kube.calls.count(("read-log", "Pod", "rn50-launcher-x")) == 1
+    assert GLOO_NO_GPU.count("\n") < FAILURE_TAIL_LINES  # the banner and traceback after the line fit
+
+
+def test_a_log_that_cannot_be_read_leaves_the_message_as_the_pod_says() -> None:
+    observed = observe_failed(RecordingKube(), running())  # pods/log answers 404
+    assert observed.launcher is not None and observed.launcher.failed and observed.launcher.log_error is None
+
+
+def test_a_failed_launcher_of_an_older_world_is_not_read_for_an_error() -> None:
+    # Restarting: the old world's launcher is still there, and the next world's message is not about it.
+    kube = RecordingKube(logs={"rn50-launcher-x": GLOO_NO_GPU})
+    prev = JobStatus(phase="Restarting", start_time=format_time(NOW - timedelta(minutes=10)), restarts=1)
+    observed = observe_failed(kube, prev, attempt=0)
+    assert observed.launcher is not None and observed.launcher.log_error is None

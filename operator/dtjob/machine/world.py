@@ -104,6 +104,8 @@ def _launcher_failure(
     an eviction is infrastructure, and restarts it."""
     pod = launcher.pod_name or names.launcher_name(spec.name)
     message = f"launcher pod {pod} failed: {launcher.reason or 'unknown reason'}"
+    if launcher.log_error is not None:  # what the rank said, where the user would otherwise have to look
+        message += f": {launcher.log_error.describe()}"
     failed = launcher.failed_pod
     code = failed.exit_code if failed is not None else None
     infrastructure = failed is not None and (failed.disruption or failed.termination_reason == "OOMKilled")
