@@ -1,4 +1,5 @@
-"""Training progress from the launcher's log reaches `status.progress` and `kubectl get dtj -o wide`."""
+"""Training progress from the launcher's log reaches `status.progress` and `kubectl get dtj -o wide`; a failed
+launcher's message quotes the error line a rank left in that log."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any, cast
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from testbed.kube_wait import wait_for
-from testbed.operator_harness import OperatorProcess, kubectl
+from testbed.operator_harness import Jobs, OperatorProcess, kubectl
 from testbed.sim_logs import append_log, serve_pod_log
 
 pytestmark = pytest.mark.integration
@@ -86,3 +88,46 @@ def test_progress_follows_the_launcher_log(
     wait_for(lambda: status().get("phase") == "Succeeded", timeout=60, what="job Succeeded")
     assert progress() == {**first, "step": 20, "imagesPerSec": 2500.0, "loss": 6.3,
                           "summary": "epoch 1/2 step 20/50 2500 img/s loss 6.300"}  # fmt: skip
+
+
+def test_a_failed_launcher_quotes_the_ranks_error_line(
+    api_client: client.ApiClient,
+    core_v1: client.CoreV1Api,
+    jobs: Jobs,
+    namespace: str,
+    operator: OperatorProcess,
+    tmp_path: Path,
+) -> None:
+    launcher = {"podAnnotations": {"sim.dtjob.io/run-duration": "10m"}}
+    jobs.create("nogpu", launcher=launcher, runPolicy={"backoffLimit": 0})
+    pod = wait_for(
+        lambda: (pods := jobs.pods("nogpu", "launcher")) and pods[0].metadata.name,
+        timeout=90,
+        what="launcher",
+    )
+    log = tmp_path / "launcher.log"
+    no_gpu = "DTJOB_EXPECT_GPU is set (the job asks for GPUs) but no GPU is visible to this rank"
+    append_log(
+        log,
+        "[0]<stdout>:dtjob_train pytorch: 8 ranks",
+        f"[1]<stderr>:error: nogpu-worker-0 local rank 1: {no_gpu}: check the node's NVIDIA driver",
+        "Process 1 exit with status code 3.",
+    )
+    serve_pod_log(api_client, namespace, pod, "launcher", log)
+
+    def served() -> bool:  # before the failure, or the operator would read no log
+        try:
+            return "Process 1" in core_v1.read_namespaced_pod_log(pod, namespace, container="launcher")
+        except ApiException:
+            return False
+
+    wait_for(served, timeout=30, what="the launcher's log served")
+    jobs.annotate_pod(pod, {"sim.dtjob.io/outcome": "Failed"})
+    jobs.wait_phase("nogpu", "Failed", timeout=90)
+    cond = jobs.condition("nogpu", "Failed")
+    quoted = f"rank 1 (pod nogpu-worker-0): error: nogpu-worker-0 local rank 1: {no_gpu}"
+    assert cond and cond["reason"] == "LauncherFailed" and quoted in cond["message"], cond
+    assert cond["message"].startswith(f"launcher pod {pod} failed: Error, exit code 1"), cond
+    wait_for(
+        lambda: any(quoted in (e.message or "") for e in jobs.events("nogpu")), timeout=30, what="the event"
+    )
