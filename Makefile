@@ -143,10 +143,12 @@ test-python-deps: azurite venv-training gpu-build-wheels
 	@$(PHASE) images hack/build-images.sh
 
 # Every test: the training and e2e tiers (CPU-bound) run beside the others (mostly waiting on API servers), see
-# hack/run-tests.sh; one line at the end sums both runs. On a cold machine the Go builds and the Python and
-# image builds overlap (downloads and compiles share the two cores).
+# hack/run-tests.sh; one line at the end sums both runs. On a cold machine two lines of builds overlap: the
+# Python and image chain (downloads, pip installs, layer exports) takes the first slot, the Go builds (compiles
+# that fill both cores) follow one another in the second. Named the other way round, make would give both
+# slots to Go builds and leave the downloads waiting for them.
 test: deps
-	@$(MAKE) --no-print-directory -j2 control-plane test-binaries gang-schedulers test-python-deps
+	@$(MAKE) --no-print-directory -j2 test-python-deps control-plane test-binaries gang-schedulers
 	@$(PHASE) lint $(MAKE) --no-print-directory lint
 	@rc=0; $(PHASE) pytest $(IN_TEST_NETNS) hack/run-tests.sh $(PY) --durations=15 || rc=$$?; \
 	  $(PHASE) report; exit $$rc
