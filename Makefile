@@ -144,11 +144,14 @@ test-python-deps: azurite venv-training gpu-build-wheels
 
 # Every test: the training and e2e tiers (CPU-bound) run beside the others (mostly waiting on API servers), see
 # hack/run-tests.sh; one line at the end sums both runs. On a cold machine two lines of builds overlap: the
-# Python and image chain (downloads, pip installs, layer exports) takes the first slot, the Go builds (compiles
-# that fill both cores) follow one another in the second. Named the other way round, make would give both
-# slots to Go builds and leave the downloads waiting for them.
+# Python and image chain (downloads, pip installs, layer exports) and the Go builds (compiles that fill both
+# cores, one after another). Two makes, not `make -j2`: that gave both slots to Go builds and left the
+# downloads waiting for them.
 test: deps
-	@$(MAKE) --no-print-directory -j2 test-python-deps control-plane test-binaries gang-schedulers
+	@$(MAKE) --no-print-directory test-python-deps & python_line=$$!; \
+	  go_rc=0; $(MAKE) --no-print-directory control-plane test-binaries gang-schedulers || go_rc=$$?; \
+	  python_rc=0; wait $$python_line || python_rc=$$?; \
+	  [[ $$go_rc == 0 && $$python_rc == 0 ]] || { $(PHASE) report; exit 1; }
 	@$(PHASE) lint $(MAKE) --no-print-directory lint
 	@rc=0; $(PHASE) pytest $(IN_TEST_NETNS) hack/run-tests.sh $(PY) --durations=15 || rc=$$?; \
 	  $(PHASE) report; exit $$rc
