@@ -152,7 +152,7 @@ test: deps
 	  go_rc=0; $(MAKE) --no-print-directory control-plane test-binaries gang-schedulers || go_rc=$$?; \
 	  python_rc=0; wait $$python_line || python_rc=$$?; \
 	  [[ $$go_rc == 0 && $$python_rc == 0 ]] || { $(PHASE) report; exit 1; }
-	@$(PHASE) lint $(MAKE) --no-print-directory lint
+	@$(PHASE) lint $(MAKE) --no-print-directory lint || { $(PHASE) report; exit 1; }
 	@rc=0; $(PHASE) pytest $(IN_TEST_NETNS) hack/run-tests.sh $(PY) --durations=15 || rc=$$?; \
 	  $(PHASE) report; exit $$rc
 
