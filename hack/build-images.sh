@@ -78,6 +78,25 @@ check_name() {
 }
 
 # ------------------------------------------------------------------------------------------------- import ---
+layer_digests() { # LAYOUT: the layer digests of the image manifests it holds
+  python3 - "$1" <<'PY'
+import json
+import sys
+from pathlib import Path
+
+layout = Path(sys.argv[1])
+
+
+def blob(digest: str) -> dict:
+    return json.loads((layout / "blobs" / digest.replace(":", "/", 1)).read_text())
+
+
+for manifest in json.loads((layout / "index.json").read_text())["manifests"]:
+    for layer in blob(manifest["digest"]).get("layers", []):
+        print(layer["digest"])
+PY
+}
+
 import_images() {
   local address="" namespace=k8s.io snapshotter=overlayfs
   while [[ $# -gt 0 ]]; do
@@ -130,6 +149,13 @@ import_images() {
     tar -C "$layout" -cf - . | "${ctr[@]}" images import --snapshotter "$snapshotter" - >/dev/null
     have=$("${ctr[@]}" images ls "name==$ref" | awk 'NR > 1 { print $3 }')
     [[ $have == "$want" ]] || die "$ref: containerd holds '$have' after the import, expected $want"
+    # The layers are unpacked into the node's snapshots, which its containers run from: their compressed
+    # copies in the content store would only hold the disk twice (what CRI's discard_unpacked_layers does
+    # for pulls). The manifest and config stay, so the image keeps its name, digest and ID.
+    mapfile -t layers < <(layer_digests "$layout")
+    if [[ ${#layers[@]} -gt 0 ]] && ! "${ctr[@]}" content rm "${layers[@]}" >/dev/null; then
+      log "$ref: warning: could not drop the imported layers' compressed copies ($address)"
+    fi
     log "$ref: imported in $((SECONDS - started))s"
   done
 }
