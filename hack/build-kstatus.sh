@@ -10,7 +10,9 @@ src=$here/kstatus
 key=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-12)
 out=$cache/bin/kstatus-$key
 log() { printf '[build-kstatus] %s\n' "$*" >&2; }
-if [[ -x $out/kstatus ]]; then
+# shellcheck source=cache-lock.sh
+source "$here/cache-lock.sh"
+if cache_hit "kstatus-$key" "kstatus $key" test -x "$out/kstatus"; then
   log "kstatus $key cached"
   exit 0
 fi
@@ -18,5 +20,7 @@ export GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0
 log "building kstatus $key"
 mkdir -p "$out"
 cd "$src"
-go build -trimpath -ldflags "-s -w" -o "$out/kstatus.tmp" .
-mv "$out/kstatus.tmp" "$out/kstatus"
+trap 'rm -f "$out/kstatus.tmp.$$"' EXIT
+# A name of this run's own, renamed into place whole: a reader never sees half a binary.
+go build -trimpath -ldflags "-s -w" -o "$out/kstatus.tmp.$$" .
+mv -T "$out/kstatus.tmp.$$" "$out/kstatus"

@@ -1,0 +1,57 @@
+# shellcheck shell=bash
+# One lock per cache entry, for the scripts that fill $DTJOB_CACHE (sourced, bash):
+#
+#   cache_hit NAME WHAT TEST...   true when TEST passes: now, without waiting, or once a build of the same
+#                                 entry that is running has finished. Otherwise false, with NAME's lock held:
+#                                 the caller builds the entry (into a temporary name, renamed into place last).
+#   cache_lock NAME [WHAT]        take the lock $DTJOB_CACHE/locks/NAME.lock (exclusive) until cache_unlock NAME
+#                                 or the end of the shell; when another process holds it, say so once and wait
+#   cache_unlock NAME             release it early
+#
+# Two runs building the same entry at once would write over each other's files; with the lock the second
+# waits for the first and then finds its result. Readers of a finished entry take no lock and never wait, and
+# different entries have different locks, so they build side by side. A script that builds several entries
+# takes each entry's lock around that entry only (a subshell per entry releases it), so no two builders wait
+# on each other in a cycle. Processes started while a lock is held inherit it: release it (or take it in a
+# subshell) before starting anything that outlives the build, such as a daemon.
+#
+# The wait line goes through the caller's `log` function when it has one.
+
+declare -gA cache_lock_fds=()
+
+cache_lock_file() { # NAME: its lock file (the name flattened to one path component)
+  echo "${DTJOB_CACHE:-$HOME/.cache/dtjob}/locks/${1//[^A-Za-z0-9._-]/_}.lock"
+}
+
+cache_lock() {
+  local name=$1 what=${2:-$1} file fd
+  [[ -z ${cache_lock_fds[$name]:-} ]] || return 0 # already held by this shell
+  file=$(cache_lock_file "$name")
+  mkdir -p "$(dirname "$file")"
+  exec {fd}>>"$file"
+  if ! flock -n "$fd"; then
+    if declare -F log >/dev/null; then
+      log "another build of $what is running; waiting"
+    else
+      printf '[%s] another build of %s is running; waiting\n' "$(basename "$0" .sh)" "$what" >&2
+    fi
+    flock "$fd"
+  fi
+  cache_lock_fds[$name]=$fd
+}
+
+cache_unlock() {
+  local fd=${cache_lock_fds[$1]:-}
+  [[ -n $fd ]] || return 0
+  exec {fd}>&-
+  unset "cache_lock_fds[$1]"
+}
+
+cache_hit() {
+  local name=$1 what=$2
+  shift 2
+  "$@" && return 0
+  cache_lock "$name" "$what"
+  "$@" && { cache_unlock "$name"; return 0; }
+  return 1
+}
