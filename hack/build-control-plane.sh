@@ -3,7 +3,10 @@
 #   $DTJOB_CACHE/bin/<component>-<version>/<binary>
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet and kube-proxy come from k8s.io/kubernetes, whose go.mod
 # replaces its staging modules with ./staging paths; a small local module re-points each of them at its v0.Y.Z tag.
-# A second run finds every binary and builds nothing.
+# A second run finds every binary and builds nothing. Each entry (a component at a version) is built under its
+# own lock (hack/cache-lock.sh), one entry after the other: a second run building the same entry at once waits
+# for the first and finds its binaries, and a binary is written under a name of this run's own
+# (<binary>.tmp.<pid>) and renamed into place whole.
 # Not built by default (targets named on the command line, see the Makefile's gang-schedulers): the gang
 # schedulers the integration tests run beside the control plane, scheduler-plugins' kube-scheduler with its
 # PodGroup CRD, and Volcano's PodGroup CRD (no Volcano scheduler: its PodGroup is checked against the CRD).
@@ -15,14 +18,26 @@ cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
+# shellcheck source=cache-lock.sh
+source "$here/cache-lock.sh"
+
+# A name of this run's own beside FINAL (then `mv -T` onto it); whatever an interrupted build of this run
+# leaves under such names goes when it ends ($$ is the script's, in the subshells too).
+tmp_name() { echo "$1.tmp.$$"; }
+trap 'rm -rf "$cache"/bin/*/*.tmp.$$ "$cache"/bin/*/crds/*.tmp.$$ "$cache"/crds/*/*.tmp.$$' EXIT
 
 build_kubernetes() {
   local out=$cache/bin/kubernetes-$K8S_VERSION
   # kubelet and kube-proxy serve the real node (hack/realnode.sh); the rest the control plane.
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   local missing=()
-  for b in "${want[@]}"; do [[ -x $out/$b ]] || missing+=("$b"); done
-  [[ ${#missing[@]} -eq 0 ]] && { log "kubernetes $K8S_VERSION cached"; return; }
+  all_built() {
+    missing=()
+    for b in "${want[@]}"; do [[ -x $out/$b ]] || missing+=("$b"); done
+    [[ ${#missing[@]} -eq 0 ]]
+  }
+  cache_hit "kubernetes-$K8S_VERSION" "kubernetes $K8S_VERSION" all_built &&
+    { log "kubernetes $K8S_VERSION cached"; return; }
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   local staging_tag=v0.${K8S_VERSION#v1.}
   local work=$cache/build/kubernetes-$K8S_VERSION
@@ -45,7 +60,7 @@ build_kubernetes() {
   local pkgs=()
   for b in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b@$K8S_VERSION"); done
   go get "${pkgs[@]}"
-  local vpkg=k8s.io/component-base/version cpkg=k8s.io/client-go/pkg/version
+  local vpkg=k8s.io/component-base/version cpkg=k8s.io/client-go/pkg/version tmp
   local ld="-s -w"
   for p in $vpkg $cpkg; do
     ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
@@ -53,35 +68,53 @@ build_kubernetes() {
   done
   for b in "${missing[@]}"; do
     log "building $b $K8S_VERSION"
-    go build -trimpath -ldflags "$ld" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b"
-    mv "$out/$b.tmp" "$out/$b"
+    tmp=$(tmp_name "$out/$b")
+    go build -trimpath -ldflags "$ld" -o "$tmp" "k8s.io/kubernetes/cmd/$b"
+    mv -T "$tmp" "$out/$b"
   done
 }
 
 build_etcd() {
   local out=$cache/bin/etcd-$ETCD_VERSION
-  [[ -x $out/etcd ]] && { log "etcd $ETCD_VERSION cached"; return; }
+  cache_hit "etcd-$ETCD_VERSION" "etcd $ETCD_VERSION" test -x "$out/etcd" &&
+    { log "etcd $ETCD_VERSION cached"; return; }
   local work=$cache/build/etcd-$ETCD_VERSION
   mkdir -p "$work" "$out"
   cd "$work"
   printf 'module dtjob.local/etcd-build\n\ngo 1.26.0\n' > go.mod
   go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
   log "building etcd $ETCD_VERSION"
-  go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3
-  mv "$out/etcd.tmp" "$out/etcd"
+  local tmp
+  tmp=$(tmp_name "$out/etcd")
+  go build -trimpath -ldflags "-s -w" -o "$tmp" go.etcd.io/etcd/server/v3
+  mv -T "$tmp" "$out/etcd"
 }
 
 go_install() { # name version package...
   local name=$1 version=$2; shift 2
   local out=$cache/bin/$name-$version
-  local need=0
-  for p in "$@"; do [[ -x $out/$(basename "$p") ]] || need=1; done
-  [[ $need -eq 0 ]] && { log "$name $version cached"; return; }
+  all_installed() {
+    local p
+    for p in "$@"; do [[ -x $out/$(basename "$p") ]] || return 1; done
+  }
+  cache_hit "$name-$version" "$name $version" all_installed "$@" && { log "$name $version cached"; return; }
   mkdir -p "$out"
+  local p bin
   for p in "$@"; do
-    log "building $(basename "$p") $version"
-    GOBIN=$out go install -trimpath -ldflags "-s -w" "$p@$version"
+    bin=$(basename "$p")
+    log "building $bin $version"
+    go_install_into "$out/$bin" -ldflags "-s -w" "$p@$version"
   done
+}
+
+go_install_into() { # FINAL ARGS...: `go install ARGS` into a directory of this run's own, renamed onto FINAL whole
+  local final=$1 dir
+  shift
+  dir=$(tmp_name "$final")
+  mkdir "$dir"
+  GOBIN=$dir go install -trimpath "$@"
+  mv -T "$dir/$(basename "$final")" "$final"
+  rm -rf "$dir"
 }
 
 build_kwok() {
@@ -96,7 +129,8 @@ build_coredns() {
 build_helm() {
   # helm prints its version from ldflags; without them `helm version` says v3.x-unreleased.
   local out=$cache/bin/helm-$HELM_VERSION
-  [[ -x $out/helm ]] && { log "helm $HELM_VERSION cached"; return; }
+  cache_hit "helm-$HELM_VERSION" "helm $HELM_VERSION" test -x "$out/helm" &&
+    { log "helm $HELM_VERSION cached"; return; }
   mkdir -p "$out"
   log "building helm $HELM_VERSION"
   # The Kubernetes version `helm template` and `helm lint` assume is that of helm's own client-go.
@@ -107,7 +141,7 @@ build_helm() {
   for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
     ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$client_go"
   done
-  GOBIN=$out go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  go_install_into "$out/helm" -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
 build_scheduler_plugins() {
@@ -118,7 +152,9 @@ build_scheduler_plugins() {
   # Its PodGroup CRD comes from the same module (config/crd/bases).
   local v=$SCHEDULER_PLUGINS_VERSION
   local out=$cache/bin/scheduler-plugins-$v
-  if [[ -x $out/kube-scheduler && -f $out/crds/scheduling.x-k8s.io_podgroups.yaml ]]; then
+  local crd=scheduling.x-k8s.io_podgroups.yaml
+  built() { [[ -x $out/kube-scheduler && -f $out/crds/$crd ]]; }
+  if cache_hit "scheduler-plugins-$v" "scheduler-plugins $v" built; then
     log "scheduler-plugins $v cached"; return
   fi
   local src
@@ -143,24 +179,32 @@ build_scheduler_plugins() {
     ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
     ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  go build -trimpath -ldflags "$ld" -o "$out/kube-scheduler.tmp" ./cmd/scheduler
-  cp config/crd/bases/scheduling.x-k8s.io_podgroups.yaml "$out/crds/"
-  mv "$out/kube-scheduler.tmp" "$out/kube-scheduler"
+  local tmp
+  tmp=$(tmp_name "$out/crds/$crd")
+  cp "config/crd/bases/$crd" "$tmp"
+  mv -T "$tmp" "$out/crds/$crd"
+  tmp=$(tmp_name "$out/kube-scheduler")
+  go build -trimpath -ldflags "$ld" -o "$tmp" ./cmd/scheduler
+  mv -T "$tmp" "$out/kube-scheduler"
   cd / && rm -rf "$work"
 }
 
 build_volcano_crds() {
   # Volcano's CRDs live in its main module (volcano.sh/apis carries the Go types only); nothing is built.
-  local out=$cache/crds/volcano-$VOLCANO_VERSION
-  [[ -f $out/scheduling.volcano.sh_podgroups.yaml ]] && { log "volcano $VOLCANO_VERSION CRDs cached"; return; }
-  local src
+  local out=$cache/crds/volcano-$VOLCANO_VERSION crd=scheduling.volcano.sh_podgroups.yaml
+  cache_hit "volcano-crds-$VOLCANO_VERSION" "volcano $VOLCANO_VERSION CRDs" test -f "$out/$crd" &&
+    { log "volcano $VOLCANO_VERSION CRDs cached"; return; }
+  local src tmp
   src=$(go mod download -json "volcano.sh/volcano@$VOLCANO_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
   mkdir -p "$out"
-  cp "$src/config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml" "$out/"
-  chmod u+w "$out"/*.yaml
+  tmp=$(tmp_name "$out/$crd")
+  cp "$src/config/crd/volcano/bases/$crd" "$tmp"
+  chmod u+w "$tmp"
+  mv -T "$tmp" "$out/$crd"
   log "volcano $VOLCANO_VERSION CRDs copied"
 }
 
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(kubernetes etcd kwok helm coredns)
-for t in "${targets[@]}"; do "build_$t"; done
+# A subshell per entry: its lock is released when the entry is built, before the next one's is taken.
+for t in "${targets[@]}"; do ("build_$t"); done

@@ -11,7 +11,10 @@ source "$here/versions.env"
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
 out=$cache/bin/kueue-$KUEUE_VERSION
 log() { printf '[build-kueue] %s\n' "$*" >&2; }
-if [[ -x $out/kueue && -f $out/webhook-manifests.yaml ]]; then
+# shellcheck source=cache-lock.sh
+source "$here/cache-lock.sh"
+built() { [[ -x $out/kueue && -f $out/webhook-manifests.yaml ]]; }
+if cache_hit "kueue-$KUEUE_VERSION" "kueue $KUEUE_VERSION" built; then
   log "kueue $KUEUE_VERSION cached"
   exit 0
 fi
@@ -26,11 +29,13 @@ cd "$work"
 printf 'module dtjob.local/kueue-build\n\ngo 1.25.0\n' > go.mod
 go get "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
 log "building kueue $KUEUE_VERSION"
+# Names of this run's own, renamed into place whole; the manifest last, as it marks the entry built.
+trap 'rm -f "$out/kueue.tmp.$$" "$out/webhook-manifests.yaml.tmp.$$"' EXIT
 go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
-  -o "$out/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue
+  -o "$out/kueue.tmp.$$" sigs.k8s.io/kueue/cmd/kueue
 mkdir -p "$out/crds"
 cp "$src"/config/components/crd/bases/*.yaml "$out/crds/"
-cp "$src/config/components/webhook/manifests.yaml" "$out/webhook-manifests.yaml.tmp"
+cp "$src/config/components/webhook/manifests.yaml" "$out/webhook-manifests.yaml.tmp.$$"
 chmod -R u+w "$out"
-mv "$out/kueue.tmp" "$out/kueue"
-mv "$out/webhook-manifests.yaml.tmp" "$out/webhook-manifests.yaml"
+mv -T "$out/kueue.tmp.$$" "$out/kueue"
+mv -T "$out/webhook-manifests.yaml.tmp.$$" "$out/webhook-manifests.yaml"

@@ -4,12 +4,16 @@
 #   $DTJOB_CACHE/bin/mpi-operator-<version>/mpi-operator
 # beside its MPIJob CRD (kubeflow.org_mpijobs.yaml, from the same module). A second run builds nothing.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 version=${MPI_OPERATOR_VERSION:-v0.8.0}
 module=github.com/kubeflow/mpi-operator
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
 out=$cache/bin/mpi-operator-$version
 log() { printf '[build-mpi-operator] %s\n' "$*" >&2; }
-if [[ -x $out/mpi-operator && -s $out/kubeflow.org_mpijobs.yaml ]]; then
+# shellcheck source=cache-lock.sh
+source "$here/cache-lock.sh"
+built() { [[ -x $out/mpi-operator && -s $out/kubeflow.org_mpijobs.yaml ]]; }
+if cache_hit "mpi-operator-$version" "mpi-operator $version" built; then
   log "mpi-operator $version cached"
   exit 0
 fi
@@ -25,8 +29,11 @@ chmod -R u+w "$work"
 crd=$(find "$work/manifests" -name 'kubeflow.org_mpijobs.yaml' | head -1)
 [[ -n $crd ]] || { log "no MPIJob CRD in the module"; exit 1; }
 log "building $module/cmd/mpi-operator $version"
-(cd "$work" && go build -trimpath -ldflags "-s -w" -o "$out/mpi-operator.tmp" ./cmd/mpi-operator)
-cp "$crd" "$out/kubeflow.org_mpijobs.yaml"
-mv "$out/mpi-operator.tmp" "$out/mpi-operator"
+# Names of this run's own, renamed into place whole; the binary last, as it marks the entry built.
+trap 'rm -f "$out/mpi-operator.tmp.$$" "$out/kubeflow.org_mpijobs.yaml.tmp.$$"' EXIT
+(cd "$work" && go build -trimpath -ldflags "-s -w" -o "$out/mpi-operator.tmp.$$" ./cmd/mpi-operator)
+cp "$crd" "$out/kubeflow.org_mpijobs.yaml.tmp.$$"
+mv -T "$out/kubeflow.org_mpijobs.yaml.tmp.$$" "$out/kubeflow.org_mpijobs.yaml"
+mv -T "$out/mpi-operator.tmp.$$" "$out/mpi-operator"
 rm -rf "$work"
 log "built $out/mpi-operator"
