@@ -12,20 +12,16 @@ prefix=$cache/azurite-$AZURITE_VERSION
 bin=$prefix/node_modules/.bin/azurite-blob
 
 log() { printf '[install-azurite] %s\n' "$*" >&2; }
+# shellcheck source=cache-lock.sh
+source "$here/cache-lock.sh"
 
-if [[ -x $bin && -f $prefix/.ready ]]; then
+installed() { [[ -x $bin && -f $prefix/.ready ]]; }
+# One installer of a version at a time (parallel test sessions); the second finds the first one's result.
+if cache_hit "azurite-$AZURITE_VERSION" "azurite $AZURITE_VERSION" installed; then
   echo "$bin"
   exit 0
 fi
 command -v npm >/dev/null || { log "npm not found: install Node.js 20+ first"; exit 1; }
-mkdir -p "$cache"
-# One installer at a time (parallel test sessions); the second finds the first one's result.
-exec 9>"$cache/.azurite-install.lock"
-flock 9
-if [[ -x $bin && -f $prefix/.ready ]]; then
-  echo "$bin"
-  exit 0
-fi
 log "installing azurite@$AZURITE_VERSION into $prefix"
 # Install into a scratch directory and move it into place, so an interrupted install never looks cached.
 tmp=$(mktemp -d "$cache/.azurite-XXXXXX")
@@ -34,6 +30,6 @@ npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error --omit=dev "az
 [[ -x $tmp/node_modules/.bin/azurite-blob ]] || { log "azurite-blob missing after install"; exit 1; }
 touch "$tmp/.ready"
 rm -rf "$prefix"
-mv "$tmp" "$prefix"
+mv -T "$tmp" "$prefix"
 trap - EXIT
 echo "$bin"
