@@ -47,14 +47,18 @@ print-venv:
 deps:
 	@$(PHASE) deps hack/install-debs.sh
 
+# Built under the venv's own lock (hack/cache-lock.sh): a second make at the same time waits for the first and
+# finds it ready. A venv cannot be moved once made: it is built in place, and .ready, written last, marks it whole.
 $(VENV)/.ready:
-	@echo "[venv] creating $(VENV)"
-	rm -rf $(VENV)
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) hack/pydeps.py pyproject.toml azure dev > $(VENV)/requirements.txt
-	$(PY) -m pip install -q -r $(VENV)/requirements.txt
-	touch $@
+	@source hack/cache-lock.sh; log() { echo "[venv] $$*"; }; \
+	  if cache_hit venv-$(VENV_KEY) "the venv $(VENV_KEY)" test -f $@; then log "$(VENV) ready"; exit 0; fi; \
+	  log "creating $(VENV)"; \
+	  rm -rf $(VENV); \
+	  $(PYTHON) -m venv $(VENV); \
+	  $(PY) -m pip install -q --upgrade pip; \
+	  $(PY) hack/pydeps.py pyproject.toml azure dev > $(VENV)/requirements.txt; \
+	  $(PY) -m pip install -q -r $(VENV)/requirements.txt; \
+	  touch $@
 	@# Drop venvs unused for a week: each holds several GB of torch/TensorFlow.
 	find $(DTJOB_CACHE)/venv -mindepth 1 -maxdepth 1 -type d -atime +7 -exec rm -rf {} +
 
@@ -62,10 +66,16 @@ $(VENV)/.ready:
 # into a bare environment inside the test bed's network namespace, where no registry is reachable.
 UPLOADER_WHEELS := $(DTJOB_CACHE)/wheels/uploader-$(VENV_KEY)
 export UPLOADER_WHEELS
+# Downloaded into a directory of its own, moved into place whole, under its own lock.
 $(UPLOADER_WHEELS)/.ready: | $(VENV)/.ready
-	$(PY) -m pip download -q -d $(UPLOADER_WHEELS) "setuptools>=69" wheel \
-	  "$$($(PY) hack/pydeps.py pyproject.toml azure | grep '^azure-storage-blob')"
-	touch $@
+	@source hack/cache-lock.sh; log() { echo "[venv] $$*"; }; \
+	  if cache_hit uploader-wheels-$(VENV_KEY) "the uploader's wheels" test -f $@; then exit 0; fi; \
+	  mkdir -p $(dir $(UPLOADER_WHEELS)); \
+	  tmp=$$(mktemp -d $(UPLOADER_WHEELS).tmp.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	  $(PY) -m pip download -q -d $$tmp "setuptools>=69" wheel \
+	    "$$($(PY) hack/pydeps.py pyproject.toml azure | grep '^azure-storage-blob')"; \
+	  touch $$tmp/.ready; chmod 755 $$tmp; \
+	  rm -rf $(UPLOADER_WHEELS); mv -T $$tmp $(UPLOADER_WHEELS)
 
 venv: deps
 	@$(PHASE) venv $(MAKE) --no-print-directory $(VENV)/.ready $(UPLOADER_WHEELS)/.ready
