@@ -21,6 +21,8 @@
 #                     the project names (V100 7.0 where the toolkit still has it, A100 8.0, H100 9.0).
 # Every pip call takes constraints.txt, which pins each CUDA package the frameworks pull in.
 # Idempotent: a stamp in the environment records what was installed, so a second run returns at once.
+# Two runs at once wait for each other where they would write the same thing (hack/cache-lock.sh): the same
+# environment, the wheelhouse, the same Horovod wheel; the second then finds the first one's result.
 set -euo pipefail
 
 PY=${1:?usage: training/install.sh PYTHON}
@@ -35,6 +37,16 @@ patch_file=$here/patches/horovod-$horovod_version.patch
 
 log() { echo "[training/install] $*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+if [[ -f $here/../hack/cache-lock.sh ]]; then
+  # shellcheck source=../hack/cache-lock.sh
+  source "$here/../hack/cache-lock.sh"
+else
+  # An image build copies this script without hack/: it runs without the locks there.
+  cache_lock() { :; }
+  cache_unlock() { :; }
+  cache_hit() { shift 2; "$@"; }
+fi
 
 case $device in cpu | gpu) ;; *) die "DTJOB_DEVICE must be cpu or gpu, got '$device'" ;; esac
 with_torch=0 with_tf=0
@@ -93,9 +105,12 @@ download_wheels() {
 
 # DTJOB_DOWNLOAD_ONLY=1: fill the wheelhouse for this selection and stop (make does it before the tests,
 # which run offline).
+# Downloads into the wheelhouse, one run at a time: pip does not write a wheel there under a name of its own,
+# and a run that found another one's half-written wheel would take it as downloaded.
+wheelhouse_lock=wheels-pypi
 if [[ ${DTJOB_DOWNLOAD_ONLY:-0} == 1 ]]; then
   marker=$wheelhouse/.downloaded-$key
-  if [[ ! -f $marker ]]; then
+  if ! cache_hit "$wheelhouse_lock" "the wheelhouse $wheelhouse" test -f "$marker"; then
     log "downloading wheels ($frameworks, $device)"
     download_wheels
     touch "$marker"
@@ -105,12 +120,16 @@ fi
 
 prefix=$("$PY" -c 'import sys; print(sys.prefix)')
 stamp=$prefix/.dtjob-training-$key
-if [[ -f $stamp ]]; then
+# One install into an environment at a time (its lock is named by the environment's path).
+env_lock=training-env-$(printf '%s' "$prefix" | sha256sum | cut -c1-16)
+if cache_hit "$env_lock" "the training environment $prefix" test -f "$stamp"; then
   exit 0
 fi
 
 log "installing frameworks ($frameworks, $device)"
+cache_lock "$wheelhouse_lock" "the wheelhouse $wheelhouse"
 download_wheels
+cache_unlock "$wheelhouse_lock"
 pip=("$PY" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheelhouse")
 "${pip[@]}" "${req_args[@]}" ${tf_spec:+"$tf_spec"}
 [[ $with_tf == 0 ]] || "${pip[@]}" --no-deps -r "$here/requirements-tf-keras.txt"
@@ -183,14 +202,20 @@ relocate_gpu_wheel() {
 }
 
 # Horovod: one wheel per (frameworks, device, framework pins, patch, python, HOROVOD_* flags), built once.
+# Moved into place whole, as a directory (a reader never sees half a wheel), under the wheel's own lock.
 wheel_dir=$cache/wheels/horovod-$horovod_version-$build_key
-if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+wheel_built() { ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; }
+wheel_lock=horovod-$horovod_version-$build_key
+if ! cache_hit "$wheel_lock" "Horovod $horovod_version ($build_key)" wheel_built; then
   command -v cmake >/dev/null || die "cmake is needed to build Horovod (apt-get install cmake)"
   command -v mpicxx >/dev/null || log "warning: no mpicxx, Horovod is built without MPI (Gloo only)"
   build=$(mktemp -d)
-  trap 'rm -rf "$build"' EXIT
+  staged=""
+  trap 'rm -rf "$build" ${staged:+"$staged"}' EXIT
   log "building Horovod $horovod_version (several minutes; cached in $wheel_dir)"
+  cache_lock "$wheelhouse_lock" "the wheelhouse $wheelhouse"
   "${download[@]}" --no-deps --no-binary horovod "horovod==$horovod_version"
+  cache_unlock "$wheelhouse_lock"
   tar -xzf "$wheelhouse/horovod-$horovod_version.tar.gz" -C "$build"
   src=$build/horovod-$horovod_version
   patch -d "$src" -p1 -s <"$patch_file"
@@ -219,8 +244,12 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
   }
   log "Horovod built in $((SECONDS - started))s"
   if [[ $device == gpu ]]; then relocate_gpu_wheel "$build/dist"; fi
-  mkdir -p "$wheel_dir"
-  mv "$build"/dist/horovod-*.whl "$wheel_dir/"
+  staged=$(mktemp -d "$cache/wheels/.horovod-$horovod_version-$build_key.XXXXXX")
+  mv "$build"/dist/horovod-*.whl "$staged/"
+  chmod 755 "$staged"
+  rm -rf "$wheel_dir" # no wheel in it: what an interrupted run left
+  mv -T "$staged" "$wheel_dir"
+  cache_unlock "$wheel_lock"
 fi
 # Horovod's declared deps (cloudpickle, psutil, pyyaml, packaging, cffi) are pinned in requirements.txt.
 "${pip[@]}" --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
