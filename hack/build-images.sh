@@ -61,6 +61,8 @@ key_label=io.dtjob.content-key
 
 log() { echo "[build-images] $*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=cache-lock.sh
+source "$here/cache-lock.sh"
 
 ref_of() { echo "$registry/$1:$tag"; }
 build_cache_ref_of() { echo "localhost/dtjob-build-cache/$1:$tag"; } # never exported
@@ -117,6 +119,10 @@ import_images() {
   mkdir -p "$store"
   exec 9>"$store/build.lock"
   flock -s -n 9 || { log "a build is running; waiting for it"; flock -s 9; }
+  # And one import into a containerd at a time: two imports of one image would each remove the old build's
+  # names and the layers' compressed copies (below) while the other one still unpacks them.
+  cache_lock "containerd-import-$(realpath -m "$address")" "$address" \
+    "another import into $address is running; waiting"
   local ctr=(ctr --address "$address" -n "$namespace") arg ref layout want have started names orphans
   # Heal a store that older imports left behind: CRI ID names (sha256:...) of builds no tag points at.
   mapfile -t orphans < <("${ctr[@]}" images ls | awk 'NR == 1 { next } $1 ~ /^sha256:/ { ids[$1] = $3; next }
@@ -187,6 +193,11 @@ mkdir -p "$store"/{tmp,logs,images,secrets}
 export TMPDIR=$store/tmp
 buildah=(buildah --root "$store/storage" --runroot "$store/run" --storage-driver "${DTJOB_BUILDAH_DRIVER:-overlay}")
 
+# One build at a time per cache: a second caller waits here, then finds the images built. A prune waits too,
+# as it removes what a running build uses.
+exec 9>"$store/build.lock"
+flock -n 9 || { log "another build holds $store/build.lock; waiting"; flock 9; }
+
 if [[ ${1:-} == prune ]]; then
   "${buildah[@]}" images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/dtjob-build-cache/' |
     xargs -r "${buildah[@]}" rmi >/dev/null || true
@@ -203,10 +214,6 @@ order=()
 for n in operator horovod-pytorch stager mpi horovod-tensorflow; do
   for m in "$@"; do [[ $m == "$n" ]] && order+=("$n") && break; done
 done
-
-# One build at a time per cache: a second caller waits here, then finds the images built.
-exec 9>"$store/build.lock"
-flock -n 9 || { log "another build holds $store/build.lock; waiting"; flock 9; }
 
 # containers/image keeps a small blob-info cache for root in /var/lib/containers/cache, with no switch to
 # move it: when this run makes it, this run removes it again.

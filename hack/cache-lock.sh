@@ -4,8 +4,9 @@
 #   cache_hit NAME WHAT TEST...   true when TEST passes: now, without waiting, or once a build of the same
 #                                 entry that is running has finished. Otherwise false, with NAME's lock held:
 #                                 the caller builds the entry (into a temporary name, renamed into place last).
-#   cache_lock NAME [WHAT]        take the lock $DTJOB_CACHE/locks/NAME.lock (exclusive) until cache_unlock NAME
-#                                 or the end of the shell; when another process holds it, say so once and wait
+#   cache_lock NAME [WHAT [LINE]] take the lock $DTJOB_CACHE/locks/NAME.lock (exclusive) until cache_unlock NAME
+#                                 or the end of the shell; when another process holds it, say so once (LINE, by
+#                                 default "another build of WHAT is running; waiting") and wait
 #   cache_unlock NAME             release it early
 #
 # Two runs building the same entry at once would write over each other's files; with the lock the second
@@ -23,35 +24,37 @@ cache_lock_file() { # NAME: its lock file (the name flattened to one path compon
   echo "${DTJOB_CACHE:-$HOME/.cache/dtjob}/locks/${1//[^A-Za-z0-9._-]/_}.lock"
 }
 
+# (Local names with a prefix: cache_hit runs the caller's TEST, which must see the caller's variables.)
 cache_lock() {
-  local name=$1 what=${2:-$1} file fd
-  [[ -z ${cache_lock_fds[$name]:-} ]] || return 0 # already held by this shell
-  file=$(cache_lock_file "$name")
-  mkdir -p "$(dirname "$file")"
-  exec {fd}>>"$file"
-  if ! flock -n "$fd"; then
+  local _cl_name=$1 _cl_what=${2:-$1} _cl_file _cl_fd
+  local _cl_line=${3:-"another build of $_cl_what is running; waiting"}
+  [[ -z ${cache_lock_fds[$_cl_name]:-} ]] || return 0 # already held by this shell
+  _cl_file=$(cache_lock_file "$_cl_name")
+  mkdir -p "$(dirname "$_cl_file")"
+  exec {_cl_fd}>>"$_cl_file"
+  if ! flock -n "$_cl_fd"; then
     if declare -F log >/dev/null; then
-      log "another build of $what is running; waiting"
+      log "$_cl_line"
     else
-      printf '[%s] another build of %s is running; waiting\n' "$(basename "$0" .sh)" "$what" >&2
+      printf '[%s] %s\n' "$(basename "$0" .sh)" "$_cl_line" >&2
     fi
-    flock "$fd"
+    flock "$_cl_fd"
   fi
-  cache_lock_fds[$name]=$fd
+  cache_lock_fds[$_cl_name]=$_cl_fd
 }
 
 cache_unlock() {
-  local fd=${cache_lock_fds[$1]:-}
-  [[ -n $fd ]] || return 0
-  exec {fd}>&-
+  local _cl_fd=${cache_lock_fds[$1]:-}
+  [[ -n $_cl_fd ]] || return 0
+  exec {_cl_fd}>&-
   unset "cache_lock_fds[$1]"
 }
 
 cache_hit() {
-  local name=$1 what=$2
+  local _cl_name=$1 _cl_what=$2
   shift 2
   "$@" && return 0
-  cache_lock "$name" "$what"
-  "$@" && { cache_unlock "$name"; return 0; }
+  cache_lock "$_cl_name" "$_cl_what"
+  "$@" && { cache_unlock "$_cl_name"; return 0; }
   return 1
 }

@@ -52,6 +52,8 @@ gpus_per_node=${REAL_GPUS_PER_NODE:-4}
 
 log() { printf '[realnode] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=cache-lock.sh
+source "$here/cache-lock.sh"
 kctl() { kubectl --kubeconfig "$kubeconfig" "$@"; }
 
 node_name() { local n=$1; [[ $n == gpu ]] && echo "$gpu_node" || echo "$system_node"; }
@@ -117,16 +119,21 @@ network_up() {
 }
 
 pause_image() {
-  # The sandbox image: a static pause(2) loop (hack/realnode/pause.c) packed as a one-layer image.
+  # The sandbox image: a static pause(2) loop (hack/realnode/pause.c) packed as a one-layer image. Made under
+  # its own lock into names of this run's own, the archive renamed into place whole. Run it in a subshell
+  # ($(pause_image)), which releases the lock before anything long-lived starts.
   local out=$store/images
   local key
   key=$(cat "$here/realnode/pause.c" "$here/realnode/oci_image.py" | sha256sum | cut -c1-16)
-  if [[ ! -f $out/pause-$key.tar ]]; then
+  if ! cache_hit "realnode-$name-pause-$key" "the pause image $key" test -f "$out/pause-$key.tar"; then
     mkdir -p "$out"
-    gcc -static -O2 -o "$out/pause" "$here/realnode/pause.c"
+    # shellcheck disable=SC2064 # the names now: the trap runs when this subshell ends, after the function
+    trap "rm -f $(printf '%q ' "$out/pause.tmp.$$" "$out/pause-$key.tar.tmp.$$")" EXIT
+    gcc -static -O2 -o "$out/pause.tmp.$$" "$here/realnode/pause.c"
     python3 "$here/realnode/oci_image.py" --name "$PAUSE_IMAGE" --entrypoint /pause \
-      --file "pause=$out/pause" "$out/pause-$key.tar.tmp" >/dev/null
-    mv "$out/pause-$key.tar.tmp" "$out/pause-$key.tar"
+      --file "pause=$out/pause.tmp.$$" "$out/pause-$key.tar.tmp.$$" >/dev/null
+    mv -T "$out/pause-$key.tar.tmp.$$" "$out/pause-$key.tar"
+    rm -f "$out/pause.tmp.$$"
   fi
   echo "$out/pause-$key.tar"
 }
@@ -287,9 +294,15 @@ containerd_up() { # node
 
 import_into() { # node archive...
   local n=$1; shift
-  for archive in "$@"; do
-    ctr --address "$(sock "$n")" -n k8s.io images import "$archive" >/dev/null
-  done
+  # Under the containerd's import lock, as hack/build-images.sh import takes it; in a subshell, so the lock
+  # is released here and never inherited by the node's daemons.
+  (
+    cache_lock "containerd-import-$(realpath -m "$(sock "$n")")" "$(sock "$n")" \
+      "another import into $(sock "$n") is running; waiting"
+    for archive in "$@"; do
+      ctr --address "$(sock "$n")" -n k8s.io images import "$archive" >/dev/null
+    done
+  )
 }
 
 kubelet_up() { # node
