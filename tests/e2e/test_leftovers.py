@@ -9,7 +9,9 @@ binaries are the test bed's (a symlink, so clean-cache removes the link, never t
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -53,7 +55,7 @@ def _links() -> set[str]:
 
 
 @pytest.mark.parametrize("target", ["demo-down", "clean-cache"])
-def test_the_demos_cluster_leaves_nothing_behind(target: str, tmp_path: Path) -> None:
+def test_the_demos_cluster_leaves_nothing_behind(target: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("the real node needs root (containerd, runc, mounts)")
     if not _isolated():
@@ -61,8 +63,8 @@ def test_the_demos_cluster_leaves_nothing_behind(target: str, tmp_path: Path) ->
     built = cache_root() / "bin"
     if not built.is_dir():
         pytest.skip("needs the built control plane: run `make control-plane`")
-    cache = tmp_path / "cache"
-    cache.mkdir()
+    # A short path: containerd's socket lies deep inside the cache, and a unix socket's path has 107 bytes.
+    cache = Path(tempfile.mkdtemp(prefix="dtjob-left-"))
     (cache / "bin").symlink_to(built)
     suffix = uuid.uuid4().hex[:6]
     netns, cluster = f"dtjob-left-{suffix}", f"left-{suffix}"
@@ -91,3 +93,4 @@ def test_the_demos_cluster_leaves_nothing_behind(target: str, tmp_path: Path) ->
     finally:
         if _leftovers(cache, netns):
             subprocess.run(["make", "--no-print-directory", "demo-down", *make_vars], cwd=REPO, env=env)
+        shutil.rmtree(cache, ignore_errors=True)
