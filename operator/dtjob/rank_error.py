@@ -13,7 +13,7 @@ line is, in this order:
 
 Within a tier the first such line wins: the first rank to fail is the cause, and the others' errors (a peer
 gone from the allreduce) follow from it. The line is capped, stripped of control characters, and never carries
-a SAS token or an account key. Pure.
+a SAS signature or an account key (dtjob.redaction). Pure.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dtjob.redaction import redact
+
 MAX_CHARS = 300
-REDACTED = "REDACTED"
 
 # A rank tag at the start of a line: an optional timestamp (horovodrun --prefix-output-with-timestamp), then
 # `[jobid,rank]` (Open MPI's --tag-output) or `[rank]` (horovodrun's Gloo launcher), then the stream.
@@ -45,12 +46,6 @@ _LAUNCHER_REPORTS = (
     "RuntimeError: mpirun failed with exit code",
 )
 
-# Secrets a line may quote: a SAS (a signed URL's query, or a bare token: fields around `sig=`), an account
-# key or SAS in a connection string, a bearer token.
-_FIELD = r"\b[a-z]{2,6}=[^&\s\"'<>]*"
-_SAS = re.compile(rf"(?i)(?:{_FIELD}&)*\bsig=[^&\s\"'<>:;,()]*(?:&{_FIELD})*")
-_KEYS = re.compile(r"(?i)\b(AccountKey|SharedAccessSignature|SharedAccessKey)=[^;\s\"'<>]+")
-_BEARER = re.compile(r"(?i)\b(Bearer\s+)[\w.~+/=-]{8,}")
 # Terminal colours and other control characters (a tab becomes a space).
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0a-\x1f\x7f]")
 
@@ -70,13 +65,6 @@ class RankError:
         if self.pod is not None:
             return f"pod {self.pod}: {self.text}"
         return self.text
-
-
-def redact_secrets(text: str) -> str:
-    """The text with every SAS query, account key and bearer token blanked."""
-    text = _SAS.sub(REDACTED, text)
-    text = _KEYS.sub(rf"\1={REDACTED}", text)
-    return _BEARER.sub(rf"\1{REDACTED}", text)
 
 
 def rank_error(log_text: str) -> RankError | None:
@@ -123,7 +111,7 @@ def _found(line: str, rank: int | None) -> RankError:
         rank = int(named_rank.group(1))
     # Cut before redacting (the patterns need not scan a flood of one line), with room for what redaction
     # shortens; a secret cut at that edge still matches, and the cap below drops it anyway.
-    text = redact_secrets(line[: 4 * MAX_CHARS].replace("\t", " "))
+    text = redact(line[: 4 * MAX_CHARS].replace("\t", " "))
     if len(text) > MAX_CHARS:
         text = text[: MAX_CHARS - 3].rstrip() + "..."
     return RankError(text, rank, host.group(1) if host else None)

@@ -145,10 +145,10 @@ def test_a_sas_url_or_key_in_the_line_never_reaches_the_message() -> None:
     )
     found = rank_error(log)
     assert found is not None
-    assert "sig=" not in found.text and sig not in found.text and "2026-05-01T13" not in found.text
-    assert "c2VjcmV0a2V5PT0" not in found.text
+    assert sig not in found.text and "c2VjcmV0a2V5PT0" not in found.text
     assert found.text == (
-        "error: --data-dir: cannot list https://acct.blob.core.windows.net/imagenet/train?REDACTED: 403 "
+        "error: --data-dir: cannot list https://acct.blob.core.windows.net/imagenet/train?"
+        "sv=2023-01-03&se=2026-05-01T13%3A00%3A00Z&sr=c&sp=rl&sig=REDACTED: 403 "
         "AuthenticationFailed (DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=REDACTED;"
         "EndpointSuffix=x)"
     )

@@ -10,7 +10,6 @@ Nothing here logs a token; `ContainerSas` keeps its token out of repr() so a str
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 from dtjob import names
 from dtjob.config import DEFAULT_SAS_ROTATE_FRACTION
 from dtjob.names import SECRET_EXPIRES_KEY, SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, sas_secret_name
+from dtjob.redaction import redact as redact
 from dtjob.storage_spec import DEFAULT_SAS_LIFETIME_S, MAX_SAS_LIFETIME_S
 from dtjob.timefmt import format_time, parse_time
 
@@ -34,8 +34,6 @@ MAX_USER_DELEGATION = timedelta(seconds=MAX_SAS_LIFETIME_S)
 ANNOTATION_ISSUED = "dtjob.io/sas-issued-at"
 ANNOTATION_EXPIRES = "dtjob.io/sas-expires-at"
 
-_SIG_RE = re.compile(r"(?i)(sig=)[^&\s\"']+")
-
 
 @dataclass(frozen=True)
 class ContainerSas:
@@ -50,11 +48,6 @@ class ContainerSas:
         )
 
     __str__ = __repr__
-
-
-def redact(text: str) -> str:
-    """The text with every SAS signature blanked, for error messages that may quote a signed URL."""
-    return _SIG_RE.sub(r"\1REDACTED", text)
 
 
 def allowed_protocol(endpoint: str) -> str:
