@@ -152,8 +152,8 @@ test-e2e: control-plane test-binaries test-python-deps
 test-python-deps: azurite venv-training gpu-build-wheels
 	@$(PHASE) images hack/build-images.sh
 
-# Every test: the training and e2e tiers (CPU-bound) run beside the others (mostly waiting on API servers), see
-# hack/run-tests.sh; one line at the end sums both runs. On a cold machine two lines of builds overlap: the
+# Every test, in three pytest runs side by side (hack/run-tests.sh): the training and e2e tiers (CPU-bound), the
+# integration files that wait on the control plane's timers, and the rest; one line at the end sums them. On a cold machine two lines of builds overlap: the
 # Python and image chain (downloads, pip installs, layer exports) and the Go builds (compiles that fill both
 # cores, one after another). Two makes, not `make -j2`: that gave both slots to Go builds and left the
 # downloads waiting for them.

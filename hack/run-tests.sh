@@ -1,43 +1,65 @@
 #!/usr/bin/env bash
-# The pytest part of `make test`: two pytest runs side by side, inside the test bed's network namespace.
-#   heavy: tests/training and tests/e2e (real Horovod ranks and the real node: CPU-bound), logged to a file
-#          and printed whole when both have ended, so the two logs never interleave;
-#   light: every other tier (unit, Azurite, the real control plane: mostly waiting on API servers), live.
-# Alone, the light tiers leave the two cores idle about half of the time, and the heavy ones fill it. They
-# share nothing but the namespace: each tier starts its own clusters, Azurite and temporary directories.
-# At the end, one line sums both runs (their JUnit reports); the exit code is the worse of the two.
+# The pytest part of `make test`: three pytest runs side by side, inside the test bed's network namespace.
+#   heavy: tests/training and tests/e2e (real Horovod ranks and the real node: CPU-bound);
+#   waits: the integration files that mostly wait on the control plane's own timers (a node lost, staging,
+#          faults), against a local control plane of their own ($CLUSTER_NAME-b);
+#   main:  every other tier (unit, Azurite, the rest of the integration tests), live.
+# Alone, one run leaves the two cores idle much of the time (it waits on API servers and controllers); side
+# by side the runs fill it. They share nothing but the namespace: each starts its own clusters, Azurite and
+# temporary directories. The side runs log to files, printed whole once all have ended, so the logs never
+# interleave. At the end one line sums every run (their JUnit reports); the exit code is the worst of them.
 #
-#   hack/run-tests.sh PYTHON [PYTEST ARGS...]    (PYTEST ARGS go to both runs)
+#   hack/run-tests.sh PYTHON [PYTEST ARGS...]    (PYTEST ARGS go to every run)
 set -uo pipefail
 py=${1:?usage: $0 PYTHON [PYTEST ARGS...]}
 shift
 out=${DTJOB_TEST_OUT:-out/tests}
 mkdir -p "$out"
+rm -f "$out"/*.xml "$out"/*.log
 base=$(mktemp -d "${TMPDIR:-/tmp}/dtjob-tests.XXXXXX")
-heavy_pid=""
+cluster=${CLUSTER_NAME:-dtjob}
+
+heavy=(tests/training tests/e2e)
+waits=(tests/integration/test_operator_node_lost.py tests/integration/test_operator_storage.py
+  tests/integration/test_operator_faults.py)
+
+declare -A pid_of=()
 cleanup() {
-  [[ -n $heavy_pid ]] && kill "$heavy_pid" 2>/dev/null && wait "$heavy_pid" 2>/dev/null
+  local name
+  for name in "${!pid_of[@]}"; do kill "${pid_of[$name]}" 2>/dev/null; done
+  wait 2>/dev/null
   rm -rf "$base"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-heavy=(tests/training tests/e2e)
-"$py" -m pytest "${heavy[@]}" --basetemp="$base/heavy" --junitxml="$out/heavy.xml" "$@" >"$out/heavy.log" 2>&1 &
-heavy_pid=$!
-echo "[tests] ${heavy[*]} run beside the tiers below; their log ($out/heavy.log) follows when both end"
+side_run() { # NAME CLUSTER TESTS...: a pytest run in the background, logged to $out/NAME.log
+  local name=$1 cluster_name=$2
+  shift 2
+  CLUSTER_NAME=$cluster_name "$py" -m pytest "$@" --basetemp="$base/$name" --junitxml="$out/$name.xml" \
+    "${pytest_args[@]}" >"$out/$name.log" 2>&1 &
+  pid_of[$name]=$!
+  echo "[tests] $* run beside the tiers below ($out/$name.log, printed when all runs end)"
+}
 
-light_rc=0
-"$py" -m pytest tests "${heavy[@]/#/--ignore=}" --basetemp="$base/light" --junitxml="$out/light.xml" "$@" ||
-  light_rc=$?
-heavy_rc=0
-wait "$heavy_pid" || heavy_rc=$?
-heavy_pid=""
+pytest_args=("$@")
+side_run heavy "$cluster" "${heavy[@]}"
+side_run waits "$cluster-b" "${waits[@]}"
+
+declare -A rc_of=()
+rc_of[main]=0
+"$py" -m pytest tests "${heavy[@]/#/--ignore=}" "${waits[@]/#/--ignore=}" --basetemp="$base/main" \
+  --junitxml="$out/main.xml" "${pytest_args[@]}" || rc_of[main]=$?
+for name in heavy waits; do
+  rc_of[$name]=0
+  wait "${pid_of[$name]}" || rc_of[$name]=$?
+  unset "pid_of[$name]"
+  echo
+  echo "=============================== run beside: $name ==============================="
+  cat "$out/$name.log"
+done
 echo
-echo "=============================== ${heavy[*]} (ran beside) ==============================="
-cat "$out/heavy.log"
-echo
-"$py" - "$out/light.xml" "$out/heavy.xml" <<'PY'
+"$py" - "$out/main.xml" "$out/heavy.xml" "$out/waits.xml" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
 
@@ -53,9 +75,13 @@ for path in sys.argv[1:]:
             totals[key] += int(suite.get(key, 0))
 failed = totals["failures"] + totals["errors"]
 passed = totals["tests"] - failed - totals["skipped"]
-print(f"both runs: {passed} passed, {failed} failed, {totals['skipped']} skipped")
+print(f"all runs: {passed} passed, {failed} failed, {totals['skipped']} skipped")
 PY
-# pytest's 5 (no tests collected) is a failure here: every tier has tests.
-((light_rc == 0 && heavy_rc == 0)) && exit 0
-echo "[tests] light tiers exit $light_rc, ${heavy[*]} exit $heavy_rc"
-exit $((light_rc != 0 ? light_rc : heavy_rc))
+worst=0
+for name in main heavy waits; do
+  ((rc_of[$name] == 0)) && continue
+  echo "[tests] the $name run exited ${rc_of[$name]}"
+  ((worst == 0)) && worst=${rc_of[$name]}
+done
+# pytest's 5 (no tests collected) counts as a failure here: every run has tests.
+exit "$worst"
