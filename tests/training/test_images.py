@@ -52,7 +52,8 @@ def test_dockerfile_copies_existing_files_and_runs_the_ci_install_script(dockerf
         for source in line.split()
         for path in REPO.glob(source)
     }
-    for name in set(re.findall(r"\$here/([\w.-]+)", (REPO / "training" / "install.sh").read_text())):
+    # (`$here/../hack/cache-lock.sh`, the host's cache locks, is optional: an image build runs without it.)
+    for name in set(re.findall(r"\$here/(?!\.\./)([\w.-]+)", (REPO / "training" / "install.sh").read_text())):
         assert any(p == REPO / "training" / name or REPO / "training" / name in p.parents for p in copied), (
             name
         )
