@@ -153,10 +153,10 @@ test-python-deps: azurite venv-training gpu-build-wheels
 	@$(PHASE) images hack/build-images.sh
 
 # Every test, in three pytest runs side by side (hack/run-tests.sh): the training and e2e tiers (CPU-bound), the
-# integration files that wait on the control plane's timers, and the rest; one line at the end sums them. On a cold machine two lines of builds overlap: the
-# Python and image chain (downloads, pip installs, layer exports) and the Go builds (compiles that fill both
-# cores, one after another). Two makes, not `make -j2`: that gave both slots to Go builds and left the
-# downloads waiting for them.
+# integration files that wait on the control plane's timers, and the rest; one line at the end sums them.
+# Before them, on a cold machine, two lines of builds overlap: the Python and image chain (downloads, pip
+# installs, layer exports) and the Go builds (compiles that fill both cores, one after another). Two makes,
+# not `make -j2`: that gave both slots to Go builds and left the downloads waiting for them.
 test: deps
 	@$(MAKE) --no-print-directory test-python-deps & python_line=$$!; \
 	  go_rc=0; $(MAKE) --no-print-directory control-plane test-binaries gang-schedulers || go_rc=$$?; \

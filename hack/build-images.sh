@@ -121,8 +121,7 @@ import_images() {
   flock -s -n 9 || { log "a build is running; waiting for it"; flock -s 9; }
   # And one import into a containerd at a time: two imports of one image would each remove the old build's
   # names and the layers' compressed copies (below) while the other one still unpacks them.
-  cache_lock "containerd-import-$(realpath -m "$address")" "$address" \
-    "another import into $address is running; waiting"
+  import_lock "$address"
   local ctr=(ctr --address "$address" -n "$namespace") arg ref layout want have started names orphans
   # Heal a store that older imports left behind: CRI ID names (sha256:...) of builds no tag points at.
   mapfile -t orphans < <("${ctr[@]}" images ls | awk 'NR == 1 { next } $1 ~ /^sha256:/ { ids[$1] = $3; next }

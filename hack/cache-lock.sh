@@ -8,6 +8,8 @@
 #                                 or the end of the shell; when another process holds it, say so once (LINE, by
 #                                 default "another build of WHAT is running; waiting") and wait
 #   cache_unlock NAME             release it early
+#   import_lock SOCKET            the lock of one containerd's image store (hack/build-images.sh import and
+#                                 hack/realnode.sh both import into the nodes' containerds)
 #
 # Two runs building the same entry at once would write over each other's files; with the lock the second
 # waits for the first and then finds its result. Readers of a finished entry take no lock and never wait, and
@@ -57,4 +59,8 @@ cache_hit() {
   cache_lock "$_cl_name" "$_cl_what"
   "$@" && { cache_unlock "$_cl_name"; return 0; }
   return 1
+}
+
+import_lock() { # SOCKET
+  cache_lock "containerd-import-$(realpath -m "$1")" "$1" "another import into $1 is running; waiting"
 }

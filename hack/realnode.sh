@@ -297,8 +297,7 @@ import_into() { # node archive...
   # Under the containerd's import lock, as hack/build-images.sh import takes it; in a subshell, so the lock
   # is released here and never inherited by the node's daemons.
   (
-    cache_lock "containerd-import-$(realpath -m "$(sock "$n")")" "$(sock "$n")" \
-      "another import into $(sock "$n") is running; waiting"
+    import_lock "$(sock "$n")"
     for archive in "$@"; do
       ctr --address "$(sock "$n")" -n k8s.io images import "$archive" >/dev/null
     done
