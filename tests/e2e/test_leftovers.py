@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from testbed.cache import cache_root
+from testbed.processes import processes_of
 from tests.e2e.conftest import REPO, _isolated
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -37,15 +38,7 @@ def _leftovers(cache: Path, netns: str) -> list[str]:
         mount_point = line.split()[4]
         if mount_point.startswith(str(cache)) or mount_point == f"/run/netns/{netns}":
             found.append(f"mount {mount_point}")
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(cache) in cmdline:
-            found.append(f"process {proc.name}: {cmdline[:160]}")
+    found += [f"process {pid}: {cmdline[:160]}" for pid, cmdline in processes_of(cache).items()]
     return found
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.processes import processes_of
 from tests.tools import REPO
 
 pytestmark = pytest.mark.integration
@@ -20,20 +21,6 @@ def cluster(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(REPO / "hack" / "cluster.sh"), *args], env=env, capture_output=True, text=True, timeout=240
     )
-
-
-def processes_of(workdir: Path) -> dict[int, str]:
-    found: dict[int, str] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(workdir) in cmdline:
-            found[int(proc.name)] = cmdline
-    return found
 
 
 @pytest.fixture
