@@ -96,6 +96,7 @@ def main() -> int:
             "DTJOB_IMAGE_PYTORCH": IMAGE,
             "DTJOB_EMULATOR_HOSTS": NODE_IP,
             "DTJOB_ALLOWED_STORAGE_ACCOUNTS": azurite.account_name,
+            "DTJOB_WRITE_CONTAINERS": CONTAINER,
             "DTJOB_PROGRESS_SECONDS": "2",
         }
         banner(f"starting the operator (log: {state_dir / 'operator.log'})")

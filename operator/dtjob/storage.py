@@ -37,7 +37,7 @@ from dtjob.observed import Blocker, SasObservation, StagingOutcome, pod_state, s
 from dtjob.spec import JobSpec
 from dtjob.status import JobStatus
 from dtjob.storage_spec import AuthMode, BlobLocation
-from dtjob.tenancy import check_locations, namespace_policy
+from dtjob.tenancy import Use, check_locations, namespace_policy
 from dtjob.timefmt import parse_time
 
 log = logging.getLogger(__name__)
@@ -78,18 +78,19 @@ def sas_locations(spec: JobSpec, status: JobStatus) -> list[tuple[Access, BlobLo
     return wanted
 
 
-def spec_locations(spec: JobSpec) -> list[tuple[BlobLocation, str]]:
-    """(location, field path) of every storage location the spec names."""
-    found: list[tuple[BlobLocation, str]] = []
+def spec_locations(spec: JobSpec) -> list[tuple[BlobLocation, str, Use]]:
+    """(location, field path, read or write) of every storage location the spec names."""
+    found: list[tuple[BlobLocation, str, Use]] = []
     if spec.dataset.staging is not None:
-        found.append((spec.dataset.staging.source.source, "spec.dataset.stageFrom"))
+        found.append((spec.dataset.staging.source.source, "spec.dataset.stageFrom", Use.READ))
     if spec.output is not None:
-        found.append((spec.output.target, "spec.output"))
+        found.append((spec.output.target, "spec.output", Use.WRITE))
     return found
 
 
 def storage_allowed(kube: Kube, spec: JobSpec, config: OperatorConfig) -> Blocker | None:
-    """A fatal blocker when the job names an account, container or client ID its namespace may not use."""
+    """A fatal blocker when the job names an account, container or client ID its namespace may not use, or
+    may not use that way (read for stageFrom, write for output)."""
     locations = spec_locations(spec)
     if not locations:
         return None

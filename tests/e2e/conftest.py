@@ -111,6 +111,7 @@ def operator_env() -> dict[str, str]:
         "DTJOB_STAGER_IMAGE": IMAGES["stager"],
         "DTJOB_EMULATOR_HOSTS": NODE_IP,
         "DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME,
+        "DTJOB_WRITE_CONTAINERS": "*",
         "DTJOB_PROGRESS_SECONDS": "3",
         "DTJOB_RESYNC_SECONDS": "10",
     }

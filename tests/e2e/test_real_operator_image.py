@@ -52,6 +52,7 @@ def installed_operator(real_cluster: RealCluster, real_namespace: str) -> Iterat
         "--set", f"stagerImage={IMAGES['stager']}",
         "--set", f"emulatorHosts={{{NODE_IP}}}",
         "--set", f"storagePolicy.accounts={{{DEV_ACCOUNT_NAME}}}",
+        "--set", "storagePolicy.writeContainers={*}",
         "--set", f"watchNamespaces={{{real_namespace}}}",
         "--set", "progressSeconds=3",
         "--set", "logLevel=verbose",

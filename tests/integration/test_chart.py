@@ -125,18 +125,24 @@ def operator_env(docs: list[dict[str, Any]]) -> dict[str, str]:
 
 def test_storage_policy_and_network_policy_reach_the_operator() -> None:
     default = operator_env(render())
-    # Safe defaults: no storage account, any container of an allowed one, no explicit client ID, no policy.
+    # Safe defaults: no storage account, reading any container of an allowed one, writing none, no explicit
+    # client ID, no policy.
     assert default["DTJOB_ALLOWED_STORAGE_ACCOUNTS"] == ""
-    assert default["DTJOB_ALLOWED_STORAGE_CONTAINERS"] == "*"
+    assert default["DTJOB_READ_CONTAINERS"] == "*"
+    assert default["DTJOB_WRITE_CONTAINERS"] == ""
     assert default["DTJOB_ALLOWED_CLIENT_IDS"] == ""
     assert default["DTJOB_NETWORK_POLICY"] == "false"
     client_id = "0b7f7c3e-1d2a-4c5b-9e8f-123456789abc"
     env = operator_env(render(
-        "storagePolicy.accounts={teamadata,shared}", "storagePolicy.containers={runs}",
+        "storagePolicy.accounts={teamadata,shared}", "storagePolicy.readContainers={imagenet}",
+        "storagePolicy.writeContainers[0]=results-{namespace}",
         f"storagePolicy.clientIds={{{client_id}}}", "networkPolicy.enabled=true",
     ))  # fmt: skip
     assert env["DTJOB_ALLOWED_STORAGE_ACCOUNTS"] == "teamadata,shared"
-    assert env["DTJOB_ALLOWED_STORAGE_CONTAINERS"] == "runs"
+    assert env["DTJOB_READ_CONTAINERS"] == "imagenet"
+    assert env["DTJOB_WRITE_CONTAINERS"] == "results-{namespace}"
+    # The former name of readContainers still works.
+    assert operator_env(render("storagePolicy.containers={runs}"))["DTJOB_READ_CONTAINERS"] == "runs"
     assert env["DTJOB_ALLOWED_CLIENT_IDS"] == client_id
     assert env["DTJOB_NETWORK_POLICY"] == "true"
 

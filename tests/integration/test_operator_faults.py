@@ -44,6 +44,7 @@ def operator_env() -> dict[str, str]:
         "DTJOB_AZURE_TIMEOUT_SECONDS": "3",
         "DTJOB_AZURE_RETRIES": "1",
         "DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME,
+        "DTJOB_WRITE_CONTAINERS": "*",
     }
 
 

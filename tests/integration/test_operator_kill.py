@@ -35,7 +35,7 @@ LOG_MIB = 32
 
 @pytest.fixture
 def operator_env() -> dict[str, str]:
-    return {"DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME}
+    return {"DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME, "DTJOB_WRITE_CONTAINERS": "*"}
 
 
 @pytest.fixture

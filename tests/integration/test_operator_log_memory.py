@@ -128,7 +128,11 @@ def run_job(
     work.mkdir(parents=True)
     for pod, size in sizes.items():
         write_cri_log(work / f"{pod}.log", pod, size)
-    env = {"DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME, "DTJOB_LOG_CAP_BYTES": str(CAP)}
+    env = {
+        "DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME,
+        "DTJOB_WRITE_CONTAINERS": "*",
+        "DTJOB_LOG_CAP_BYTES": str(CAP),
+    }
     operator = OperatorProcess(kubeconfig, jobs.ns, work / "operator.log", env=env)
     operator.start()
     try:

@@ -103,7 +103,7 @@ def test_a_node_selector_the_api_server_refuses_fails_the_job_naming_the_field(
 
 @pytest.fixture
 def operator_env() -> dict[str, str]:
-    return {"DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME}
+    return {"DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME, "DTJOB_WRITE_CONTAINERS": "*"}
 
 
 @pytest.mark.azure

@@ -18,7 +18,12 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
 from dtjob.storage import STORAGE_KEY_LABEL
-from dtjob.tenancy import ANNOTATION_CLIENT_IDS, ANNOTATION_CONTAINERS
+from dtjob.tenancy import (
+    ANNOTATION_CLIENT_IDS,
+    ANNOTATION_CONTAINERS,
+    ANNOTATION_READ_CONTAINERS,
+    ANNOTATION_WRITE_CONTAINERS,
+)
 from dtjob.timefmt import parse_time
 from dtjob.transfer_report import PROGRESS_MARKER, ProgressSnapshot
 from kubernetes import client
@@ -41,7 +46,11 @@ ROTATE_FRACTION = "0.05"  # rotate 15 s after issue
 @pytest.fixture
 def operator_env() -> dict[str, str]:
     # The installer allows Azurite's account (no storage account is allowed by default).
-    return {"DTJOB_SAS_ROTATE_FRACTION": ROTATE_FRACTION, "DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME}
+    return {
+        "DTJOB_SAS_ROTATE_FRACTION": ROTATE_FRACTION,
+        "DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME,
+        "DTJOB_WRITE_CONTAINERS": "*",
+    }
 
 
 @pytest.fixture
@@ -308,16 +317,18 @@ def test_storage_the_namespace_may_not_use_fails_the_job_before_anything_is_sign
     container_name: str,  # noqa: F811
 ) -> None:
     key_secret(jobs, azurite)
-    # The cluster-wide settings allow Azurite's account; this namespace may use one container of it only.
-    annotations = {ANNOTATION_CONTAINERS: "datasets", ANNOTATION_CLIENT_IDS: ""}
+    # The cluster-wide settings allow Azurite's account; this namespace may read one container of it (the
+    # annotation's former name) and write another.
+    annotations = {ANNOTATION_CONTAINERS: "datasets", ANNOTATION_WRITE_CONTAINERS: "team-runs",
+                   ANNOTATION_CLIENT_IDS: ""}  # fmt: skip
     jobs.core.patch_namespace(jobs.ns, {"metadata": {"annotations": annotations}})
     jobs.create("foreign", **storage_spec(azurite, {}, {}, output=container_name))
     status = jobs.wait_phase("foreign", "Failed", "Succeeded", timeout=60)
     failed = jobs.condition("foreign", "Failed")
     assert failed and failed["reason"] == "StorageNotAllowed", status
     assert failed["message"] == (
-        f"spec.output.container: container {container_name!r} is not allowed in namespace {jobs.ns} "
-        f"(allowed: datasets (annotation {ANNOTATION_CONTAINERS} on Namespace {jobs.ns}))"
+        f"spec.output.container: container {container_name!r} is not writable in namespace {jobs.ns} "
+        f"(allowed: team-runs (annotation {ANNOTATION_WRITE_CONTAINERS} on Namespace {jobs.ns}))"
     )
     # A client ID of the installer's choosing only: refused before the operator asks Azure for anything.
     identity = {"authMode": "workloadIdentity", "clientId": "0b7f7c3e-1d2a-4c5b-9e8f-123456789abc"}
@@ -328,6 +339,42 @@ def test_storage_the_namespace_may_not_use_fails_the_job_before_anything_is_sign
     refused = jobs.condition("borrowed", "Failed")
     assert refused and refused["reason"] == "StorageNotAllowed"
     assert refused["message"].startswith("spec.dataset.stageFrom.credentials.clientId: client ID 0b7f7c3e-")
+
+
+def test_a_namespace_that_reads_a_shared_dataset_may_not_write_its_results_there(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+) -> None:
+    """Reading is not writing: a team allowed to stage from the shared `datasets` container cannot point its
+    output there (its rank 0 would hold a token that overwrites everyone's training data)."""
+    key_secret(jobs, azurite)
+    # The cluster-wide write list is `*` here; the namespace reads `datasets`, which `*` never makes writable.
+    jobs.core.patch_namespace(
+        jobs.ns, {"metadata": {"annotations": {ANNOTATION_READ_CONTAINERS: "datasets"}}}
+    )
+    jobs.create("poison", **storage_spec(azurite, {}, {}, output="datasets"))
+    status = jobs.wait_phase("poison", "Failed", "Succeeded", timeout=60)
+    failed = jobs.condition("poison", "Failed")
+    assert failed and failed["reason"] == "StorageNotAllowed", status
+    assert failed["message"].startswith(
+        "spec.output.container: container 'datasets' is read by jobs "
+        f"(annotation {ANNOTATION_READ_CONTAINERS} on Namespace {jobs.ns} names it)"
+    )
+    assert secret_files(jobs, "poison-sas-in") is None and secret_files(jobs, "poison-sas-out") is None
+    assert stager_pod(jobs, "poison") is None
+    # A namespace whose write list is empty writes nowhere, whatever it reads.
+    closed = {ANNOTATION_READ_CONTAINERS: "*", ANNOTATION_WRITE_CONTAINERS: ""}
+    jobs.core.patch_namespace(jobs.ns, {"metadata": {"annotations": closed}})
+    jobs.create("nowhere", **storage_spec(azurite, {}, {}, output="results"))
+    jobs.wait_phase("nowhere", "Failed", "Succeeded", timeout=60)
+    refused = jobs.condition("nowhere", "Failed")
+    assert refused and refused["reason"] == "StorageNotAllowed"
+    assert refused["message"] == (
+        f"spec.output.container: container 'results' is not writable in namespace {jobs.ns} "
+        f"(allowed: none (annotation {ANNOTATION_WRITE_CONTAINERS} on Namespace {jobs.ns}))"
+    )
+    assert secret_files(jobs, "nowhere-sas-in") is None and secret_files(jobs, "nowhere-sas-out") is None
     for job in ("foreign", "borrowed"):
         assert secret_files(jobs, f"{job}-sas-in") is None and secret_files(jobs, f"{job}-sas-out") is None
         assert not jobs.pods(job) and stager_pod(jobs, job) is None and jobs.launcher(job) is None

@@ -19,7 +19,7 @@ from dtjob.observed import Children
 from dtjob.reconcile import reconcile
 from dtjob.spec import parse_spec
 from dtjob.storage import STORAGE_KEY_LABEL
-from dtjob.tenancy import ANNOTATION_ACCOUNTS
+from dtjob.tenancy import ANNOTATION_ACCOUNTS, ANNOTATION_WRITE_CONTAINERS
 
 from tests.unit.operator_fixtures import CONFIG, job_body
 from tests.unit.recording_kube import JOB_KIND, RecordingKube
@@ -83,7 +83,10 @@ def test_a_child_the_api_server_rejects_fails_the_job_and_leaves_no_half_world()
 def _storage(kube: RecordingKube) -> None:
     kube.put({
         "kind": "Namespace",
-        "metadata": {"name": "ml", "annotations": {ANNOTATION_ACCOUNTS: "acct1"}},
+        "metadata": {
+            "name": "ml",
+            "annotations": {ANNOTATION_ACCOUNTS: "acct1", ANNOTATION_WRITE_CONTAINERS: "results"},
+        },
     })  # fmt: skip
     key = base64.b64encode(base64.b64encode(b"k" * 32)).decode()
     kube.put({

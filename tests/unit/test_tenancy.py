@@ -12,7 +12,10 @@ from dtjob.tenancy import (
     ANNOTATION_ACCOUNTS,
     ANNOTATION_CLIENT_IDS,
     ANNOTATION_CONTAINERS,
+    ANNOTATION_READ_CONTAINERS,
+    ANNOTATION_WRITE_CONTAINERS,
     StoragePolicy,
+    Use,
     Violation,
     check_location,
     check_locations,
@@ -34,15 +37,18 @@ def location(
     return parsed.target
 
 
-def check(policy: StoragePolicy, loc: BlobLocation) -> Violation | None:
-    return check_location(policy, "team-a", loc, "spec.output")
+def check(
+    policy: StoragePolicy, loc: BlobLocation, use: Use = Use.READ, ns: str = "team-a"
+) -> Violation | None:
+    path = "spec.output" if use is Use.WRITE else "spec.dataset.stageFrom"
+    return check_location(policy, ns, loc, path, use)
 
 
 def test_the_defaults_allow_no_account_and_no_client_id() -> None:
     policy = load_config({}).storage_policy
     refused = check(policy, location())
     assert refused is not None
-    assert refused.path == "spec.output.account"
+    assert refused.path == "spec.dataset.stageFrom.account"
     assert "storage account 'teamadata' is not allowed in namespace team-a" in refused.message
     assert "allowed: none (operator setting DTJOB_ALLOWED_STORAGE_ACCOUNTS)" in refused.message
 
@@ -50,7 +56,7 @@ def test_the_defaults_allow_no_account_and_no_client_id() -> None:
     assert check(accounts_only, location()) is None  # any container, the operator's own identity
     refused_id = check(accounts_only, location(client_id=CLIENT_ID))
     assert refused_id is not None
-    assert refused_id.path == "spec.output.credentials.clientId"
+    assert refused_id.path == "spec.dataset.stageFrom.credentials.clientId"
     assert "omit clientId to use the operator's own identity" in refused_id.message
 
 
@@ -63,7 +69,7 @@ def test_cluster_wide_lists_are_comma_separated_and_star_means_any() -> None:
     assert check(policy, location("teambdata", "imagenet", CLIENT_ID)) is None
     other_container = check(policy, location(container="secrets"))
     assert other_container is not None
-    assert other_container.path == "spec.output.container"
+    assert other_container.path == "spec.dataset.stageFrom.container"
     assert "allowed: imagenet, runs" in other_container.message
     star = cluster_policy({"DTJOB_ALLOWED_STORAGE_ACCOUNTS": "*", "DTJOB_ALLOWED_CLIENT_IDS": "*"})
     assert check(star, location("anyaccount", "anything", CLIENT_ID)) is None
@@ -76,7 +82,7 @@ def test_a_namespace_annotation_replaces_its_cluster_wide_list() -> None:
     assert check(team_a, location("teamadata", "team-a-runs")) is None
     shared = check(team_a, location("shared", "team-a-runs"))
     assert shared is not None
-    assert shared.path == "spec.output.account"
+    assert shared.path == "spec.dataset.stageFrom.account"
     assert f"annotation {ANNOTATION_ACCOUNTS} on Namespace team-a" in shared.message
     # An empty annotation allows nothing in that namespace.
     closed = namespace_policy(cluster, "team-a", {ANNOTATION_ACCOUNTS: ""})
@@ -92,7 +98,85 @@ def test_the_first_refused_location_is_reported(allowed: str) -> None:
     policy = cluster_policy({"DTJOB_ALLOWED_STORAGE_ACCOUNTS": "teamadata",
                              "DTJOB_ALLOWED_STORAGE_CONTAINERS": allowed})  # fmt: skip
     good, bad = location(), location(account="elsewhere")
-    assert check_locations(policy, "team-a", [(good, "spec.dataset.stageFrom")]) is None
-    refused = check_locations(policy, "team-a", [(good, "spec.dataset.stageFrom"), (bad, "spec.output")])
+    assert check_locations(policy, "team-a", [(good, "spec.dataset.stageFrom", Use.READ)]) is None
+    both = [(good, "spec.dataset.stageFrom", Use.READ), (bad, "spec.output", Use.WRITE)]
+    refused = check_locations(policy, "team-a", both)
     assert refused is not None
     assert refused.path == "spec.output.account"
+
+
+def test_a_container_a_namespace_may_read_is_not_one_it_may_write() -> None:
+    # The hole this closes: one list for both let a team that stages from the shared imagenet container
+    # point its output there, and rank 0 then held a token that could overwrite everyone's training data.
+    policy = cluster_policy({"DTJOB_ALLOWED_STORAGE_ACCOUNTS": "shared", "DTJOB_READ_CONTAINERS": "imagenet"})
+    imagenet = location("shared", "imagenet")
+    assert check(policy, imagenet, Use.READ) is None
+    refused = check(policy, imagenet, Use.WRITE)
+    assert refused is not None
+    assert refused.path == "spec.output.container"
+    assert refused.message == (
+        "container 'imagenet' is not writable in namespace team-a "
+        "(allowed: none (operator setting DTJOB_WRITE_CONTAINERS))"
+    )
+    # The defaults: read any container of an allowed account, write none.
+    defaults = cluster_policy({"DTJOB_ALLOWED_STORAGE_ACCOUNTS": "shared"})
+    assert check(defaults, imagenet, Use.READ) is None
+    assert check(defaults, imagenet, Use.WRITE) is not None
+
+
+def test_a_star_in_the_write_list_never_reaches_a_container_a_read_list_names() -> None:
+    policy = cluster_policy({
+        "DTJOB_ALLOWED_STORAGE_ACCOUNTS": "shared",
+        "DTJOB_READ_CONTAINERS": "imagenet",
+        "DTJOB_WRITE_CONTAINERS": "*",
+    })  # fmt: skip
+    assert check(policy, location("shared", "team-a-runs"), Use.WRITE) is None
+    refused = check(policy, location("shared", "imagenet"), Use.WRITE)
+    assert refused is not None and refused.path == "spec.output.container"
+    assert "is read by jobs (operator setting DTJOB_READ_CONTAINERS names it)" in refused.message
+    assert "name it in the write list to allow that" in refused.message
+    # A namespace's own read list counts too.
+    team_a = namespace_policy(policy, "team-a", {ANNOTATION_READ_CONTAINERS: "coco"})
+    assert check(team_a, location("shared", "coco"), Use.WRITE) is not None
+    # Named in the write list itself: the installer said so explicitly.
+    explicit = cluster_policy({
+        "DTJOB_ALLOWED_STORAGE_ACCOUNTS": "shared",
+        "DTJOB_READ_CONTAINERS": "imagenet",
+        "DTJOB_WRITE_CONTAINERS": "imagenet",
+    })  # fmt: skip
+    assert check(explicit, location("shared", "imagenet"), Use.WRITE) is None
+
+
+def test_a_namespace_pattern_gives_each_namespace_a_container_of_its_own() -> None:
+    policy = cluster_policy({
+        "DTJOB_ALLOWED_STORAGE_ACCOUNTS": "shared",
+        "DTJOB_READ_CONTAINERS": "*",
+        "DTJOB_WRITE_CONTAINERS": "results-{namespace}",
+    })  # fmt: skip
+    own, other = location("shared", "results-team-a"), location("shared", "results-team-b")
+    assert check(policy, own, Use.WRITE, ns="team-a") is None
+    assert check(policy, own, Use.READ, ns="team-a") is None  # a namespace reads what it writes
+    refused_write = check(policy, other, Use.WRITE, ns="team-a")
+    assert refused_write is not None and refused_write.path == "spec.output.container"
+    assert "allowed: results-{namespace}" in refused_write.message
+    # The read wildcard does not reach another namespace's own container...
+    refused_read = check(policy, other, Use.READ, ns="team-a")
+    assert refused_read is not None and refused_read.path == "spec.dataset.stageFrom.container"
+    assert "is namespace team-b's own output container" in refused_read.message
+    # ... unless a read list names it.
+    shared_with_a = namespace_policy(policy, "team-a", {ANNOTATION_READ_CONTAINERS: "results-team-b"})
+    assert check(shared_with_a, other, Use.READ, ns="team-a") is None
+    assert check(policy, location("shared", "imagenet"), Use.READ, ns="team-a") is None
+
+
+def test_namespace_annotations_replace_the_container_lists_and_the_former_names_still_work() -> None:
+    cluster = cluster_policy({"DTJOB_ALLOWED_STORAGE_ACCOUNTS": "shared", "DTJOB_WRITE_CONTAINERS": "runs"})
+    team_a = namespace_policy(cluster, "team-a", {ANNOTATION_WRITE_CONTAINERS: "team-a-runs"})
+    assert check(team_a, location("shared", "team-a-runs"), Use.WRITE) is None
+    assert check(team_a, location("shared", "runs"), Use.WRITE) is not None
+    former = cluster_policy(
+        {"DTJOB_ALLOWED_STORAGE_ACCOUNTS": "shared", "DTJOB_ALLOWED_STORAGE_CONTAINERS": "aaa"}
+    )
+    assert check(former, location("shared", "bbb")) is not None
+    annotated = namespace_policy(former, "team-a", {ANNOTATION_CONTAINERS: "bbb"})
+    assert check(annotated, location("shared", "bbb")) is None
