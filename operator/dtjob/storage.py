@@ -213,7 +213,18 @@ def _account_key(kube: Kube, namespace: str, location: BlobLocation, path: str) 
             f"{path}.secretRef: Secret {ref.name!r} is not labelled {STORAGE_KEY_LABEL}=true; the "
             "operator uses only account keys whose Secret opts in with that label; waiting for it",
         ))  # fmt: skip
-    return base64.b64decode(encoded).decode()
+    try:
+        key = base64.b64decode(encoded, validate=True).decode()
+        base64.b64decode(
+            key.strip(), validate=True
+        )  # what the signer does with it, before anything is signed
+    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
+        raise StorageRefused(Blocker(
+            "StorageCredentialsInvalid",
+            f"{path}.secretRef.key: key {ref.key!r} of Secret {ref.name!r} is not a storage account key (a "
+            "base64 string, as the Azure portal shows it); waiting for the Secret to be fixed",
+        )) from None  # fmt: skip
+    return key.strip()
 
 
 def _mint(

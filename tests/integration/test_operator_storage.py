@@ -289,6 +289,38 @@ def test_missing_key_secret_waits_naming_the_field_then_proceeds(
     wait_for(lambda: secret_files(jobs, "nokey-sas-in") is not None, timeout=30, what="nokey-sas-in minted")
 
 
+def test_a_malformed_account_key_waits_naming_the_secret_then_proceeds_once_fixed(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+) -> None:
+    """A key that is not base64 used to raise out of every reconcile: the job retried forever with no
+    status. Now it waits with a condition naming the Secret and its key, never their value."""
+    labels = {STORAGE_KEY_LABEL: "true"}
+    malformed = "not base64!!"
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=KEY_SECRET, labels=labels),
+        string_data={"azurestorageaccountkey": malformed},
+    )
+    jobs.core.create_namespaced_secret(jobs.ns, secret)
+    jobs.create("badkey", **storage_spec(azurite, {"sim.dtjob.io/run-duration": "600s"}, {}, output=None))
+    status = jobs.wait_phase("badkey", "Pending", timeout=60)
+    created = jobs.condition("badkey", "Created")
+    assert created and created["reason"] == "StorageCredentialsInvalid", status
+    assert created["message"].startswith(
+        "spec.dataset.stageFrom.credentials.secretRef.key: key 'azurestorageaccountkey' of Secret "
+        f"'{KEY_SECRET}' is not a storage account key"
+    )
+    assert malformed not in created["message"]
+    assert secret_files(jobs, "badkey-sas-in") is None and stager_pod(jobs, "badkey") is None
+    fixed = {"stringData": {"azurestorageaccountkey": azurite.account_key}}
+    jobs.core.patch_namespaced_secret(KEY_SECRET, jobs.ns, fixed)
+    jobs.wait_phase("badkey", "Staging", timeout=60)  # rechecked every 15 s while waiting
+    wait_for(lambda: secret_files(jobs, "badkey-sas-in") is not None, timeout=30, what="badkey-sas-in minted")
+    log = operator.log_path.read_text(errors="replace")
+    assert "binascii" not in log and "padding" not in log, "a malformed key must not raise out of a reconcile"
+
+
 def test_key_secret_without_the_opt_in_label_waits_naming_the_field_then_proceeds(
     jobs: Jobs,
     operator: OperatorProcess,
