@@ -129,9 +129,7 @@ def _run(
         case CreateStagingJob():
             _ensure(kube, desired.staging_job(spec, owner, config.stager_image))
         case UploadLogs(attempt=attempt):
-            return _upload_logs(
-                kube, spec, str(owner["uid"]), pods, attempt, output_url, config.log_cap_bytes
-            )
+            return _upload_logs(kube, spec, str(owner["uid"]), pods, attempt, output_url, config, now)
         case DeleteSasSecrets():
             storage.delete_sas_secrets(kube, ns, spec.name)
             return SasSecretsDeleted()
@@ -159,13 +157,16 @@ def _upload_logs(
     pods: Iterable[Mapping[str, Any]],
     attempt: int | None,
     output_url: str | None,
-    cap_bytes: int,
+    config: OperatorConfig,
+    now: datetime,
 ) -> LogsUploaded:
     """At the end every pod's log; before a restart (best effort, once) the failed attempt's."""
     folder = names.logs_folder(output_url or "", attempt)
     if attempt is not None:
         pods = [p for p in pods if pod_state(p).attempt == attempt]
-    upload = storage.upload_pod_logs(kube, spec, uid, pods, attempt=attempt, cap_bytes=cap_bytes)
+    upload = storage.upload_pod_logs(
+        kube, spec, uid, pods, attempt=attempt, cap_bytes=config.log_cap_bytes, config=config, now=now
+    )
     metrics.logs_uploaded(upload.uploaded, len(upload.missing))
     return LogsUploaded(
         attempt, upload.uploaded, folder, upload.missing, upload.error, upload.truncated, upload.cap_bytes

@@ -11,7 +11,7 @@ import base64
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dtjob import metrics, names
@@ -32,7 +32,7 @@ from dtjob.config import OperatorConfig
 from dtjob.desired.owned import is_ours, owner_uids
 from dtjob.kube import Applied, Kube, LogUnavailable, NotOurs
 from dtjob.leader import NotLeader
-from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, log_blob_name, run_prefix, sas_secret_name
+from dtjob.names import Access, log_blob_name, run_prefix, sas_secret_name
 from dtjob.observed import Blocker, SasObservation, StagingOutcome, pod_state, staging_outcome
 from dtjob.spec import JobSpec
 from dtjob.status import JobStatus
@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 STAGING_LOG_TAIL_LINES = 20
+# The life of the operator's own log-upload token: the upload's retries fit in it many times over.
+LOG_UPLOAD_TOKEN_LIFETIME = timedelta(minutes=30)
 # accountKey mode: the operator reads only Secrets that carry this label, so a job cannot point it at another
 # system's key in its namespace that its author may not read.
 STORAGE_KEY_LABEL = "dtjob.io/storage-key"
@@ -269,24 +271,20 @@ def _mint(
         )) from None  # fmt: skip
 
 
-def read_sas(kube: Kube, namespace: str, job: str, access: Access) -> ContainerSas | None:
-    """The token and container URL the operator last stored in `<job>-sas-<access>` (None if absent)."""
-    secret = kube.get_secret(namespace, sas_secret_name(job, access))
-    if secret is None:
-        return None
-    data = secret.get("data") or {}
-    annotations = secret["metadata"].get("annotations") or {}
-    try:
-        token = base64.b64decode(data[SECRET_TOKEN_KEY]).decode()
-        url = base64.b64decode(data[SECRET_URL_KEY]).decode()
-        return ContainerSas(
-            url,
-            token,
-            parse_time(annotations[ANNOTATION_ISSUED]),
-            parse_time(annotations[ANNOTATION_EXPIRES]),
-        )
-    except (KeyError, ValueError):
-        return None
+def log_upload_sas(
+    kube: Kube, spec: JobSpec, uid: str, now: datetime, config: OperatorConfig
+) -> ContainerSas:
+    """A token for the operator's own upload of pod logs, minted now from the spec's output location and kept
+    in memory only. Not the pods' `<job>-sas-out` token: that one expires at activeDeadlineSeconds (the logs
+    of a job that hit its deadline would be refused), and a namespace editor can rewrite its URL. Scoped like
+    the pods' token (the run's directory on hierarchical-namespace accounts). StorageRefused when the
+    credentials do not allow it."""
+    assert spec.output is not None
+    location = spec.output.target
+    start, expiry = validity_window(now, LOG_UPLOAD_TOKEN_LIFETIME)
+    directory = output_directory(spec, location, uid, config, Access.OUTPUT)
+    return _mint(kube, spec.namespace, location, "spec.output.credentials", Access.OUTPUT, start, expiry,
+                 directory)  # fmt: skip
 
 
 def delete_sas_secrets(kube: Kube, namespace: str, job: str) -> None:
@@ -325,9 +323,12 @@ def upload_pod_logs(
     attempt: int | None = None,
     *,
     cap_bytes: int,
+    config: OperatorConfig,
+    now: datetime | None = None,
 ) -> LogUpload:
     """Stream every pod's log from the API server into `<run prefix>/logs/<pod>.log`, a few pods at a time and
     never a whole log in memory; a log longer than `cap_bytes` keeps its head and tail (dtjob.azure.logs).
+    With a token of its own (log_upload_sas), so the logs reach storage after the job's deadline too.
     Pods whose log cannot be read are listed, not waited for. NotLeader, before any blob is written or the
     next pod's started, once this replica does not hold the leader Lease."""
     import threading
@@ -346,9 +347,10 @@ def upload_pod_logs(
         if name and container is not None:
             sources.append((name, container))
     kube.check_leader()
-    sas = read_sas(kube, spec.namespace, spec.name, Access.OUTPUT)
-    if sas is None:
-        return LogUpload(False, error=f"Secret {sas_secret_name(spec.name, Access.OUTPUT)} is missing")
+    try:
+        sas = log_upload_sas(kube, spec, uid, now or datetime.now(UTC), config)
+    except StorageRefused as refused:
+        return LogUpload(False, error=refused.blocker.message[:300])
     client = container_client(sas.container_url, sas.token, LOG_UPLOAD_CONCURRENCY)
     cap = LogCap(cap_bytes)
     missing: list[str] = []

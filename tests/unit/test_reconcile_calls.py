@@ -151,7 +151,9 @@ def test_a_replica_that_does_not_lead_neither_signs_a_sas_nor_uploads_a_log() ->
     with pytest.raises(NotLeader):
         storage.mint_sas(kube, spec, Access.OUTPUT, None, owner_reference("rn50", "uid-1"), NOW, CONFIG)
     with pytest.raises(NotLeader):
-        storage.upload_pod_logs(kube, spec, "uid-1", [], cap_bytes=CONFIG.log_cap_bytes)
+        storage.upload_pod_logs(
+            kube, spec, "uid-1", [], cap_bytes=CONFIG.log_cap_bytes, config=CONFIG, now=NOW
+        )
     assert kube.calls == [], "not even the account key or the SAS Secret was read"
 
 
