@@ -12,6 +12,7 @@ from typing import Any
 
 from dtjob import kueue, names
 from dtjob.rank_error import RankError
+from dtjob.results_upload import UploadReport
 from dtjob.timefmt import parse_time
 from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
@@ -129,6 +130,7 @@ class Observed:
     sas: Mapping[str, SasObservation] = field(default_factory=dict)
     staging: StagingOutcome | None = None  # the staging Job's outcome, when that Job exists
     training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress, from the launcher's log
+    results_upload: UploadReport | None = None  # the results upload's latest line, from the launcher's log
     progress_poll_s: float | None = None  # how soon progress should be read again while training
     pool_room: PoolRoom | None = None  # read only for a gang past its schedule timeout
 

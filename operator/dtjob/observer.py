@@ -21,6 +21,7 @@ from dtjob.machine.gang import wants_pool_room
 from dtjob.observed import Blocker, Children, LauncherState, Observed, PoolRoom, observe_children, pool_room
 from dtjob.preflight import preflight
 from dtjob.rank_error import rank_error
+from dtjob.results_upload import latest_report
 from dtjob.spec import JobSpec
 from dtjob.status import FINISHED, JobStatus
 from dtjob.training_progress import latest_progress
@@ -60,6 +61,7 @@ def observe(
         staging = storage.observe_staging(kube, spec.namespace, children.staging, children.pods)
     log_text = _launcher_log(kube, spec.namespace, prev, seen, config.progress_seconds)
     progress = None if log_text is None else latest_progress(log_text)
+    results = None if log_text is None else latest_report(log_text)
     launcher = seen.launcher
     if launcher is not None and log_text is not None and _failed_now(prev, launcher):
         launcher = replace(launcher, log_error=rank_error(log_text))
@@ -73,6 +75,7 @@ def observe(
         sas=sas,
         staging=staging,
         training_progress=progress,
+        results_upload=results,
         progress_poll_s=config.progress_seconds if seen.launcher is not None else None,
         pool_room=room,
     )

@@ -104,6 +104,11 @@ class JobStatus:
     logs_error: str | None = None  # why the last log upload failed (redacted)
     logs_truncated: Mapping[str, Any] | None = None  # {"pods": [...], "capBytes": n}: logs cut to the cap
     sas_secrets_deleted: bool = False  # written once the delete has happened, never before
+    # The results upload after training (dtjob.results_upload): Uploading, Retrying, Failed or Uploaded; what
+    # its last line said; the pod kept because it holds results that were not uploaded.
+    results_state: str | None = None
+    results_message: str | None = None
+    results_pod: str | None = None
 
     def condition(self, kind: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)
@@ -138,6 +143,9 @@ class JobStatus:
             output["logsError"] = self.logs_error or None
             if self.logs_truncated:
                 output["logsTruncated"] = dict(self.logs_truncated)
+            if self.results_state is not None:
+                results = {"state": self.results_state, "message": self.results_message or ""}
+                output["results"] = results | ({"keptOnPod": self.results_pod} if self.results_pod else {})
             out["output"] = output
         if self.sas_secrets_deleted:
             out["sasSecretsDeleted"] = True
@@ -178,6 +186,9 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
         logs_missing=tuple(str(p) for p in output.get("logsMissing") or ()),
         logs_error=output.get("logsError"),
         logs_truncated=output.get("logsTruncated"),
+        results_state=(output.get("results") or {}).get("state"),
+        results_message=(output.get("results") or {}).get("message"),
+        results_pod=(output.get("results") or {}).get("keptOnPod"),
         sas_secrets_deleted=bool(data.get("sasSecretsDeleted")),
     )
 

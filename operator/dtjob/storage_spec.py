@@ -65,6 +65,9 @@ DEFAULT_ACCOUNT_KEY_KEY = "azurestorageaccountkey"  # the key name AKS's azure-f
 DEFAULT_CONCURRENCY = 16
 MAX_CONCURRENCY = 256
 DEFAULT_SAS_LIFETIME_S = 6 * 3600
+# How long the results upload retries while storage refuses, by default and at most (spec.output).
+DEFAULT_UPLOAD_RETRY_SECONDS = 600
+MAX_UPLOAD_RETRY_SECONDS = 24 * 3600
 MIN_SAS_LIFETIME_S = 300  # rotation at 80% must leave the kubelet time to refresh mounted files
 MAX_SAS_LIFETIME_S = 7 * 24 * 3600  # a user delegation key lives at most 7 days (dtjob.azure.sas)
 MAX_PREFIX_LENGTH = 1024
@@ -122,6 +125,8 @@ class StageFrom:
 @dataclass(frozen=True)
 class Output:
     target: BlobLocation
+    # How long the results upload keeps retrying while storage refuses (dtjob.results_upload).
+    upload_retry_seconds: int = DEFAULT_UPLOAD_RETRY_SECONDS
 
 
 def is_loopback_host(host: str) -> bool:
@@ -269,7 +274,8 @@ def parse_output(raw: Any, path: str = "spec.output", emulator_hosts: Collection
     if raw is None:
         return None
     r = Reader(raw, path)
-    output = Output(_location(r, emulator_hosts))
+    retry = r.bounded("uploadRetrySeconds", DEFAULT_UPLOAD_RETRY_SECONDS, 0, MAX_UPLOAD_RETRY_SECONDS)
+    output = Output(_location(r, emulator_hosts), retry)
     # Blob names are at most 1024 characters and 254 segments: leave room for the run's own path.
     prefix = output.target.prefix
     if len(r.string("prefix") or "") > MAX_OUTPUT_PREFIX_LENGTH:

@@ -56,6 +56,9 @@ def fullest_status() -> dict[str, Any]:
         logs_error="ServiceResponseTimeoutError: read timed out",
         logs_truncated={"pods": ["job-launcher-x"], "capBytes": 65536},
         sas_secrets_deleted=True,
+        results_state="Failed",
+        results_message="failed after 9 tries in 600 s: storage refused",
+        results_pod="job-worker-0",
         training_progress=latest_progress(f"DTJOB_PROGRESS {json.dumps(record)}"),
     )
     return status.to_dict()

@@ -68,7 +68,9 @@ def test_fragment_fields_are_the_parsers_fields(fragment: dict[str, Any]) -> Non
     }  # fmt: skip
     assert set(output["properties"]) == set(stage["properties"]) - {
         "destination", "concurrency", "podAnnotations",
-    }  # fmt: skip
+    } | {"uploadRetrySeconds"}  # fmt: skip
+    retry = output["properties"]["uploadRetrySeconds"]
+    assert (retry["minimum"], retry["maximum"]) == (0, storage_spec.MAX_UPLOAD_RETRY_SECONDS)
     creds = stage["properties"]["credentials"]
     assert creds["properties"]["authMode"]["enum"] == [m.value for m in storage_spec.AuthMode]
     lifetime = stage["properties"]["sasLifetimeSeconds"]

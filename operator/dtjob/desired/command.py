@@ -17,6 +17,7 @@ from dtjob.desired.common import (
     sas_mount_path,
 )
 from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, run_prefix
+from dtjob.results_upload import UPLOAD_FAILED_EXIT
 from dtjob.spec import JobSpec
 
 SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
@@ -218,7 +219,9 @@ def stager_download_args(job: str, prefix: str, destination: str, concurrency: i
     ]
 
 
-def results_upload_command(job: str, source_dir: str, run_prefix: str, python: str = "python") -> list[str]:
+def results_upload_command(
+    job: str, source_dir: str, run_prefix: str, retry_seconds: int = 0, python: str = "python"
+) -> list[str]:
     """What rank 0 runs after training to upload the output directory to the run's prefix
     (dtjob.names.run_prefix); it needs `<job>-sas-out` mounted (desired.pods.sas_volume/sas_volume_mount)."""
     return [
@@ -235,6 +238,8 @@ def results_upload_command(job: str, source_dir: str, run_prefix: str, python: s
         "--overwrite",
         "--termination-file",
         "/dev/null",
+        "--retry-for",
+        str(retry_seconds),
     ]
 
 
@@ -244,7 +249,8 @@ def results_upload_script(spec: JobSpec, uid: str) -> str | None:
     if spec.output is None:
         return None
     prefix = run_prefix(spec.output.target.prefix, spec.namespace, spec.name, uid)
-    upload = shlex.join(results_upload_command(spec.name, OUTPUT_DIR, prefix))
+    retry = spec.output.upload_retry_seconds
+    upload = shlex.join(results_upload_command(spec.name, OUTPUT_DIR, prefix, retry))
     if spec.launcher.run_as_worker:
         return upload
     rank0 = names.host_fqdn(names.worker_name(spec.name, 0), spec.name, spec.namespace)
@@ -257,5 +263,7 @@ def launcher_script(spec: JobSpec, uid: str = "") -> str:
     setup = SSH_CLIENT_SETUP + WAIT_FOR_HOST_NAMES
     if upload is None:
         return setup + "exec " + training + "\n"
-    # Chained, not exec'd: the launcher fails when either training or the results upload fails.
-    return setup + training + " && \\\n  " + upload + "\n"
+    # Not exec'd: after training, the results upload (which retries by itself while storage refuses). A
+    # training failure exits with training's own code; an upload that failed for good with the code the
+    # operator reads as "trained, results not uploaded" (an infrastructure failure, never a restart).
+    return f"{setup}{training} || exit $?\n{upload} || exit {UPLOAD_FAILED_EXIT}\n"

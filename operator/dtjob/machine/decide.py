@@ -20,12 +20,20 @@ from dtjob.actions import (
 )
 from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
 from dtjob.machine.builder import Builder
-from dtjob.machine.finish import cleanup, delete_world_pods, finish, ttl
+from dtjob.machine.finish import (
+    cleanup,
+    delete_world_pods,
+    finish,
+    results_not_uploaded,
+    results_upload_failed,
+    ttl,
+)
 from dtjob.machine.gang import report_gang
 from dtjob.machine.staging import stage
 from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure, startup_failure
 from dtjob.names import output_url
 from dtjob.observed import Observed
+from dtjob.results_upload import UPLOADED
 from dtjob.spec import JobSpec
 from dtjob.status import FAILED, FINISHED, PENDING, RUNNING, SUCCEEDED, SUSPENDED, JobStatus
 from dtjob.timefmt import format_time, parse_time, seconds_after
@@ -81,7 +89,13 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
         return b.decision()
     if launcher is not None and launcher.succeeded:
         pod = launcher.pod_name or names.launcher_name(spec.name)
+        if spec.output is not None:
+            said = observed.results_upload.message if observed.results_upload is not None else "uploaded"
+            b.status = replace(b.status, results_state=UPLOADED, results_message=said)
         finish(b, spec, observed, SUCCEEDED, "LauncherSucceeded", f"launcher pod {pod} completed")
+        return b.decision()
+    if launcher is not None and results_upload_failed(spec, launcher, observed):
+        results_not_uploaded(b, spec, observed)
         return b.decision()
     failure = first_failure(spec, size, workers, launcher, prev, leaving)
     if failure is not None:
@@ -165,6 +179,9 @@ def _observations(b: Builder, spec: JobSpec, observed: Observed) -> None:
         b.status = replace(b.status, output_url=url)
     if observed.training_progress is not None:
         b.status = replace(b.status, training_progress=observed.training_progress)
+    report = observed.results_upload
+    if report is not None and b.prev.phase not in FINISHED:
+        b.status = replace(b.status, results_state=report.state, results_message=report.message)
 
 
 def _sas(b: Builder, observed: Observed, deadline: datetime | None) -> None:

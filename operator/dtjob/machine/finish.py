@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from dtjob import names
 from dtjob.actions import (
     Decision,
     DeleteJob,
@@ -23,12 +24,16 @@ from dtjob.actions import (
     SasSecretsDeleted,
     UploadLogs,
 )
+from dtjob.desired.common import OUTPUT_DIR
 from dtjob.machine.builder import Builder
-from dtjob.observed import Observed
+from dtjob.observed import LauncherState, Observed
+from dtjob.results_upload import FAILED as RESULTS_FAILED
+from dtjob.results_upload import UPLOAD_FAILED_EXIT
 from dtjob.spec import JobSpec
 from dtjob.status import FAILED, FINISHED, SUCCEEDED, JobStatus
 from dtjob.timefmt import format_time, parse_time, seconds_after
 
+RESULTS_UPLOAD_FAILED = "ResultsUploadFailed"
 # How long a finished job waits for its pod logs to reach the output container before cleaning up anyway.
 LOG_UPLOAD_GRACE = timedelta(minutes=5)
 LOG_RETRY_SECONDS = 10.0
@@ -45,6 +50,42 @@ def finish(b: Builder, spec: JobSpec, observed: Observed, phase: str, reason: st
         b.actions.append(DeletePodGroup())
     cleanup(b, spec, observed)
     ttl(b, spec)
+
+
+def results_upload_failed(spec: JobSpec, launcher: LauncherState, observed: Observed) -> bool:
+    """The current world's launcher ended because the results upload failed for good after training: its
+    reserved exit code, and the upload's own last line saying so (a user program that exits with that code
+    during training is not mistaken for it)."""
+    failed = launcher.failed_pod
+    report = observed.results_upload
+    return (
+        spec.output is not None
+        and launcher.failed
+        and failed is not None
+        and failed.exit_code == UPLOAD_FAILED_EXIT
+        and report is not None
+        and report.state == RESULTS_FAILED
+    )
+
+
+def results_not_uploaded(b: Builder, spec: JobSpec, observed: Observed) -> None:
+    """Training succeeded and storage refused the results for all of spec.output.uploadRetrySeconds: the job
+    fails as an infrastructure failure, never a restart (which would train again) and never the user's code.
+    The pod holding the results is kept whatever cleanPodPolicy says, until the job is deleted."""
+    report = observed.results_upload
+    reason = report.message if report is not None else "unknown error"
+    if spec.launcher.run_as_worker:
+        holder = None
+        kept = "the results were on the launcher pod, which has ended with them"
+    else:
+        holder = names.worker_name(spec.name, 0)
+        kept = (
+            f"the results are kept on pod {holder} (which keeps its GPUs) until the job is deleted; "
+            f"copy them from its {OUTPUT_DIR} first"
+        )
+    message = f"training finished, but the results upload failed: {reason}; {kept}"
+    b.status = replace(b.status, results_state=RESULTS_FAILED, results_message=reason, results_pod=holder)
+    finish(b, spec, observed, FAILED, RESULTS_UPLOAD_FAILED, message)
 
 
 def cleanup(b: Builder, spec: JobSpec, observed: Observed) -> None:
@@ -65,7 +106,10 @@ def cleanup(b: Builder, spec: JobSpec, observed: Observed) -> None:
     policy = spec.run_policy.clean_pod_policy
     if policy == "None":
         return
+    kept = b.status.results_pod if b.status.results_state == RESULTS_FAILED else None
     for pod in observed.workers():
+        if pod.name == kept:  # it holds results that were never uploaded
+            continue
         if not pod.deleting and (policy == "All" or not pod.finished):
             b.actions.append(DeletePod(pod.name))
     launcher = observed.launcher

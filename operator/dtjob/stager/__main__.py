@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from dtjob import results_upload
 from dtjob.azure.clients import SasFileSource
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
@@ -15,6 +17,9 @@ from dtjob.stager.reporter import Reporter
 from dtjob.transfer_report import ExitCode
 
 DEFAULT_TERMINATION_FILE = Path("/dev/termination-log")
+# Failures a later try can get past: storage away or refusing (a token rotated or re-minted meanwhile). Not a
+# bad command line, an unreadable local tree or a corrupt transfer.
+RETRYABLE = frozenset({ExitCode.DENIED, ExitCode.NOT_FOUND, ExitCode.STORAGE})
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +59,12 @@ def build_parser(command: str) -> argparse.ArgumentParser:
             "--overwrite",
             action="store_true",
             help="upload every file without listing the prefix first (for a SAS without list permission)",
+        )
+        parser.add_argument(
+            "--retry-for",
+            type=float,
+            default=0.0,
+            help="seconds to keep retrying, with backoff, an upload that storage refused (default 0: none)",
         )
     return parser
 
@@ -104,15 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     termination = args.termination_file
     if termination is None and DEFAULT_TERMINATION_FILE.exists():
         termination = DEFAULT_TERMINATION_FILE
+    if command == "upload" and args.retry_for > 0:
+        return _upload_with_retries(args, termination)
     source = SasFileSource(args.container_url_file, args.sas_file, concurrency=args.concurrency)
     progress = Progress()
     try:
-        with Reporter(progress, args.progress_interval, args.progress_file, termination):
-            try:
-                _transfer(command, args, source, progress)
-            except StorageFailure as failure:
-                progress.set_phase("failed", failure.reason)
-                raise
+        _attempt(command, args, source, progress, termination)
     except StorageFailure as failure:
         print(f"{command} failed: {failure.reason}", file=sys.stderr)
         return failure.code
@@ -123,6 +131,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
     )
     return ExitCode.OK
+
+
+def _attempt(
+    command: str,
+    args: argparse.Namespace,
+    source: SasFileSource,
+    progress: Progress,
+    termination: Path | None,
+) -> None:
+    with Reporter(progress, args.progress_interval, args.progress_file, termination):
+        try:
+            _transfer(command, args, source, progress)
+        except StorageFailure as failure:
+            progress.set_phase("failed", failure.reason)
+            raise
+
+
+def _upload_with_retries(args: argparse.Namespace, termination: Path | None) -> int:
+    """The results upload: a try, and while storage refuses, more tries with backoff for --retry-for
+    seconds, each with the token read again from its file (the operator rotates it). One line per try on
+    stderr, which the operator reads from the launcher's log (dtjob.results_upload)."""
+    started = time.monotonic()
+    deadline = started + args.retry_for
+    print(results_upload.started_line(), file=sys.stderr, flush=True)
+    attempt = 0
+    while True:
+        attempt += 1
+        source = SasFileSource(args.container_url_file, args.sas_file, concurrency=args.concurrency)
+        progress = Progress()
+        try:
+            _attempt("upload", args, source, progress, termination)
+        except StorageFailure as failure:
+            left = deadline - time.monotonic()
+            if failure.code not in RETRYABLE or left <= 0:
+                line = results_upload.failed_line(attempt, time.monotonic() - started, failure.reason)
+                print(line, file=sys.stderr, flush=True)
+                return failure.code
+            wait = min(results_upload.backoff_seconds(attempt), left)
+            print(results_upload.retry_line(attempt, wait, left, failure.reason), file=sys.stderr, flush=True)
+            time.sleep(wait)
+            continue
+        snap = progress.snapshot()
+        print(results_upload.done_line(snap.files_done + snap.files_skipped, snap.bytes_total, attempt),
+              file=sys.stderr, flush=True)  # fmt: skip
+        return ExitCode.OK
 
 
 if __name__ == "__main__":
