@@ -37,6 +37,10 @@ from dtjob.timefmt import format_micro_time, format_time
 from dtjob.ttl_cache import TtlCache
 
 log = logging.getLogger(__name__)
+# A refused pod's Events: the Job controller records one per try (merged into a count), so a few are plenty;
+# their message quotes the admission's answer, which can be long.
+FAILED_CREATE_EVENTS = 20
+FAILED_CREATE_MESSAGE_CHARS = 1000
 Json = dict[str, Any]
 
 
@@ -84,6 +88,7 @@ class Kube(Protocol):
     def get_secret(self, namespace: str, name: str) -> Json | None: ...
     def get_pvc(self, namespace: str, name: str) -> Json | None: ...
     def get_namespace(self, name: str) -> Json | None: ...
+    def failed_create(self, namespace: str, job_uid: str) -> str | None: ...
     def read_pod_log(
         self,
         namespace: str,
@@ -263,6 +268,20 @@ class KubeClient:
     def get_namespace(self, name: str) -> Json | None:
         """The Namespace object (its annotations carry the namespace's storage allowlists)."""
         return _raw_or_none(lambda: self.core.read_namespace(name, _preload_content=False))
+
+    def failed_create(self, namespace: str, job_uid: str) -> str | None:
+        """What the API server answered the Job controller when it refused the pod of the Job `job_uid` (its
+        newest FailedCreate Event: Pod Security, a ResourceQuota), or None. Admission refuses the pod, not
+        the Job, so the Job itself never says why it has no pod."""
+        selector = f"involvedObject.uid={job_uid},reason=FailedCreate"
+        response: Any = self.core.list_namespaced_event(
+            namespace, field_selector=selector, limit=FAILED_CREATE_EVENTS, _preload_content=False
+        )
+        items = json.loads(response.data).get("items") or []
+        if not items:
+            return None
+        newest = max(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return str(newest.get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS] or None
 
     def read_pod_log(
         self,

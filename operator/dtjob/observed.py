@@ -117,6 +117,16 @@ class LauncherState:
 
 
 @dataclass(frozen=True)
+class CreateRefusal:
+    """A Job (the launcher's, the staging one) whose pod the API server refused: the Job controller's
+    FailedCreate message, and when the Job was created (runPolicy.startupDeadlineSeconds counts from then)."""
+
+    job: str
+    message: str
+    job_created: datetime | None
+
+
+@dataclass(frozen=True)
 class Observed:
     """Every read of one reconcile, gathered before anything is decided."""
 
@@ -131,6 +141,9 @@ class Observed:
     staging: StagingOutcome | None = None  # the staging Job's outcome, when that Job exists
     training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress, from the launcher's log
     results_upload: UploadReport | None = None  # the results upload's latest line, from the launcher's log
+    # The launcher's or the stager's pod refused by admission (read only while their Job has no pod).
+    launcher_refused: CreateRefusal | None = None
+    staging_refused: CreateRefusal | None = None
     progress_poll_s: float | None = None  # how soon progress should be read again while training
     pool_room: PoolRoom | None = None  # read only for a gang past its schedule timeout
 

@@ -18,12 +18,23 @@ from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube import Kube, LogUnavailable
 from dtjob.machine import world_started
 from dtjob.machine.gang import wants_pool_room
-from dtjob.observed import Blocker, Children, LauncherState, Observed, PoolRoom, observe_children, pool_room
+from dtjob.observed import (
+    Blocker,
+    Children,
+    CreateRefusal,
+    LauncherState,
+    Observed,
+    PoolRoom,
+    observe_children,
+    pod_state,
+    pool_room,
+)
 from dtjob.preflight import preflight
 from dtjob.rank_error import rank_error
 from dtjob.results_upload import latest_report
 from dtjob.spec import JobSpec
 from dtjob.status import FINISHED, JobStatus
+from dtjob.timefmt import parse_time
 from dtjob.training_progress import latest_progress
 
 log = logging.getLogger(__name__)
@@ -66,6 +77,12 @@ def observe(
     if launcher is not None and log_text is not None and _failed_now(prev, launcher):
         launcher = replace(launcher, log_error=rank_error(log_text))
     room = _pool_room(kube, spec) if active and wants_pool_room(spec, seen, prev, now) else None
+    launcher_refused = staging_refused = None
+    if active and seen.launcher is not None and seen.launcher.pod_name is None and not seen.launcher.finished:
+        launcher_refused = _refusal(kube, spec.namespace, children.launcher)
+    stagers = [p for p in children.pods if pod_state(p).role == names.ROLE_STAGER]
+    if staging is not None and staging.phase == "Running" and not stagers:
+        staging_refused = _refusal(kube, spec.namespace, children.staging)
     return Observed(
         pods=seen.pods,
         launcher=launcher,
@@ -78,7 +95,21 @@ def observe(
         results_upload=results,
         progress_poll_s=config.progress_seconds if seen.launcher is not None else None,
         pool_room=room,
+        launcher_refused=launcher_refused,
+        staging_refused=staging_refused,
     )
+
+
+def _refusal(kube: Kube, namespace: str, job: Mapping[str, Any] | None) -> CreateRefusal | None:
+    """Why a Job of ours has no pod, when admission refused it (read only while it has none)."""
+    meta = (job or {}).get("metadata") or {}
+    if not meta.get("uid"):
+        return None
+    message = kube.failed_create(namespace, str(meta["uid"]))
+    if message is None:
+        return None
+    created = meta.get("creationTimestamp")
+    return CreateRefusal(str(meta.get("name") or ""), message, parse_time(created) if created else None)
 
 
 def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:

@@ -150,3 +150,58 @@ def test_a_sas_secret_refused_by_a_quota_waits_with_the_cause(
     core_v1.patch_namespaced_resource_quota("secrets", namespace, {"spec": {"hard": {"secrets": "10"}}})
     wait_for(lambda: jobs.live_workers("sasquota"), timeout=90, what="workers, once the SAS Secret fits")
     assert core_v1.read_namespaced_secret("sasquota-sas-out", namespace) is not None
+
+
+def test_a_launcher_pod_refused_by_pod_security_fails_the_job_at_once_and_frees_the_workers(
+    jobs: Jobs, operator: OperatorProcess, core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    """The workers meet `restricted`; the launcher's template asks for root. Admission refuses the pod the
+    launcher Job creates, not the Job. Before: the job sat in Starting holding every worker's GPUs."""
+    core_v1.patch_namespace(
+        namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    root = {"spec": {"securityContext": {"runAsUser": 0, "runAsNonRoot": False}}}
+    jobs.create("rootlaunch", launcher={"template": root})
+    status = jobs.wait_phase("rootlaunch", "Failed", "Succeeded", timeout=120)
+    failed = jobs.condition("rootlaunch", "Failed")
+    assert failed and failed["reason"] == "PodRefused", status
+    assert failed["message"].startswith(
+        "spec.launcher.template: the launcher's pod (Job rootlaunch-launcher) is refused by Pod Security "
+        "admission: "
+    ), failed["message"]
+    assert "violates PodSecurity" in failed["message"] and "runAsUser=0" in failed["message"]
+    assert status["restarts"] == 0
+    wait_for(lambda: not jobs.live_workers("rootlaunch"), timeout=60, what="the workers freed")
+
+
+def test_a_launcher_pod_refused_by_a_quota_says_so_then_fails_at_the_startup_deadline(
+    jobs: Jobs, operator: OperatorProcess, core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    """The workers use up the namespace's pod quota, so the launcher Job's pod never fits."""
+    quota = client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "2"})
+    )
+    core_v1.create_namespaced_resource_quota(namespace, quota)
+    wait_for(
+        lambda: (core_v1.read_namespaced_resource_quota("pods", namespace).status.hard or {}).get("pods"),
+        timeout=30,
+        what="quota status",
+    )
+    jobs.create("full", runPolicy={"startupDeadlineSeconds": 60})
+
+    def refused() -> dict[str, str] | None:
+        cond = jobs.condition("full", "Created")
+        return cond if cond and cond["reason"] == "PodRefused" else None
+
+    cond = wait_for(refused, timeout=90, what="Created=False PodRefused")
+    assert cond["status"] == "False"
+    assert cond["message"].startswith("the launcher's pod (Job full-launcher) is refused: "), cond["message"]
+    assert "exceeded quota: pods" in cond["message"]
+    assert "at most runPolicy.startupDeadlineSeconds (60s)" in cond["message"]
+    assert jobs.status("full")["message"] == cond["message"]
+    assert any(e.reason == "PodRefused" for e in jobs.events("full"))
+    status = jobs.wait_phase("full", "Failed", "Succeeded", timeout=120)
+    failed = jobs.condition("full", "Failed")
+    assert failed and failed["reason"] == "StartupDeadlineExceeded", status
+    assert "still refused 60s after its Job was created" in failed["message"]
+    wait_for(lambda: not jobs.live_workers("full"), timeout=60, what="the workers freed")

@@ -43,6 +43,7 @@ class RecordingKube:
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, kind, name)
     events: list[tuple[str, str]] = field(default_factory=list)  # (type, reason)
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> log text
+    failed_creates: dict[str, str] = field(default_factory=dict)  # Job uid -> its FailedCreate message
     nodes: list[Json] = field(default_factory=list)
     conflict_next: bool = False
     reject: set[str] = field(default_factory=set)  # kinds whose creates the "API server" refuses
@@ -220,6 +221,10 @@ class RecordingKube:
 
     def delete_pod_group(self, api_version: str, namespace: str, name: str) -> None:
         self._delete("PodGroup", namespace, name)
+
+    def failed_create(self, namespace: str, job_uid: str) -> str | None:
+        self.calls.append(("list", "Event", job_uid))
+        return self.failed_creates.get(job_uid)
 
     def list_node_pods(self, node: str) -> list[Json] | None:
         self.calls.append(("list", "Pod", f"spec.nodeName={node}"))

@@ -71,7 +71,8 @@ def world(launcher: LauncherState, log: str | None) -> Observed:
         PodState(f"rn50-worker-{i}", "worker", 0, i, "Running", scheduled=True, ready=True, deleting=False)
         for i in range(2)
     )
-    return Observed(pods=workers, launcher=launcher, results_upload=log and latest_report(log), uid="uid-1")
+    report = latest_report(log) if log is not None else None
+    return Observed(pods=workers, launcher=launcher, results_upload=report, uid="uid-1")
 
 
 def running() -> JobStatus:

@@ -29,16 +29,19 @@ from dtjob.machine.finish import (
     ttl,
 )
 from dtjob.machine.gang import report_gang
+from dtjob.machine.refused_pods import REFUSED, refused_pod
 from dtjob.machine.staging import stage
 from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure, startup_failure
 from dtjob.names import output_url
 from dtjob.observed import Observed
 from dtjob.results_upload import UPLOADED
 from dtjob.spec import JobSpec
-from dtjob.status import FAILED, FINISHED, PENDING, RUNNING, SUCCEEDED, SUSPENDED, JobStatus
+from dtjob.status import FAILED, FINISHED, PENDING, RUNNING, STARTING, SUCCEEDED, SUSPENDED, JobStatus
 from dtjob.timefmt import format_time, parse_time, seconds_after
 
 BLOCKED_POLL_SECONDS = 15.0
+# How often a refused launcher pod is looked at again (the Job controller retries it with backoff).
+REFUSED_POLL_SECONDS = 15.0
 
 
 def world_started(prev: JobStatus, observed: Observed) -> bool:
@@ -100,6 +103,18 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
     failure = first_failure(spec, size, workers, launcher, prev, leaving)
     if failure is not None:
         fail_world(b, spec, observed, failure)
+        return b.decision()
+    if launcher is not None and observed.launcher_refused is not None and launcher.pod_name is None:
+        refused, waiting, due = refused_pod(spec, "launcher", observed.launcher_refused, now)
+        if refused is not None:
+            fail_world(b, spec, observed, refused)
+            return b.decision()
+        count_workers(b, spec, workers, launcher)
+        b.cond("Created", False, REFUSED, waiting)
+        if b.prev.message != waiting:
+            b.events.append(Event("Warning", REFUSED, waiting))
+        b.phase(STARTING, waiting)
+        b.requeue(min(due, REFUSED_POLL_SECONDS) if due is not None else REFUSED_POLL_SECONDS)
         return b.decision()
     world = [
         *workers.values(),

@@ -11,6 +11,7 @@ from dtjob.actions import (
 )
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import finish
+from dtjob.machine.refused_pods import REFUSED, refused_pod
 from dtjob.names import staging_job_name
 from dtjob.observed import Observed, StagingOutcome
 from dtjob.spec import JobSpec
@@ -49,6 +50,18 @@ def stage(b: Builder, spec: JobSpec, observed: Observed, outcome: StagingOutcome
         finish(b, spec, observed, FAILED, "StagingFailed", f"staging Job {job} failed: {outcome.reason}")
         return False
     b.status = replace(b.status, staging=snapshot or b.status.staging or {"phase": "starting"})
+    if observed.staging_refused is not None:
+        refused, waiting, due = refused_pod(spec, "stager", observed.staging_refused, b.now)
+        if refused is not None:
+            b.cond("Staged", False, refused.reason, refused.message)
+            finish(b, spec, observed, FAILED, refused.reason, refused.message)
+            return False
+        b.cond("Staged", False, REFUSED, waiting)
+        if b.prev.message != waiting:
+            b.events.append(Event("Warning", REFUSED, waiting))
+        b.phase(STAGING, waiting)
+        b.requeue(min(due, STAGING_POLL_SECONDS) if due is not None else STAGING_POLL_SECONDS)
+        return False
     b.phase(STAGING, f"staging {what} to {staging.destination}{_staging_text(outcome)}")
     b.requeue(STAGING_POLL_SECONDS)
     return False

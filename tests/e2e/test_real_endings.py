@@ -1,0 +1,110 @@
+"""How a real run ends when things go wrong around it, on the real node: storage away just as the results
+upload starts, and the job's deadline firing mid-training. Nothing trained, and no log, is lost."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from testbed.azurite import Azurite
+from testbed.operator_harness import Jobs, OperatorProcess
+from testbed.outage import OutageProxy
+from tests.e2e.conftest import NODE_IP
+from tests.e2e.real_jobs import (
+    assert_trained_together,
+    blob_names,
+    blob_text,
+    create_tiny_job,
+    new_container,
+    output_location,
+    pod_logs,
+    run_metrics,
+    tiny_training,
+    wait_finished,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+OUTAGE_SECONDS = 45
+
+
+def test_results_arrive_after_storage_refused_just_as_the_upload_started(
+    real_jobs: Jobs,
+    real_operator: OperatorProcess,
+    node_azurite: Azurite,
+) -> None:
+    """Before: the upload was tried once, chained onto training; a 503 failed the launcher, and the world
+    restarted (training again) or the job failed as if the user's code had."""
+    container = new_container(node_azurite)
+    upstream = urlsplit(node_azurite.endpoint)
+    assert upstream.hostname is not None and upstream.port is not None
+    with OutageProxy(NODE_IP, upstream.hostname, upstream.port) as proxy:
+        # Nothing else talks to this endpoint before the upload (account-key signing is local): the first
+        # connection is rank 0's upload, and it starts the outage.
+        proxy.arm(OUTAGE_SECONDS)
+        output = output_location(node_azurite, container)
+        output["endpoint"] = f"{proxy.url}{upstream.path}"
+        name = "outage"
+        create_tiny_job(
+            real_jobs, name, node_azurite, container, output={**output, "uploadRetrySeconds": 300}
+        )
+        seen: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            status = real_jobs.status(name)
+            results = (status.get("output") or {}).get("results")
+            if results and (not seen or seen[-1] != results):
+                seen.append(results)
+            if status.get("phase") in ("Succeeded", "Failed"):
+                break
+            time.sleep(1)
+        status = wait_finished(real_jobs, name, timeout=60, azurite=node_azurite, container=container)
+        assert proxy.refused > 0, "the outage never happened: the test proved nothing"
+    assert status["restarts"] == 0, "a storage outage after training must not train again"
+    states = [r["state"] for r in seen]
+    assert "Retrying" in states, seen
+    retrying = next(r for r in seen if r["state"] == "Retrying")
+    assert "503" in retrying["message"] or "Unavailable" in retrying["message"], retrying
+    assert status["output"]["results"]["state"] == "Uploaded", status
+    assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
+
+
+def test_every_pods_log_is_uploaded_when_the_deadline_fires_mid_training(
+    real_jobs: Jobs,
+    real_operator: OperatorProcess,
+    node_azurite: Azurite,
+) -> None:
+    """Before: the output SAS expired at the deadline, so the final upload was refused (403) and the logs
+    people need to debug a deadline were lost."""
+    container = new_container(node_azurite)
+    name = "deadline"
+    # Many more steps than fit: the deadline ends it while the ranks train.
+    create_tiny_job(
+        real_jobs, name, node_azurite, container,
+        hyperparameters=tiny_training(stepsPerEpoch=100000),
+        runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 150, "cleanPodPolicy": "Running"},
+    )  # fmt: skip
+    status = real_jobs.wait_phase(name, "Succeeded", "Failed", timeout=600)
+    failed = real_jobs.condition(name, "Failed")
+    assert failed and failed["reason"] == "DeadlineExceeded", status
+    assert status.get("progress"), f"it must have been training: {pod_logs(real_jobs, name, None, '')}"
+
+    def uploaded() -> dict[str, Any] | None:
+        output = real_jobs.status(name).get("output") or {}
+        return output if output.get("logsUploaded") or output.get("logsError") else None
+
+    deadline = time.monotonic() + 120
+    output = uploaded()
+    while output is None and time.monotonic() < deadline:
+        time.sleep(2)
+        output = uploaded()
+    assert output is not None and output.get("logsUploaded") is True, output
+    uid = real_jobs.get(name)["metadata"]["uid"]
+    run = f"runs/{real_jobs.ns}/{name}/{uid}/logs/"
+    logs = {n.removeprefix(run) for n in blob_names(node_azurite, container, run)}
+    assert {f"{name}-worker-0.log", f"{name}-worker-1.log"} <= logs, logs
+    launcher = [n for n in logs if n.startswith(f"{name}-launcher")]
+    assert launcher, logs
+    assert "DTJOB_PROGRESS" in blob_text(node_azurite, container, run + launcher[0])
