@@ -131,7 +131,7 @@ def _run(
         case UploadLogs(attempt=attempt):
             return _upload_logs(kube, spec, str(owner["uid"]), pods, attempt, output_url, config, now)
         case DeleteSasSecrets():
-            storage.delete_sas_secrets(kube, ns, spec.name)
+            storage.delete_sas_secrets(kube, ns, spec.name, str(owner["uid"]))
             return SasSecretsDeleted()
         case DeleteJob():
             log.info("ttlSecondsAfterFinished elapsed: deleting %s/%s", ns, spec.name)

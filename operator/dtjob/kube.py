@@ -109,12 +109,12 @@ class Kube(Protocol):
     def ensure(self, obj: Json) -> Applied: ...
     def ensure_all(self, objs: Sequence[Json]) -> list[Applied]: ...
     def replace_secret(self, obj: Json, resource_version: str) -> None: ...
-    def delete_secret(self, namespace: str, name: str) -> None: ...
+    def delete_secret(self, namespace: str, name: str, owner_uid: str) -> None: ...
     def delete_pod(self, namespace: str, name: str) -> None: ...
     def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool: ...
     def remove_pod_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool: ...
     def delete_batch_job(self, namespace: str, name: str) -> None: ...
-    def delete_pods(self, namespace: str, label_selector: str) -> None: ...
+    def delete_pods(self, namespace: str, label_selector: str, owner_uid: str) -> None: ...
     def delete_training_job(self, namespace: str, name: str) -> None: ...
     def delete_pod_group(self, api_version: str, namespace: str, name: str) -> None: ...
     def list_node_pods(self, node: str) -> list[Json] | None: ...
@@ -514,9 +514,25 @@ class KubeClient:
             raise
         log.info("replaced Secret %s/%s", meta["namespace"], meta["name"])
 
-    def delete_secret(self, namespace: str, name: str) -> None:
+    def delete_secret(self, namespace: str, name: str, owner_uid: str) -> None:
+        """Delete the Secret only while `owner_uid` owns it: the name alone may be another owner's (an older
+        job of the same name, or anything a namespace editor put there). The delete is conditional on the UID
+        that was read, so nothing created in between is ever deleted."""
         self.fence.check()
-        _ignore_404(lambda: self.core.delete_namespaced_secret(name, namespace, _preload_content=False))
+        secret = self.get_secret(namespace, name)
+        if secret is None:
+            return
+        meta = secret.get("metadata") or {}
+        if owner_uid not in {str(r.get("uid")) for r in meta.get("ownerReferences") or ()}:
+            log.warning("left Secret %s/%s alone: it is not owned by %s", namespace, name, owner_uid)
+            return
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta.get("uid")))
+        try:
+            _discard(self.core.delete_namespaced_secret(name, namespace, body=body, _preload_content=False))
+        except ApiException as err:
+            if err.status in (404, 409):  # gone, or replaced since the read
+                return
+            raise
         log.info("deleted Secret %s/%s", namespace, name)
 
     def delete_pod(self, namespace: str, name: str) -> None:
@@ -581,13 +597,28 @@ class KubeClient:
         )
         log.info("deleted Job %s/%s", namespace, name)
 
-    def delete_pods(self, namespace: str, label_selector: str) -> None:
+    def delete_pods(self, namespace: str, label_selector: str, owner_uid: str) -> None:
+        """Delete the pods the selector finds that `owner_uid` owns (a label is anyone's to set), each only
+        while it is the pod that was listed."""
         self.fence.check()
         response: Any = self.core.list_namespaced_pod(
             namespace, label_selector=label_selector, _preload_content=False
         )
         for pod in json.loads(response.data).get("items") or []:
-            self.delete_pod(namespace, pod["metadata"]["name"])
+            meta = pod["metadata"]
+            if owner_uid not in {str(r.get("uid")) for r in meta.get("ownerReferences") or ()}:
+                continue
+            body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta.get("uid")))
+            try:
+                _discard(
+                    self.core.delete_namespaced_pod(
+                        meta["name"], namespace, body=body, _preload_content=False
+                    )
+                )
+            except ApiException as err:
+                if err.status not in (404, 409):
+                    raise
+            log.info("deleted Pod %s/%s", namespace, meta["name"])
 
     def delete_training_job(self, namespace: str, name: str) -> None:
         self.fence.check()

@@ -48,6 +48,7 @@ class SasObservation:
     mint_needed: bool
     rotate_in_s: float | None = None
     blocked: Blocker | None = None
+    altered: str | None = None  # how the Secret was changed since the operator wrote it (then re-minted)
 
 
 @dataclass(frozen=True)

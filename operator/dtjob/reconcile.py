@@ -53,8 +53,8 @@ def reconcile(
         version = _record(kube, job, decision.status, decision.events, now)
         if prev.phase not in FINISHED:
             # An edit the operator rejects mid-run: nothing of the old world may go on holding GPUs or tokens.
-            _delete_world(kube, namespace, name)
-            storage.delete_sas_secrets(kube, namespace, name)
+            _delete_world(kube, namespace, name, str(meta["uid"]), _owns(children.launcher, str(meta["uid"])))
+            storage.delete_sas_secrets(kube, namespace, name, str(meta["uid"]))
             status, events = with_results(decision.status, [SasSecretsDeleted()])
             _record(kube, {**job, "status": decision.status.to_dict()}, status, events, now, version)
         return decision.requeue_after
@@ -120,7 +120,7 @@ def _fail(kube: Kube, namespace: str, name: str, path: str, message: str, reason
     prev = status_from_dict(job.get("status"))
     decision = invalid_spec(prev, path, message, now, job["metadata"].get("generation"), reason=reason)
     _record(kube, job, decision.status, decision.events, now)
-    _delete_world(kube, namespace, name)
+    _delete_world(kube, namespace, name, str(job["metadata"]["uid"]))
 
 
 def _forbidden(kube: Kube, namespace: str, name: str, message: str, now: datetime) -> float | None:
@@ -133,7 +133,7 @@ def _forbidden(kube: Kube, namespace: str, name: str, message: str, now: datetim
     decision = create_forbidden(status_from_dict(job.get("status")), message, now, meta.get("generation"))
     _record(kube, job, decision.status, decision.events, now)
     if decision.status.phase in FINISHED:
-        _delete_world(kube, namespace, name)
+        _delete_world(kube, namespace, name, str(meta["uid"]))
     return decision.requeue_after
 
 
@@ -158,9 +158,17 @@ def _wait_for_api(kube: Kube, spec: JobSpec, api: str, now: datetime) -> float |
     return decision.requeue_after
 
 
-def _delete_world(kube: Kube, namespace: str, name: str) -> None:
-    kube.delete_pods(namespace, f"{names.JOB_NAME_LABEL}={name}")
-    kube.delete_batch_job(namespace, names.launcher_name(name))
+def _delete_world(kube: Kube, namespace: str, name: str, uid: str, launcher_ours: bool = True) -> None:
+    """The pods and the launcher Job of the job `uid`: pods by owner, never by label alone; the launcher Job
+    when it is ours (after this pass's creates it is: a create never takes a name another owner holds)."""
+    kube.delete_pods(namespace, f"{names.JOB_NAME_LABEL}={name}", uid)
+    if launcher_ours:
+        kube.delete_batch_job(namespace, names.launcher_name(name))
+
+
+def _owns(child: Mapping[str, Any] | None, uid: str) -> bool:
+    refs = ((child or {}).get("metadata") or {}).get("ownerReferences") or ()
+    return child is not None and uid in {str(r.get("uid")) for r in refs}
 
 
 def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -32,7 +32,7 @@ from dtjob.config import OperatorConfig
 from dtjob.desired.owned import is_ours, owner_uids
 from dtjob.kube import Applied, Kube, LogUnavailable, NotOurs
 from dtjob.leader import NotLeader
-from dtjob.names import Access, log_blob_name, run_prefix, sas_secret_name
+from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, log_blob_name, run_prefix, sas_secret_name
 from dtjob.observed import Blocker, SasObservation, StagingOutcome, pod_state, staging_outcome
 from dtjob.spec import JobSpec
 from dtjob.status import JobStatus
@@ -118,7 +118,12 @@ def observe_sas(
         existing = kube.get_secret(spec.namespace, sas_secret_name(spec.name, access))
         if existing is not None and uid not in owner_uids(existing):
             existing = None  # an older job's of the same name: minting ours waits until it is gone
-        if existing is not None and not secret_rotation_due(existing, now, config.sas_rotate_fraction):
+        altered = _altered(existing, location) if existing is not None else None
+        if altered is not None:
+            log.warning("%s/%s: Secret %s %s: minting it again", spec.namespace, spec.name,
+                        sas_secret_name(spec.name, access), altered)  # fmt: skip
+        fresh = existing is not None and not secret_rotation_due(existing, now, config.sas_rotate_fraction)
+        if existing is not None and fresh and altered is None:
             annotations = existing["metadata"].get("annotations") or {}
             issued = parse_time(annotations[ANNOTATION_ISSUED])
             expires = parse_time(annotations[ANNOTATION_EXPIRES])
@@ -130,8 +135,25 @@ def observe_sas(
         blocked = refused or _credentials_blocker(kube, spec.namespace, location, path)
         if blocked is not None:
             log.warning("%s/%s: %s", spec.namespace, spec.name, blocked.message)
-        found[access.value] = SasObservation(mint_needed=True, blocked=blocked)
+        found[access.value] = SasObservation(mint_needed=True, blocked=blocked, altered=altered)
     return found
+
+
+def _altered(secret: Mapping[str, Any], location: BlobLocation) -> str | None:
+    """How a SAS Secret of ours differs from what the operator wrote, or None. Its annotations say when to
+    rotate, but anyone who may edit Secrets in the namespace may change its data and keep them: the operator
+    never trusts a container URL it did not write (rank 0 would upload the results there)."""
+    data = secret.get("data") or {}
+    try:
+        url = base64.b64decode(data.get(SECRET_URL_KEY) or "", validate=True).decode()
+        token = base64.b64decode(data.get(SECRET_TOKEN_KEY) or "", validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return "holds data that is not what the operator wrote"
+    if url != location.container_url:
+        return f"names container URL {url[:200]!r}, not the spec's {location.container_url!r}"
+    if not token:
+        return "has no token"
+    return None
 
 
 def mint_sas(
@@ -287,9 +309,10 @@ def log_upload_sas(
                  directory)  # fmt: skip
 
 
-def delete_sas_secrets(kube: Kube, namespace: str, job: str) -> None:
+def delete_sas_secrets(kube: Kube, namespace: str, job: str, uid: str) -> None:
+    """Revoke the job's SAS Secrets: those the job `uid` owns, never another owner's of the same name."""
     for access in Access:
-        kube.delete_secret(namespace, sas_secret_name(job, access))
+        kube.delete_secret(namespace, sas_secret_name(job, access), uid)
 
 
 def observe_staging(

@@ -231,7 +231,7 @@ def test_a_fenced_client_writes_nothing_to_the_api_server(jobs: Jobs, api_client
         ),
         lambda: kube.emit_event(job, "Normal", "Fenced", "must not be posted", datetime.now(UTC)),
         lambda: kube.delete_training_job(jobs.ns, "fenced"),
-        lambda: kube.delete_pods(jobs.ns, "dtjob.io/job-name=fenced"),
+        lambda: kube.delete_pods(jobs.ns, "dtjob.io/job-name=fenced", "uid"),
         kube.check_leader,
     ]
     for write in writes:

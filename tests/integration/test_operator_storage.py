@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from azure.storage.blob import BlobServiceClient
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
+from dtjob.results_upload import UPLOAD_FAILED_EXIT
 from dtjob.storage import STORAGE_KEY_LABEL
 from dtjob.tenancy import (
     ANNOTATION_CLIENT_IDS,
@@ -197,7 +198,9 @@ def test_staged_job_runs_uploads_logs_and_revokes_its_sas(
     )
     script = launcher_pod.spec.containers[0].command[2]
     assert f"--prefix runs/{jobs.ns}/staged/{uid}/" in script
-    assert script.index("horovodrun") < script.index("dtjob.stager upload") and " && " in script
+    # Training first, keeping its exit code; the upload after, with its own retry and reserved exit code.
+    assert script.index("horovodrun") < script.index("|| exit $?") < script.index("dtjob.stager upload")
+    assert script.rstrip().endswith(f"|| exit {UPLOAD_FAILED_EXIT}") and "--retry-for 600" in script
     launcher_log = tmp_path / "launcher.log"
     append_log(launcher_log, "epoch 1 step 10 loss 6.9", "training done")
     serve_pod_log(api_client, jobs.ns, str(launcher_pod.metadata.name), "launcher", launcher_log)
@@ -484,3 +487,61 @@ def test_a_failed_worlds_logs_are_kept_before_the_restart_deletes_it(
     # The restart went on; the final upload (logs/<pod>.log) is still to come at the end.
     assert not (jobs.status("crashy").get("output") or {}).get("logsUploaded")
     assert any(e.reason == "LogsUploaded" and "attempt-0" in e.message for e in jobs.events("crashy"))
+
+
+def test_a_rejected_job_leaves_what_another_owner_holds_under_its_names(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+) -> None:
+    """A job the operator rejects revokes its SAS Secrets and frees its world, by owner: before, it deleted
+    `<job>-sas-in/out` and every pod labelled with its name, whoever they belonged to."""
+    for name in ("keep-sas-in", "keep-sas-out"):
+        secret = client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data={"token": "theirs"})
+        jobs.core.create_namespaced_secret(jobs.ns, secret)
+    bystander = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="bystander", labels={"dtjob.io/job-name": "keep"}),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
+    )
+    jobs.core.create_namespaced_pod(jobs.ns, bystander)
+    spec = storage_spec(azurite, {}, {}, output=None)
+    # Past the schema, refused by the operator: an emulator endpoint on a host the installer did not list.
+    spec["dataset"]["stageFrom"]["endpoint"] = "http://10.9.8.7:10000/devstoreaccount1"
+    jobs.create("keep", **spec)
+    status = jobs.wait_phase("keep", "Failed", timeout=60)
+    assert status["message"].startswith("spec.dataset.stageFrom.endpoint"), status
+    wait_for(lambda: jobs.status("keep").get("sasSecretsDeleted"), timeout=30, what="the revocation recorded")
+    for name in ("keep-sas-in", "keep-sas-out"):
+        assert secret_files(jobs, name) == {"token": "theirs"}, f"{name} is not the job's: it must stay"
+    assert jobs.core.read_namespaced_pod("bystander", jobs.ns).metadata.deletion_timestamp is None
+
+
+def test_a_sas_secret_whose_url_was_changed_is_minted_again_never_followed(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    container_name: str,  # noqa: F811
+) -> None:
+    """A namespace editor rewrites `<job>-sas-out`'s container URL and keeps the annotations, so nothing is
+    due to rotate. Before: the operator kept it (and used it for its own log upload); now it replaces the
+    Secret with a fresh token for the spec's URL, and says so."""
+    key_secret(jobs, azurite)
+    spec = storage_spec(azurite, {"sim.dtjob.io/run-duration": "5s"}, {"sim.dtjob.io/run-duration": "600s"},
+                        output=container_name)  # fmt: skip
+    jobs.create("edited", **spec)
+    expected = f"{azurite.endpoint}/{container_name}"
+    wait_for(lambda: (secret_files(jobs, "edited-sas-out") or {}).get("container-url") == expected,
+             timeout=60, what="edited-sas-out minted")  # fmt: skip
+    evil = base64.b64encode(b"https://attacker.example.net/loot").decode()
+    jobs.core.patch_namespaced_secret("edited-sas-out", jobs.ns, {"data": {"container-url": evil}})
+    restored = wait_for(
+        lambda: (
+            (files := secret_files(jobs, "edited-sas-out")) and files["container-url"] == expected and files
+        ),
+        timeout=90,  # the next reconcile: at the latest the resync
+        what="the spec's URL back in edited-sas-out",
+    )
+    assert "sig=" in restored["sas-token"]
+    assert any(
+        e.reason == "SasSecretAltered" and "attacker.example.net" in e.message for e in jobs.events("edited")
+    )

@@ -179,8 +179,11 @@ class RecordingKube:
         self.calls.append(("delete", kind, name))
         self.objects.pop((kind, namespace, name), None)
 
-    def delete_secret(self, namespace: str, name: str) -> None:
-        self._delete("Secret", namespace, name)
+    def delete_secret(self, namespace: str, name: str, owner_uid: str) -> None:
+        found = self.objects.get(("Secret", namespace, name))
+        refs = ((found or {}).get("metadata") or {}).get("ownerReferences") or ()
+        if found is None or owner_uid in {str(r.get("uid")) for r in refs}:
+            self._delete("Secret", namespace, name)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self._delete("Pod", namespace, name)
@@ -205,11 +208,12 @@ class RecordingKube:
     def delete_batch_job(self, namespace: str, name: str) -> None:
         self._delete("Job", namespace, name)
 
-    def delete_pods(self, namespace: str, label_selector: str) -> None:
+    def delete_pods(self, namespace: str, label_selector: str, owner_uid: str) -> None:
         key, _, value = label_selector.partition("=")
         for kind, ns, name in list(self.objects):
-            labels = self.objects[(kind, ns, name)]["metadata"].get("labels") or {}
-            if kind == "Pod" and ns == namespace and labels.get(key) == value:
+            meta = self.objects[(kind, ns, name)]["metadata"]
+            owned = owner_uid in {str(r.get("uid")) for r in meta.get("ownerReferences") or ()}
+            if kind == "Pod" and ns == namespace and (meta.get("labels") or {}).get(key) == value and owned:
                 self._delete("Pod", ns, name)
 
     def delete_training_job(self, namespace: str, name: str) -> None:

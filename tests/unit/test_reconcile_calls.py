@@ -108,7 +108,11 @@ def _sas_secret(issued: datetime, expires: datetime) -> dict[str, Any]:
                 ANNOTATION_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
             },
         },
-        "data": {},
+        # What the operator writes: the spec's container URL and a token.
+        "data": {
+            "container-url": base64.b64encode(b"https://acct1.blob.core.windows.net/results").decode(),
+            "sas-token": base64.b64encode(b"sv=2025-01-05&sig=x").decode(),
+        },
     }
 
 
@@ -197,12 +201,20 @@ def test_an_edit_the_operator_rejects_mid_run_frees_the_world_and_revokes_the_to
     kube = RecordingKube()
     job = new_job(kube, workers=0)  # past the schema (a direct write, an older CRD), refused by parse_spec
     job["status"] = {"phase": "Running", "startTime": "2026-05-01T11:00:00Z"}
+    ours = [owner_reference("rn50", job["metadata"]["uid"])]
+    labels = {"dtjob.io/job-name": "rn50", "dtjob.io/role": "worker"}
     for i in range(2):
-        labels = {"dtjob.io/job-name": "rn50", "dtjob.io/role": "worker"}
-        kube.put(
-            {"kind": "Pod", "metadata": {"name": f"rn50-worker-{i}", "namespace": "ml", "labels": labels}}
-        )
-    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+        meta = {"name": f"rn50-worker-{i}", "namespace": "ml", "labels": labels, "ownerReferences": ours}
+        kube.put({"kind": "Pod", "metadata": meta})
+    for access in ("in", "out"):
+        kube.put({"kind": "Secret", "metadata": {"name": f"rn50-sas-{access}", "namespace": "ml",
+                                                 "ownerReferences": ours}})  # fmt: skip
+    launcher = {
+        "kind": "Job",
+        "metadata": {"name": "rn50-launcher", "namespace": "ml", "ownerReferences": ours},
+    }
+    kube.put(launcher)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(launcher=launcher), NOW)
     writes = kube.writes()
     assert writes[0] == ("patch-status", JOB, "rn50")
     assert {("delete", "Pod", "rn50-worker-0"), ("delete", "Pod", "rn50-worker-1")} <= set(writes)
@@ -211,3 +223,28 @@ def test_an_edit_the_operator_rejects_mid_run_frees_the_world_and_revokes_the_to
     status = kube.objects[(JOB, "ml", "rn50")]["status"]
     assert status["phase"] == "Failed" and status["sasSecretsDeleted"] is True
     assert not [k for k in kube.objects if k[0] == "Pod"]
+
+
+def test_a_rejected_job_never_deletes_what_another_owner_holds_under_its_names() -> None:
+    """Deletes by name or label check the owner first, as creates do: a rejected job `rn50` leaves another
+    owner's `rn50-sas-in`, a Secret nobody owns, a pod that only carries its label, and a launcher Job of an
+    older job of the same name."""
+    kube = RecordingKube()
+    job = new_job(kube, workers=0)
+    job["status"] = {"phase": "Running", "startTime": "2026-05-01T11:00:00Z"}
+    other = [owner_reference("rn50", "uid-of-another-job")]
+    foreign: dict[tuple[str, str], dict[str, Any]] = {
+        ("Secret", "rn50-sas-in"): {"ownerReferences": other},
+        ("Secret", "rn50-sas-out"): {},
+        ("Pod", "rn50-worker-0"): {"labels": {"dtjob.io/job-name": "rn50"}},
+        ("Job", "rn50-launcher"): {"ownerReferences": other},
+    }
+    for (kind, name), meta in foreign.items():
+        kube.put({"kind": kind, "metadata": {"name": name, "namespace": "ml", **meta}})
+    reconcile(
+        kube, CONFIG, "ml", "rn50", Children(launcher=kube.objects[("Job", "ml", "rn50-launcher")]), NOW
+    )
+    assert kube.objects[(JOB, "ml", "rn50")]["status"]["phase"] == "Failed"
+    deleted = [w for w in kube.writes() if w[0] == "delete"]
+    assert deleted == [], deleted
+    assert all((kind, "ml", name) in kube.objects for kind, name in foreign)

@@ -201,6 +201,9 @@ def _observations(b: Builder, spec: JobSpec, observed: Observed) -> None:
 
 def _sas(b: Builder, observed: Observed, deadline: datetime | None) -> None:
     for access, sas in sorted(observed.sas.items()):
+        if sas.altered is not None:
+            text = f"the {access} SAS Secret {sas.altered}: replaced with a fresh token and the spec's URL"
+            b.events.append(Event("Warning", "SasSecretAltered", text))
         if sas.mint_needed and sas.blocked is None:
             b.actions.append(MintSas(access, not_after=deadline))
         elif sas.mint_needed:  # the world runs on the old token while the credentials are fixed
