@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -141,6 +142,8 @@ class ControllerKube(Kube, Protocol):
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 # How long a node list may be reused: nodes come and go in minutes (the autoscaler), jobs in bursts.
 NODE_LIST_TTL_S = 10.0
+# Locks that keep a burst of jobs from listing the same pool at once, shared by the selectors of a stripe.
+NODE_LIST_LOCK_STRIPES = 64
 # Items per page of the LISTs of children (each page is decoded, then only the cache's projection kept).
 LIST_PAGE = 250
 # The content types of the calls' bodies.
@@ -228,7 +231,11 @@ class KubeClient:
         # Node lists by selector: every new job's preflight reads its pool, and a burst of jobs would list
         # (and decode) the same nodes once each.
         self._node_lists: TtlCache[str, list[Json]] = TtlCache(NODE_LIST_TTL_S)
-        self._node_list_locks: dict[str, threading.Lock] = {}
+        # One lock per stripe of selectors, not per selector: selectors come from jobs' specs, and a lock
+        # kept for every selector ever seen would grow without end.
+        self._node_list_locks: tuple[threading.Lock, ...] = tuple(
+            threading.Lock() for _ in range(NODE_LIST_LOCK_STRIPES)
+        )
         self.jobs = JobCache(JOB_COPY_MAX_AGE_S)
         # When each log tail was last read, by (namespace, pod, container): progress polls read it at most
         # once per interval however many events reconcile the job.
@@ -376,7 +383,8 @@ class KubeClient:
         node: its name, labels, schedulability, taints and resources. Callers must not change the nodes."""
         # One list per selector at a time: a burst of new jobs would otherwise list the same pool once per
         # reconcile thread before the first answer is cached.
-        with self._node_list_locks.setdefault(label_selector, threading.Lock()):
+        stripe = zlib.crc32(label_selector.encode()) % len(self._node_list_locks)
+        with self._node_list_locks[stripe]:
             if not fresh and (cached := self._node_lists.get(label_selector)) is not None:
                 return list(cached)
             return list(self._list_nodes(label_selector, fresh))

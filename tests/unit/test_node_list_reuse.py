@@ -152,3 +152,14 @@ def test_only_what_the_checks_read_is_kept_of_a_node() -> None:
         "spec": {"unschedulable": None, "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]},
         "status": {"allocatable": {"nvidia.com/gpu": "8"}, "capacity": {}},
     }]  # fmt: skip
+
+
+def test_node_list_locks_stay_bounded_however_many_selectors() -> None:
+    """Selectors come from jobs' specs: the locks that serialise their lists must not grow with each new one."""
+    kube = KubeClient(client.ApiClient())
+    selectors = [f"pool=tenant-{n}" for n in range(5000)]
+    for selector in selectors:
+        kube._node_lists.put(selector, [node(8)])  # answered from the cache: no request
+    for selector in selectors:
+        assert kube.list_nodes(selector) == [node(8)]
+    assert len(kube._node_list_locks) <= 64
