@@ -155,7 +155,7 @@ def test_only_what_the_checks_read_is_kept_of_a_node() -> None:
 
 
 def test_node_list_locks_stay_bounded_however_many_selectors() -> None:
-    """Selectors come from jobs' specs: the locks that serialise their lists must not grow with each new one."""
+    """Selectors come from jobs' specs: the locks serialising their lists must not grow with each new one."""
     kube = KubeClient(client.ApiClient())
     selectors = [f"pool=tenant-{n}" for n in range(5000)]
     for selector in selectors:
