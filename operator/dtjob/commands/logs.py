@@ -25,6 +25,9 @@ POLL_S = 2.0
 # A followed stream quiet this long is dropped and opened again from where it was left: a stream can stay
 # open after its pod is gone (a lost node), and only a fresh look at the pods tells.
 IDLE_S = 15.0
+# The longest line printed whole; a longer one is cut there and marked, the rest of it is skipped.
+MAX_LINE_BYTES = 1024 * 1024
+CUT_MARKER = b" [... line cut by dtjob logs]"
 
 
 def register(subparsers: Any) -> None:
@@ -192,13 +195,33 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Whole lines from a byte stream (the last one even without its newline)."""
+def _lines(chunks: Iterable[bytes], max_line: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """Whole lines from a byte stream (the last one even without its newline). A line longer than `max_line`
+    is cut: its first `max_line` bytes, then CUT_MARKER and the newline; the rest of it is dropped as it
+    arrives, so a pod that prints endlessly without a newline never makes this hold more than a chunk and
+    `max_line` bytes."""
     pending = b""
+    dropping = False  # inside a line already cut: skip up to its newline
     for chunk in chunks:
-        pending += chunk
-        *whole, pending = pending.split(b"\n")
-        for line in whole:
-            yield line + b"\n"
+        while chunk:
+            end = chunk.find(b"\n")
+            if dropping:
+                if end < 0:
+                    break
+                dropping, chunk = False, chunk[end + 1 :]
+                continue
+            if end < 0:
+                pending += chunk[: max_line + 1 - len(pending)]
+                chunk = b""
+            else:
+                pending += chunk[: min(end, max_line + 1 - len(pending))]
+                if len(pending) <= max_line:
+                    yield pending + b"\n"
+                    pending, chunk = b"", chunk[end + 1 :]
+                    continue
+                chunk = chunk[end:]  # the newline ends the cut line below
+            if len(pending) > max_line:
+                yield pending[:max_line] + CUT_MARKER + b"\n"
+                pending, dropping = b"", True
     if pending:
         yield pending
