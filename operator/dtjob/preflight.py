@@ -1,14 +1,23 @@
 """Checks only the operator can make before creating anything: referenced objects exist, a worker fits a node.
 
 Returns a Blocker (the job waits in Pending, or fails when it can never run) instead of creating a half world.
+The GPU check looks only at the job's own pool: the nodes its workers may land on (its nodeSelector, the
+required terms of its node affinity, the taints it tolerates), so that its message tells nothing of another
+tenant's pools (their labels, sizes or GPU counts).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube import Kube, Rejected
 from dtjob.observed import Blocker
 from dtjob.spec import JobSpec
+
+# The prefix of the taints Kubernetes sets from a node's conditions.
+CONDITION_TAINTS = "node.kubernetes.io/"
 
 
 def preflight(kube: Kube, spec: JobSpec) -> Blocker | None:
@@ -47,6 +56,7 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
             f"spec.placement.nodePool / spec.placement.nodeSelector: {err}",
             fatal=True,
         )
+    nodes = [n for n in nodes if _in_pool(n, spec)]
     if not nodes:
         return None
     capacities = [_gpus(n) for n in nodes]
@@ -58,8 +68,8 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
         return _gpu_capacity(kube, spec, fresh=True)
     return Blocker(
         "InsufficientGPUsPerNode",
-        f"spec.gpusPerWorker: {spec.gpus_per_worker} GPUs per worker, but the nodes matching {selector} "
-        f"have at most {best} {GPU_RESOURCE}",
+        f"spec.gpusPerWorker: {spec.gpus_per_worker} GPUs per worker, but the nodes of this job's pool "
+        f"({_describe_pool(spec)}) have at most {best} {GPU_RESOURCE}",
         fatal=True,
     )
 
@@ -71,3 +81,88 @@ def _gpus(node: dict[str, object]) -> int:
         return int(allocatable.get(GPU_RESOURCE, 0))
     except (TypeError, ValueError):
         return 0
+
+
+def _describe_pool(spec: JobSpec) -> str:
+    """The job's pool in the job's own words: its selector and whether its affinity narrows it."""
+    parts = (
+        [",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))]
+        if (spec.placement.node_selector)
+        else []
+    )
+    if _required_terms(spec.placement.affinity):
+        parts.append("spec.placement.affinity")
+    return " and ".join(parts) or "every node its tolerations allow"
+
+
+def _in_pool(node: Mapping[str, Any], spec: JobSpec) -> bool:
+    """Whether the job's workers may be placed on the node: its required node affinity matches and the job
+    tolerates its NoSchedule/NoExecute taints (the nodeSelector was the list's own selector). The taints the
+    node's conditions set (not ready, unreachable, pressure) come and go, and say nothing of whose pool
+    it is."""
+    terms = _required_terms(spec.placement.affinity)
+    if terms and not any(_term_matches(node, term) for term in terms):
+        return False
+    taints = (node.get("spec") or {}).get("taints") or []
+    return all(
+        t.get("effect") not in ("NoSchedule", "NoExecute")
+        or str(t.get("key") or "").startswith(CONDITION_TAINTS)
+        or _tolerated(t, spec.placement.tolerations)
+        for t in taints
+    )
+
+
+def _required_terms(affinity: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    required = ((affinity or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    return list((required or {}).get("nodeSelectorTerms") or [])
+
+
+def _term_matches(node: Mapping[str, Any], term: Mapping[str, Any]) -> bool:
+    meta = node.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    fields = {"metadata.name": str(meta.get("name") or "")}
+    expressions = term.get("matchExpressions") or []
+    field_expressions = term.get("matchFields") or []
+    if not expressions and not field_expressions:
+        return False  # an empty term matches no node (as the scheduler reads it)
+    return all(_requirement(labels, r) for r in expressions) and all(
+        _requirement(fields, r) for r in field_expressions
+    )
+
+
+def _requirement(values: Mapping[str, str], requirement: Mapping[str, Any]) -> bool:
+    key, operator = requirement.get("key"), requirement.get("operator")
+    wanted: list[str] = [str(v) for v in requirement.get("values") or []]
+    present = key in values
+    value = values.get(str(key))
+    if operator == "In":
+        return present and value in wanted
+    if operator == "NotIn":
+        return not present or value not in wanted
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt"):
+        try:
+            have, bound = int(str(value)), int(wanted[0])
+        except (ValueError, IndexError):
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+def _tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration.get("key") == taint.get("key"):
+                return True
+        elif toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (
+            taint.get("value") or ""
+        ):
+            return True
+    return False
