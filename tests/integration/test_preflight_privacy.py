@@ -8,6 +8,7 @@ import contextlib
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from dtjob.kube import KubeClient
@@ -56,7 +57,7 @@ def pools(core_v1: client.CoreV1Api) -> Iterator[str]:
                 )
             )
         for name, _, gpus, _ in nodes:
-            wait_for(lambda n=name, g=gpus: has_gpus(n, g), timeout=30, what=f"node {name}'s GPUs")
+            wait_for(partial(has_gpus, name, gpus), timeout=30, what=f"node {name}'s GPUs")
         yield run
     finally:
         for name, *_ in nodes:
