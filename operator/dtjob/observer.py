@@ -26,7 +26,6 @@ from dtjob.observed import (
     Observed,
     PoolRoom,
     observe_children,
-    pod_state,
     pool_room,
 )
 from dtjob.preflight import preflight
@@ -80,7 +79,9 @@ def observe(
     launcher_refused = staging_refused = None
     if active and seen.launcher is not None and seen.launcher.pod_name is None and not seen.launcher.finished:
         launcher_refused = _refusal(kube, spec.namespace, children.launcher)
-    stagers = [p for p in children.pods if pod_state(p).role == names.ROLE_STAGER]
+    # The staging Job's own pods (an older job's of the same name could still be terminating).
+    staging_uid = str(((children.staging or {}).get("metadata") or {}).get("uid") or "")
+    stagers = [p for p in children.pods if staging_uid in _owner_uids(p)]
     if staging is not None and staging.phase == "Running" and not stagers:
         staging_refused = _refusal(kube, spec.namespace, children.staging)
     return Observed(
@@ -98,6 +99,10 @@ def observe(
         launcher_refused=launcher_refused,
         staging_refused=staging_refused,
     )
+
+
+def _owner_uids(obj: Mapping[str, Any]) -> set[str]:
+    return {str(r.get("uid")) for r in (obj.get("metadata") or {}).get("ownerReferences") or ()}
 
 
 def _refusal(kube: Kube, namespace: str, job: Mapping[str, Any] | None) -> CreateRefusal | None:

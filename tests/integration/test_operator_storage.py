@@ -545,3 +545,23 @@ def test_a_sas_secret_whose_url_was_changed_is_minted_again_never_followed(
     assert any(
         e.reason == "SasSecretAltered" and "attacker.example.net" in e.message for e in jobs.events("edited")
     )
+
+
+def test_a_stager_pod_refused_by_pod_security_fails_the_job_at_once_naming_the_volume(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+) -> None:
+    """The staging Job's pod mounts the inline NFS share, which the `restricted` level forbids: admission
+    refuses the pod, not the Job. Before: the job sat in Staging for ever."""
+    key_secret(jobs, azurite)
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    jobs.core.patch_namespace(jobs.ns, {"metadata": {"labels": labels}})
+    jobs.create("nfsstage", **storage_spec(azurite, {}, {}, output=None))
+    status = jobs.wait_phase("nfsstage", "Failed", "Succeeded", timeout=120)
+    failed = jobs.condition("nfsstage", "Failed")
+    assert failed and failed["reason"] == "PodRefused", status
+    assert failed["message"].startswith(
+        "spec.dataset.volume.nfs: the stager's pod (Job nfsstage-stage) is refused by Pod Security "
+    ), failed["message"]
+    assert not jobs.pods("nfsstage", "worker"), "no world for a job whose data cannot be staged"

@@ -109,7 +109,6 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
         if refused is not None:
             fail_world(b, spec, observed, refused)
             return b.decision()
-        count_workers(b, spec, workers, launcher)
         b.cond("Created", False, REFUSED, waiting)
         if b.prev.message != waiting:
             b.events.append(Event("Warning", REFUSED, waiting))
