@@ -77,6 +77,10 @@ class OperatorConfig:
     # Leader election among the operator's replicas (when on: dtjob operator --leader-elect): the Lease's
     # name in the operator's namespace, and its timings (dtjob.leader.ElectionTimings).
     lease_name: str = "dtjob-operator"
+    # Where the operator runs and as whom (POD_NAMESPACE, DTJOB_SERVICE_ACCOUNT from the downward API): a job
+    # in that namespace may not run its pods as that ServiceAccount.
+    operator_namespace: str | None = None
+    operator_service_account: str | None = None
     election: ElectionTimings = field(default_factory=ElectionTimings)
 
     def image_for(self, framework: str) -> str:
@@ -119,6 +123,8 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         azure_timeout_seconds=_positive(env, "DTJOB_AZURE_TIMEOUT_SECONDS", d.azure_timeout_seconds),
         azure_retries=int(_positive(env, "DTJOB_AZURE_RETRIES", d.azure_retries, allow_zero=True)),
         lease_name=env.get("DTJOB_LEASE_NAME", d.lease_name),
+        operator_namespace=env.get("POD_NAMESPACE") or None,
+        operator_service_account=env.get("DTJOB_SERVICE_ACCOUNT") or None,
         election=ElectionTimings(
             _positive(env, "DTJOB_LEASE_DURATION_SECONDS", d.election.lease_duration_s),
             _positive(env, "DTJOB_LEASE_RENEW_DEADLINE_SECONDS", d.election.renew_deadline_s),

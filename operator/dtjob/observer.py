@@ -62,7 +62,7 @@ def observe(
     uid = str(meta.get("uid") or "")
     seen = observe_children(children.pods, children.launcher, uid)
     active = prev.phase not in FINISHED and not spec.run_policy.suspend
-    blocker = preflight(kube, spec) if active and not world_started(prev, seen) else None
+    blocker = preflight(kube, spec, uid) if active and not world_started(prev, seen) else None
     sas = storage.observe_sas(kube, spec, prev, uid, now, config) if active else {}
     sas_blockers = [s.blocked for s in sas.values() if s.blocked is not None]
     blocker = _worst(blocker, *sas_blockers)

@@ -11,16 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dtjob import API_GROUP, KIND
 from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube import Kube, Rejected
 from dtjob.observed import Blocker
-from dtjob.spec import JobSpec
+from dtjob.spec import JobSpec, pod_secret_references
+from dtjob.storage import STORAGE_KEY_LABEL
 
 # The prefix of the taints Kubernetes sets from a node's conditions.
 CONDITION_TAINTS = "node.kubernetes.io/"
 
 
-def preflight(kube: Kube, spec: JobSpec) -> Blocker | None:
+def preflight(kube: Kube, spec: JobSpec, uid: str = "") -> Blocker | None:
     for field, volume in (
         ("spec.dataset.volume", spec.dataset.volume),
         ("spec.checkpoints", spec.checkpoints),
@@ -40,7 +42,35 @@ def preflight(kube: Kube, spec: JobSpec) -> Blocker | None:
                 f"spec.imagePullSecrets: Secret {secret!r} not found in namespace {spec.namespace}; "
                 "waiting for it",
             )
-    return _gpu_capacity(kube, spec)
+    return _foreign_secrets(kube, spec, uid) or _gpu_capacity(kube, spec)
+
+
+def _foreign_secrets(kube: Kube, spec: JobSpec, uid: str) -> Blocker | None:
+    """Fail a job whose pods would mount or read a Secret that is not the namespace's to hand out: another
+    DistributedTrainingJob's (its SSH key, its SAS tokens) or a storage account key (labelled
+    dtjob.io/storage-key=true: only the operator reads those)."""
+    for field, name in pod_secret_references(spec):
+        secret = kube.get_secret(spec.namespace, name)
+        if secret is None:
+            continue  # the kubelet waits for it; nothing of anyone's is handed out
+        labels = (secret.get("metadata") or {}).get("labels") or {}
+        if labels.get(STORAGE_KEY_LABEL) == "true":
+            return Blocker(
+                "SecretNotAllowed",
+                f"{field}: Secret {name!r} is a storage account key ({STORAGE_KEY_LABEL}=true); account "
+                "keys never enter a pod, only the operator reads them to sign SAS tokens",
+                fatal=True,
+            )
+        for ref in (secret.get("metadata") or {}).get("ownerReferences") or ():
+            job_owned = ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{API_GROUP}/")
+            if job_owned and str(ref.get("uid")) != uid:
+                return Blocker(
+                    "SecretNotAllowed",
+                    f"{field}: Secret {name!r} belongs to DistributedTrainingJob {ref.get('name')!r}; a "
+                    "job's pods may mount only their own job's keys and tokens",
+                    fatal=True,
+                )
+    return None
 
 
 def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | None:

@@ -44,7 +44,7 @@ from dtjob.spec_run import (
     parse_pod_overrides,
     parse_run_policy,
 )
-from dtjob.spec_template import check_mount_paths
+from dtjob.spec_template import check_mount_paths, check_trust, env_secret_references, secret_references
 from dtjob.spec_volumes import parse_checkpoints, parse_dataset
 from dtjob.storage_spec import parse_output
 
@@ -140,7 +140,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     run_policy = parse_run_policy(spec.child("runPolicy"))
     if run_policy.scheduling.gang is not None:
         _one_scheduler_for_the_gang(worker, launcher)
-    return JobSpec(
+    job = JobSpec(
         name=name,
         namespace=str(metadata.get("namespace", "default")),
         framework=framework,
@@ -164,6 +164,42 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
         append_training_flags=spec.boolean("appendTrainingFlags", False),
     )
+    _check_trust(job, config)
+    return job
+
+
+def pod_secret_references(job: JobSpec) -> list[tuple[str, str]]:
+    """(field, Secret name) of every Secret the job's pods would mount or read through the spec's `env` and
+    its pod templates (the operator's own Secrets aside)."""
+    references = env_secret_references({"env": list(job.env)}, "spec")
+    for path, template in (("spec.worker.template", job.worker.template),
+                           ("spec.launcher.template", job.launcher.pod.template)):  # fmt: skip
+        if template is not None:
+            references += secret_references(template.spec, f"{path}.spec")
+    return references
+
+
+def _check_trust(job: JobSpec, config: OperatorConfig) -> None:
+    """What a job's pods may not get (dtjob.spec_template.check_trust): the operator's ServiceAccount, the
+    account key Secrets the spec names."""
+    templates = [
+        ("spec.worker.template", job.worker.template),
+        ("spec.launcher.template", job.launcher.pod.template),
+    ]
+    references = pod_secret_references(job)
+    locations = [
+        (job.dataset.staging.source.source if job.dataset.staging else None, "spec.dataset.stageFrom"),
+        (job.output.target if job.output else None, "spec.output"),
+    ]
+    key_secrets = [
+        (f"{path}.credentials.secretRef.name", location.credentials.secret_ref.name)
+        for location, path in locations
+        if location is not None and location.credentials.secret_ref is not None
+    ]
+    check_trust(
+        templates, references, key_secrets, job.namespace, config.operator_namespace,
+        config.operator_service_account,
+    )  # fmt: skip
 
 
 def _one_scheduler_for_the_gang(worker: PodOverrides, launcher: Launcher) -> None:

@@ -172,3 +172,79 @@ def _shared_memory(path: str, volume: Json) -> None:
     _only(empty_dir, EMPTY_DIR_FIELDS, rules.SHARED_MEMORY_WHY)
     if empty_dir.string("medium") not in (None, "Memory"):
         raise SpecError(empty_dir.at("medium"), f"must be Memory: {rules.SHARED_MEMORY_WHY}")
+
+
+def secret_references(spec: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
+    """(field, Secret name) of every Secret a pod template's `spec` (at `path`) would put into its pod:
+    `secret` volumes, `projected` secret sources, and each container's `env[].valueFrom.secretKeyRef` and
+    `envFrom[].secretRef`."""
+    found: list[tuple[str, str]] = []
+    for i, volume in enumerate(_items(spec.get("volumes"))):
+        at = f"{path}.volumes[{i}]"
+        secret = volume.get("secret")
+        if isinstance(secret, Mapping) and isinstance(secret.get("secretName"), str):
+            found.append((f"{at}.secret.secretName", secret["secretName"]))
+        projected = volume.get("projected")
+        sources = projected.get("sources") if isinstance(projected, Mapping) else None
+        for j, source in enumerate(_items(sources)):
+            secret = source.get("secret")
+            if isinstance(secret, Mapping) and isinstance(secret.get("name"), str):
+                found.append((f"{at}.projected.sources[{j}].secret.name", secret["name"]))
+    for key in ("initContainers", "containers"):
+        for i, container in enumerate(_items(spec.get(key))):
+            found += env_secret_references(container, f"{path}.{key}[{i}]")
+    return found
+
+
+def env_secret_references(container: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
+    """(field, Secret name) of the Secrets a container's `env` and `envFrom` (at `path`) read."""
+    found: list[tuple[str, str]] = []
+    for j, env in enumerate(_items(container.get("env"))):
+        source = env.get("valueFrom")
+        ref = source.get("secretKeyRef") if isinstance(source, Mapping) else None
+        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+            found.append((f"{path}.env[{j}].valueFrom.secretKeyRef.name", ref["name"]))
+    for j, env_from in enumerate(_items(container.get("envFrom"))):
+        ref = env_from.get("secretRef")
+        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+            found.append((f"{path}.envFrom[{j}].secretRef.name", ref["name"]))
+    return found
+
+
+def check_trust(
+    templates: Sequence[tuple[str, PodTemplate | None]],
+    references: Sequence[tuple[str, str]],
+    key_secrets: Sequence[tuple[str, str]],
+    job_namespace: str,
+    operator_namespace: str | None,
+    operator_service_account: str | None,
+) -> None:
+    """Refuse, naming the field, what would hand a job's pods more than the job's own: the operator's own
+    ServiceAccount (in the operator's namespace) and the Secrets that hold the storage account keys the spec
+    names (`key_secrets`: (field, name)), which only the operator reads. `references`: (field, Secret name)
+    of every Secret the pods would mount or read (secret_references). Pure; Secrets other jobs own and
+    Secrets labelled as account keys need a read: dtjob.preflight."""
+    for path, template in templates:
+        account = (template.spec if template is not None else {}).get("serviceAccountName")
+        if (
+            account
+            and operator_service_account
+            and account == operator_service_account
+            and job_namespace == operator_namespace
+        ):
+            raise SpecError(
+                f"{path}.spec.serviceAccountName",
+                f"{account!r} is the operator's own ServiceAccount; a job's pods may not run as the operator",
+            )
+    keys = {name: field for field, name in key_secrets}
+    for field, name in references:
+        if name in keys:
+            raise SpecError(
+                field,
+                f"Secret {name!r} holds the storage account key ({keys[name]}): account keys never enter "
+                "a pod, only the operator reads them to sign SAS tokens",
+            )
+
+
+def _items(value: Any) -> list[Mapping[str, Any]]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []

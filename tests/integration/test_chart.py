@@ -377,7 +377,12 @@ def test_two_replicas_elect_a_leader_and_roll_one_at_a_time_behind_a_disruption_
     operator = container(docs)
     assert "--leader-elect" in operator["args"]
     fields = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in operator["env"] if "valueFrom" in e}
-    assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert fields == {
+        "POD_NAME": "metadata.name",
+        "POD_NAMESPACE": "metadata.namespace",
+        # A job in the operator's namespace may not run its pods as the operator's ServiceAccount.
+        "DTJOB_SERVICE_ACCOUNT": "spec.serviceAccountName",
+    }
     assert operator["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     # At most one replica evicted at a time, counted among the operator's own pods.
     [budget] = kind(docs, "PodDisruptionBudget")
