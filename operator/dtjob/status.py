@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from dtjob.timefmt import format_time
+from dtjob.timefmt import format_time, parse_time
 
 
 class Phase(StrEnum):
@@ -152,13 +152,57 @@ class JobStatus:
         return out
 
 
+def _count(value: Any) -> int:
+    """A count in status; 0 for what is not one (status is the user's to edit, the schema aside)."""
+    if isinstance(value, bool):
+        return int(value)
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _stamp(value: Any) -> str | None:
+    """A timestamp in status, or None for one that does not parse (it is written afresh)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parse_time(value)
+    except ValueError:
+        return None
+    return value
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _generation(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _map(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
-    data = data or {}
-    workers = data.get("workers") or {}
-    launcher = data.get("launcher") or {}
-    output = data.get("output") or {}
+    """The status as recorded, read leniently: a field of the wrong type or an unreadable time (an edit of the
+    status subresource) is read as absent rather than failing every reconcile."""
+    data = _object(data)
+    workers = _object(data.get("workers"))
+    launcher = _object(data.get("launcher"))
+    output = _object(data.get("output"))
+    results = _object(output.get("results"))
     return JobStatus(
-        phase=data.get("phase"),
+        phase=_text(data.get("phase")),
         message=data.get("message") or "",
         conditions=tuple(
             Condition(
@@ -168,27 +212,28 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
                 message=str(c.get("message") or ""),
                 last_transition_time=str(c.get("lastTransitionTime") or ""),
             )
-            for c in data.get("conditions") or ()
+            for c in _list(data.get("conditions"))
+            if isinstance(c, Mapping)
         ),
-        restarts=int(data.get("restarts") or 0),
-        start_time=data.get("startTime"),
-        completion_time=data.get("completionTime"),
-        observed_generation=data.get("observedGeneration"),
-        workers_total=int(workers.get("total") or 0),
-        workers_ready=int(workers.get("ready") or 0),
-        total_gpus=int(data.get("gpus") or 0),
+        restarts=_count(data.get("restarts")),
+        start_time=_stamp(data.get("startTime")),
+        completion_time=_stamp(data.get("completionTime")),
+        observed_generation=_generation(data.get("observedGeneration")),
+        workers_total=_count(workers.get("total")),
+        workers_ready=_count(workers.get("ready")),
+        total_gpus=_count(data.get("gpus")),
         launcher_state=str(launcher.get("state") or "Absent"),
-        launcher_pod=launcher.get("pod"),
-        staging=data.get("staging"),
-        training_progress=data.get("progress"),
-        output_url=output.get("url"),
+        launcher_pod=_text(launcher.get("pod")),
+        staging=_map(data.get("staging")),
+        training_progress=_map(data.get("progress")),
+        output_url=_text(output.get("url")),
         logs_uploaded=bool(output.get("logsUploaded")),
-        logs_missing=tuple(str(p) for p in output.get("logsMissing") or ()),
-        logs_error=output.get("logsError"),
-        logs_truncated=output.get("logsTruncated"),
-        results_state=(output.get("results") or {}).get("state"),
-        results_message=(output.get("results") or {}).get("message"),
-        results_pod=(output.get("results") or {}).get("keptOnPod"),
+        logs_missing=tuple(str(p) for p in _list(output.get("logsMissing"))),
+        logs_error=_text(output.get("logsError")),
+        logs_truncated=_map(output.get("logsTruncated")),
+        results_state=_text(results.get("state")),
+        results_message=_text(results.get("message")),
+        results_pod=_text(results.get("keptOnPod")),
         sas_secrets_deleted=bool(data.get("sasSecretsDeleted")),
     )
 
