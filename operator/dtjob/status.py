@@ -153,11 +153,12 @@ class JobStatus:
 
 
 def _count(value: Any) -> int:
-    """A count in status; 0 for what is not one (status is the user's to edit, the schema aside)."""
+    """A count in status; 0 for what is not one or is negative (status is the user's to edit: a negative
+    restart count would become an attempt label the API server refuses)."""
     if isinstance(value, bool):
         return int(value)
     try:
-        return int(value or 0)
+        return max(int(value or 0), 0)
     except (TypeError, ValueError, OverflowError):
         return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from dtjob.actions import CreateWorker
 from dtjob.machine import decide
 from dtjob.observed import Observed
 from dtjob.status import status_from_dict
@@ -53,3 +54,10 @@ def test_status_fields_of_the_wrong_type_read_as_absent_and_write_back(data: dic
     d = decide(job_spec(), Observed(generation=1), prev, NOW)
     assert d.status.phase is not None
     d.status.to_dict()
+
+
+def test_a_negative_restart_count_is_read_as_zero_so_pods_get_a_valid_attempt_label() -> None:
+    prev = status_from_dict({"phase": "Pending", "restarts": -1, "startTime": format_time(NOW)})
+    d = decide(job_spec(), Observed(generation=1), prev, NOW)
+    assert [a for a in d.actions if isinstance(a, CreateWorker)] == [CreateWorker(0, 0), CreateWorker(1, 0)]
+    assert d.status.restarts == 0
