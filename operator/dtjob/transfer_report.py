@@ -64,9 +64,20 @@ class ProgressSnapshot:
 
     @classmethod
     def from_json(cls, text: str) -> ProgressSnapshot:
+        """ValueError for anything but an object whose fields have their types (a pod's termination message
+        or log line is not trusted to be the stager's)."""
         raw = json.loads(text)
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in raw.items() if k in names})
+        if not isinstance(raw, dict):
+            raise ValueError(f"a progress snapshot is an object, got {type(raw).__name__}")
+        fields = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        for key, value in fields.items():
+            wanted = _FIELD_TYPES[str(cls.__dataclass_fields__[key].type)]
+            if isinstance(value, bool) or not isinstance(value, wanted):
+                raise ValueError(f"progress snapshot field {key} has the wrong type")
+        return cls(**fields)
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float)}
 
 
 def parse_progress(log_text: str) -> ProgressSnapshot | None:

@@ -1,0 +1,47 @@
+"""Child objects with odd values are observed, never raised on: a stager pod's termination message that is
+JSON but not a progress snapshot (a number, a list, fields of the wrong type) leaves the outcome without
+progress instead of failing every reconcile of the job."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from dtjob import names
+from dtjob.observed import staging_outcome
+from dtjob.transfer_report import PROGRESS_MARKER, ExitCode, parse_progress
+
+NOT_SNAPSHOTS = ["0", "[]", '"done"', "null", json.dumps({"phase": "done", "files_total": "many"}),
+                 json.dumps({"phase": 1, "elapsed_s": True})]  # fmt: skip
+
+
+def stager_pod(message: str, exit_code: int) -> dict[str, Any]:
+    terminated = {"exitCode": exit_code, "message": message}
+    return {
+        "metadata": {"name": "rn50-stage-x", "labels": {names.ROLE_LABEL: names.ROLE_STAGER}},
+        "status": {
+            "containerStatuses": [{"name": names.STAGER_CONTAINER, "state": {"terminated": terminated}}]
+        },
+    }
+
+
+def staging_job(condition: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "rn50-stage"},
+        "status": {"conditions": [{"type": condition, "status": "True"}]},
+    }
+
+
+@pytest.mark.parametrize("message", NOT_SNAPSHOTS)
+def test_a_termination_message_that_is_not_a_snapshot_is_read_as_no_progress(message: str) -> None:
+    done = staging_outcome(staging_job("Complete"), [stager_pod(message, 0)])
+    assert done.phase == "Succeeded" and done.progress is None
+    failed = staging_outcome(staging_job("Failed"), [stager_pod(message, int(ExitCode.DENIED))])
+    assert failed.phase == "Failed" and failed.progress is None
+    assert failed.reason == "the input SAS was denied (403)"
+
+
+@pytest.mark.parametrize("message", NOT_SNAPSHOTS)
+def test_a_log_line_that_is_not_a_snapshot_is_skipped(message: str) -> None:
+    assert parse_progress(f"{PROGRESS_MARKER}{message}\n") is None
