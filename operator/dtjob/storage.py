@@ -237,18 +237,26 @@ def _account_key(kube: Kube, namespace: str, location: BlobLocation, path: str) 
             f"{path}.secretRef: Secret {ref.name!r} is not labelled {STORAGE_KEY_LABEL}=true; the "
             "operator uses only account keys whose Secret opts in with that label; waiting for it",
         ))  # fmt: skip
+    return _decoded_key(encoded, ref.name, ref.key, path)
+
+
+def _decoded_key(encoded: object, secret: str, key: str, path: str) -> str:
+    """The account key held base64-encoded in a Secret's data, itself base64 as Azure issues it: checked
+    before anything is signed (the signer decodes it too, and raised out of every reconcile). Anything else is
+    a blocker naming the Secret and the key (never its value): the job waits for the Secret to be fixed."""
     try:
-        key = base64.b64decode(encoded, validate=True).decode()
-        base64.b64decode(
-            key.strip(), validate=True
-        )  # what the signer does with it, before anything is signed
+        if not isinstance(encoded, str):
+            raise ValueError("not a string")
+        account_key = base64.b64decode(encoded, validate=True).decode("utf-8").strip()
+        if not account_key or not base64.b64decode(account_key, validate=True):
+            raise ValueError("empty")
     except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
         raise StorageRefused(Blocker(
             "StorageCredentialsInvalid",
-            f"{path}.secretRef.key: key {ref.key!r} of Secret {ref.name!r} is not a storage account key (a "
-            "base64 string, as the Azure portal shows it); waiting for the Secret to be fixed",
+            f"{path}.secretRef.key: key {key!r} of Secret {secret!r} is not a base64 storage account key "
+            "(as `az storage account keys list` prints it); waiting for the Secret to be fixed",
         )) from None  # fmt: skip
-    return key.strip()
+    return account_key
 
 
 def _mint(

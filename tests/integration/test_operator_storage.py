@@ -312,7 +312,7 @@ def test_a_malformed_account_key_waits_naming_the_secret_then_proceeds_once_fixe
     assert created and created["reason"] == "StorageCredentialsInvalid", status
     assert created["message"].startswith(
         "spec.dataset.stageFrom.credentials.secretRef.key: key 'azurestorageaccountkey' of Secret "
-        f"'{KEY_SECRET}' is not a storage account key"
+        f"'{KEY_SECRET}' is not a base64 storage account key"
     )
     assert malformed not in created["message"]
     assert secret_files(jobs, "badkey-sas-in") is None and stager_pod(jobs, "badkey") is None
