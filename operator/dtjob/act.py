@@ -110,7 +110,7 @@ def _run(
                 desired.workers_service(spec, owner),
             ]
             if config.network_policy:
-                world.append(desired.network_policy(spec, owner))
+                world += [desired.network_policy(spec, owner), desired.launcher_network_policy(spec, owner)]
             _ensure_all(kube, world)
         case CreateLauncher(attempt=attempt):
             _ensure(kube, desired.launcher_job(spec, owner, attempt))

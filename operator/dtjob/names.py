@@ -78,6 +78,10 @@ def network_policy_name(job: str) -> str:
     return f"{job}-mpi"
 
 
+def launcher_network_policy_name(job: str) -> str:
+    return f"{job}-launcher-mpi"
+
+
 def pod_group_name(job: str) -> str:
     """The gang scheduler's PodGroup of the job's world (named after the job, as mpi-operator does)."""
     return job

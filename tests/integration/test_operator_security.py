@@ -82,3 +82,38 @@ def test_foreign_storage_endpoints_are_refused_at_apply_or_by_the_operator(
     ), failed
     assert not jobs.pods("pathstyle")
     assert "user delegation key" not in operator.log_path.read_text(errors="replace")
+
+
+def _matches(selector: client.V1LabelSelector | None, labels: dict[str, str] | None) -> bool:
+    assert selector is not None and not selector.match_expressions
+    return all((labels or {}).get(k) == v for k, v in (selector.match_labels or {}).items())
+
+
+def test_the_launcher_accepts_only_its_own_workers(
+    jobs: Jobs, operator: OperatorProcess, api_client: client.ApiClient
+) -> None:
+    """The launcher's MPI control ports (ORTE/PRRTE, Hydra, horovodrun's services, on ports picked at run
+    time) take connections from this job's workers and from nothing else: the policy the API server stores
+    selects the launcher pod, and admits the workers and no other pod of the namespace."""
+    jobs.create("guarded", launcher=LONG_LAUNCHER)
+    jobs.create("neighbour", launcher=LONG_LAUNCHER)
+    launcher = wait_for(
+        lambda: next(iter(jobs.pods("guarded", "launcher")), None), timeout=90, what="launcher"
+    )
+    wait_for(lambda: len(jobs.pods("neighbour", "worker")) == 2, timeout=90, what="the other job's workers")
+    policy = client.NetworkingV1Api(api_client).read_namespaced_network_policy(
+        "guarded-launcher-mpi", jobs.ns
+    )
+    assert policy.metadata.owner_references[0].uid == (jobs.get("guarded") or {})["metadata"]["uid"]
+    assert policy.spec.policy_types == ["Ingress"]
+    assert _matches(policy.spec.pod_selector, launcher.metadata.labels)
+    for pod in jobs.pods("guarded", "worker"):
+        assert not _matches(policy.spec.pod_selector, pod.metadata.labels)  # the workers have their own
+    (rule,) = policy.spec.ingress or []
+    assert rule.ports is None  # the control ports are chosen at run time
+    (peer,) = rule._from or []
+    assert peer.namespace_selector is None and peer.ip_block is None
+    workers = jobs.pods("guarded", "worker")
+    assert len(workers) == 2 and all(_matches(peer.pod_selector, w.metadata.labels) for w in workers)
+    others = [launcher, *jobs.pods("neighbour", "worker"), *jobs.pods("neighbour", "launcher")]
+    assert not any(_matches(peer.pod_selector, p.metadata.labels) for p in others)

@@ -6,6 +6,7 @@ from dtjob.desired.staging import staging_job
 from dtjob.desired.world import (
     hostfile_config_map,
     hostfile_text,
+    launcher_network_policy,
     network_policy,
     ssh_secret,
     workers_service,
@@ -15,6 +16,7 @@ __all__ = [
     "hostfile_config_map",
     "hostfile_text",
     "launcher_job",
+    "launcher_network_policy",
     "network_policy",
     "pod_group",
     "ssh_secret",

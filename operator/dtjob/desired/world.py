@@ -76,6 +76,35 @@ def network_policy(spec: JobSpec, owner: Json) -> Json:
     }
 
 
+def launcher_network_policy(spec: JobSpec, owner: Json) -> Json:
+    """Only this job's MPI hosts may reach its launcher: Open MPI's ORTE/PRRTE daemons, Hydra's proxies and
+    horovodrun's task services call back to it on ports they pick at run time (any port, then). The launcher
+    is not an MPI host unless it runs as worker 0, so network_policy() does not select it."""
+    name = names.launcher_network_policy_name(spec.name)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(name, spec.namespace, names.labels(spec.name, "network-policy"), owner),
+        "spec": {
+            "podSelector": {
+                "matchLabels": {names.JOB_NAME_LABEL: spec.name, names.ROLE_LABEL: names.ROLE_LAUNCHER}
+            },
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "podSelector": {
+                                "matchLabels": {names.JOB_NAME_LABEL: spec.name, names.MPI_HOST_LABEL: "true"}
+                            }
+                        }
+                    ]
+                }
+            ],
+        },
+    }
+
+
 def workers_service(spec: JobSpec, owner: Json) -> Json:
     """Headless Service giving each MPI host a stable DNS name (`<pod>.<job>-workers.<ns>.svc`).
 
