@@ -252,3 +252,16 @@ def test_content_md5_mismatch_fails_and_leaves_nothing(
     assert "x/bad.bin does not match its Content-MD5" in failed.value.reason
     assert tree_of(tmp_path / "d") == {}
     assert not list((tmp_path / "d").rglob("*.dtjob-part"))
+
+
+@pytest.mark.parametrize("name", [".dtjob-manifest.jsonl", ".dtjob-staged.json", "sub/.a.JPEG.dtjob-part"])
+def test_a_blob_named_like_the_stagers_bookkeeping_is_refused_by_name(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path, name: str
+) -> None:
+    seed(container, {"x/a.JPEG": b"data", f"x/{name}": b'{"forged": true}\n'})
+    stager = _in_process_stager(azurite, container, tmp_path / "d")
+    with pytest.raises(StorageFailure) as refused:
+        stager.run("x")
+    assert refused.value.code == ExitCode.USAGE
+    assert f"blob name 'x/{name}' collides with the stager's own bookkeeping files" in refused.value.reason
+    assert tree_of(tmp_path / "d") == {}  # refused before anything was fetched

@@ -63,6 +63,17 @@ def relative_path(blob_name: str, prefix: str) -> str | None:
     return rel
 
 
+def refuse_bookkeeping_name(remote: RemoteFile) -> None:
+    """Refuse a blob whose local path is one of the stager's own files: the manifest and the completion
+    marker at the destination's root, or a temp file (swept as a killed run's leftover)."""
+    if remote.rel in (MANIFEST_NAME, COMPLETE_NAME) or PurePosixPath(remote.rel).name.endswith(PART_SUFFIX):
+        raise StorageFailure(
+            ExitCode.USAGE,
+            f"blob name {remote.name!r} collides with the stager's own bookkeeping files "
+            f"({MANIFEST_NAME}, {COMPLETE_NAME}, *{PART_SUFFIX}): rename or remove it",
+        )
+
+
 def _md5_b64(raw: bytes | bytearray | None) -> str | None:
     return base64.b64encode(bytes(raw)).decode() if raw else None
 
@@ -146,6 +157,8 @@ class Stager:
             remotes = [r for r in listed if not r.rel.startswith(self.skip_prefixes) and not is_marker(r.rel)]
             if not remotes:
                 raise StorageFailure(ExitCode.NOT_FOUND, f"{self.subject}: no blobs under prefix {prefix!r}")
+            for remote in remotes:
+                refuse_bookkeeping_name(remote)
             entries = load_manifest(self.dest / MANIFEST_NAME)
             if not finished_before:
                 sweep_partial_files(self.dest)
