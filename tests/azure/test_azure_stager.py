@@ -265,3 +265,29 @@ def test_a_blob_named_like_the_stagers_bookkeeping_is_refused_by_name(
     assert refused.value.code == ExitCode.USAGE
     assert f"blob name 'x/{name}' collides with the stager's own bookkeeping files" in refused.value.reason
     assert tree_of(tmp_path / "d") == {}  # refused before anything was fetched
+
+
+def test_local_files_no_longer_listed_are_kept_and_reported(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path
+) -> None:
+    """The stager never deletes in its destination: a file the prefix no longer has stays, and the run says
+    which (stderr, the staging pod's log), so a staged tree with extra files is never a silent surprise."""
+    seed(container, {"x/keep.txt": b"keep", "x/sub/gone.txt": b"soon deleted"})
+    files = sas_files(tmp_path / "sas", mint(azurite, container.container_name, Access.INPUT))
+    dest = tmp_path / "data"
+    args = ("--prefix", "x/", "--dest", str(dest), "--termination-file", str(tmp_path / "t"))
+    first = run_stager(files, *args)
+    assert first.returncode == 0, first.stderr
+    assert "kept" not in first.stderr
+    container.delete_blob("x/sub/gone.txt")
+    (dest / "mine.log").write_text("put there by hand")
+    again = run_stager(files, *args)
+    assert again.returncode == 0, again.stderr
+    assert f"kept 2 local file(s) under {dest} that are not under prefix 'x/': mine.log, sub/gone.txt" in (
+        again.stderr
+    )
+    assert tree_of(dest) == {
+        "keep.txt": b"keep",
+        "mine.log": b"put there by hand",
+        "sub/gone.txt": b"soon deleted",
+    }

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,10 @@ class RemoteFile:
     size: int
     etag: str
     md5: str | None  # base64 Content-MD5, when the blob has one
+
+
+# How many stale local paths the stager names in its report (the count covers all of them).
+STALE_SHOWN = 10
 
 
 def relative_path(blob_name: str, prefix: str) -> str | None:
@@ -123,6 +128,33 @@ def sweep_partial_files(dest: Path) -> int:
     return removed
 
 
+def stale_files(dest: Path, listed: set[str]) -> list[str]:
+    """Files under dest that the listing no longer has (its own bookkeeping aside), sorted."""
+    stale = []
+    for dirpath, _dirs, names in os.walk(dest):
+        for name in names:
+            rel = (Path(dirpath) / name).relative_to(dest).as_posix()
+            if rel in (MANIFEST_NAME, COMPLETE_NAME) or name.endswith(PART_SUFFIX) or rel in listed:
+                continue
+            stale.append(rel)
+    return sorted(stale)
+
+
+def report_stale(dest: Path, listed: set[str], prefix: str, shown: int = STALE_SHOWN) -> list[str]:
+    """Stale files are kept, never deleted (the destination may hold what a job or a person put there), and
+    reported on stderr: how many, and the first few paths."""
+    stale = stale_files(dest, listed)
+    if stale:
+        more = f" and {len(stale) - shown} more" if len(stale) > shown else ""
+        print(
+            f"stager: kept {len(stale)} local file(s) under {dest} that are not under prefix {prefix!r}: "
+            f"{', '.join(stale[:shown])}{more}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return stale
+
+
 def part_path(final: Path) -> Path:
     return final.with_name(f".{final.name}{PART_SUFFIX}")
 
@@ -169,6 +201,7 @@ class Stager:
                 self._run_all(remotes, entries, manifest)
             finally:
                 manifest.close()
+            report_stale(self.dest, {r.rel for r in remotes}, prefix)
             snapshot = self.progress.snapshot()
             _write_marker(marker, prefix, snapshot)
         except Exception as err:
