@@ -291,3 +291,31 @@ def test_local_files_no_longer_listed_are_kept_and_reported(
         "mine.log": b"put there by hand",
         "sub/gone.txt": b"soon deleted",
     }
+
+
+def test_a_blob_without_md5_is_checked_by_its_length(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path
+) -> None:
+    """A blob with no Content-MD5 (another tool's upload) is still checked: what arrives must have the length
+    the listing gave. Here it is replaced by a longer one between the listing and the download."""
+    blob = container.upload_blob("x/a.bin", os.urandom(1000))
+    blob.set_http_headers(ContentSettings())  # no Content-MD5
+    assert container.get_blob_client("x/a.bin").get_blob_properties().content_settings.content_md5 is None
+    sas = mint(azurite, container.container_name, Access.INPUT)
+    client = ContainerClient.from_container_url(sas.container_url, credential=sas.token)
+    calls = 0
+
+    def factory() -> ContainerClient:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the listing is done; the first download is next
+            replaced = container.upload_blob("x/a.bin", os.urandom(1500), overwrite=True)
+            replaced.set_http_headers(ContentSettings())
+        return client
+
+    stager = Stager(factory, lambda: None, tmp_path / "d", Progress(), "input container c", "Secret x")
+    with pytest.raises(StorageFailure) as failed:
+        stager.run("x")
+    assert failed.value.code == ExitCode.INTEGRITY
+    assert "x/a.bin came with 1500 bytes where the listing said 1000" in failed.value.reason
+    assert tree_of(tmp_path / "d") == {}

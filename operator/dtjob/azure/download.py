@@ -234,16 +234,23 @@ class Stager:
 
     def _download_verified(self, remote: RemoteFile, final: Path, cancel: threading.Event) -> str:
         for _attempt in range(2):
-            md5 = self._download(remote, final, cancel)
-            if remote.md5 is None or md5 == remote.md5:
+            md5, size = self._download(remote, final, cancel)
+            if _verified(remote, md5, size):
                 return md5
         part_path(final).unlink(missing_ok=True)
+        if size != remote.size:
+            raise StorageFailure(
+                ExitCode.INTEGRITY,
+                f"{self.subject}: {remote.name} came with {size} bytes where the listing said {remote.size} "
+                "(2 attempts; changed while staging?)",
+            )
         raise StorageFailure(
             ExitCode.INTEGRITY,
             f"{self.subject}: {remote.name} does not match its Content-MD5 (2 attempts)",
         )
 
-    def _download(self, remote: RemoteFile, final: Path, cancel: threading.Event) -> str:
+    def _download(self, remote: RemoteFile, final: Path, cancel: threading.Event) -> tuple[str, int]:
+        """The blob into its temp file, moved into place only when verified; its MD5 and length."""
         part = part_path(final)
         try:
             with part.open("wb") as out:
@@ -251,12 +258,13 @@ class Stager:
                     md5 = self._download_ranges(remote, out)
                 else:
                     md5 = self._download_stream(remote, out, cancel)
+                out.flush()
                 if self.fsync:
-                    out.flush()
                     os.fsync(out.fileno())
-            if remote.md5 is None or md5 == remote.md5:
+                size = os.fstat(out.fileno()).st_size
+            if _verified(remote, md5, size):
                 part.replace(final)
-            return md5
+            return md5, size
         finally:
             part.unlink(missing_ok=True)
 
@@ -287,6 +295,11 @@ class Stager:
         out.flush()
         self.progress.add_bytes(remote.size - sent)
         return file_md5_b64(Path(out.name))
+
+
+def _verified(remote: RemoteFile, md5: str, size: int) -> bool:
+    """The listing's length always (a blob without Content-MD5 has only that), and its MD5 when it has one."""
+    return size == remote.size and (remote.md5 is None or md5 == remote.md5)
 
 
 def _write_marker(marker: Path, prefix: str, snapshot: ProgressSnapshot) -> None:
