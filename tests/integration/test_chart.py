@@ -517,3 +517,29 @@ def test_install_runs_the_operator_with_least_privilege(
     assert client.ApiextensionsV1Api(api_client).read_custom_resource_definition(
         "distributedtrainingjobs.dtjob.io"
     )
+
+
+def test_the_operators_metrics_port_is_open_only_to_the_scrapers() -> None:
+    docs = render()
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    spec = policy["spec"]
+    assert (
+        spec["podSelector"]["matchLabels"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert spec["policyTypes"] == ["Ingress"]
+    health, metrics = spec["ingress"]
+    assert health == {"ports": [{"port": 8080, "protocol": "TCP"}]}  # the kubelet's probes, from the node
+    assert metrics["ports"] == [{"port": DEFAULT_METRICS_PORT, "protocol": "TCP"}]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    scrapers = render(
+        json_sets=('operatorNetworkPolicy.metricsFrom=[{"podSelector":{"matchLabels":{"app":"prom"}}}]',)
+    )
+    policy = next(d for d in scrapers if d["kind"] == "NetworkPolicy")
+    assert policy["spec"]["ingress"][1]["from"] == [{"podSelector": {"matchLabels": {"app": "prom"}}}]
+    no_metrics = next(d for d in render("metrics.enabled=false") if d["kind"] == "NetworkPolicy")
+    assert len(no_metrics["spec"]["ingress"]) == 1  # only the health port
+    assert not [d for d in render("operatorNetworkPolicy.enabled=false") if d["kind"] == "NetworkPolicy"]
