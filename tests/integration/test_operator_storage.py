@@ -486,7 +486,12 @@ def test_a_failed_worlds_logs_are_kept_before_the_restart_deletes_it(
     assert "illegal memory access" in results.download_blob(kept).readall().decode()
     # The restart went on; the final upload (logs/<pod>.log) is still to come at the end.
     assert not (jobs.status("crashy").get("output") or {}).get("logsUploaded")
-    assert any(e.reason == "LogsUploaded" and "attempt-0" in e.message for e in jobs.events("crashy"))
+    # Recorded once every pod of the failed world is uploaded, a moment after its first blob appears.
+    wait_for(
+        lambda: any(e.reason == "LogsUploaded" and "attempt-0" in e.message for e in jobs.events("crashy")),
+        timeout=30,
+        what="the LogsUploaded event of attempt 0",
+    )
 
 
 def test_a_rejected_job_leaves_what_another_owner_holds_under_its_names(
