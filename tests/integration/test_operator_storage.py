@@ -570,3 +570,54 @@ def test_a_stager_pod_refused_by_pod_security_fails_the_job_at_once_naming_the_v
         "spec.dataset.volume.nfs: the stager's pod (Job nfsstage-stage) is refused by Pod Security "
     ), failed["message"]
     assert not jobs.pods("nfsstage", "worker"), "no world for a job whose data cannot be staged"
+
+
+def test_every_pods_log_is_uploaded_when_the_deadline_ends_the_job(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+    container_name: str,  # noqa: F811
+) -> None:
+    """The pods' output SAS expires at activeDeadlineSeconds; the operator's final log upload gets through."""
+    blob.create_container(container_name)
+    key_secret(jobs, azurite)
+    created = jobs.create(
+        "late",
+        output=location(azurite, container_name, "runs"),
+        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}},
+        runPolicy={"activeDeadlineSeconds": 20, "cleanPodPolicy": "Running"},
+    )
+    uid = created["metadata"]["uid"]
+    wait_for(lambda: len(jobs.live_workers("late")) == 2, timeout=90, what="workers")
+    launcher_pod = wait_for(
+        lambda: next(iter(jobs.pods("late", "launcher")), None), timeout=90, what="the launcher pod"
+    )
+    served = {
+        str(launcher_pod.metadata.name): "launcher",
+        "late-worker-0": "worker",
+        "late-worker-1": "worker",
+    }
+    for pod, container in served.items():
+        path = tmp_path / f"{pod}.log"
+        append_log(path, f"{pod}: epoch 3 step 41 loss 2.7")
+        serve_pod_log(api_client, jobs.ns, pod, container, path)
+    status = jobs.wait_phase("late", "Succeeded", "Failed", timeout=120)
+    failed = jobs.condition("late", "Failed")
+    assert status["phase"] == "Failed" and failed and failed["reason"] == "DeadlineExceeded", status
+
+    def logs_done() -> dict[str, Any] | None:
+        output: dict[str, Any] = jobs.status("late").get("output") or {}
+        return output if output.get("logsUploaded") else None
+
+    wait_for(logs_done, timeout=90, what="logs uploaded after the deadline")
+    results = blob.get_container_client(container_name)
+    prefix = f"runs/{jobs.ns}/late/{uid}/logs/"
+    uploaded = {b.name.removeprefix(prefix) for b in results.list_blobs(name_starts_with=prefix)}
+    assert {f"{pod}.log" for pod in served} <= uploaded, uploaded
+    for pod in served:
+        text = results.download_blob(f"{prefix}{pod}.log").readall().decode()
+        assert f"{pod}: epoch 3 step 41" in text
+    assert_no_secrets_leaked(jobs, api_client, "late", operator, azurite.account_key)
