@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -621,3 +622,63 @@ def test_every_pods_log_is_uploaded_when_the_deadline_ends_the_job(
         text = results.download_blob(f"{prefix}{pod}.log").readall().decode()
         assert f"{pod}: epoch 3 step 41" in text
     assert_no_secrets_leaked(jobs, api_client, "late", operator, azurite.account_key)
+
+
+def test_results_storage_refused_for_good_fail_the_job_once_and_keep_worker_0(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+    container_name: str,  # noqa: F811
+) -> None:
+    """Training succeeded, then storage refused the results upload past spec.output.uploadRetrySeconds: the
+    launcher exits with the reserved code after the upload's own `failed` line. The job fails as an
+    infrastructure failure (never a restart that trains again, never the user's code), and worker 0, which
+    holds the results, is kept although cleanPodPolicy Running deletes the others."""
+    blob.create_container(container_name)
+    key_secret(jobs, azurite)
+    jobs.create(
+        "unsaved",
+        output={**location(azurite, container_name, "runs"), "uploadRetrySeconds": 60},
+        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}},
+        runPolicy={"backoffLimit": 3, "cleanPodPolicy": "Running"},
+    )
+    wait_for(lambda: len(jobs.live_workers("unsaved")) == 2, timeout=90, what="workers")
+    launcher_pod = wait_for(
+        lambda: next(iter(jobs.pods("unsaved", "launcher")), None), timeout=90, what="the launcher pod"
+    )
+    launcher = str(launcher_pod.metadata.name)
+    path = tmp_path / "launcher.log"
+    append_log(
+        path,
+        "epoch 1 step 2 loss 6.1",
+        "dtjob results upload: started",
+        "dtjob results upload: retrying in 2 s (try 1 failed, 60 s of retries left): output container "
+        f"{container_name}: storage error (503): storage is down",
+        "dtjob results upload: failed after 6 tries in 61 s: output container "
+        f"{container_name}: storage error (503): storage is down",
+    )
+    serve_pod_log(api_client, jobs.ns, launcher, "launcher", path)
+    jobs.wait_phase("unsaved", "Running", timeout=90)
+    jobs.annotate_pod(launcher, {"sim.dtjob.io/outcome": "Failed", "sim.dtjob.io/exit-code": "200"})
+
+    status = jobs.wait_phase("unsaved", "Succeeded", "Failed", timeout=120)
+    failed = jobs.condition("unsaved", "Failed")
+    assert failed and failed["reason"] == "ResultsUploadFailed", status
+    assert "kept on pod unsaved-worker-0" in failed["message"], failed
+    assert status.get("restarts", 0) == 0, "the upload failed after training: no world restart"
+    results = (status.get("output") or {}).get("results") or {}
+    assert results.get("state") == "Failed" and "503" in results.get("message", ""), status
+    assert results.get("keptOnPod") == "unsaved-worker-0", status
+    # cleanPodPolicy Running frees worker 1's GPUs; worker 0 holds the results and stays.
+
+    def live() -> list[str]:
+        return sorted(str(p.metadata.name) for p in jobs.live_workers("unsaved"))
+
+    wait_for(lambda: live() == ["unsaved-worker-0"], timeout=60, what="worker 1 deleted, worker 0 kept")
+    time.sleep(5)  # cleanup has run (the SAS Secrets go last): worker 0 is still there
+    assert live() == ["unsaved-worker-0"]
+    reasons = {e.reason for e in jobs.events("unsaved")}
+    assert "ResultsUploadFailed" in reasons and "Restarting" not in reasons, reasons
