@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from dtjob.names import Access, log_blob_name, output_url, run_prefix
 from dtjob.transfer_report import ProgressSnapshot
 
 from testbed.azurite import Azurite
-from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service
+from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service, stager_argv, stager_env
 
 pytestmark = pytest.mark.azure
 
@@ -143,3 +145,50 @@ def test_sas_file_source_follows_a_rotated_token(
     assert denied.value.status_code == 403
     files.write(mint(azurite, container.container_name, Access.INPUT))
     assert source().download_blob("x").readall() == b"1"
+
+
+def test_a_refused_results_upload_retries_with_the_token_read_again_until_it_is_let_in(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path
+) -> None:
+    """Storage refuses (a token the operator has not rotated yet): the upload says why on one line per try and
+    succeeds on the try after the token file changed, within --retry-for."""
+    tree = _write_tree(tmp_path / "out")
+    files = sas_files(tmp_path / "sas", mint(azurite, container.container_name, Access.INPUT))
+    argv = stager_argv(
+        files, "upload", "--src", str(tmp_path / "out"), "--prefix", "runs/r/", "--overwrite",
+        "--termination-file", str(tmp_path / "t"), "--retry-for", "120",
+    )  # fmt: skip
+    with subprocess.Popen(argv, env=stager_env(), stderr=subprocess.PIPE, text=True) as stager:
+        assert stager.stderr is not None
+        lines: list[str] = []
+        for line in stager.stderr:
+            lines.append(line)
+            if "dtjob results upload: retrying" in line:
+                break
+        assert lines and "access denied (403" in lines[-1] and "sig=" not in lines[-1], lines
+        files.write(mint(azurite, container.container_name, Access.OUTPUT))  # the kubelet's refreshed file
+        _, rest = stager.communicate(timeout=120)
+    lines += rest.splitlines()
+    assert stager.returncode == 0, lines
+    assert any("dtjob results upload: done: 4 files" in line for line in lines), lines
+    stored = {b.name.removeprefix("runs/r/"): b.name for b in container.list_blobs()}
+    assert set(stored) == set(tree)
+    assert container.download_blob(stored["model/final.pt"]).readall() == tree["model/final.pt"]
+
+
+def test_a_results_upload_refused_past_its_retry_bound_says_so_and_fails(
+    azurite: Azurite, container: ContainerClient, tmp_path: Path
+) -> None:
+    _write_tree(tmp_path / "out")
+    files = sas_files(tmp_path / "sas", mint(azurite, container.container_name, Access.INPUT))
+    started = time.monotonic()
+    refused = run_stager(
+        files, "upload", "--src", str(tmp_path / "out"), "--prefix", "p", "--overwrite",
+        "--termination-file", str(tmp_path / "t"), "--retry-for", "5",
+    )  # fmt: skip
+    assert time.monotonic() - started < 60, "the retry bound holds"
+    assert refused.returncode == 3, refused.stderr
+    assert "dtjob results upload: retrying" in refused.stderr
+    failed = [line for line in refused.stderr.splitlines() if "dtjob results upload: failed after" in line]
+    assert failed and "access denied (403" in failed[0], refused.stderr
+    assert list(container.list_blobs()) == []
