@@ -31,7 +31,7 @@ from urllib3.util.retry import Retry
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL, metrics
 from dtjob.cache import projection
 from dtjob.desired.gang import COSCHEDULING, POD_GROUP_KIND, SCHEDULERS, VOLCANO
-from dtjob.desired.owned import drift, is_ours
+from dtjob.desired.owned import drift, is_ours, owner_uids
 from dtjob.job_cache import JobCache
 from dtjob.leader import Fence, Unfenced
 from dtjob.timefmt import format_micro_time, format_time
@@ -531,7 +531,7 @@ class KubeClient:
         if secret is None:
             return
         meta = secret.get("metadata") or {}
-        if owner_uid not in {str(r.get("uid")) for r in meta.get("ownerReferences") or ()}:
+        if owner_uid not in owner_uids(secret):
             log.warning("left Secret %s/%s alone: it is not owned by %s", namespace, name, owner_uid)
             return
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta.get("uid")))
@@ -614,7 +614,7 @@ class KubeClient:
         )
         for pod in json.loads(response.data).get("items") or []:
             meta = pod["metadata"]
-            if owner_uid not in {str(r.get("uid")) for r in meta.get("ownerReferences") or ()}:
+            if owner_uid not in owner_uids(pod):
                 continue
             body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta.get("uid")))
             try:

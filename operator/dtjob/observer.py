@@ -14,6 +14,7 @@ from typing import Any
 
 from dtjob import names, storage
 from dtjob.config import OperatorConfig
+from dtjob.desired.owned import owner_uids
 from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube import Kube, LogUnavailable
 from dtjob.machine import world_started
@@ -81,7 +82,7 @@ def observe(
         launcher_refused = _refusal(kube, spec.namespace, children.launcher)
     # The staging Job's own pods (an older job's of the same name could still be terminating).
     staging_uid = str(((children.staging or {}).get("metadata") or {}).get("uid") or "")
-    stagers = [p for p in children.pods if staging_uid in _owner_uids(p)]
+    stagers = [p for p in children.pods if staging_uid in owner_uids(p)]
     if staging is not None and staging.phase == "Running" and not stagers:
         staging_refused = _refusal(kube, spec.namespace, children.staging)
     return Observed(
@@ -99,10 +100,6 @@ def observe(
         launcher_refused=launcher_refused,
         staging_refused=staging_refused,
     )
-
-
-def _owner_uids(obj: Mapping[str, Any]) -> set[str]:
-    return {str(r.get("uid")) for r in (obj.get("metadata") or {}).get("ownerReferences") or ()}
 
 
 def _refusal(kube: Kube, namespace: str, job: Mapping[str, Any] | None) -> CreateRefusal | None:

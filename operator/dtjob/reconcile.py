@@ -18,6 +18,7 @@ from dtjob.act import act
 from dtjob.actions import Event, SasSecretsDeleted
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
+from dtjob.desired.owned import owner_uids
 from dtjob.kube import ApiNotServed, Forbidden, Kube, NotOurs, Rejected
 from dtjob.machine import decide, invalid_spec, with_results
 from dtjob.observed import Children
@@ -167,8 +168,7 @@ def _delete_world(kube: Kube, namespace: str, name: str, uid: str, launcher_ours
 
 
 def _owns(child: Mapping[str, Any] | None, uid: str) -> bool:
-    refs = ((child or {}).get("metadata") or {}).get("ownerReferences") or ()
-    return child is not None and uid in {str(r.get("uid")) for r in refs}
+    return child is not None and uid in owner_uids(child)
 
 
 def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dtjob.desired.owned import drift, is_ours
+from dtjob.desired.owned import drift, is_ours, owner_uids
 from dtjob.kube import ApiNotServed, Applied, Conflict, LogUnavailable, Rejected
 from dtjob.leader import NotLeader
 
@@ -181,8 +181,7 @@ class RecordingKube:
 
     def delete_secret(self, namespace: str, name: str, owner_uid: str) -> None:
         found = self.objects.get(("Secret", namespace, name))
-        refs = ((found or {}).get("metadata") or {}).get("ownerReferences") or ()
-        if found is None or owner_uid in {str(r.get("uid")) for r in refs}:
+        if found is None or owner_uid in owner_uids(found):
             self._delete("Secret", namespace, name)
 
     def delete_pod(self, namespace: str, name: str) -> None:
@@ -212,7 +211,7 @@ class RecordingKube:
         key, _, value = label_selector.partition("=")
         for kind, ns, name in list(self.objects):
             meta = self.objects[(kind, ns, name)]["metadata"]
-            owned = owner_uid in {str(r.get("uid")) for r in meta.get("ownerReferences") or ()}
+            owned = owner_uid in owner_uids(self.objects[(kind, ns, name)])
             if kind == "Pod" and ns == namespace and (meta.get("labels") or {}).get(key) == value and owned:
                 self._delete("Pod", ns, name)
 
