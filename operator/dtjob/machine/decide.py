@@ -29,7 +29,7 @@ from dtjob.machine.finish import (
     ttl,
 )
 from dtjob.machine.gang import report_gang
-from dtjob.machine.refused_pods import REFUSED, refused_pod
+from dtjob.machine.refused_pods import refused_pod, wait_refused
 from dtjob.machine.staging import stage
 from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure, startup_failure
 from dtjob.names import output_url
@@ -109,11 +109,7 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
         if refused is not None:
             fail_world(b, spec, observed, refused)
             return b.decision()
-        b.cond("Created", False, REFUSED, waiting)
-        if b.prev.message != waiting:
-            b.events.append(Event("Warning", REFUSED, waiting))
-        b.phase(STARTING, waiting)
-        b.requeue(min(due, REFUSED_POLL_SECONDS) if due is not None else REFUSED_POLL_SECONDS)
+        wait_refused(b, "Created", STARTING, waiting, due, REFUSED_POLL_SECONDS)
         return b.decision()
     world = [
         *workers.values(),

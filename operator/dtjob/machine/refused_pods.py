@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from dtjob.actions import Event
+from dtjob.machine.builder import Builder
 from dtjob.machine.world import WorldFailure
 from dtjob.observed import CreateRefusal
 from dtjob.spec import JobSpec
@@ -43,6 +45,18 @@ def refused_pod(
     bound = f"at most runPolicy.startupDeadlineSeconds ({deadline}s) from its creation"
     message = f"{waiting}; waiting for room, {bound}"
     return None, message, left
+
+
+def wait_refused(
+    b: Builder, condition: str, phase: str, waiting: str, due: float | None, poll_s: float
+) -> None:
+    """A refusal that may still heal: `condition` False quoting it (an event when it first says so), the
+    phase kept, and another look within `poll_s` or at the deadline."""
+    b.cond(condition, False, REFUSED, waiting)
+    if b.prev.message != waiting:
+        b.events.append(Event("Warning", REFUSED, waiting))
+    b.phase(phase, waiting)
+    b.requeue(min(due, poll_s) if due is not None else poll_s)
 
 
 def _field(spec: JobSpec, role: str, message: str) -> str:

@@ -11,7 +11,7 @@ from dtjob.actions import (
 )
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import finish
-from dtjob.machine.refused_pods import REFUSED, refused_pod
+from dtjob.machine.refused_pods import refused_pod, wait_refused
 from dtjob.names import staging_job_name
 from dtjob.observed import Observed, StagingOutcome
 from dtjob.spec import JobSpec
@@ -56,11 +56,7 @@ def stage(b: Builder, spec: JobSpec, observed: Observed, outcome: StagingOutcome
             b.cond("Staged", False, refused.reason, refused.message)
             finish(b, spec, observed, FAILED, refused.reason, refused.message)
             return False
-        b.cond("Staged", False, REFUSED, waiting)
-        if b.prev.message != waiting:
-            b.events.append(Event("Warning", REFUSED, waiting))
-        b.phase(STAGING, waiting)
-        b.requeue(min(due, STAGING_POLL_SECONDS) if due is not None else STAGING_POLL_SECONDS)
+        wait_refused(b, "Staged", STAGING, waiting, due, STAGING_POLL_SECONDS)
         return False
     b.phase(STAGING, f"staging {what} to {staging.destination}{_staging_text(outcome)}")
     b.requeue(STAGING_POLL_SECONDS)
