@@ -175,7 +175,7 @@ def _stamp(value: Any) -> str | None:
 
 
 def _object(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return _map(value) or {}
 
 
 def _generation(value: Any) -> int | None:

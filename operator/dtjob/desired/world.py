@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from dtjob import names
 from dtjob.desired.common import SSH_KEY_FILE, SSH_PORT, Json, metadata
 from dtjob.spec import JobSpec
@@ -62,45 +64,36 @@ def network_policy(spec: JobSpec, owner: Json) -> Json:
     """Only pods of this job may reach its MPI hosts: sshd, and the ports Open MPI, Gloo and NCCL open between
     ranks (any port, so the policy never breaks a framework). Pods of other jobs, namespaces or the internet
     reach none. Selects by the operator's job label, so it needs a network plugin that enforces policies."""
-    name = names.network_policy_name(spec.name)
-    same_job = {"matchLabels": {names.JOB_NAME_LABEL: spec.name}}
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": metadata(name, spec.namespace, names.labels(spec.name, "network-policy"), owner),
-        "spec": {
-            "podSelector": {"matchLabels": {names.JOB_NAME_LABEL: spec.name, names.MPI_HOST_LABEL: "true"}},
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": same_job}]}],
-        },
-    }
+    same_job = {names.JOB_NAME_LABEL: spec.name}
+    return _ingress_only_from(spec, owner, names.network_policy_name(spec.name), _mpi_hosts(spec), same_job)
 
 
 def launcher_network_policy(spec: JobSpec, owner: Json) -> Json:
     """Only this job's MPI hosts may reach its launcher: Open MPI's ORTE/PRRTE daemons, Hydra's proxies and
     horovodrun's task services call back to it on ports they pick at run time (any port, then). The launcher
     is not an MPI host unless it runs as worker 0, so network_policy() does not select it."""
+    launcher = {names.JOB_NAME_LABEL: spec.name, names.ROLE_LABEL: names.ROLE_LAUNCHER}
     name = names.launcher_network_policy_name(spec.name)
+    return _ingress_only_from(spec, owner, name, launcher, _mpi_hosts(spec))
+
+
+def _mpi_hosts(spec: JobSpec) -> dict[str, str]:
+    return {names.JOB_NAME_LABEL: spec.name, names.MPI_HOST_LABEL: "true"}
+
+
+def _ingress_only_from(
+    spec: JobSpec, owner: Json, name: str, selected: Mapping[str, str], allowed: Mapping[str, str]
+) -> Json:
+    """A NetworkPolicy: the pods labelled `selected` take connections, on any port, only from pods of the same
+    namespace labelled `allowed`."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": metadata(name, spec.namespace, names.labels(spec.name, "network-policy"), owner),
         "spec": {
-            "podSelector": {
-                "matchLabels": {names.JOB_NAME_LABEL: spec.name, names.ROLE_LABEL: names.ROLE_LAUNCHER}
-            },
+            "podSelector": {"matchLabels": dict(selected)},
             "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [
-                        {
-                            "podSelector": {
-                                "matchLabels": {names.JOB_NAME_LABEL: spec.name, names.MPI_HOST_LABEL: "true"}
-                            }
-                        }
-                    ]
-                }
-            ],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": dict(allowed)}}]}],
         },
     }
 
