@@ -142,6 +142,8 @@ class Observed:
     staging: StagingOutcome | None = None  # the staging Job's outcome, when that Job exists
     training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress, from the launcher's log
     results_upload: UploadReport | None = None  # the results upload's latest line, from the launcher's log
+    # A failed results upload that `dtjob results upload` has since done (read only while results are kept).
+    results_uploaded_later: UploadReport | None = None
     # The launcher's or the stager's pod refused by admission (read only while their Job has no pod).
     launcher_refused: CreateRefusal | None = None
     staging_refused: CreateRefusal | None = None

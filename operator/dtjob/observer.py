@@ -31,7 +31,7 @@ from dtjob.observed import (
 )
 from dtjob.preflight import preflight
 from dtjob.rank_error import rank_error
-from dtjob.results_upload import latest_report
+from dtjob.results_upload import ANNOTATION_UPLOADED_LATER, latest_report, uploaded_later
 from dtjob.spec import JobSpec
 from dtjob.status import FINISHED, JobStatus
 from dtjob.timefmt import parse_time
@@ -73,6 +73,9 @@ def observe(
     log_text = _launcher_log(kube, spec.namespace, prev, seen, config.progress_seconds)
     progress = None if log_text is None else latest_progress(log_text)
     results = None if log_text is None else latest_report(log_text)
+    later = None
+    if prev.results_pod is not None:
+        later = uploaded_later((meta.get("annotations") or {}).get(ANNOTATION_UPLOADED_LATER))
     launcher = seen.launcher
     if launcher is not None and log_text is not None and _failed_now(prev, launcher):
         launcher = replace(launcher, log_error=rank_error(log_text))
@@ -95,6 +98,7 @@ def observe(
         staging=staging,
         training_progress=progress,
         results_upload=results,
+        results_uploaded_later=later,
         progress_poll_s=config.progress_seconds if seen.launcher is not None else None,
         pool_room=room,
         launcher_refused=launcher_refused,

@@ -6,6 +6,8 @@ spec.output.uploadRetrySeconds, printing one line per try; the operator reads th
 say in status whether the results are uploading, retrying (and why) or failed. Only when storage refused for
 the whole time does the launcher exit, with UPLOAD_FAILED_EXIT (outside the exit codes of user code), and the
 job ends ResultsUploadFailed: an infrastructure failure that keeps the trained results, never a restart.
+`dtjob results upload JOB` then runs the same upload again on the pod that kept them, with the caller's
+credentials, and records its outcome on the job (ANNOTATION_UPLOADED_LATER) for the operator to finish it.
 Pure: no I/O.
 """
 
@@ -23,6 +25,9 @@ UPLOADING = "Uploading"
 RETRYING = "Retrying"
 FAILED = "Failed"
 UPLOADED = "Uploaded"
+
+# Set on the job by `dtjob results upload` once the upload it ran succeeded: the uploader's done line.
+ANNOTATION_UPLOADED_LATER = "dtjob.io/results-uploaded"
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,14 @@ def latest_report(log_text: str) -> UploadReport | None:
             return UploadReport(UPLOADED, text)
         return UploadReport(UPLOADING, "uploading the results")
     return None
+
+
+def uploaded_later(annotation: str | None) -> UploadReport | None:
+    """What `dtjob results upload` recorded on the job: an upload done after the job failed it, or None."""
+    if annotation is None:
+        return None
+    report = latest_report(annotation if LINE_PREFIX in annotation else LINE_PREFIX + annotation)
+    return report if report is not None and report.state == UPLOADED else None
 
 
 def _one_line(text: str) -> str:

@@ -1,5 +1,6 @@
 """How a real run ends when things go wrong around it, on the real node: storage away just as the results
-upload starts, and the job's deadline firing mid-training. Nothing trained, and no log, is lost."""
+upload starts (for less than the upload's retries, and for longer, when `dtjob results upload` finishes the
+job), and the job's deadline firing mid-training. Nothing trained, and no log, is lost."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from dtjob.cli import main
 
 from testbed.azurite import Azurite
 from testbed.operator_harness import Jobs, OperatorProcess
 from testbed.outage import OutageProxy
-from tests.e2e.conftest import NODE_IP
+from tests.e2e.conftest import NODE_IP, RealCluster
 from tests.e2e.real_jobs import (
     assert_trained_together,
     blob_names,
@@ -69,6 +71,54 @@ def test_results_arrive_after_storage_refused_just_as_the_upload_started(
     assert "503" in retrying["message"] or "Unavailable" in retrying["message"], retrying
     assert status["output"]["results"]["state"] == "Uploaded", status
     assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
+
+
+def test_results_that_storage_refused_for_good_are_uploaded_later_from_the_pod_that_kept_them(
+    real_cluster: RealCluster,
+    real_jobs: Jobs,
+    real_operator: OperatorProcess,
+    node_azurite: Azurite,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before: the results of a run whose upload failed for good could only be copied off worker 0 by hand,
+    and the job stayed Failed holding that pod's GPUs."""
+    container = new_container(node_azurite)
+    upstream = urlsplit(node_azurite.endpoint)
+    assert upstream.hostname is not None and upstream.port is not None
+    name = "later"
+    with OutageProxy(NODE_IP, upstream.hostname, upstream.port) as proxy:
+        proxy.arm(3600)  # down until the test says so: far past the upload's retries
+        output = output_location(node_azurite, container)
+        output["endpoint"] = f"{proxy.url}{upstream.path}"
+        create_tiny_job(real_jobs, name, node_azurite, container, output={**output, "uploadRetrySeconds": 10})
+        status = real_jobs.wait_phase(name, "Succeeded", "Failed", timeout=900)
+        failed = real_jobs.condition(name, "Failed")
+        assert failed and failed["reason"] == "ResultsUploadFailed", status
+        kept = status["output"]["results"]["keptOnPod"]
+        assert kept == f"{name}-worker-0", status
+        proxy.arm(0)  # storage is back
+        argv = [
+            "results", "upload", name, "-n", real_jobs.ns, "--kubeconfig", real_cluster.kubeconfig,
+            "--account-key", node_azurite.account_key, "--wait", "120",
+        ]  # fmt: skip
+        code = main(argv)
+        said = capsys.readouterr()
+        assert code == 0, said
+        assert proxy.forwarded > 0, "the upload must have gone through the endpoint the job names"
+    assert "dtjob results upload: done" in said.err, said
+    assert f"job {name} is Succeeded" in said.out, said
+    assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
+    status = real_jobs.status(name)
+    succeeded = real_jobs.condition(name, "Succeeded")
+    assert succeeded and succeeded["reason"] == "ResultsUploadedLater", status
+    assert (
+        status["output"]["results"]["state"] == "Uploaded" and "keptOnPod" not in status["output"]["results"]
+    )
+    deadline = time.monotonic() + 120
+    while any(p.metadata.name == kept for p in real_jobs.pods(name)) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert all(p.metadata.name != kept for p in real_jobs.pods(name)), "cleanPodPolicy frees the pod now"
+    assert main(argv) == 0 and "already uploaded" in capsys.readouterr().err
 
 
 def test_every_pods_log_is_uploaded_when_the_deadline_fires_mid_training(

@@ -4,14 +4,18 @@ upload that failed for good (an infrastructure failure that keeps the results, n
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from dtjob import results_upload
-from dtjob.actions import DeletePod
+from dtjob.actions import DeleteJob, DeletePod
+from dtjob.azure.errors import StorageFailure
+from dtjob.commands.results import kept_results_pod
 from dtjob.desired.command import launcher_script
 from dtjob.machine import decide
 from dtjob.observed import LauncherState, Observed, PodState
 from dtjob.results_upload import UPLOAD_FAILED_EXIT, latest_report
+from dtjob.spec import JobSpec
 from dtjob.status import JobStatus
 from dtjob.timefmt import format_time
 
@@ -118,3 +122,83 @@ def test_status_shows_a_retrying_upload_and_then_uploaded() -> None:
     done = LauncherState(0, deleting=False, running=False, succeeded=True, failed=False, pod_name="l")
     d2 = decide(spec, world(done, results_upload.done_line(2, 10, 3)), d.status, NOW)
     assert d2.status.phase == "Succeeded" and d2.status.results_state == "Uploaded"
+
+
+def failed_for_good(run_policy: dict[str, object]) -> tuple[JobSpec, JobStatus]:
+    spec = job_spec(output=OUTPUT, runPolicy=run_policy)
+    d = decide(spec, world(failed_launcher(UPLOAD_FAILED_EXIT), FAILED_LOG), running(), NOW)
+    # The logs are up and the SAS Secrets gone, as they are by the time a person uploads by hand.
+    return spec, replace(d.status, logs_uploaded=True, sas_secrets_deleted=True)
+
+
+def test_kept_results_hold_the_ttl_until_they_are_uploaded() -> None:
+    spec, status = failed_for_good({"ttlSecondsAfterFinished": 60, "cleanPodPolicy": "Running"})
+    later = decide(spec, world(failed_launcher(UPLOAD_FAILED_EXIT), None), status, NOW + timedelta(days=3))
+    assert not any(isinstance(a, DeleteJob) for a in later.actions), later.actions
+    assert later.status.phase == "Failed" and later.status.results_pod == "rn50-worker-0"
+
+
+def test_an_upload_done_later_makes_the_job_succeeded_and_frees_the_pod_that_kept_the_results() -> None:
+    spec, status = failed_for_good({"ttlSecondsAfterFinished": 60, "cleanPodPolicy": "Running"})
+    said = results_upload.done_line(3, 4096, 1) + " (dtjob results upload, 2026-11-28T09:00:00Z)"
+    record = said.removeprefix(results_upload.LINE_PREFIX)
+    observed = replace(
+        world(failed_launcher(UPLOAD_FAILED_EXIT), None),
+        results_uploaded_later=results_upload.uploaded_later(record),
+    )
+    at = NOW + timedelta(days=1)
+    d = decide(spec, observed, status, at)
+    assert d.status.phase == "Succeeded", d.status
+    succeeded, failed = d.status.condition("Succeeded"), d.status.condition("Failed")
+    assert succeeded is not None and succeeded.status == "True"
+    assert succeeded.reason == "ResultsUploadedLater" and "3 files, 4096 bytes" in succeeded.message
+    assert failed is not None and failed.status == "False"
+    assert (d.status.results_state, d.status.results_pod) == ("Uploaded", None)
+    assert d.status.completion_time == format_time(at), "the TTL counts from the upload"
+    deleted = {a.name for a in d.actions if isinstance(a, DeletePod)}
+    assert "rn50-worker-0" in deleted, d.actions
+    assert any(e.reason == "ResultsUploadedLater" for e in d.events), d.events
+    assert not any(isinstance(a, DeleteJob) for a in d.actions)
+
+
+def test_only_a_done_line_counts_as_uploaded_later() -> None:
+    assert results_upload.uploaded_later(None) is None
+    assert results_upload.uploaded_later("it is fine, trust me") is None
+    assert results_upload.uploaded_later("failed after 3 tries in 9 s: 503") is None
+    report = results_upload.uploaded_later("done: 1 files, 2 bytes, after 1 tries")
+    assert report is not None and report.state == "Uploaded"
+
+
+def test_a_record_on_a_job_that_kept_no_results_changes_nothing() -> None:
+    spec = job_spec(output=OUTPUT)
+    done = LauncherState(0, deleting=False, running=False, succeeded=False, failed=True, pod_name="l")
+    observed = replace(
+        world(done, None), results_uploaded_later=results_upload.uploaded_later("done: 1 files, 2 bytes")
+    )
+    status = JobStatus(phase="Failed", completion_time=format_time(NOW), logs_uploaded=True)
+    d = decide(spec, observed, status, NOW)
+    assert d.status.phase == "Failed" and d.status.results_state is None
+
+
+def job_with_results(phase: str, results: dict[str, str] | None) -> dict[str, object]:
+    status: dict[str, object] = {"phase": phase, "output": {"results": results} if results else {}}
+    return {"metadata": {"name": "rn50", "uid": "uid-1"}, "status": status}
+
+
+def test_the_cli_uploads_only_results_a_pod_kept_and_says_why_not_otherwise() -> None:
+    kept = {"state": "Failed", "message": "failed after 9 tries", "keptOnPod": "rn50-worker-0"}
+    assert kept_results_pod(job_with_results("Failed", kept)) == "rn50-worker-0"
+    cases = {
+        ("Succeeded", "Uploaded"): ("already uploaded", 0),
+        ("Failed", "Failed"): ("no pod kept them", 4),
+        ("Running", "Retrying"): ("it is Running, results Retrying", 2),
+        ("Running", ""): ("no results upload yet", 2),
+    }
+    for (phase, state), (said, code) in cases.items():
+        results = {"state": state, "message": "m"} if state else None
+        try:
+            kept_results_pod(job_with_results(phase, results))
+        except StorageFailure as err:
+            assert said in err.reason and int(err.code) == code, (phase, state, err)
+        else:
+            raise AssertionError(f"{phase}/{state}: no refusal")

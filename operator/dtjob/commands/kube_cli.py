@@ -1,9 +1,11 @@
 """The Kubernetes side of the `dtjob` commands for people following their jobs: kubectl's connection flags
-(--kubeconfig, --context, -n/--namespace), reading a DistributedTrainingJob and its events."""
+(--kubeconfig, --context, -n/--namespace), reading a DistributedTrainingJob, its events and pods, annotating
+it, and running a command in one of its pods (as `kubectl exec`, with the caller's own rights)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -56,6 +58,68 @@ class Cluster:
             lambda: client.CoreV1Api(self.api).list_namespaced_event(self.namespace, field_selector=selector),
         )
         return [self.api.sanitize_for_serialization(e) for e in events.items]
+
+    def read_pod(self, name: str) -> dict[str, Any]:
+        from kubernetes import client
+
+        pod = self.call(
+            f"reading pod {name}",
+            lambda: client.CoreV1Api(self.api).read_namespaced_pod(name, self.namespace),
+            missing=f"no pod {name!r} in namespace {self.namespace}",
+        )
+        return cast(dict[str, Any], self.api.sanitize_for_serialization(pod))
+
+    def annotate_job(self, name: str, key: str, value: str) -> None:
+        from kubernetes import client
+
+        patch = {"metadata": {"annotations": {key: value}}}
+        self.call(
+            f"annotating job {name}",
+            lambda: client.CustomObjectsApi(self.api).patch_namespaced_custom_object(
+                API_GROUP, API_VERSION, self.namespace, PLURAL, name, patch
+            ),
+            missing=f"no DistributedTrainingJob {name!r} in namespace {self.namespace}",
+        )
+
+    def exec_in_pod(
+        self, pod: str, container: str, command: list[str], stdin: str, output: Callable[[str], None]
+    ) -> int:
+        """Run `command` in the pod's container as `kubectl exec -i` does: `stdin` written to it, its stdout
+        and stderr passed to `output` as they come. Its exit status."""
+        from kubernetes import client
+        from kubernetes.stream import stream
+
+        core = client.CoreV1Api(self.api)
+        session = self.call(
+            f"running a command in pod {pod}",
+            lambda: stream(
+                core.connect_get_namespaced_pod_exec,
+                pod,
+                self.namespace,
+                container=container,
+                command=command,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            ),
+            missing=f"no pod {pod!r} in namespace {self.namespace}",
+        )
+        try:
+            session.write_stdin(stdin)
+            while session.is_open():
+                session.update(timeout=1)
+                for read, peek in (
+                    (session.read_stdout, session.peek_stdout),
+                    (session.read_stderr, session.peek_stderr),
+                ):
+                    if peek():
+                        output(read())
+        finally:
+            session.close()
+        code = session.returncode
+        return int(code) if code is not None else int(ExitCode.STORAGE)
 
     def call(self, what: str, call: Any, missing: str | None = None) -> Any:
         """`call()`, its API errors turned into one KubeFailure naming `what` (`missing` for a 404)."""

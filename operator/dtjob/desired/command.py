@@ -220,16 +220,22 @@ def stager_download_args(job: str, prefix: str, destination: str, concurrency: i
 
 
 def results_upload_command(
-    job: str, source_dir: str, run_prefix: str, retry_seconds: int = 0, python: str = "python"
+    job: str,
+    source_dir: str,
+    run_prefix: str,
+    retry_seconds: int = 0,
+    python: str = "python",
+    credentials: list[str] | None = None,
 ) -> list[str]:
     """What rank 0 runs after training to upload the output directory to the run's prefix
-    (dtjob.names.run_prefix); it needs `<job>-sas-out` mounted (desired.pods.sas_volume/sas_volume_mount)."""
+    (dtjob.names.run_prefix); it needs `<job>-sas-out` mounted (desired.pods.sas_volume/sas_volume_mount),
+    unless `credentials` names other files (`_credential_files`)."""
     return [
         python,
         "-m",
         "dtjob.stager",
         "upload",
-        *_credential_args(Access.OUTPUT, job),
+        *(credentials if credentials is not None else _credential_args(Access.OUTPUT, job)),
         "--src",
         source_dir,
         "--prefix",
@@ -241,6 +247,29 @@ def results_upload_command(
         "--retry-for",
         str(retry_seconds),
     ]
+
+
+def _credential_files(url_file: str, token_file: str, hint: str) -> list[str]:
+    return ["--container-url-file", url_file, "--sas-file", token_file, "--credentials-hint", hint]
+
+
+def results_upload_later_script(job: str, run_prefix: str, retry_seconds: int) -> str:
+    """What `dtjob results upload` runs on the pod that kept a job's results: the same upload as after
+    training, with the container URL and the SAS the caller brings read from stdin (two lines) into a private
+    directory that is removed at exit, so the token is never in argv, the pod spec or a Secret."""
+    credentials = _credential_files('"$dir/url"', '"$dir/token"', "the SAS of dtjob results upload")
+    upload = " ".join(
+        arg if arg.startswith('"$dir/') else shlex.quote(arg)
+        for arg in results_upload_command(job, OUTPUT_DIR, run_prefix, retry_seconds, credentials=credentials)
+    )
+    return (
+        "umask 077\n"
+        "dir=$(mktemp -d) || exit 1\n"
+        "trap 'rm -rf \"$dir\"' EXIT\n"
+        "IFS= read -r url && IFS= read -r token || { echo 'no URL and SAS on stdin' >&2; exit 2; }\n"
+        'printf \'%s\' "$url" > "$dir/url" && printf \'%s\' "$token" > "$dir/token" || exit 1\n'
+        f"{upload}\n"
+    )
 
 
 def results_upload_script(spec: JobSpec, uid: str) -> str | None:

@@ -26,6 +26,7 @@ from dtjob.machine.finish import (
     finish,
     results_not_uploaded,
     results_upload_failed,
+    results_uploaded_later,
     ttl,
 )
 from dtjob.machine.gang import report_gang
@@ -72,6 +73,8 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
     count_workers(b, spec, workers, launcher)
 
     if prev.phase in FINISHED:
+        if observed.results_uploaded_later is not None and prev.results_pod is not None:
+            results_uploaded_later(b, observed.results_uploaded_later)
         cleanup(b, spec, observed)
         for gone in observed.workers():  # Kueue frees the quota once every pod of the group is gone
             release_when_ended(b, gone)

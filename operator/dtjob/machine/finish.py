@@ -24,16 +24,16 @@ from dtjob.actions import (
     SasSecretsDeleted,
     UploadLogs,
 )
-from dtjob.desired.common import OUTPUT_DIR
 from dtjob.machine.builder import Builder
 from dtjob.observed import LauncherState, Observed
 from dtjob.results_upload import FAILED as RESULTS_FAILED
-from dtjob.results_upload import UPLOAD_FAILED_EXIT
+from dtjob.results_upload import UPLOAD_FAILED_EXIT, UPLOADED, UploadReport
 from dtjob.spec import JobSpec
 from dtjob.status import FAILED, FINISHED, SUCCEEDED, JobStatus
 from dtjob.timefmt import format_time, parse_time, seconds_after
 
 RESULTS_UPLOAD_FAILED = "ResultsUploadFailed"
+RESULTS_UPLOADED_LATER = "ResultsUploadedLater"
 # How long a finished job waits for its pod logs to reach the output container before cleaning up anyway.
 LOG_UPLOAD_GRACE = timedelta(minutes=5)
 LOG_RETRY_SECONDS = 10.0
@@ -80,12 +80,28 @@ def results_not_uploaded(b: Builder, spec: JobSpec, observed: Observed) -> None:
     else:
         holder = names.worker_name(spec.name, 0)
         kept = (
-            f"the results are kept on pod {holder} (which keeps its GPUs) until the job is deleted; "
-            f"copy them from its {OUTPUT_DIR} first"
+            f"the results are kept on pod {holder} (which keeps its GPUs, and ttlSecondsAfterFinished waits) "
+            f"until `dtjob results upload {spec.name}` uploads them or the job is deleted"
         )
     message = f"training finished, but the results upload failed: {reason}; {kept}"
     b.status = replace(b.status, results_state=RESULTS_FAILED, results_message=reason, results_pod=holder)
     finish(b, spec, observed, FAILED, RESULTS_UPLOAD_FAILED, message)
+
+
+def results_uploaded_later(b: Builder, report: UploadReport) -> None:
+    """`dtjob results upload` has uploaded the results the job failed to: the run has done what it was for, so
+    the job becomes Succeeded, and cleanPodPolicy frees the pod that kept them. The TTL counts from now."""
+    message = f"the results were uploaded after the job had failed to upload them: {report.message}"
+    b.status = replace(
+        b.status,
+        results_state=UPLOADED,
+        results_message=report.message,
+        results_pod=None,
+        completion_time=format_time(b.now),
+    )
+    b.cond(FAILED, False, RESULTS_UPLOADED_LATER, message)
+    b.cond(SUCCEEDED, True, RESULTS_UPLOADED_LATER, message)
+    b.phase(SUCCEEDED, message, "Normal", RESULTS_UPLOADED_LATER)
 
 
 def cleanup(b: Builder, spec: JobSpec, observed: Observed) -> None:
@@ -125,7 +141,8 @@ def _log_grace_over(status: JobStatus, now: datetime) -> bool:
 
 def ttl(b: Builder, spec: JobSpec) -> None:
     ttl = spec.run_policy.ttl_seconds_after_finished
-    if ttl is None or b.status.completion_time is None:
+    # A pod that keeps results never uploaded is not deleted with the job until they are (or a person does).
+    if ttl is None or b.status.completion_time is None or b.status.results_pod is not None:
         return
     remaining = seconds_after(parse_time(b.status.completion_time), ttl) - b.now
     if remaining <= timedelta(0):
