@@ -1,6 +1,6 @@
 """The apply layer: the only module that talks to the Kubernetes API (Kube, the Protocol the reconcile uses,
 and KubeClient, its implementation over the official client; LeaseClient, the leader Lease's reads and
-writes).
+writes; AccessReviews, the token and access reviews behind the secure metrics endpoint).
 
 Creates are create-if-absent (409 AlreadyExists means another reconcile got there first: fine), deletes are
 delete-if-present (404 is success), so running any action twice changes nothing. Every write first checks
@@ -34,6 +34,7 @@ from dtjob.desired.gang import COSCHEDULING, POD_GROUP_KIND, SCHEDULERS, VOLCANO
 from dtjob.desired.owned import drift, is_ours, owner_uids
 from dtjob.job_cache import JobCache
 from dtjob.leader import Fence, Unfenced
+from dtjob.metrics_access import Identity
 from dtjob.timefmt import format_micro_time, format_time
 from dtjob.ttl_cache import TtlCache
 
@@ -761,6 +762,45 @@ def _post_event(
         _discard(api_call(api_client, "create", "Event", involved["namespace"], body=body))
     except ApiException as err:  # events are best effort: never fail a reconcile over one
         log.warning("could not post event %s on %s: %s", reason, involved["name"], err.reason)
+
+
+class AccessReviews:
+    """Who is behind a bearer token (a TokenReview) and whether that user may use a non-resource URL (a
+    SubjectAccessReview): the API server's own answers, for dtjob.metrics_access. Needs `create` on
+    tokenreviews and subjectaccessreviews (authentication.k8s.io, authorization.k8s.io)."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.authentication = client.AuthenticationV1Api(api_client)
+        self.authorization = client.AuthorizationV1Api(api_client)
+
+    def authenticate(self, token: str) -> Identity | None:
+        body: Any = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
+        response: Any = self.authentication.create_token_review(body, _preload_content=False)
+        status = (json.loads(response.data).get("status")) or {}
+        user = status.get("user") or {}
+        if not status.get("authenticated") or not user.get("username"):
+            return None
+        extra = {str(k): tuple(str(v) for v in vs or ()) for k, vs in (user.get("extra") or {}).items()}
+        groups = tuple(str(g) for g in user.get("groups") or ())
+        return Identity(str(user["username"]), str(user.get("uid") or ""), groups, extra)
+
+    def may(self, who: Identity, verb: str, path: str) -> bool:
+        spec: Json = {
+            "user": who.user,
+            "groups": list(who.groups),
+            "nonResourceAttributes": {"path": path, "verb": verb},
+        }
+        if who.uid:
+            spec["uid"] = who.uid
+        if who.extra:
+            spec["extra"] = {k: list(v) for k, v in who.extra.items()}
+        body: Any = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        response: Any = self.authorization.create_subject_access_review(body, _preload_content=False)
+        return bool((json.loads(response.data).get("status") or {}).get("allowed"))
 
 
 class LeaseClient:

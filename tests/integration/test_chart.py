@@ -348,8 +348,43 @@ def test_the_service_monitor_scrapes_the_metrics_service() -> None:
             "honorLabels": True,
             "interval": "15s",
             "scrapeTimeout": "10s",
+            "scheme": "https",
+            "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "tlsConfig": {"insecureSkipVerify": True},
         }
     ]
+    plain = render("metrics.secure=false", "metrics.serviceMonitor.enabled=true")
+    endpoint = next(d for d in plain if d["kind"] == "ServiceMonitor")["spec"]["endpoints"][0]
+    assert "scheme" not in endpoint and "bearerTokenFile" not in endpoint
+
+
+def test_metrics_are_secure_by_default_with_the_reviews_they_need() -> None:
+    docs = render()
+    args = container(docs)["args"]
+    assert "--metrics-secure" in args and not [a for a in args if a.startswith("--metrics-cert-dir")]
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    assert roles["dtjob-metrics-auth"]["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
+    assert roles["dtjob-metrics-reader"]["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    binding = next(
+        d for d in docs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == "dtjob-metrics-auth"
+    )
+    assert binding["subjects"][0]["name"] == "dtjob"
+
+    mounted = render("metrics.certSecret=operator-metrics-tls")
+    pod = next(d for d in mounted if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert "--metrics-cert-dir=/etc/dtjob/metrics-tls" in pod["containers"][0]["args"]
+    assert {"name": "metrics-tls", "secret": {"secretName": "operator-metrics-tls"}} in pod["volumes"]
+    assert {"name": "metrics-tls", "mountPath": "/etc/dtjob/metrics-tls", "readOnly": True} in pod[
+        "containers"
+    ][0]["volumeMounts"]
+
+    plain = render("metrics.secure=false")
+    assert "--no-metrics-secure" in container(plain)["args"]
+    names = {d["metadata"]["name"] for d in plain if d["kind"] in ("ClusterRole", "ClusterRoleBinding")}
+    assert not names & {"dtjob-metrics-auth", "dtjob-metrics-reader"}
     lint = subprocess.run(
         [tool("helm"), "lint", "--strict", str(CHART), "--set", "metrics.serviceMonitor.enabled=true",
          "--set", "metrics.dashboard.enabled=true"],

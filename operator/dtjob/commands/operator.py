@@ -54,6 +54,15 @@ def register(subparsers: Any) -> None:
         help=f"address the metrics server binds (default: $DTJOB_METRICS_ADDRESS, else "
         f"{DEFAULT_METRICS_ADDRESS})",
     )  # fmt: skip
+    parser.add_argument(
+        "--metrics-secure", action=argparse.BooleanOptionalAction, default=None,
+        help="serve /metrics over HTTPS, only to callers whose bearer token the API server accepts and whose "
+             "user may get the non-resource URL /metrics (default: $DTJOB_METRICS_SECURE, else off)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-cert-dir", type=Path, metavar="DIR",
+        help="the secure metrics server's tls.crt and tls.key (default: a self-signed one made at start)",
+    )  # fmt: skip
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile decision")
     parser.add_argument("--debug", action="store_true", help="log kopf internals too")
     parser.set_defaults(func=run)
@@ -79,6 +88,42 @@ def metrics_endpoint(args: argparse.Namespace) -> tuple[str, int]:
             raise SystemExit(f"dtjob operator: DTJOB_METRICS_PORT: {err}") from None
     address = args.metrics_address or os.environ.get("DTJOB_METRICS_ADDRESS") or DEFAULT_METRICS_ADDRESS
     return address, port
+
+
+def metrics_secure(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
+    if args.metrics_secure is not None:
+        return bool(args.metrics_secure)
+    value = env.get("DTJOB_METRICS_SECURE", "").strip().lower()
+    if value not in ("", "true", "false", "1", "0"):
+        raise SystemExit(f"dtjob operator: DTJOB_METRICS_SECURE: true or false, not {value!r}")
+    return value in ("true", "1")
+
+
+def serve_metrics(address: str, port: int, secure: bool, cert_dir: Path | None) -> None:
+    """The /metrics server: plain, or HTTPS with every request's token and access reviewed by the API
+    server (dtjob.metrics_access)."""
+    from dtjob import metrics
+
+    log = logging.getLogger(__name__)
+    if not secure:
+        metrics.serve(address, port)
+        log.info("serving metrics on http://%s:%d/metrics (no authentication)", address, port)
+        return
+    from dtjob import serving_cert
+    from dtjob.config import load_config
+    from dtjob.kube import AccessReviews, connect
+    from dtjob.metrics_access import MetricsGuard
+
+    config = load_config()
+    api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0)
+    reviews = AccessReviews(api)
+    guard = MetricsGuard(reviews.authenticate, reviews.may)
+    tls = serving_cert.mounted(cert_dir) if cert_dir is not None else serving_cert.self_signed()
+    metrics.serve(address, port, guard=guard.wrap, tls=tls)
+    made = f"certificate from {cert_dir}" if cert_dir is not None else "a self-signed certificate"
+    log.info(
+        "serving metrics on https://%s:%d/metrics (%s; callers need get on /metrics)", address, port, made
+    )
 
 
 def _redact_signatures(record: logging.LogRecord) -> bool:
@@ -130,10 +175,7 @@ def run(args: argparse.Namespace) -> int:
     namespaces = args.namespaces or []
     address, port = metrics_endpoint(args)
     if port:
-        from dtjob import metrics
-
-        metrics.serve(address, port)
-        logging.getLogger(__name__).info("serving metrics on http://%s:%d/metrics", address, port)
+        serve_metrics(address, port, metrics_secure(args, os.environ), args.metrics_cert_dir)
     options = dtjob.handlers.RunOptions(
         liveness=None if args.liveness == "none" else args.liveness,
         lease_namespace=lease_namespace(args, os.environ),

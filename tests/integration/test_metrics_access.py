@@ -1,0 +1,103 @@
+"""/metrics served securely (--metrics-secure): HTTPS, and only to a caller whose bearer token the real API
+server accepts and whose user may `get` /metrics, as the chart's ServiceMonitor and metrics-reader role set
+it up for a Prometheus. Before: anyone who reached the port read every namespace's job names and progress."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import socket
+import ssl
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from testbed.operator_harness import Jobs, OperatorProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def operator_env() -> dict[str, str]:
+    return {"DTJOB_METRICS_SECURE": "true"}
+
+
+def token_of(core: client.CoreV1Api, namespace: str, account: str) -> str:
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=account))
+    )
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    answer = core.create_namespaced_service_account_token(account, namespace, request)
+    return str(answer.status.token)
+
+
+@contextlib.contextmanager
+def metrics_reader(api_client: client.ApiClient, namespace: str, account: str) -> Iterator[None]:
+    """The ClusterRole a Prometheus needs (as the chart's <release>-metrics-reader), bound to `account`."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    name = f"metrics-reader-{uuid.uuid4().hex[:8]}"
+    rbac.create_cluster_role(
+        client.V1ClusterRole(
+            metadata=client.V1ObjectMeta(name=name),
+            rules=[client.V1PolicyRule(non_resource_urls=["/metrics"], verbs=["get"])],
+        )
+    )
+    rbac.create_cluster_role_binding(
+        client.V1ClusterRoleBinding(
+            metadata=client.V1ObjectMeta(name=name),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=name),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name=account, namespace=namespace)],
+        )
+    )
+    try:
+        yield
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+
+
+def scrape(port: int, token: str | None, path: str = "/metrics") -> tuple[int, dict[str, str], str]:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the operator's self-signed certificate
+    connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+    try:
+        connection.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode()
+    finally:
+        connection.close()
+
+
+def test_metrics_answer_only_callers_the_api_server_lets_get_metrics(
+    api_client: client.ApiClient, namespace: str, jobs: Jobs, operator: OperatorProcess
+) -> None:
+    core = client.CoreV1Api(api_client)
+    jobs.create("counted", workers=1, gpusPerWorker=1)
+    scraper, stranger = token_of(core, namespace, "scraper"), token_of(core, namespace, "stranger")
+    port = operator.metrics_port
+    with metrics_reader(api_client, namespace, "scraper"):
+        status, headers, _ = scrape(port, None)
+        assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Bearer"), (status, headers)
+        assert scrape(port, "not-a-token")[0] == 401
+        assert scrape(port, stranger)[0] == 403, "a valid token whose user may not get /metrics"
+        # A client that connects and never speaks TLS holds one thread, never the server.
+        with socket.create_connection(("127.0.0.1", port)):
+            started = time.monotonic()
+            status, _, body = scrape(port, scraper)
+            assert time.monotonic() - started < 5
+        assert status == 200, body
+        deadline = time.monotonic() + 30
+        while f'namespace="{namespace}"' not in body and time.monotonic() < deadline:
+            time.sleep(1)
+            status, _, body = scrape(port, scraper)
+        assert status == 200 and f'namespace="{namespace}"' in body, "the page names the jobs"
+    # Plain HTTP gets no page at all.
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+        plain.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            answer = plain.recv(4096)
+            assert b"dtjob_" not in answer, answer[:200]

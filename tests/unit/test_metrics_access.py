@@ -1,0 +1,115 @@
+"""The secure /metrics guard's decisions, the API server's reviews played by functions: who gets 401, 403,
+503 or the page, what it remembers and for how long, and that its memory stays bounded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from dtjob.metrics_access import Identity, MetricsGuard, Verdict, bearer_token
+
+READER = Identity("system:serviceaccount:monitoring:prometheus", "u-1", ("system:serviceaccounts",))
+
+
+class Reviews:
+    def __init__(self) -> None:
+        self.tokens = {"good": READER, "other": Identity("alice")}
+        self.readers = {READER.user}
+        self.asked: list[str] = []
+        self.down = False
+
+    def authenticate(self, token: str) -> Identity | None:
+        self.asked.append(token)
+        if self.down:
+            raise ConnectionError("API server away")
+        return self.tokens.get(token)
+
+    def may(self, who: Identity, verb: str, path: str) -> bool:
+        return verb == "get" and path == "/metrics" and who.user in self.readers
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_bearer_tokens_are_read_from_the_header_only() -> None:
+    assert bearer_token("Bearer abc") == "abc"
+    assert bearer_token("bearer  abc ") == "abc"
+    assert bearer_token("Basic abc") is None
+    assert bearer_token("Bearer ") is None
+    assert bearer_token(None) is None
+
+
+def test_who_gets_what() -> None:
+    reviews = Reviews()
+    guard = MetricsGuard(reviews.authenticate, reviews.may)
+    assert guard.verdict(None, "/metrics") is Verdict.UNAUTHENTICATED
+    assert guard.verdict("Bearer forged", "/metrics") is Verdict.UNAUTHENTICATED
+    assert guard.verdict("Bearer other", "/metrics") is Verdict.FORBIDDEN
+    assert guard.verdict("Bearer good", "/metrics") is Verdict.ALLOWED
+    assert guard.verdict("Bearer good", "/debug") is Verdict.FORBIDDEN
+
+
+def test_a_verdict_is_remembered_for_a_minute_under_the_tokens_hash() -> None:
+    reviews, clock = Reviews(), Clock()
+    guard = MetricsGuard(reviews.authenticate, reviews.may, clock=clock)
+    for _ in range(4):
+        assert guard.verdict("Bearer good", "/metrics") is Verdict.ALLOWED
+    assert reviews.asked == ["good"], "one review for four scrapes"
+    reviews.readers.clear()  # the role binding is removed
+    clock.now += 59
+    assert guard.verdict("Bearer good", "/metrics") is Verdict.ALLOWED
+    clock.now += 2
+    assert guard.verdict("Bearer good", "/metrics") is Verdict.FORBIDDEN, "asked again after a minute"
+    assert all("good" not in repr(key) for key in guard._verdicts), "tokens are never kept"
+
+
+def test_an_api_server_that_cannot_be_asked_gets_503_and_is_asked_again() -> None:
+    reviews = Reviews()
+    guard = MetricsGuard(reviews.authenticate, reviews.may)
+    reviews.down = True
+    assert guard.verdict("Bearer good", "/metrics") is Verdict.UNAVAILABLE
+    reviews.down = False
+    assert guard.verdict("Bearer good", "/metrics") is Verdict.ALLOWED
+    assert reviews.asked == ["good", "good"]
+
+
+def test_sprayed_tokens_cannot_grow_the_memory() -> None:
+    reviews = Reviews()
+    guard = MetricsGuard(reviews.authenticate, reviews.may, max_remembered=16)
+    for i in range(1000):
+        guard.verdict(f"Bearer t{i}", "/metrics")
+    assert guard.remembered() == 16
+    assert guard.verdict("Bearer good", "/metrics") is Verdict.ALLOWED
+
+
+def test_the_wsgi_wrapper_answers_refusals_itself_and_passes_the_rest() -> None:
+    reviews = Reviews()
+    guard = MetricsGuard(reviews.authenticate, reviews.may)
+    served: list[str] = []
+
+    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        served.append(environ["PATH_INFO"])
+        start_response("200 OK", [])
+        return [b"dtjob_jobs 1\n"]
+
+    answers: list[tuple[str, list[tuple[str, str]]]] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        answers.append((status, headers))
+
+    guarded = guard.wrap(app)
+    body = b"".join(guarded({"PATH_INFO": "/metrics"}, start_response))
+    assert (
+        answers[-1][0] == "401 Unauthorized"
+        and ("WWW-Authenticate", 'Bearer realm="dtjob metrics"') in answers[-1][1]
+    )
+    assert b"dtjob_" not in body and not served
+    body = b"".join(guarded({"PATH_INFO": "/metrics", "HTTP_AUTHORIZATION": "Bearer other"}, start_response))
+    assert answers[-1][0] == "403 Forbidden" and not served
+    body = b"".join(guarded({"PATH_INFO": "/metrics", "HTTP_AUTHORIZATION": "Bearer good"}, start_response))
+    assert answers[-1][0] == "200 OK" and body == b"dtjob_jobs 1\n" and served == ["/metrics"]
