@@ -144,8 +144,12 @@ class JobStatus:
             if self.logs_truncated:
                 output["logsTruncated"] = dict(self.logs_truncated)
             if self.results_state is not None:
-                results = {"state": self.results_state, "message": self.results_message or ""}
-                output["results"] = results | ({"keptOnPod": self.results_pod} if self.results_pod else {})
+                # keptOnPod always written: null removes it once the results are uploaded later.
+                output["results"] = {
+                    "state": self.results_state,
+                    "message": self.results_message or "",
+                    "keptOnPod": self.results_pod or None,
+                }
             out["output"] = output
         if self.sas_secrets_deleted:
             out["sasSecretsDeleted"] = True

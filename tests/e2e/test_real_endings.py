@@ -79,6 +79,7 @@ def test_results_that_storage_refused_for_good_are_uploaded_later_from_the_pod_t
     real_operator: OperatorProcess,
     node_azurite: Azurite,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Before: the results of a run whose upload failed for good could only be copied off worker 0 by hand,
     and the job stayed Failed holding that pod's GPUs."""
@@ -97,6 +98,7 @@ def test_results_that_storage_refused_for_good_are_uploaded_later_from_the_pod_t
         kept = status["output"]["results"]["keptOnPod"]
         assert kept == f"{name}-worker-0", status
         proxy.arm(0)  # storage is back
+        monkeypatch.setenv("DTJOB_EMULATOR_HOSTS", NODE_IP)  # as for the operator: Azurite on the node
         argv = [
             "results", "upload", name, "-n", real_jobs.ns, "--kubeconfig", real_cluster.kubeconfig,
             "--account-key", node_azurite.account_key, "--wait", "120",

@@ -154,6 +154,7 @@ def test_an_upload_done_later_makes_the_job_succeeded_and_frees_the_pod_that_kep
     assert succeeded.reason == "ResultsUploadedLater" and "3 files, 4096 bytes" in succeeded.message
     assert failed is not None and failed.status == "False"
     assert (d.status.results_state, d.status.results_pod) == ("Uploaded", None)
+    assert d.status.to_dict()["output"]["results"]["keptOnPod"] is None, "null: the merge patch removes it"
     assert d.status.completion_time == format_time(at), "the TTL counts from the upload"
     deleted = {a.name for a in d.actions if isinstance(a, DeletePod)}
     assert "rn50-worker-0" in deleted, d.actions
