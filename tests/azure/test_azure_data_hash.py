@@ -1,6 +1,6 @@
 """`dtjob data hash` against Azurite: blobs uploaded without Content-MD5 get the right one, nothing else of
 theirs changes, a blob rewritten meanwhile is never given a wrong hash, and the stager then verifies their
-bytes."""
+bytes (and says when it could not)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from azure.storage.blob import ContainerClient, ContentSettings
-from dtjob.azure import hashing
+from dtjob.azure import download, hashing
 from dtjob.azure.download import Stager
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
@@ -20,7 +20,7 @@ from dtjob.names import Access
 from dtjob.transfer_report import ExitCode
 
 from testbed.azurite import Azurite
-from tests.azure.helpers import mint, mint_raw, put_without_md5, service, tree_of
+from tests.azure.helpers import mint, mint_raw, put_without_md5, run_stager, sas_files, service, tree_of
 
 pytestmark = pytest.mark.azure
 
@@ -204,3 +204,50 @@ def test_a_denial_names_the_permission_missing(
     assert f"container {container.container_name}: {step}: access denied (403" in err
     assert f"check the SAS token (--sas / AZURE_STORAGE_SAS_TOKEN); recording hashes needs {needs}" in err
     assert stored_md5(container, "x/a.bin") is None
+
+
+def test_the_stager_says_how_many_blobs_it_checked_by_length_only_and_keeps_them_after_hashing(
+    azurite: Azurite,
+    container: ContainerClient,
+    key_env: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hashing gives a blob a new ETag; the manifest's MD5 (computed at download) matches the Content-MD5 it
+    gets, so a staged tree is not fetched again."""
+    tree = {"x/a.bin": os.urandom(3000), "x/sub/b.bin": os.urandom(10)}
+    for name, data in tree.items():
+        put_without_md5(container, name, data)
+    container.upload_blob("x/hashed.bin", b"has its Content-MD5")
+    files = sas_files(tmp_path / "sas", mint(azurite, container.container_name, Access.INPUT))
+    dest = tmp_path / "data"
+    args = ("--prefix", "x", "--dest", str(dest), "--termination-file", str(tmp_path / "t"))
+    first = run_stager(files, *args)
+    assert first.returncode == 0, first.stderr
+    line = (
+        "stager: fetched 2 blob(s) under prefix 'x/' without Content-MD5, checked by their length only; "
+        "`dtjob data hash` records one for them"
+    )
+    assert line in first.stderr
+    inodes = {p: p.stat().st_ino for p in dest.rglob("*.bin")}
+    assert len(inodes) == 3
+
+    etags = {b.name: b.etag for b in container.list_blobs()}
+    assert main(["data", "hash", *where(azurite, container), "--no-progress"]) == 0
+    changed = {b.name for b in container.list_blobs() if b.etag != etags[b.name]}
+    assert changed == set(tree)  # the hashed blobs are new versions to the stager
+
+    def no_rereading(path: Path) -> str:
+        raise AssertionError(f"{path} hashed again: the manifest's MD5 should have matched")
+
+    # Neither fetched nor read again: a million staged files are not hashed anew after `dtjob data hash`.
+    monkeypatch.setattr(download, "file_md5_b64", no_rereading)
+    stager = in_process_stager(azurite, container, dest)
+    snap = stager.run("x")
+    assert (snap.files_done, snap.files_skipped, snap.bytes_done) == (0, 3, 0)
+    assert stager.unhashed == 0
+    assert {p: p.stat().st_ino for p in inodes} == inodes
+
+    fresh = run_stager(files, "--prefix", "x", "--dest", str(tmp_path / "fresh"))
+    assert fresh.returncode == 0, fresh.stderr
+    assert "without Content-MD5" not in fresh.stderr  # every blob verified by its MD5 now
