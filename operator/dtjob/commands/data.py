@@ -147,11 +147,10 @@ def run_ls(args: argparse.Namespace) -> int:
 
 
 HASH_DESCRIPTION = """\
-Read every blob under the prefix that has no Content-MD5 (uploads made of blocks store none unless the
-uploader sends one: azcopy without --put-md5, for one), compute its MD5 and record it as the blob's
-Content-MD5, keeping its other content settings. The stager then checks such a blob's bytes, not only its
-length. Blobs that have one are skipped, so a rerun only does what is left. Needs list, read and write on
-the blobs.
+Read every blob under the prefix that has no Content-MD5 (a blob uploaded in blocks has none unless its
+uploader sent one, as azcopy does with --put-md5), compute its MD5 and record it as the blob's Content-MD5,
+keeping its other content settings. The stager then checks such a blob's bytes, not only its length.
+Blobs that have one are skipped, so a rerun only does what is left. Needs list, read and write on the blobs.
 
 A blob rewritten or deleted after the listing is left without a hash (the read and the record are both
 conditioned on the version listed) and named; the exit status is then 1: run the command again.
