@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from azure.storage.blob import BlobServiceClient, ContainerClient, generate_container_sas
+from azure.storage.blob import (
+    BlobBlock,
+    BlobServiceClient,
+    ContainerClient,
+    ContentSettings,
+    generate_container_sas,
+)
 from dtjob.azure.sas import ContainerSas, mint_with_account_key, validity_window
 from dtjob.names import Access
 
@@ -26,6 +32,17 @@ def service(azurite: Azurite) -> BlobServiceClient:
 def seed(container: ContainerClient, tree: dict[str, bytes]) -> None:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda item: container.upload_blob(item[0], item[1], overwrite=True), tree.items()))
+
+
+def put_without_md5(
+    container: ContainerClient, name: str, data: bytes, settings: ContentSettings | None = None
+) -> None:
+    """A blob as azcopy without --put-md5 or any Put Block List upload leaves it: the service stores no
+    Content-MD5 (a single Put Blob would have it computed). `settings` may carry one the bytes do not have."""
+    blob = container.get_blob_client(name)
+    block_id = "YmxvY2stMDAwMA=="  # base64, as Put Block wants its ids
+    blob.stage_block(block_id, data)
+    blob.commit_block_list([BlobBlock(block_id)], content_settings=settings or ContentSettings())
 
 
 def mint(

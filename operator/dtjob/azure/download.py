@@ -3,8 +3,9 @@
 A file counts as present when it has the blob's size and either the manifest records the same blob version
 (ETag or MD5) or its content hashes to the blob's Content-MD5. Everything else is downloaded to a hidden temp
 name beside its destination, checked against Content-MD5 when the blob has one, and renamed into place, so a
-file under its final name is always complete. A run that fails removes its temp files and never writes the
-completion marker.
+file under its final name is always complete. A blob without Content-MD5 can be checked by its length only;
+the run says how many it fetched so (`dtjob data hash` records one). A run that fails removes its temp files
+and never writes the completion marker.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO
@@ -155,6 +156,17 @@ def report_stale(dest: Path, listed: set[str], prefix: str, shown: int = STALE_S
     return stale
 
 
+def report_unhashed(count: int, prefix: str) -> None:
+    """One line on stderr when blobs without Content-MD5 were fetched: their bytes were not verified."""
+    if count:
+        print(
+            f"stager: fetched {count} blob(s) under prefix {prefix!r} without Content-MD5, checked by their "
+            "length only; `dtjob data hash` records one for them",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def part_path(final: Path) -> Path:
     return final.with_name(f".{final.name}{PART_SUFFIX}")
 
@@ -175,6 +187,9 @@ class Stager:
     range_concurrency: int = 4
     # Paths under the prefix left out (e.g. a run's `logs/` when only its results are wanted).
     skip_prefixes: tuple[str, ...] = ()
+    # Blobs fetched in this run that had no Content-MD5 (checked by length only).
+    unhashed: int = field(default=0, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def run(self, prefix: str) -> ProgressSnapshot:
         prefix = directory_prefix(prefix)
@@ -201,6 +216,7 @@ class Stager:
                 self._run_all(remotes, entries, manifest)
             finally:
                 manifest.close()
+            report_unhashed(self.unhashed, prefix)
             report_stale(self.dest, {r.rel for r in remotes}, prefix)
             snapshot = self.progress.snapshot()
             _write_marker(marker, prefix, snapshot)
@@ -230,6 +246,10 @@ class Stager:
         final.parent.mkdir(parents=True, exist_ok=True)
         md5 = retry_once_on_denial(lambda: self._download_verified(remote, final, cancel), self.refresh)
         self.progress.file_done()
+        if remote.md5 is None:
+            with self._lock:
+                self.unhashed += 1
+        # The MD5 computed for a blob without one lets a later run know it once `dtjob data hash` records it.
         manifest.record(remote.rel, Entry(remote.size, remote.etag, remote.md5 or md5))
 
     def _download_verified(self, remote: RemoteFile, final: Path, cancel: threading.Event) -> str:

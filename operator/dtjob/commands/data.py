@@ -1,5 +1,6 @@
-"""`dtjob data upload`, `dtjob data ls` and `dtjob data prepare-imagenet`: put a dataset into Blob Storage,
-look at what is there, and turn ILSVRC2012's tarballs into the tree the trainers read.
+"""`dtjob data upload`, `dtjob data ls`, `dtjob data hash` and `dtjob data prepare-imagenet`: put a dataset
+into Blob Storage, look at what is there, record a Content-MD5 on blobs other tools uploaded without one, and
+turn ILSVRC2012's tarballs into the tree the trainers read.
 
 Credentials, first match wins: --sas / $AZURE_STORAGE_SAS_TOKEN, --account-key / $AZURE_STORAGE_KEY, else
 DefaultAzureCredential (az login, workload or managed identity; needs a Storage Blob Data role).
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 def register(subparsers: Any) -> None:
     data = subparsers.add_parser(
-        "data", help="upload a dataset to Blob Storage, list what is there, prepare ImageNet"
+        "data", help="upload a dataset to Blob Storage, list what is there, hash it, prepare ImageNet"
     )
     commands = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
 
@@ -45,6 +46,17 @@ def register(subparsers: Any) -> None:
     _location_args(ls)
     ls.add_argument("--long", "-l", action="store_true", help="show size and MD5 too")
     ls.set_defaults(func=run_ls)
+
+    hash_ = commands.add_parser(
+        "hash",
+        help="record a Content-MD5 on blobs that have none, so the stager verifies their bytes",
+        description=HASH_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _location_args(hash_)
+    hash_.add_argument("--concurrency", type=int, default=16, help="blobs hashed in parallel (default 16)")
+    hash_.add_argument("--no-progress", action="store_true", help="no progress bar")
+    hash_.set_defaults(func=run_hash)
 
     _register_prepare(commands)
 
@@ -131,6 +143,57 @@ def run_ls(args: argparse.Namespace) -> int:
             print(remote.name)
     total = sum(f.size for f in files)
     print(f"{len(files)} blob(s), {total} bytes under {args.container}/{prefix}", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
+HASH_DESCRIPTION = """\
+Read every blob under the prefix that has no Content-MD5 (a blob uploaded in blocks has none unless its
+uploader sent one, as azcopy does with --put-md5), compute its MD5 and record it as the blob's Content-MD5,
+keeping its other content settings. The stager then checks such a blob's bytes, not only its length.
+Blobs that have one are skipped, so a rerun only does what is left. Needs list, read and write on the blobs.
+
+A blob rewritten or deleted after the listing is left without a hash (the read and the record are both
+conditioned on the version listed) and named; the exit status is then 1: run the command again.
+"""
+
+# How many blobs changed meanwhile the summary names (the count covers all of them).
+CHANGED_SHOWN = 10
+
+
+def run_hash(args: argparse.Namespace) -> int:
+    from dtjob.azure.hashing import Hasher
+
+    if args.concurrency < 1:
+        print("dtjob data: --concurrency must be at least 1", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    subject = f"container {args.container}"
+    hint = "the credentials"
+    progress = Progress()
+    try:
+        client, hint = _client(args, args.concurrency)
+        with blob_cli.progress_bar(progress, "hash", enabled=not args.no_progress):
+            summary = Hasher(client, progress, subject, hint, concurrency=args.concurrency).run(
+                directory_prefix(args.prefix)
+            )
+    except KeyboardInterrupt:
+        print("dtjob data: interrupted; run the same command again to go on", file=sys.stderr)
+        return 130
+    except Exception as err:
+        return blob_cli.fail("dtjob data", err, subject, hint)
+    changed = len(summary.changed)
+    print(
+        f"hashed {summary.hashed} blob(s), {summary.had_one} already had a Content-MD5, "
+        f"{changed} changed meanwhile, under {args.container}/{directory_prefix(args.prefix)}"
+    )
+    if changed:
+        shown = summary.changed[:CHANGED_SHOWN]
+        more = f" and {changed - CHANGED_SHOWN} more" if changed > CHANGED_SHOWN else ""
+        print(
+            f"dtjob data: {changed} blob(s) changed or went away while being hashed and were left without a "
+            f"Content-MD5: {', '.join(shown)}{more}; run the same command again to hash them",
+            file=sys.stderr,
+        )
+        return 1
     return int(ExitCode.OK)
 
 
