@@ -125,7 +125,9 @@ def _run(
         case DeletePodGroup():
             gang = gang_scheduler(spec)
             if gang is not None:
-                kube.delete_pod_group(gang.api_version, ns, names.pod_group_name(spec.name))
+                kube.delete_pod_group(
+                    gang.api_version, ns, names.pod_group_name(spec.name), str(owner["uid"])
+                )
         case CreateStagingJob():
             _ensure(kube, desired.staging_job(spec, owner, config.stager_image))
         case UploadLogs(attempt=attempt):

@@ -118,7 +118,7 @@ class Kube(Protocol):
     def delete_batch_job(self, namespace: str, name: str) -> None: ...
     def delete_pods(self, namespace: str, label_selector: str, owner_uid: str) -> None: ...
     def delete_training_job(self, namespace: str, name: str) -> None: ...
-    def delete_pod_group(self, api_version: str, namespace: str, name: str) -> None: ...
+    def delete_pod_group(self, api_version: str, namespace: str, name: str, owner_uid: str) -> None: ...
     def list_node_pods(self, node: str) -> list[Json] | None: ...
     def emit_event(
         self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime
@@ -674,9 +674,25 @@ class KubeClient:
         log.info("created %s %s/%s (%s)", POD_GROUP_KIND, meta["namespace"], meta["name"], obj["apiVersion"])
         return True
 
-    def delete_pod_group(self, api_version: str, namespace: str, name: str) -> None:
-        """Delete-if-present; a cluster that no longer serves the API has none to delete."""
-        _ignore_404(lambda: self._pod_group_call(api_version, "delete", namespace, name))
+    def delete_pod_group(self, api_version: str, namespace: str, name: str, owner_uid: str) -> None:
+        """Delete-if-present and only while `owner_uid` owns it (the name alone may be another owner's), on
+        the condition of the UID that was read; a cluster that no longer serves the API has none to delete."""
+        self.fence.check()
+        group = _raw_or_none(lambda: self._pod_group_call(api_version, "get", namespace, name))
+        if group is None:
+            return
+        if owner_uid not in owner_uids(group):
+            log.warning(
+                "left %s %s/%s alone: it is not owned by %s", POD_GROUP_KIND, namespace, name, owner_uid
+            )
+            return
+        precondition = {"preconditions": {"uid": (group.get("metadata") or {}).get("uid")}}
+        try:
+            _discard(self._pod_group_call(api_version, "delete", namespace, name, precondition))
+        except ApiException as err:
+            if err.status in (404, 409):  # gone, or replaced since the read
+                return
+            raise
         log.info("deleted %s %s/%s (%s)", POD_GROUP_KIND, namespace, name, api_version)
 
     def _pod_group_call(
@@ -684,7 +700,8 @@ class KubeClient:
     ) -> Any:
         """One call on a PodGroup of either gang scheduler's API; each client's calls are spelt out."""
         group, version = api_version.split("/", 1)
-        plural, payload = "podgroups", body or {}
+        plural = "podgroups"
+        payload: Any = body or {}  # a delete's body is its DeleteOptions
         if api_version == SCHEDULERS[COSCHEDULING].api_version:
             calls: dict[str, Any] = {
                 "create": lambda: self.coscheduling.create_namespaced_custom_object(
@@ -697,7 +714,7 @@ class KubeClient:
                     group, version, namespace, plural, name, payload, _preload_content=False
                 ),
                 "delete": lambda: self.coscheduling.delete_namespaced_custom_object(
-                    group, version, namespace, plural, name, _preload_content=False
+                    group, version, namespace, plural, name, body=payload, _preload_content=False
                 ),
             }
         elif api_version == SCHEDULERS[VOLCANO].api_version:
@@ -712,7 +729,7 @@ class KubeClient:
                     group, version, namespace, plural, name, payload, _preload_content=False
                 ),
                 "delete": lambda: self.volcano.delete_namespaced_custom_object(
-                    group, version, namespace, plural, name, _preload_content=False
+                    group, version, namespace, plural, name, body=payload, _preload_content=False
                 ),
             }
         else:

@@ -266,3 +266,42 @@ def test_volcano_missing_then_installed_its_crd_judges_the_pod_group(
                        timeout=60, what="Created True")  # fmt: skip
     assert created["reason"] == "WorldCreated"
     check_strictly(api_client, VOLCANO, namespace, {"scheduler": "volcano", "queue": "research"})
+
+
+def test_a_pod_group_under_the_jobs_name_is_deleted_only_when_the_job_owns_it(
+    coscheduling: str, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Before: the finished job's PodGroup was deleted by name, whoever owned the object of that name."""
+    from dtjob.kube import KubeClient
+
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+
+    def owner(
+        name: str,
+    ) -> client.V1ConfigMap:  # a real object, or the garbage collector takes its dependents
+        return core.create_namespaced_config_map(
+            namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name))
+        )
+
+    theirs, ours = owner("theirs"), owner("ours")
+    for name, holder in (("shared", theirs), ("mine", ours)):
+        ref = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": holder.metadata.name,
+            "uid": holder.metadata.uid,
+        }
+        group = {
+            "apiVersion": "/".join(COSCHEDULING), "kind": "PodGroup",
+            "metadata": {"name": name, "ownerReferences": [ref]}, "spec": {"minMember": 1},
+        }  # fmt: skip
+        custom.create_namespaced_custom_object(*COSCHEDULING, namespace, "podgroups", group)
+    kube = KubeClient(api_client)
+    api_version, our_uid = "/".join(COSCHEDULING), str(ours.metadata.uid)
+    kube.delete_pod_group(api_version, namespace, "shared", our_uid)
+    assert custom.get_namespaced_custom_object(*COSCHEDULING, namespace, "podgroups", "shared")
+    kube.delete_pod_group(api_version, namespace, "mine", our_uid)
+    with pytest.raises(ApiException) as gone:
+        custom.get_namespaced_custom_object(*COSCHEDULING, namespace, "podgroups", "mine")
+    assert gone.value.status == 404
+    kube.delete_pod_group(api_version, namespace, "mine", our_uid)  # already gone: nothing to do

@@ -222,8 +222,10 @@ class RecordingKube:
         if not self.leading:
             raise NotLeader("standing by")
 
-    def delete_pod_group(self, api_version: str, namespace: str, name: str) -> None:
-        self._delete("PodGroup", namespace, name)
+    def delete_pod_group(self, api_version: str, namespace: str, name: str, owner_uid: str) -> None:
+        found = self.objects.get(("PodGroup", namespace, name))
+        if found is None or owner_uid in owner_uids(found):
+            self._delete("PodGroup", namespace, name)
 
     def failed_create(self, namespace: str, job_uid: str) -> str | None:
         self.calls.append(("list", "Event", job_uid))
