@@ -81,6 +81,14 @@ def test_operator_installed_by_helm_from_its_image_runs_a_real_job(
     # Ready and live under its probe, as the non-root user the chart sets, on the system pool.
     assert pod.spec.security_context.run_as_user == 65532
     assert pod.spec.node_name.startswith("aks-system-")
+    # Its /metrics is HTTPS and refuses a caller without a token (the API server's service proxy sends none).
+    with pytest.raises(client.ApiException) as refused:
+        core.connect_get_namespaced_service_proxy_with_path(
+            "https:dtjob-metrics:metrics", installed_operator, "metrics"
+        )
+    assert refused.value.status == 401 and 'realm="dtjob metrics"' in str(refused.value.headers), (
+        refused.value
+    )
     container = new_container(node_azurite)
     name = "in-cluster"
     started = time.monotonic()

@@ -447,7 +447,7 @@ def test_the_lease_is_granted_in_the_release_namespace_only() -> None:
     assert binding["metadata"]["namespace"] == "dtjob-system"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dtjob", "namespace": "dtjob-system"}]
     leases = [r for d in kind(docs, "Role") + kind(docs, "ClusterRole") for r in d["rules"]
-              if "leases" in r["resources"]]  # fmt: skip
+              if "leases" in r.get("resources", [])]  # fmt: skip
     assert len(leases) == 1, "no other Role or ClusterRole grants leases"
 
 

@@ -299,6 +299,9 @@ def test_helm_uninstall_leaves_nothing_behind_but_the_crd(
         f"clusterrole.rbac.authorization.k8s.io/{name}-edit",
         f"clusterrole.rbac.authorization.k8s.io/{name}-view",
         f"clusterrolebinding.rbac.authorization.k8s.io/{name}-discovery",
+        f"clusterrole.rbac.authorization.k8s.io/{name}-metrics-auth",
+        f"clusterrolebinding.rbac.authorization.k8s.io/{name}-metrics-auth",
+        f"clusterrole.rbac.authorization.k8s.io/{name}-metrics-reader",
     }
     assert f"role.rbac.authorization.k8s.io/{name}" in labelled(kubeconfig, name, namespaced=True)
 

@@ -31,6 +31,7 @@ Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 CLIENT_GROUPS = {
     "core": "", "batch": "batch", "custom": dtjob.API_GROUP, "networking": "networking.k8s.io",
     "coordination": "coordination.k8s.io",
+    "authentication": "authentication.k8s.io", "authorization": "authorization.k8s.io",
     "coscheduling": "scheduling.x-k8s.io", "volcano": "scheduling.volcano.sh",
 }  # fmt: skip
 # Clients of CustomObjectsApi used on one resource each: our jobs, and the gang schedulers' PodGroups.
@@ -62,13 +63,21 @@ RESOURCES = {
     "lease": "leases",
     "custom_object": dtjob.PLURAL,
     "custom_object_status": f"{dtjob.PLURAL}/status",
+    "token_review": "tokenreviews",
+    "subject_access_review": "subjectaccessreviews",
 }
-CLUSTER_SCOPED = {"nodes", "namespaces", "customresourcedefinitions"}
+CLUSTER_SCOPED = {"nodes", "namespaces", "customresourcedefinitions", "tokenreviews", "subjectaccessreviews"}
 # Used only when a chart value turns the feature on.
 OPTIONAL = {
     ("networking.k8s.io", "networkpolicies", "create"): "networkPolicy.enabled=true",
     ("networking.k8s.io", "networkpolicies", "get"): "networkPolicy.enabled=true",
     ("networking.k8s.io", "networkpolicies", "patch"): "networkPolicy.enabled=true",
+}
+# Used unless a chart value turns the feature off: the secure /metrics' reviews of its callers.
+METRICS_PLAIN = "metrics.secure=false"
+UNLESS = {
+    ("authentication.k8s.io", "tokenreviews", "create"): METRICS_PLAIN,
+    ("authorization.k8s.io", "subjectaccessreviews", "create"): METRICS_PLAIN,
 }
 # Leader election (on unless a chart value turns it off): the Lease, in the release namespace only, and the
 # Events about it there.
@@ -177,6 +186,7 @@ def used_permissions(namespaced_install: bool, enabled: set[str]) -> set[Permiss
     used = client_calls() | plain_calls() | kopf_watches() | implicit_needs(namespaced_install)
     if LEADER_ELECTION_OFF in enabled:
         used -= RELEASE_NAMESPACE_ONLY
+    used -= {p for p, off in UNLESS.items() if off in enabled}
     return {p for p in used if OPTIONAL.get(p) is None or OPTIONAL[p] in enabled}
 
 
@@ -220,6 +230,7 @@ def granted(docs: list[dict[str, Any]]) -> dict[Permission, set[str | None]]:
         (("watchNamespaces={ml-a}", "networkPolicy.enabled=true"), True),
         ((LEADER_ELECTION_OFF, "replicaCount=1"), False),
         (("watchNamespaces={ml-a}", LEADER_ELECTION_OFF, "replicaCount=1"), True),
+        ((METRICS_PLAIN,), False),
     ],
 )
 def test_the_operator_is_granted_exactly_the_verbs_its_code_uses(
