@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dtjob import metrics, names
+from dtjob.azure.clients import Deadlines
 from dtjob.azure.sas import (
     ANNOTATION_EXPIRES,
     ANNOTATION_ISSUED,
@@ -46,6 +47,8 @@ Json = dict[str, Any]
 STAGING_LOG_TAIL_LINES = 20
 # The life of the operator's own log-upload token: the upload's retries fit in it many times over.
 LOG_UPLOAD_TOKEN_LIFETIME = timedelta(minutes=30)
+# The output container's check before the first output token: one quick try, never a reconcile held long.
+CONTAINER_CHECK_DEADLINES = Deadlines(connect_s=5.0, read_s=5.0, retries=0, backoff_s=1)
 # accountKey mode: the operator reads only Secrets that carry this label, so a job cannot point it at another
 # system's key in its namespace that its author may not read.
 STORAGE_KEY_LABEL = "dtjob.io/storage-key"
@@ -179,6 +182,8 @@ def mint_sas(
     sas = _mint(kube, spec.namespace, location, path, access, start, expiry, directory)
     secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
     existing = kube.get_secret(spec.namespace, sas_secret_name(spec.name, access))
+    if existing is None and access is Access.OUTPUT:
+        _require_output_container(kube, spec.namespace, location, path)
     if existing is None:
         applied = kube.ensure(secret)
         if applied is Applied.NOT_OURS:
@@ -202,6 +207,38 @@ def output_directory(
     if access is not Access.OUTPUT or location.account_name not in config.hns_accounts or not uid:
         return None
     return run_prefix(location.prefix, spec.namespace, spec.name, uid).rstrip("/")
+
+
+def _require_output_container(kube: Kube, namespace: str, location: BlobLocation, path: str) -> None:
+    """Before the first output token: the results container must exist, or the run would find out only when
+    rank 0 uploads, hours later (a create+write token cannot create it). StorageRefused while it is missing,
+    so the job waits naming the field. Asked with the credentials the token is signed with, quickly and once;
+    when storage cannot answer, minting goes on (the results upload retries while storage is away)."""
+    from azure.core.exceptions import AzureError
+
+    from dtjob.azure.clients import container_exists
+
+    creds = location.credentials
+    if creds.auth_mode is AuthMode.ACCOUNT_KEY:
+        key = _account_key(kube, namespace, location, path)
+        credential: Any = {"account_name": location.account_name, "account_key": key}
+    else:
+        credential = workload_identity_credential(creds.client_id)
+    try:
+        exists = container_exists(
+            location.endpoint, location.container, credential, CONTAINER_CHECK_DEADLINES
+        )
+    except AzureError as err:
+        first_line = redact(str(err)).splitlines()[0] if str(err) else type(err).__name__
+        log.warning("%s: could not check that container %s exists: %s", path, location.container, first_line)
+        return
+    if not exists:
+        raise StorageRefused(Blocker(
+            "StorageContainerNotFound",
+            f"{path}.container: container {location.container!r} does not exist in storage account "
+            f"{location.account_name!r}; the results could not be uploaded there: create it (az storage "
+            "container create, or dtjob data upload --create-container); waiting for it",
+        ))  # fmt: skip
 
 
 def _credentials_blocker(kube: Kube, namespace: str, location: BlobLocation, path: str) -> Blocker | None:

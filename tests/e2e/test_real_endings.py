@@ -12,6 +12,7 @@ import pytest
 from dtjob.cli import main
 
 from testbed.azurite import Azurite
+from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
 from testbed.outage import OutageProxy
 from tests.e2e.conftest import NODE_IP, RealCluster
@@ -43,15 +44,19 @@ def test_results_arrive_after_storage_refused_just_as_the_upload_started(
     upstream = urlsplit(node_azurite.endpoint)
     assert upstream.hostname is not None and upstream.port is not None
     with OutageProxy(NODE_IP, upstream.hostname, upstream.port) as proxy:
-        # Nothing else talks to this endpoint before the upload (account-key signing is local): the first
-        # connection is rank 0's upload, and it starts the outage.
-        proxy.arm(OUTAGE_SECONDS)
         output = output_location(node_azurite, container)
         output["endpoint"] = f"{proxy.url}{upstream.path}"
         name = "outage"
         create_tiny_job(
             real_jobs, name, node_azurite, container, output={**output, "uploadRetrySeconds": 300}
         )
+        # The operator checks that the results container exists before it signs the output token; after
+        # that nothing talks to this endpoint before the upload (signing is local): the first connection
+        # once armed is rank 0's upload, and it starts the outage.
+        wait_for(lambda: real_jobs.core.list_namespaced_secret(
+            real_jobs.ns, field_selector=f"metadata.name={name}-sas-out").items, timeout=120,
+            what=f"{name}-sas-out minted")  # fmt: skip
+        proxy.arm(OUTAGE_SECONDS)
         seen: list[dict[str, Any]] = []
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:

@@ -11,9 +11,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import pytest
+from azure.core.exceptions import ResourceExistsError
+from azure.storage.blob import BlobServiceClient
 from dtjob.kube import KubeClient
 from dtjob.preflight import preflight
 from dtjob.storage import STORAGE_KEY_LABEL
@@ -133,6 +136,8 @@ def test_a_sas_secret_refused_by_a_quota_waits_with_the_cause(
         what="quota status counting the key Secret",
     )
     credentials = {"authMode": "accountKey", "secretRef": {"name": "storage-key"}}
+    with contextlib.suppress(ResourceExistsError):  # the results container a real setup has
+        BlobServiceClient(azurite.endpoint, credential=azurite.account_key).create_container("results")
     jobs.create(
         "sasquota", output={"endpoint": azurite.endpoint, "container": "results", "credentials": credentials}
     )

@@ -522,16 +522,46 @@ def test_a_rejected_job_leaves_what_another_owner_holds_under_its_names(
     assert jobs.core.read_namespaced_pod("bystander", jobs.ns).metadata.deletion_timestamp is None
 
 
+def test_a_missing_results_container_waits_naming_the_field_then_proceeds(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+    container_name: str,  # noqa: F811
+) -> None:
+    """Before: a create+write token was minted for a container that does not exist, the run trained for hours,
+    and the results upload failed at its end. Now the job waits before anything of the world exists."""
+    key_secret(jobs, azurite)
+    spec = storage_spec(azurite, {"sim.dtjob.io/run-duration": "5s"}, {"sim.dtjob.io/run-duration": "600s"},
+                        output=container_name)  # fmt: skip
+    jobs.create("nowhere-yet", **spec)
+
+    def waiting() -> dict[str, str] | None:
+        cond = jobs.condition("nowhere-yet", "Created")
+        return cond if cond and cond["reason"] == "StorageContainerNotFound" else None
+
+    cond = wait_for(waiting, timeout=60, what="Created=False StorageContainerNotFound")
+    assert cond["message"].startswith(
+        f"spec.output.container: container {container_name!r} does not exist in storage account"
+    ), cond
+    assert secret_files(jobs, "nowhere-yet-sas-out") is None and not jobs.pods("nowhere-yet")
+    blob.create_container(container_name)
+    wait_for(lambda: secret_files(jobs, "nowhere-yet-sas-out") is not None, timeout=60,
+             what="nowhere-yet-sas-out minted once the container exists")  # fmt: skip
+
+
 def test_a_sas_secret_whose_url_was_changed_is_minted_again_never_followed(
     jobs: Jobs,
     operator: OperatorProcess,
     azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
     container_name: str,  # noqa: F811
 ) -> None:
     """A namespace editor rewrites `<job>-sas-out`'s container URL and keeps the annotations, so nothing is
     due to rotate. Before: the operator kept it (and used it for its own log upload); now it replaces the
     Secret with a fresh token for the spec's URL, and says so."""
     key_secret(jobs, azurite)
+    blob.create_container(container_name)
     spec = storage_spec(azurite, {"sim.dtjob.io/run-duration": "5s"}, {"sim.dtjob.io/run-duration": "600s"},
                         output=container_name)  # fmt: skip
     jobs.create("edited", **spec)

@@ -26,8 +26,11 @@ from tests.unit.recording_kube import JOB_KIND, RecordingKube
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 JOB = "DistributedTrainingJob"
+# Storage on loopback with nothing listening: the operator's one network call here (whether the results
+# container exists, before the first output token) is refused at once, and minting goes on as it must.
+ENDPOINT = "http://127.0.0.1:1/acct1"
 OUTPUT = {
-    "account": "acct1",
+    "endpoint": ENDPOINT,
     "container": "results",
     "credentials": {"authMode": "accountKey", "secretRef": {"name": "storage-key"}},
 }
@@ -110,7 +113,7 @@ def _sas_secret(issued: datetime, expires: datetime) -> dict[str, Any]:
         },
         # What the operator writes: the spec's container URL and a token.
         "data": {
-            "container-url": base64.b64encode(b"https://acct1.blob.core.windows.net/results").decode(),
+            "container-url": base64.b64encode(f"{ENDPOINT}/results".encode()).decode(),
             "sas-token": base64.b64encode(b"sv=2025-01-05&sig=x").decode(),
         },
     }

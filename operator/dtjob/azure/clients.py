@@ -98,6 +98,14 @@ def container_client(
     return client
 
 
+def container_exists(endpoint: str, container: str, credential: Any, deadlines: Deadlines) -> bool:
+    """Whether the account holds the container (Get Container Properties; 404 is False). Raises AzureError
+    when the account cannot say."""
+    service = blob_service_client(endpoint, credential, deadlines)
+    exists: bool = service.get_container_client(container).exists()
+    return exists
+
+
 def blob_service_client(
     endpoint: str, credential: Any, deadlines: Deadlines | None = None
 ) -> BlobServiceClient:
