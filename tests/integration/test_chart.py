@@ -578,3 +578,21 @@ def test_the_operators_metrics_port_is_open_only_to_the_scrapers() -> None:
     no_metrics = next(d for d in render("metrics.enabled=false") if d["kind"] == "NetworkPolicy")
     assert len(no_metrics["spec"]["ingress"]) == 1  # only the health port
     assert not [d for d in render("operatorNetworkPolicy.enabled=false") if d["kind"] == "NetworkPolicy"]
+
+
+def test_workload_identity_labels_the_pods_and_annotates_the_service_account() -> None:
+    client_id = "11111111-2222-3333-4444-555555555555"
+    docs = render(f"workloadIdentity.clientId={client_id}", "serviceAccount.annotations.team=ml")
+    account = next(d for d in docs if d["kind"] == "ServiceAccount")
+    assert account["metadata"]["annotations"] == {
+        "azure.workload.identity/client-id": client_id,
+        "team": "ml",
+    }
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]
+    assert pod["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    plain = render()
+    assert "annotations" not in next(d for d in plain if d["kind"] == "ServiceAccount")["metadata"]
+    labels = next(d for d in plain if d["kind"] == "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert "azure.workload.identity/use" not in labels
+    refused = template("workloadIdentity.clientId=not-a-guid")
+    assert refused.returncode != 0 and "workloadIdentity/clientId" in refused.stderr
