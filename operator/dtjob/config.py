@@ -45,6 +45,8 @@ class OperatorConfig:
     heap_trim_seconds: float = 30.0
     # The staging Job's image (python -m dtjob.stager).
     stager_image: str = DEFAULT_STAGER_IMAGE
+    # Pull Secrets every job's pods get (the installer's registry), to exist in each job's namespace.
+    image_pull_secrets: tuple[str, ...] = ()
     # Replace a SAS once this fraction of its lifetime has passed (tests lower it to see rotation quickly).
     sas_rotate_fraction: float = DEFAULT_SAS_ROTATE_FRACTION
     # Hosts of Blob Storage emulators (Azurite) whose plain-http endpoints jobs may use, besides loopback.
@@ -101,6 +103,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         progress_seconds=float(env.get("DTJOB_PROGRESS_SECONDS", d.progress_seconds)),
         heap_trim_seconds=float(env.get("DTJOB_HEAP_TRIM_SECONDS", d.heap_trim_seconds)),
         stager_image=env.get("DTJOB_STAGER_IMAGE", d.stager_image),
+        image_pull_secrets=tuple(
+            dict.fromkeys(s.strip() for s in env.get("DTJOB_IMAGE_PULL_SECRETS", "").split(",") if s.strip())
+        ),
         sas_rotate_fraction=_fraction(env.get("DTJOB_SAS_ROTATE_FRACTION", str(d.sas_rotate_fraction))),
         emulator_hosts=frozenset(
             h.strip() for h in env.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()

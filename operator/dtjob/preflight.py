@@ -35,12 +35,16 @@ def preflight(kube: Kube, spec: JobSpec, uid: str = "") -> Blocker | None:
                     f"{field}.persistentVolumeClaim.claimName: PersistentVolumeClaim {claim!r} "
                     f"not found in namespace {spec.namespace}; waiting for it",
                 )
-    for secret in spec.image_pull_secrets:
+    for secret in spec.pull_secrets:
         if kube.get_secret(spec.namespace, secret) is None:
+            named = (
+                "spec.imagePullSecrets"
+                if secret in spec.image_pull_secrets
+                else "the operator's image pull Secrets (DTJOB_IMAGE_PULL_SECRETS, chart jobImagePullSecrets)"
+            )
             return Blocker(
                 "ImagePullSecretNotFound",
-                f"spec.imagePullSecrets: Secret {secret!r} not found in namespace {spec.namespace}; "
-                "waiting for it",
+                f"{named}: Secret {secret!r} not found in namespace {spec.namespace}; waiting for it",
             )
     return _foreign_secrets(kube, spec, uid) or _gpu_capacity(kube, spec)
 

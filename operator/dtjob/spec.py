@@ -147,6 +147,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         image=image or config.image_for(framework),
         image_pull_policy=spec.choice("imagePullPolicy", PULL_POLICIES, "") or None,
         image_pull_secrets=pull_secrets,
+        cluster_pull_secrets=config.image_pull_secrets,
         command=command,
         args=spec.string_list("args"),
         env=env,

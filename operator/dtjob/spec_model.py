@@ -188,6 +188,14 @@ class JobSpec:
     automount_service_account_token: bool = False
     # With a user's command: also pass the flags built from dataset and hyperparameters (dtjob_train's).
     append_training_flags: bool = False
+    # The installer's pull Secrets for every job's pods, the stager's too (DTJOB_IMAGE_PULL_SECRETS): they
+    # must exist in the job's namespace, as the spec's own must.
+    cluster_pull_secrets: tuple[str, ...] = ()
+
+    @property
+    def pull_secrets(self) -> tuple[str, ...]:
+        """Every pull Secret of the job's training pods: the spec's, then the installer's."""
+        return tuple(dict.fromkeys(self.image_pull_secrets + self.cluster_pull_secrets))
 
     @property
     def total_slots(self) -> int:

@@ -596,3 +596,12 @@ def test_workload_identity_labels_the_pods_and_annotates_the_service_account() -
     assert "azure.workload.identity/use" not in labels
     refused = template("workloadIdentity.clientId=not-a-guid")
     assert refused.returncode != 0 and "workloadIdentity/clientId" in refused.stderr
+
+
+def test_job_pull_secrets_reach_the_operators_environment() -> None:
+    environment = {
+        e["name"]: e.get("value") for e in container(render("jobImagePullSecrets={acr,mirror}"))["env"]
+    }
+    assert environment["DTJOB_IMAGE_PULL_SECRETS"] == "acr,mirror"
+    assert "DTJOB_IMAGE_PULL_SECRETS" not in {e["name"] for e in container(render())["env"]}
+    assert template("jobImagePullSecrets={Bad_Name}").returncode != 0

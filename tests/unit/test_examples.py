@@ -50,3 +50,11 @@ def test_the_custom_script_example_mounts_the_script_on_every_worker() -> None:
     assert any(v["name"] == "benchmark" and v["configMap"]["name"] == "my-benchmark-script"
                for v in pod["spec"]["volumes"])  # fmt: skip
     assert mpi_command(spec)[-len(job["spec"]["args"]) - 2 :][:2] == ["python", "/opt/benchmark/benchmark.py"]
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.rglob("*.yaml")), ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_every_example_job_fails_rather_than_waits_forever_for_a_world(path: Path) -> None:
+    for job in jobs_in(path):
+        assert job_spec(**job["spec"]).run_policy.startup_deadline_seconds, (
+            f"{path.name}: no startup deadline"
+        )

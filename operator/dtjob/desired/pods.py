@@ -208,8 +208,8 @@ def _common_pod_spec(spec: JobSpec, pod_spec: Json, gpu_placement: bool) -> None
     scheduler_name = gang.scheduler_name(spec)
     if scheduler_name:
         pod_spec["schedulerName"] = scheduler_name
-    if spec.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
+    if spec.pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in spec.pull_secrets]
     if gpu_placement and spec.placement.affinity:
         pod_spec["affinity"] = spec.placement.affinity
 
