@@ -113,7 +113,8 @@ def observe_sas(
 ) -> dict[str, SasObservation]:
     """Each SAS Secret the job needs now: present and fresh (seconds to its rotation), or in need of a mint,
     and then whether the namespace's storage policy and the credentials allow one. The policy and the
-    credentials are read only when a token is due, so a running job costs one Secret read per location."""
+    credentials are read only when a token is due, so a running job costs one Secret read per location; before
+    the first output token, storage is asked whether the results container exists."""
     found: dict[str, SasObservation] = {}
     policy_checked = False
     refused: Blocker | None = None
@@ -136,6 +137,8 @@ def observe_sas(
         if not policy_checked:  # nothing is signed for a location the namespace may not use
             refused, policy_checked = storage_allowed(kube, spec, config), True
         blocked = refused or _credentials_blocker(kube, spec.namespace, location, path)
+        if blocked is None and existing is None and access is Access.OUTPUT:
+            blocked = _missing_output_container(kube, spec.namespace, location, path)
         if blocked is not None:
             log.warning("%s/%s: %s", spec.namespace, spec.name, blocked.message)
         found[access.value] = SasObservation(mint_needed=True, blocked=blocked, altered=altered)
@@ -182,8 +185,6 @@ def mint_sas(
     sas = _mint(kube, spec.namespace, location, path, access, start, expiry, directory)
     secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
     existing = kube.get_secret(spec.namespace, sas_secret_name(spec.name, access))
-    if existing is None and access is Access.OUTPUT:
-        _require_output_container(kube, spec.namespace, location, path)
     if existing is None:
         applied = kube.ensure(secret)
         if applied is Applied.NOT_OURS:
@@ -209,10 +210,12 @@ def output_directory(
     return run_prefix(location.prefix, spec.namespace, spec.name, uid).rstrip("/")
 
 
-def _require_output_container(kube: Kube, namespace: str, location: BlobLocation, path: str) -> None:
+def _missing_output_container(
+    kube: Kube, namespace: str, location: BlobLocation, path: str
+) -> Blocker | None:
     """Before the first output token: the results container must exist, or the run would find out only when
-    rank 0 uploads, hours later (a create+write token cannot create it). StorageRefused while it is missing,
-    so the job waits naming the field. Asked with the credentials the token is signed with, quickly and once;
+    rank 0 uploads, hours later (a create+write token cannot create it). A blocker while it is missing, so the
+    job waits naming the field. Asked with the credentials the token is signed with, one quick try per look;
     when storage cannot answer, minting goes on (the results upload retries while storage is away)."""
     from azure.core.exceptions import AzureError
 
@@ -231,14 +234,15 @@ def _require_output_container(kube: Kube, namespace: str, location: BlobLocation
     except AzureError as err:
         first_line = redact(str(err)).splitlines()[0] if str(err) else type(err).__name__
         log.warning("%s: could not check that container %s exists: %s", path, location.container, first_line)
-        return
-    if not exists:
-        raise StorageRefused(Blocker(
-            "StorageContainerNotFound",
-            f"{path}.container: container {location.container!r} does not exist in storage account "
-            f"{location.account_name!r}; the results could not be uploaded there: create it (az storage "
-            "container create, or dtjob data upload --create-container); waiting for it",
-        ))  # fmt: skip
+        return None
+    if exists:
+        return None
+    return Blocker(
+        "StorageContainerNotFound",
+        f"{path}.container: container {location.container!r} does not exist in storage account "
+        f"{location.account_name!r}; the results could not be uploaded there: create it (az storage "
+        "container create, or dtjob data upload --create-container); waiting for it",
+    )
 
 
 def _credentials_blocker(kube: Kube, namespace: str, location: BlobLocation, path: str) -> Blocker | None:
