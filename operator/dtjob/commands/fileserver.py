@@ -46,6 +46,7 @@ from dtjob.fileserver_objects import (
     pvc_stanza,
     share_users,
 )
+from dtjob.transfer_report import ExitCode
 
 Connect = Callable[[argparse.Namespace], FileServers]
 KubeConnect = Callable[[argparse.Namespace], Any]  # -> kubernetes.client.ApiClient
@@ -156,7 +157,7 @@ def _say(line: str) -> None:
 
 def connect(args: argparse.Namespace) -> FileServers:
     if not args.subscription:
-        raise FileServerError("--subscription: required (or set AZURE_SUBSCRIPTION_ID)")
+        raise FileServerError("--subscription: required (or set AZURE_SUBSCRIPTION_ID)", ExitCode.USAGE)
     from azure.identity import DefaultAzureCredential
 
     return FileServers(args.subscription, args.resource_group or "", DefaultAzureCredential(), progress=_say)
@@ -173,7 +174,7 @@ def _guarded(action: Callable[[], int]) -> int:
         return action()
     except FileServerError as err:
         print(f"dtjob fileserver: {err}", file=sys.stderr)
-        return 1
+        return err.exit_code
 
 
 def _print_stanza(volume: dict[str, Any], what: str) -> None:
@@ -245,7 +246,9 @@ def run_create(
 ) -> int:
     def action() -> int:
         if not args.cluster and not (args.subnet_id and args.location):
-            raise FileServerError("--cluster: required unless both --subnet-id and --location are given")
+            raise FileServerError(
+                "--cluster: required unless both --subnet-id and --location are given", ExitCode.USAGE
+            )
         validate(_spec(args, args.location or "", tuple(args.subnet_id)))
         if args.dry_run:
             return _dry_run(args)
@@ -274,7 +277,8 @@ def run_create(
             summary = " ".join(str(err).split())[:300]
             raise FileServerError(
                 f"the share is ready, but the PV and claim were not written: {type(err).__name__}: "
-                f"{summary}; check --kubeconfig/--context and run create --apply again"
+                f"{summary}; check --kubeconfig/--context and run create --apply again",
+                kube_exit_code(err),
             ) from err
         for line in lines:
             _say(line)
@@ -345,7 +349,9 @@ def _read(call: Callable[[], Any]) -> dict[str, Any] | None:
     except ApiException as err:
         if err.status == 404:
             return None
-        raise FileServerError(f"Kubernetes API: {err.status} {_api_message(err)}") from err
+        raise FileServerError(
+            f"Kubernetes API: {err.status} {_api_message(err)}", kube_exit_code(err)
+        ) from err
     return found
 
 
@@ -355,7 +361,23 @@ def _kube_call(call: Callable[[], Any]) -> None:
     try:
         call()
     except ApiException as err:
-        raise FileServerError(f"Kubernetes API: {err.status} {_api_message(err)}") from err
+        raise FileServerError(
+            f"Kubernetes API: {err.status} {_api_message(err)}", kube_exit_code(err)
+        ) from err
+
+
+def kube_exit_code(err: Exception) -> int:
+    """The exit status for a Kubernetes failure: an unusable kubeconfig, denied, not found, or the API
+    server failed or could not be reached."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    if isinstance(err, ConfigException):
+        return int(ExitCode.USAGE)
+    status = err.status if isinstance(err, ApiException) else None
+    if status in (401, 403):
+        return int(ExitCode.DENIED)
+    return int(ExitCode.NOT_FOUND if status == 404 else ExitCode.STORAGE)
 
 
 def _api_message(err: Any) -> str:
@@ -495,7 +517,8 @@ def run_delete(
             if not args.force:
                 raise FileServerError(
                     f"cannot check which jobs use {server}:{path} ({type(err).__name__}: "
-                    f"{' '.join(str(err).split())[:300]}); check --kubeconfig/--context, or --force"
+                    f"{' '.join(str(err).split())[:300]}); check --kubeconfig/--context, or --force",
+                    kube_exit_code(err),
                 ) from err
             _say(f"not checked which jobs use the share ({type(err).__name__}); --force")
             kube, users = None, []

@@ -128,12 +128,34 @@ class Cluster:
         try:
             return call()
         except ApiException as err:
-            if err.status == 404 and missing:
-                raise KubeFailure(ExitCode.NOT_FOUND, missing) from None
-            code = ExitCode.DENIED if err.status in (401, 403) else ExitCode.STORAGE
-            raise KubeFailure(code, f"{what}: {err.status} {err.reason}") from None
-        except OSError as err:
-            raise KubeFailure(ExitCode.STORAGE, f"{what}: cannot reach the API server ({err})") from None
+            raise api_failure(err, what, missing) from None
+        except Exception as err:
+            failure = unreachable(err, what)
+            if failure is None:
+                raise
+            raise failure from None
+
+
+def api_failure(err: Any, what: str, missing: str | None = None) -> KubeFailure:
+    """The KubeFailure of an ApiException: 404 not found (when `missing` says what), 401/403 denied, any
+    other answer a failure of the API server."""
+    if err.status == 404 and missing:
+        return KubeFailure(ExitCode.NOT_FOUND, missing)
+    code = ExitCode.DENIED if err.status in (401, 403) else ExitCode.STORAGE
+    return KubeFailure(code, f"{what}: {err.status} {err.reason}")
+
+
+def unreachable(err: Exception, what: str) -> KubeFailure | None:
+    """The KubeFailure of an API server that could not be reached or broke off (urllib3 gives up after its
+    retries with an error that is not an OSError), or None for any other exception."""
+    import urllib3
+
+    if not isinstance(err, (OSError, urllib3.exceptions.HTTPError)):
+        return None
+    reason = getattr(err, "reason", None) or err
+    return KubeFailure(
+        ExitCode.STORAGE, f"{what}: cannot reach the API server ({' '.join(str(reason).split())})"
+    )
 
 
 def connect(args: argparse.Namespace) -> Cluster:

@@ -131,7 +131,7 @@ def _guarded(action: Callable[[], int]) -> int:
         return action()
     except PoolError as err:
         print(f"dtjob pool: {err}", file=sys.stderr)
-        return 1
+        return err.exit_code
 
 
 def _summary(resource: dict[str, Any]) -> str:
