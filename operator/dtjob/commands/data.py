@@ -2,7 +2,8 @@
 into Blob Storage, look at what is there, record a Content-MD5 on blobs other tools uploaded without one, and
 turn ILSVRC2012's tarballs into the tree the trainers read.
 
-Credentials, first match wins: --sas / $AZURE_STORAGE_SAS_TOKEN, --account-key / $AZURE_STORAGE_KEY, else
+Credentials, first match wins: --sas-file / $AZURE_STORAGE_SAS_TOKEN, --account-key-file / $AZURE_STORAGE_KEY
+(--sas and --account-key take the secret itself, which then shows in shell history and ps), else
 DefaultAzureCredential (az login, workload or managed identity; needs a Storage Blob Data role).
 """
 
@@ -70,8 +71,7 @@ def _location_args(parser: argparse.ArgumentParser, local_dir: bool = False) -> 
     where.add_argument("--endpoint", help="blob endpoint URL (other clouds, or a local emulator)")
     parser.add_argument("--container", required=not local_dir, help="blob container")
     parser.add_argument("--prefix", default="", help="virtual directory inside the container")
-    parser.add_argument("--account-key", help="account key (default $AZURE_STORAGE_KEY)")
-    parser.add_argument("--sas", help="SAS token (default $AZURE_STORAGE_SAS_TOKEN)")
+    blob_cli.add_credential_args(parser)
 
 
 def _endpoint_and_account(args: argparse.Namespace) -> tuple[str, str | None]:

@@ -46,8 +46,9 @@ def register(subparsers: Any) -> None:
         help="world N (0 is the first; status.restarts is the current one)",
     )
     kube_cli.add_kube_args(logs)
-    logs.add_argument("--account-key", help="for uploaded logs: account key (default $AZURE_STORAGE_KEY)")
-    logs.add_argument("--sas", help="for uploaded logs: SAS token with read and list")
+    blob_cli.add_credential_args(
+        logs, sas_needs=" with read and list (uploaded logs)", key_use=" (uploaded logs)"
+    )
     logs.set_defaults(func=run_logs)
 
 
