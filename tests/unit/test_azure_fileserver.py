@@ -272,9 +272,11 @@ def test_ls_lists_the_file_servers_only(capsys: pytest.CaptureFixture[str]) -> N
     assert listed[1]["sizeGiB"] == 512
 
 
-def unreachable_kubeconfig(tmp_path: Path) -> str:
-    """A kubeconfig whose API server refuses connections (nothing listens on port 1)."""
+def unreachable_kubeconfig(tmp_path: Path, namespace: str | None = None) -> str:
+    """A kubeconfig whose API server refuses connections (nothing listens on port 1); its context's
+    namespace is `namespace`, when given."""
     path = tmp_path / "kubeconfig"
+    context = {"cluster": "c", "user": "u", **({"namespace": namespace} if namespace else {})}
     path.write_text(
         yaml.safe_dump(
             {
@@ -282,12 +284,42 @@ def unreachable_kubeconfig(tmp_path: Path) -> str:
                 "kind": "Config",
                 "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
                 "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "contexts": [{"name": "x", "context": context}],
                 "current-context": "x",
             }
         )
     )
     return str(path)
+
+
+def planned_namespaces(out: str) -> set[str | None]:
+    return {
+        o["metadata"].get("namespace")
+        for o in json.loads(out)["kubernetes"]
+        if o["kind"] != "PersistentVolume"
+    }
+
+
+def test_the_claims_namespace_is_the_contexts_unless_n_names_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    player = aks_player()
+    plan = [*CREATE, "--dry-run", "--apply", "--kubeconfig", unreachable_kubeconfig(tmp_path, "ml-team")]
+    assert run(plan, player) == 0
+    assert planned_namespaces(capsys.readouterr().out) == {"ml-team"}
+    assert run([*plan, "-n", "other"], player) == 0
+    assert planned_namespaces(capsys.readouterr().out) == {"other"}
+    assert run([*plan, "--namespace", "third"], player) == 0
+    assert planned_namespaces(capsys.readouterr().out) == {"third"}
+
+    # Without a kubeconfig: a plan in default, saying why; an --apply refused before Azure is asked.
+    absent = [*CREATE, "--apply", "--kubeconfig", str(tmp_path / "absent")]
+    assert run([*absent, "--dry-run"], player) == 0
+    out, err = capsys.readouterr()
+    assert planned_namespaces(out) == {"default"} and "the plan puts the claim in namespace default" in err
+    assert run(absent, player) == ExitCode.USAGE
+    assert "cannot load the kubeconfig" in capsys.readouterr().err
+    assert player.requests == []
 
 
 def test_delete_without_a_reachable_cluster_is_refused_unless_forced(

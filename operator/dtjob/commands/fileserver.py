@@ -32,6 +32,7 @@ from dtjob.azure.fileserver import (
     validate,
     validate_names,
 )
+from dtjob.commands import kube_cli
 from dtjob.fileserver_objects import (
     FILESERVER_LABEL,
     SHARE_LABEL,
@@ -95,11 +96,8 @@ def register(subparsers: Any) -> None:
     create.add_argument(
         "--apply", action="store_true", help="write a PersistentVolume and a bound claim into --namespace"
     )
-    create.add_argument(
-        "--namespace", "-n", default="default", help="the claim's namespace (default default)"
-    )
     create.add_argument("--claim-name", help="the claim's name (default: the share's)")
-    _kube_args(create)
+    kube_cli.add_kube_args(create, "the claim's namespace, with --apply")
     create.add_argument(
         "--dry-run", action="store_true", help="print the requests' bodies as JSON; send nothing"
     )
@@ -189,7 +187,7 @@ def _spec(args: argparse.Namespace, location: str, subnets: tuple[str, ...]) -> 
     return FileServerSpec(args.account, args.share, args.size_gib, location, subnets)
 
 
-def _dry_run(args: argparse.Namespace) -> int:
+def _dry_run(args: argparse.Namespace, namespace: str) -> int:
     """The requests create would send to a subscription where nothing exists yet, and nothing sent: where
     the cluster would be read for the location or subnets, a placeholder says so."""
     subnets = tuple(args.subnet_id)
@@ -234,8 +232,8 @@ def _dry_run(args: argparse.Namespace) -> int:
         share = Share(args.account, args.share, f"{args.account}.{FILE_SUFFIX}", args.size_gib)
         claim = args.claim_name or args.share
         plan["kubernetes"] = [
-            persistent_volume(share, args.namespace, claim),
-            persistent_volume_claim(share, args.namespace, claim),
+            persistent_volume(share, namespace, claim),
+            persistent_volume_claim(share, namespace, claim),
         ]
     print(json.dumps(plan, indent=2))
     return 0
@@ -250,8 +248,9 @@ def run_create(
                 "--cluster: required unless both --subnet-id and --location are given", ExitCode.USAGE
             )
         validate(_spec(args, args.location or "", tuple(args.subnet_id)))
+        namespace = claim_namespace(args) if args.apply else ""
         if args.dry_run:
-            return _dry_run(args)
+            return _dry_run(args, namespace)
         servers = connect(args)
         location, subnets = args.location or "", tuple(args.subnet_id)
         if args.cluster and not (location and subnets):
@@ -270,7 +269,7 @@ def run_create(
             return 0
         claim = args.claim_name or args.share
         try:
-            lines = apply_volume(connect_kube(args), share, args.namespace, claim)
+            lines = apply_volume(connect_kube(args), share, namespace, claim)
         except FileServerError:
             raise
         except Exception as err:  # no kubeconfig, no such context, an API server that does not answer
@@ -282,10 +281,22 @@ def run_create(
             ) from err
         for line in lines:
             _say(line)
-        _print_stanza(pvc_stanza(claim, args.mount_path), f"the claim {args.namespace}/{claim}")
+        _print_stanza(pvc_stanza(claim, args.mount_path), f"the claim {namespace}/{claim}")
         return 0
 
     return _guarded(action)
+
+
+def claim_namespace(args: argparse.Namespace) -> str:
+    """-n/--namespace, else the kubeconfig context's namespace, else default, as for every other command.
+    Without a readable kubeconfig, --dry-run plans with default; --apply is refused before Azure is asked."""
+    try:
+        return kube_cli.namespace(args)
+    except kube_cli.KubeFailure as err:
+        if args.dry_run:
+            _say(f"{err}: the plan puts the claim in namespace default (-n names another)")
+            return "default"
+        raise FileServerError(f"{err}: --apply needs it to write the claim", err.code) from None
 
 
 def apply_volume(api_client: Any, share: Share, namespace: str, claim: str) -> list[str]:

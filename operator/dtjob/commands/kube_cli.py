@@ -22,8 +22,9 @@ class KubeFailure(Exception):
         return self.reason
 
 
-def add_kube_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--namespace", help="the job's namespace (default: the context's, or default)")
+def add_kube_args(parser: argparse.ArgumentParser, what: str = "the job's namespace") -> None:
+    """kubectl's connection flags; -n/--namespace is always a namespace, defaulting to the context's."""
+    parser.add_argument("-n", "--namespace", help=f"{what} (default: the context's, or default)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
 
@@ -165,9 +166,22 @@ def connect(args: argparse.Namespace) -> Cluster:
 
     try:
         api = config.new_client_from_config(config_file=args.kubeconfig, context=args.context)
+    except (ConfigException, OSError) as err:
+        raise KubeFailure(ExitCode.USAGE, f"cannot load the kubeconfig: {err}") from None
+    return Cluster(api, namespace(args))
+
+
+def namespace(args: argparse.Namespace) -> str:
+    """-n/--namespace, else the namespace of the kubeconfig's context (--context, or the current one), else
+    default: kubectl's choice. KubeFailure(USAGE) when the kubeconfig cannot be read."""
+    if args.namespace:
+        return str(args.namespace)
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
         contexts, current = config.list_kube_config_contexts(config_file=args.kubeconfig)
     except (ConfigException, OSError) as err:
         raise KubeFailure(ExitCode.USAGE, f"cannot load the kubeconfig: {err}") from None
     chosen = next((c for c in contexts if c["name"] == args.context), current) if args.context else current
-    namespace = args.namespace or ((chosen or {}).get("context") or {}).get("namespace") or "default"
-    return Cluster(api, namespace)
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
