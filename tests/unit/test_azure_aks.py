@@ -21,7 +21,7 @@ from dtjob.transfer_report import ExitCode
 
 from tests.azure.arm_player import ArmPlayer, StaticToken
 
-CLUSTER = ["--subscription", "sub-1", "-g", "ml-rg", "-c", "aks-train"]
+CLUSTER = ["--subscription", "sub-1", "-g", "ml-rg", "--cluster", "aks-train"]
 
 
 def run(argv: list[str], player: ArmPlayer, lines: list[str] | None = None) -> int:
@@ -174,8 +174,8 @@ def test_delete_waits_for_the_operation(capsys: pytest.CaptureFixture[str]) -> N
 @pytest.mark.parametrize(
     ("pool", "flag"),
     [
-        (GpuPool(name="GPU-Pool"), "--name"),
-        (GpuPool(name="averyverylongname"), "--name"),
+        (GpuPool(name="GPU-Pool"), "NAME"),
+        (GpuPool(name="averyverylongname"), "NAME"),
         (GpuPool(vm_size="nc24"), "--vm-size"),
         (GpuPool(min_count=3, max_count=2), "--min/--max"),
         (GpuPool(max_count=0), "--min/--max"),

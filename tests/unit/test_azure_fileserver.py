@@ -266,10 +266,12 @@ def test_ls_lists_the_file_servers_only(capsys: pytest.CaptureFixture[str]) -> N
             "mlfiles2.file.core.windows.net:/mlfiles2/imagenet",
         ],
     ]
-    assert run(["fileserver", "ls", "--subscription", SUB, "-g", "ml-rg", "--json"], player) == 0
+    assert run(["fileserver", "ls", "--subscription", SUB, "-g", "ml-rg", "-o", "json"], player) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed[1]["nfs"] == {"server": "mlfiles2.file.core.windows.net", "path": "/mlfiles2/imagenet"}
     assert listed[1]["sizeGiB"] == 512
+    assert run(["fileserver", "ls", "--subscription", SUB, "-g", "ml-rg", "-o", "yaml"], player) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == listed
 
 
 def unreachable_kubeconfig(tmp_path: Path, namespace: str | None = None) -> str:

@@ -84,7 +84,7 @@ def image_compatibility_note(vm_size: str) -> str | None:
 def validate_pool(pool: GpuPool) -> None:
     """Raise PoolError naming the CLI flag of the first bad value."""
     if not POOL_NAME_RE.match(pool.name):
-        raise PoolError(f"--name: 1-12 lowercase letters or digits starting with a letter, got {pool.name!r}")
+        raise PoolError(f"NAME: 1-12 lowercase letters or digits starting with a letter, got {pool.name!r}")
     if not re.match(r"^Standard_[A-Za-z0-9_]+$", pool.vm_size):
         raise PoolError(f"--vm-size: expected an Azure VM size like Standard_NC24s_v3, got {pool.vm_size!r}")
     if not 0 <= pool.min_count <= pool.max_count <= MAX_NODES or pool.max_count < 1:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
-from dtjob.commands import blob_cli
+from dtjob.commands import blob_cli, output
 from dtjob.names import directory_prefix
 from dtjob.spec_reader import SpecError
 from dtjob.storage_spec import ACCOUNT_RE, PUBLIC_BLOB_SUFFIX, parse_endpoint
@@ -46,6 +46,7 @@ def register(subparsers: Any) -> None:
     ls = commands.add_parser("ls", help="list blobs under a prefix")
     _location_args(ls)
     ls.add_argument("--long", "-l", action="store_true", help="show size and MD5 too")
+    output.add_output_arg(ls, "one blob a line")
     ls.set_defaults(func=run_ls)
 
     hash_ = commands.add_parser(
@@ -136,10 +137,13 @@ def run_ls(args: argparse.Namespace) -> int:
         files = list_remote(client, prefix)
     except Exception as err:
         return blob_cli.fail("dtjob data", err, subject, hint)
-    for remote in files:
-        if args.long:
+    if args.output != "text":
+        print(output.dump([{"name": f.name, "size": f.size, "md5": f.md5} for f in files], args.output))
+    elif args.long:
+        for remote in files:
             print(f"{remote.size:>14}  {remote.md5 or '-':<24}  {remote.name}")
-        else:
+    else:
+        for remote in files:
             print(remote.name)
     total = sum(f.size for f in files)
     print(f"{len(files)} blob(s), {total} bytes under {args.container}/{prefix}", file=sys.stderr)

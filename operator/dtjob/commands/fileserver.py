@@ -32,7 +32,7 @@ from dtjob.azure.fileserver import (
     validate,
     validate_names,
 )
-from dtjob.commands import kube_cli
+from dtjob.commands import kube_cli, output
 from dtjob.fileserver_objects import (
     FILESERVER_LABEL,
     SHARE_LABEL,
@@ -71,7 +71,7 @@ def register(subparsers: Any) -> None:
         "PersistentVolumeClaim and prints the stanza that uses the claim.",
     )
     _azure_args(create)
-    create.add_argument("--cluster", "-c", help="AKS cluster: its node subnets and location are used")
+    create.add_argument("--cluster", help="AKS cluster: its node subnets and location are used")
     create.add_argument("--cluster-resource-group", help="the cluster's resource group (default -g)")
     create.add_argument("--account", required=True, help="storage account name (3-24 a-z0-9, global)")
     create.add_argument("--share", default=DEFAULT_SHARE, help=f"NFS share name (default {DEFAULT_SHARE})")
@@ -112,7 +112,7 @@ def register(subparsers: Any) -> None:
         help="default $AZURE_SUBSCRIPTION_ID",
     )
     ls.add_argument("--resource-group", "-g", help="only this resource group (default: the subscription)")
-    ls.add_argument("--json", action="store_true", help="as JSON")
+    output.add_output_arg(ls, legacy_json=True)
     ls.set_defaults(func=run_ls)
 
     delete = commands.add_parser(
@@ -404,8 +404,8 @@ def _api_message(err: Any) -> str:
 def run_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
     def action() -> int:
         shares = connect(args).list_shares(all_groups=not args.resource_group)
-        if args.json:
-            print(json.dumps([_share_json(s) for s in shares], indent=2))
+        if args.output != "text":
+            print(output.dump([_share_json(s) for s in shares], args.output))
             return 0
         header = ("ACCOUNT", "SHARE", "SIZE", "PROTOCOL", "RESOURCE GROUP", "LOCATION", "ENDPOINT")
         print(_row(*header))

@@ -8,10 +8,11 @@ import logging
 import os
 import secrets
 import socket
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from dtjob.commands.deprecation import Deprecated
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 # The Prometheus /metrics server (dtjob.metrics).
@@ -34,8 +35,8 @@ def register(subparsers: Any) -> None:
     # -n/--namespace names one namespace in every other command (kubectl's meaning); here it was the watch
     # list. Kept for one release, hidden, saying so; it adds to --watch-namespace's list.
     parser.add_argument(
-        "-n", "--namespace", action=DeprecatedWatchNamespace, dest="namespaces", metavar="NS",
-        help=argparse.SUPPRESS,
+        "-n", "--namespace", action=Deprecated, dest="namespaces", append=True,
+        use="--watch-namespace {value}",
     )  # fmt: skip
     parser.add_argument(
         "--liveness", default=DEFAULT_LIVENESS, metavar="URL",
@@ -73,24 +74,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile decision")
     parser.add_argument("--debug", action="store_true", help="log kopf internals too")
     parser.set_defaults(func=run)
-
-
-class DeprecatedWatchNamespace(argparse._AppendAction):
-    """--namespace NS as --watch-namespace NS, with a warning on stderr."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        print(
-            f"dtjob operator: {option_string} is deprecated and will be removed in the next release: use "
-            f"--watch-namespace {values}",
-            file=sys.stderr,
-        )
-        super().__call__(parser, namespace, values, option_string)
 
 
 def _port(text: str) -> int:
