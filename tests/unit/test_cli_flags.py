@@ -52,10 +52,12 @@ def test_n_is_a_namespace_in_every_command() -> None:
             assert "default: the context's" in (action.help or ""), words
 
 
-def test_the_cluster_is_cluster_only() -> None:
-    for words, sub in COMMANDS.items():
-        short = flag(sub, "-c")
-        assert short is None or short.dest != "cluster", words
+def test_c_is_a_container_and_the_cluster_is_cluster_only() -> None:
+    having_c = {words for words, sub in COMMANDS.items() if flag(sub, "-c") is not None}
+    assert having_c == {"logs"}
+    container = flag(COMMANDS["logs"], "-c")
+    assert container is not None and container.option_strings == ["-c", "--container"]
+    assert container.dest == "container"
     for words in ("pool create", "pool scale", "pool delete", "pool ls", "fileserver create"):
         cluster = flag(COMMANDS[words], "--cluster")
         assert cluster is not None and cluster.option_strings == ["--cluster"], words
