@@ -63,7 +63,7 @@ def start_operator(
             "-m",
             "dtjob",
             "operator",
-            "--namespace",
+            "--watch-namespace",
             namespace,
             "--liveness",
             liveness,

@@ -114,7 +114,7 @@ class OperatorProcess:
         env.update(self.extra_env)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dtjob", "operator", "--namespace", self.namespace,
+            [sys.executable, "-m", "dtjob", "operator", "--watch-namespace", self.namespace,
              *(["--verbose"] if self.verbose else []),
              "--liveness", f"http://127.0.0.1:{self.port}/healthz",
              "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),

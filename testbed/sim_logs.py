@@ -13,25 +13,34 @@ from pathlib import Path
 from kubernetes import client
 
 
-def cri_line(text: str, stream: str = "stdout") -> str:
-    """One line as a container runtime writes it: timestamp, stream, full-line tag, text."""
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def cri_line(text: str, stream: str = "stdout", at: datetime | None = None) -> str:
+    """One line as a container runtime writes it: timestamp (`at`, default now), stream, full-line tag,
+    text."""
+    stamp = (at or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return f"{stamp} {stream} F {text}\n"
 
 
-def append_log(path: Path, *lines: str) -> None:
+def append_log(path: Path, *lines: str, at: datetime | None = None) -> None:
+    """Append lines written now (or at `at`: a log with a past)."""
     with path.open("a") as log:
-        log.writelines(cri_line(line) for line in lines)
+        log.writelines(cri_line(line, at=at) for line in lines)
 
 
 def serve_pod_log(api_client: client.ApiClient, namespace: str, pod: str, container: str, path: Path) -> None:
     """Make `path` the log of `container` in `pod` (the file may grow while the pod runs)."""
-    path.touch()
+    serve_pod_logs(api_client, namespace, pod, {container: path})
+
+
+def serve_pod_logs(api_client: client.ApiClient, namespace: str, pod: str, paths: dict[str, Path]) -> None:
+    """Make each path the log of its container in `pod` (a sidecar's beside the main container's)."""
+    for path in paths.values():
+        path.touch()
+    logs = [{"containers": [c], "logsFile": str(p.resolve()), "follow": True} for c, p in paths.items()]
     body = {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Logs",
         "metadata": {"name": pod, "namespace": namespace},
-        "spec": {"logs": [{"containers": [container], "logsFile": str(path.resolve()), "follow": True}]},
+        "spec": {"logs": logs},
     }
     client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         "kwok.x-k8s.io", "v1alpha1", namespace, "logs", body

@@ -1,10 +1,14 @@
 """Which log `dtjob logs` follows: the launcher's (every rank's output) or one worker's, live from its pod or,
-once the pods are gone, from the copy the operator uploaded. Pure: it picks among pods and blob names."""
+once the pods are gone, from the copy the operator uploaded; and how far a pod's log has been printed, so that
+reading it again prints only what is new. Pure: it picks among pods, blob names and log lines."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from dtjob import names
@@ -72,3 +76,70 @@ def uploaded_log(target: LogTarget, blob_names: Sequence[str], folder: str) -> s
     by name when there are several (a launcher Job that ran more than one pod)."""
     mine = sorted(n for n in blob_names if n.startswith(folder) and target.is_its_log(n[len(folder) :]))
     return mine[-1] if mine else None
+
+
+Stamp = tuple[int, int]  # (seconds since the epoch, nanoseconds): a log line's place in time
+
+_STAMP = re.compile(rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
+
+
+def split_stamp(line: bytes) -> tuple[Stamp | None, bytes]:
+    """(its timestamp, the line without it) for a line the API server prefixed with one (`timestamps=true`:
+    RFC 3339 with up to nanoseconds, then a space); (None, the line) for any other."""
+    head, sep, rest = line.partition(b" ")
+    match = _STAMP.fullmatch(head) if sep else None
+    if match is None:
+        return None, line
+    offset = match[3].decode()
+    moment = datetime.fromisoformat(match[1].decode() + ("+00:00" if offset == "Z" else offset))
+    return (int(moment.timestamp()), int((match[2] or b"0").ljust(9, b"0"))), rest
+
+
+@dataclass
+class LogPosition:
+    """How far one pod's log has been printed. Reading it again (the API server closed the stream, or it went
+    quiet and was dropped) reads from the start and skips up to the last line printed, placed by its
+    timestamp and how many printed lines share it: not by a count of lines, which is wrong once --tail or
+    --since left out the log's start, or once the kubelet rotated the file."""
+
+    opened_at: float | None = None  # when the first read that got an answer began (a monotonic clock)
+    last: Stamp | None = None  # the timestamp of the last line printed
+    same: int = 0  # lines printed that carry `last`
+    _skip_to: Stamp | None = field(default=None, repr=False)
+    _skip_same: int = field(default=0, repr=False)
+
+    def request(self, tail: int | None, since: int | None, now: float) -> dict[str, int]:
+        """The pods/log options of the next read: the first one asks for what --tail and --since ask for;
+        a later one before anything was printed, for what came since the first (nothing was there then);
+        any other, for the whole log (admit skips what was printed)."""
+        if self.opened_at is None:
+            first: dict[str, int] = {}
+            if tail is not None:
+                first["tail_lines"] = tail
+            if since is not None:
+                first["since_seconds"] = since
+            return first
+        if self.last is not None or (tail is None and since is None):
+            return {}
+        return {"since_seconds": (since or 0) + max(1, math.ceil(now - self.opened_at))}
+
+    def opened(self, now: float) -> None:
+        """A read got its answer: its lines are admitted from here."""
+        if self.opened_at is None:
+            self.opened_at = now
+        self._skip_to, self._skip_same = self.last, self.same
+
+    def admit(self, stamp: Stamp | None) -> bool:
+        """Whether a line read with this timestamp is new (to print), noting it as printed if so. A line
+        without a timestamp is printed and ends the skipping: it cannot be placed."""
+        if self._skip_to is not None and stamp is not None:
+            if stamp < self._skip_to:
+                return False
+            if stamp == self._skip_to and self._skip_same > 0:
+                self._skip_same -= 1
+                return False
+        self._skip_to = None
+        if stamp is not None:
+            self.same = self.same + 1 if stamp == self.last else 1
+            self.last = stamp
+        return True

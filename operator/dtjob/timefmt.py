@@ -2,11 +2,13 @@
 
 One format everywhere: UTC with `Z`, whole seconds (the API's metav1.Time); an event's eventTime is the one
 place with microseconds (metav1.MicroTime). Reading accepts any RFC 3339 offset, but never a time without
-one. Pure.
+one. Also durations as kubectl reads them (`--since 5m`). Pure.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import UTC, datetime, timedelta
 
 
@@ -36,3 +38,19 @@ def seconds_after(moment: datetime, seconds: int) -> datetime:
         return moment + timedelta(seconds=seconds)
     except OverflowError:
         return datetime.max.replace(tzinfo=UTC)
+
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> int:
+    """A duration as Go writes one and kubectl reads it (`5s`, `2m`, `3h`, `1h30m`, `1.5h`), in whole seconds,
+    rounded up as kubectl rounds --since; ValueError for anything else, or for no time at all."""
+    parts = list(_DURATION_PART.finditer(text))
+    if not parts or "".join(p.group(0) for p in parts) != text:
+        raise ValueError(f"not a duration like 30s, 5m or 2h: {text!r}")
+    seconds = sum(float(p.group(1)) * _DURATION_UNITS[p.group(2)] for p in parts)
+    if seconds <= 0:
+        raise ValueError(f"a duration longer than zero, not {text!r}")
+    return math.ceil(round(seconds, 9))

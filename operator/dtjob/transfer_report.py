@@ -15,7 +15,8 @@ from typing import Any
 
 
 class ExitCode(IntEnum):
-    """Exit statuses of the stager and the `dtjob data` commands (the operator maps them to reasons)."""
+    """Exit statuses of the stager (the operator maps them to reasons) and of the `dtjob` commands, which
+    add 1 and 130 (dtjob.cli.EXIT_CODES, shown by `dtjob --help`)."""
 
     OK = 0
     USAGE = 2  # bad arguments or unreadable credential files

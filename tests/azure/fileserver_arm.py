@@ -22,7 +22,7 @@ CREATE = [
     SUB,
     "-g",
     "ml-rg",
-    "-c",
+    "--cluster",
     "aks-train",
     "--account",
     "mlfiles",

@@ -114,7 +114,8 @@ def test_cluster_wide_by_default_and_scoped_when_namespaces_are_listed() -> None
     args = next(d for d in scoped if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
         "args"
     ]
-    assert "--namespace=ml-a" in args and "--namespace=ml-b" in args and "--all-namespaces" not in args
+    assert "--watch-namespace=ml-a" in args and "--watch-namespace=ml-b" in args
+    assert "--all-namespaces" not in args and not any(a.startswith("--namespace") for a in args)
 
 
 def operator_env(docs: list[dict[str, Any]]) -> dict[str, str]:

@@ -267,7 +267,7 @@ def test_helm_upgrade_from_the_previous_chart_leaves_a_running_job_untouched(
     assert deployment.spec.strategy.type == "RollingUpdate"
     assert deployment.status.updated_replicas == 2 and deployment.status.available_replicas == 2
     args = deployment.spec.template.spec.containers[0].args
-    assert f"--namespace={jobs.ns}" in args and "--all-namespaces" not in args
+    assert f"--watch-namespace={jobs.ns}" in args and "--all-namespaces" not in args
     # The job and every child are the very objects they were: not recreated, not even written.
     assert job_and_children(jobs, "survivor") == before
 

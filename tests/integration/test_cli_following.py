@@ -1,27 +1,32 @@
 """The commands for people following their jobs, against the real API server (kwok-simulated pods whose logs
-grow while the command reads them) and Azurite: `dtjob status`, `dtjob logs` and `dtjob results download`."""
+grow while the command reads them) and Azurite: `dtjob status`, `dtjob logs` (kubectl's -c, --tail, --since
+and --timestamps included) and `dtjob results download`, and their exit status for a job that is not there."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
+import yaml
 from azure.storage.blob import BlobServiceClient, ContainerClient
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
 from dtjob.cli import main
+from dtjob.log_target import split_stamp
 from dtjob.names import run_prefix
+from dtjob.transfer_report import ExitCode
 from kubernetes import client
 
 from testbed.azurite import Azurite
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
-from testbed.sim_logs import append_log, serve_pod_log
+from testbed.sim_logs import append_log, serve_pod_log, serve_pod_logs
 from tests.azure.conftest import azurite, container_name  # noqa: F401  (fixtures: Azurite, a fresh name)
 
 pytestmark = [pytest.mark.integration, pytest.mark.azure]
@@ -44,8 +49,11 @@ def put(container: ContainerClient, name: str, data: bytes) -> None:
 
 
 def download(kubeconfig: str, jobs: Jobs, azurite: Azurite, job: str, dest: Path, *extra: str) -> int:  # noqa: F811
+    """`dtjob results download`, the account key read from a file (not on the command line)."""
+    key = dest.parent / f"{dest.name}.account-key"
+    key.write_text(azurite.account_key + "\n")
     argv = ["results", "download", job, str(dest), "-n", jobs.ns, "--kubeconfig", kubeconfig]
-    return main([*argv, "--account-key", azurite.account_key, "--no-progress", *extra])
+    return main([*argv, "--account-key-file", str(key), "--no-progress", *extra])
 
 
 def files_under(root: Path) -> dict[str, bytes]:
@@ -182,6 +190,49 @@ def test_status_shows_one_screen_of_the_job_and_only_its_own_events(
     assert "no DistributedTrainingJob 'absent'" in capsys.readouterr().err
 
 
+def context_in(kubeconfig: str, namespace: str, tmp_path: Path) -> str:
+    """A copy of the kubeconfig whose current context's namespace is `namespace`."""
+    config = yaml.safe_load(Path(kubeconfig).read_text())
+    current = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    current["context"]["namespace"] = namespace
+    path = tmp_path / "kubeconfig-in-namespace"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("words", "flags"),
+    [
+        (["status"], []),
+        (["describe"], ["-o", "yaml"]),
+        (["logs"], []),
+        (["logs"], ["-f", "--tail", "5"]),
+        (["results", "download"], ["DIR"]),
+        (["results", "upload"], []),
+    ],
+    ids=lambda part: " ".join(part),
+)
+def test_a_missing_job_is_4_in_the_contexts_namespace_unless_n_names_another(
+    words: list[str],
+    flags: list[str],
+    jobs: Jobs,
+    kubeconfig: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    jobs.create("here")
+    in_ns = context_in(kubeconfig, jobs.ns, tmp_path)
+    flags = [str(tmp_path / "dest") if f == "DIR" else f for f in flags]
+    # No -n: the context's namespace, as kubectl; the job is not there.
+    assert main([*words, "absent", *flags, "--kubeconfig", in_ns]) == ExitCode.NOT_FOUND
+    err = capsys.readouterr().err
+    assert f"no DistributedTrainingJob 'absent' in namespace {jobs.ns}" in err and "Traceback" not in err
+    # -n names another namespace, where the job that exists here is not.
+    assert main([*words, "here", *flags, "--kubeconfig", in_ns, "-n", "default"]) == ExitCode.NOT_FOUND
+    assert "no DistributedTrainingJob 'here' in namespace default" in capsys.readouterr().err
+    assert not (tmp_path / "dest").exists()
+
+
 class Collected:
     """A child process's stdout and stderr, read as they come (so a test can wait for a line)."""
 
@@ -273,19 +324,96 @@ def test_logs_follow_the_launcher_across_a_world_restart_to_the_end(
     assert jobs.status("follow")["phase"] == "Succeeded"
 
 
+SHIPPER = {"name": "log-shipper", "image": "fluent/fluent-bit:3.1", "restartPolicy": "Always"}
+
+
+def read_logs(argv: list[str], capfd: pytest.CaptureFixture[bytes]) -> tuple[int, bytes, bytes]:
+    code = main(argv)
+    got = capfd.readouterr()
+    return code, got.out, got.err
+
+
+def test_logs_tail_since_timestamps_and_a_sidecar_pass_through_to_the_live_pod(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    kubeconfig: str,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    # The launcher's pod carries a sidecar from the pod template (a native sidecar: the launcher's pod takes
+    # no other container) and runs until the test says otherwise.
+    template = {
+        "metadata": {"annotations": {"sim.dtjob.io/run-duration": "600s"}},
+        "spec": {"initContainers": [SHIPPER]},
+    }
+    jobs.create("live", launcher={"template": template})
+    launcher_log, shipper_log = tmp_path / "launcher.log", tmp_path / "shipper.log"
+    append_log(launcher_log, "old 1", "old 2", at=datetime.now(UTC) - timedelta(hours=2))
+    recent = datetime.now(UTC).replace(microsecond=123456) - timedelta(minutes=1)
+    append_log(launcher_log, "new 1", "new 2", "new 3", at=recent)
+    append_log(shipper_log, "shipped 10 records")
+    pod = wait_for(
+        lambda: next((p.metadata.name for p in jobs.pods("live", "launcher")), None),
+        timeout=60,
+        what="the launcher's pod",
+    )
+    serve_pod_logs(api_client, jobs.ns, pod, {"launcher": launcher_log, "log-shipper": shipper_log})
+    base = ["logs", "live", "-n", jobs.ns, "--kubeconfig", kubeconfig]
+
+    everything = wait_for(lambda: read_logs(base, capfdbinary)[1], timeout=30, what="the log served by kwok")
+    assert everything == b"old 1\nold 2\nnew 1\nnew 2\nnew 3\n"
+    assert read_logs([*base, "--tail", "2"], capfdbinary)[:2] == (0, b"new 2\nnew 3\n")
+    assert read_logs([*base, "--since", "1h"], capfdbinary)[:2] == (0, b"new 1\nnew 2\nnew 3\n")
+    assert read_logs([*base, "--since", "3h", "--tail", "3"], capfdbinary)[:2] == (
+        0,
+        b"new 1\nnew 2\nnew 3\n",
+    )
+    code, out, _ = read_logs([*base, "--timestamps", "--tail", "1"], capfdbinary)
+    assert code == 0 and out != b"new 3\n"
+    assert split_stamp(out) == ((int(recent.timestamp()), 123456000), b"new 3\n")
+
+    # -c: the sidecar's log; a container the pod does not have is not found (not an empty log).
+    assert read_logs([*base, "-c", "log-shipper"], capfdbinary)[:2] == (0, b"shipped 10 records\n")
+    code, out, err = read_logs([*base, "-c", "metrics"], capfdbinary)
+    assert (code, out) == (ExitCode.NOT_FOUND, b"")
+    assert f"pod {pod} has no container 'metrics' (it has launcher, log-shipper)".encode() in err
+
+    # Following from the last line: what was there before it is not printed, what comes later is.
+    follower = Collected(
+        subprocess.Popen(
+            [sys.executable, "-m", "dtjob", *base, "-f", "--tail", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    )
+    try:
+        wait_for(lambda: "new 3\n" in follower.out, timeout=30, what="the last line, live")
+        append_log(launcher_log, "new 4")
+        wait_for(lambda: "new 4\n" in follower.out, timeout=30, what="a line appended later")
+        jobs.annotate_pod(pod, {"sim.dtjob.io/outcome": "Succeeded"})
+        assert follower.wait_exit(timeout=60) == 0, "".join(follower.err)
+    finally:
+        follower.proc.kill()
+    assert follower.out == ["new 3\n", "new 4\n"]
+
+
 def test_logs_of_gone_pods_come_from_the_uploaded_copies(
     jobs: Jobs,
     kubeconfig: str,
     azurite: Azurite,  # noqa: F811
     container_name: str,  # noqa: F811
     capfdbinary: pytest.CaptureFixture[bytes],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     container = BlobServiceClient(azurite.endpoint, credential=azurite.account_key).create_container(
         container_name
     )
     created = job_with_output(jobs, "done", azurite, container_name)
     run = run_prefix(OUTPUT_PREFIX, jobs.ns, "done", created["metadata"]["uid"])
-    put(container, f"{run}logs/done-launcher-x7k2p.log", b"rank 0: total images/sec: 41.2\n")
+    launcher_log = b"rank 0: epoch 1\nrank 0: epoch 2\nrank 0: total images/sec: 41.2\n"
+    put(container, f"{run}logs/done-launcher-x7k2p.log", launcher_log)
     put(container, f"{run}logs/done-worker-0.log", b"sshd of worker 0\n")
     put(container, f"{run}logs/attempt-0/done-worker-1.log", b"worker 1 killed\n")
     status = {"phase": "Succeeded", "restarts": 1, "output": {"url": "x", "logsUploaded": True}}
@@ -295,9 +423,29 @@ def test_logs_of_gone_pods_come_from_the_uploaded_copies(
     base = ["logs", "done", "-n", jobs.ns, "--kubeconfig", kubeconfig, "--account-key", azurite.account_key]
 
     assert main(base) == 0
-    assert capfdbinary.readouterr().out == b"rank 0: total images/sec: 41.2\n"
+    assert capfdbinary.readouterr().out == launcher_log
     assert main([*base, "--worker", "1", "--attempt", "0"]) == 0
     assert capfdbinary.readouterr().out == b"worker 1 killed\n"
     assert main([*base, "--worker", "1"]) == 4
     assert b"worker 1 of job done has no pod yet and no uploaded log" in capfdbinary.readouterr().err
     assert main([*base, "--attempt", "2"]) == 2
+
+    # --tail applies to the uploaded copy; --since and --timestamps cannot (it has no timestamps), and say so.
+    assert main([*base, "--tail", "1"]) == 0
+    assert capfdbinary.readouterr().out == b"rank 0: total images/sec: 41.2\n"
+    assert main([*base, "--tail", "2", "--since", "5m", "--timestamps"]) == 0
+    got = capfdbinary.readouterr()
+    assert got.out == b"rank 0: epoch 2\nrank 0: total images/sec: 41.2\n"
+    assert b"--since cannot apply to the uploaded log (no timestamps); printing its last 2 line(s)" in got.err
+    assert b"--timestamps cannot apply to the uploaded log (no timestamps)" in got.err
+    # Only the operator's own container's log is uploaded.
+    assert main([*base, "-c", "log-shipper"]) == ExitCode.NOT_FOUND
+    assert (
+        b"uploads the log of their launcher container only, not log-shipper's" in capfdbinary.readouterr().err
+    )
+
+    # The key from stdin instead of the command line.
+    monkeypatch.setattr("sys.stdin", io.StringIO(azurite.account_key + "\n"))
+    keyless = [a for a in base if a not in ("--account-key", azurite.account_key)]
+    assert main([*keyless, "--account-key-file", "-", "--tail", "1"]) == 0
+    assert capfdbinary.readouterr().out == b"rank 0: total images/sec: 41.2\n"

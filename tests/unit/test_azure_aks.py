@@ -17,10 +17,11 @@ from dtjob.azure.aks import (
     scaled_body,
 )
 from dtjob.cli import build_parser
+from dtjob.transfer_report import ExitCode
 
 from tests.azure.arm_player import ArmPlayer, StaticToken
 
-CLUSTER = ["--subscription", "sub-1", "-g", "ml-rg", "-c", "aks-train"]
+CLUSTER = ["--subscription", "sub-1", "-g", "ml-rg", "--cluster", "aks-train"]
 
 
 def run(argv: list[str], player: ArmPlayer, lines: list[str] | None = None) -> int:
@@ -101,7 +102,7 @@ def test_quota_exceeded_is_one_clear_line(capsys: pytest.CaptureFixture[str]) ->
         "Current Limit: 24, Current Usage: 24, Additional Required: 24."
     )
     player = ArmPlayer(fail_put=(409, "QuotaExceeded", message))
-    assert run(["pool", "create", *CLUSTER], player) == 1
+    assert run(["pool", "create", *CLUSTER], player) == ExitCode.STORAGE
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err.startswith(
@@ -116,7 +117,9 @@ def test_failure_during_the_operation_is_reported(capsys: pytest.CaptureFixture[
     player = ArmPlayer(
         fail_operation=("SkuNotAvailable", "The requested VM size is not available in westeurope.")
     )
-    assert run(["pool", "create", *CLUSTER, "--vm-size", "Standard_NC96ads_A100_v4"], player) == 1
+    assert (
+        run(["pool", "create", *CLUSTER, "--vm-size", "Standard_NC96ads_A100_v4"], player) == ExitCode.STORAGE
+    )
     err = capsys.readouterr().err
     assert "SkuNotAvailable" in err
     assert "not available in westeurope" in err
@@ -127,7 +130,7 @@ def test_bad_request_400_names_the_code(capsys: pytest.CaptureFixture[str]) -> N
     player = ArmPlayer(
         fail_put=(400, "InvalidParameter", "The value of parameter agentPoolProfile.count is invalid.")
     )
-    assert run(["pool", "create", *CLUSTER], player) == 1
+    assert run(["pool", "create", *CLUSTER], player) == ExitCode.STORAGE
     assert "400 InvalidParameter: The value of parameter agentPoolProfile.count" in capsys.readouterr().err
 
 
@@ -153,7 +156,7 @@ def test_scale_keeps_other_settings_and_ls_lists(capsys: pytest.CaptureFixture[s
 
 def test_scale_or_delete_of_a_missing_pool(capsys: pytest.CaptureFixture[str]) -> None:
     player = ArmPlayer()
-    assert run(["pool", "scale", *CLUSTER, "nope", "--max", "3"], player) == 1
+    assert run(["pool", "scale", *CLUSTER, "nope", "--max", "3"], player) == ExitCode.NOT_FOUND
     err = capsys.readouterr().err
     assert "get pool nope: 404 NotFound" in err
     assert "Check --subscription, --resource-group and --cluster" in err
@@ -171,8 +174,8 @@ def test_delete_waits_for_the_operation(capsys: pytest.CaptureFixture[str]) -> N
 @pytest.mark.parametrize(
     ("pool", "flag"),
     [
-        (GpuPool(name="GPU-Pool"), "--name"),
-        (GpuPool(name="averyverylongname"), "--name"),
+        (GpuPool(name="GPU-Pool"), "NAME"),
+        (GpuPool(name="averyverylongname"), "NAME"),
         (GpuPool(vm_size="nc24"), "--vm-size"),
         (GpuPool(min_count=3, max_count=2), "--min/--max"),
         (GpuPool(max_count=0), "--min/--max"),
@@ -190,11 +193,13 @@ def test_bad_pool_settings_name_the_flag(pool: GpuPool, flag: str) -> None:
 
 def test_bad_cli_values_reach_no_azure(capsys: pytest.CaptureFixture[str]) -> None:
     player = ArmPlayer()
-    assert run(["pool", "create", *CLUSTER, "--label", "novalue"], player) == 1
+    assert run(["pool", "create", *CLUSTER, "--label", "novalue"], player) == ExitCode.USAGE
     assert "--label: expected key=value" in capsys.readouterr().err
-    assert run(["pool", "scale", *CLUSTER, "gpu", "--count", "2", "--max", "3"], player) == 1
+    assert player.requests == []
+    assert run(["pool", "create", *CLUSTER], player) == 0
+    assert run(["pool", "scale", *CLUSTER, "gpu", "--count", "2", "--max", "3"], player) == ExitCode.USAGE
     assert player.requests[-1].method == "GET"  # refused before any PUT
-    assert player.puts() == []
+    assert len(player.puts()) == 1  # the create's
 
 
 def test_scaled_body_requires_a_change() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from dtjob.azure.fileserver import FileServerSpec, account_patch, subnet_with_storage_endpoint
+from dtjob.transfer_report import ExitCode
 
 from tests.azure.arm_player import Fault
 from tests.azure.fileserver_arm import CREATE, GPU_SUBNET, STORAGE, SUB, SUBNET, aks_player, run, subnet
@@ -144,7 +145,7 @@ def test_a_conflict_that_is_not_busy_is_one_clear_line(capsys: pytest.CaptureFix
     player = aks_player(
         fail_put=(409, "StorageAccountAlreadyTaken", "The storage account named mlfiles is taken.")
     )
-    assert run(CREATE, player) == 1
+    assert run(CREATE, player) == ExitCode.STORAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         "dtjob fileserver: create storage account mlfiles in ml-rg: 409 StorageAccountAlreadyTaken: "
@@ -159,7 +160,7 @@ def test_a_failed_operation_names_it(capsys: pytest.CaptureFixture[str]) -> None
     player.vnets["net-rg/vnet1"]["properties"]["subnets"][0] = subnet(
         "nodes", [{"service": "Microsoft.Storage"}]
     )
-    assert run(CREATE, player) == 1
+    assert run(CREATE, player) == ExitCode.STORAGE
     err = capsys.readouterr().err
     assert (
         "dtjob fileserver: create storage account mlfiles in ml-rg: 400 InternalError: The account could not"
@@ -195,7 +196,7 @@ def test_dry_run_sends_nothing_and_prints_the_bodies(capsys: pytest.CaptureFixtu
 )
 def test_bad_values_reach_no_azure(extra: list[str], flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     player = aks_player()
-    assert run([*CREATE, *extra], player) == 1
+    assert run([*CREATE, *extra], player) == ExitCode.USAGE
     assert capsys.readouterr().err.startswith(f"dtjob fileserver: {flag}:")
     assert player.requests == []
 
@@ -203,7 +204,7 @@ def test_bad_values_reach_no_azure(extra: list[str], flag: str, capsys: pytest.C
 def test_bad_account_name(capsys: pytest.CaptureFixture[str]) -> None:
     player = aks_player()
     argv = [*CREATE[:-1], "ML-Files", "--dry-run"]
-    assert run(argv, player) == 1
+    assert run(argv, player) == ExitCode.USAGE
     assert "--account: 3-24 lowercase letters and digits" in capsys.readouterr().err
 
 
@@ -265,15 +266,19 @@ def test_ls_lists_the_file_servers_only(capsys: pytest.CaptureFixture[str]) -> N
             "mlfiles2.file.core.windows.net:/mlfiles2/imagenet",
         ],
     ]
-    assert run(["fileserver", "ls", "--subscription", SUB, "-g", "ml-rg", "--json"], player) == 0
+    assert run(["fileserver", "ls", "--subscription", SUB, "-g", "ml-rg", "-o", "json"], player) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed[1]["nfs"] == {"server": "mlfiles2.file.core.windows.net", "path": "/mlfiles2/imagenet"}
     assert listed[1]["sizeGiB"] == 512
+    assert run(["fileserver", "ls", "--subscription", SUB, "-g", "ml-rg", "-o", "yaml"], player) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == listed
 
 
-def unreachable_kubeconfig(tmp_path: Path) -> str:
-    """A kubeconfig whose API server refuses connections (nothing listens on port 1)."""
+def unreachable_kubeconfig(tmp_path: Path, namespace: str | None = None) -> str:
+    """A kubeconfig whose API server refuses connections (nothing listens on port 1); its context's
+    namespace is `namespace`, when given."""
     path = tmp_path / "kubeconfig"
+    context = {"cluster": "c", "user": "u", **({"namespace": namespace} if namespace else {})}
     path.write_text(
         yaml.safe_dump(
             {
@@ -281,12 +286,42 @@ def unreachable_kubeconfig(tmp_path: Path) -> str:
                 "kind": "Config",
                 "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
                 "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "contexts": [{"name": "x", "context": context}],
                 "current-context": "x",
             }
         )
     )
     return str(path)
+
+
+def planned_namespaces(out: str) -> set[str | None]:
+    return {
+        o["metadata"].get("namespace")
+        for o in json.loads(out)["kubernetes"]
+        if o["kind"] != "PersistentVolume"
+    }
+
+
+def test_the_claims_namespace_is_the_contexts_unless_n_names_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    player = aks_player()
+    plan = [*CREATE, "--dry-run", "--apply", "--kubeconfig", unreachable_kubeconfig(tmp_path, "ml-team")]
+    assert run(plan, player) == 0
+    assert planned_namespaces(capsys.readouterr().out) == {"ml-team"}
+    assert run([*plan, "-n", "other"], player) == 0
+    assert planned_namespaces(capsys.readouterr().out) == {"other"}
+    assert run([*plan, "--namespace", "third"], player) == 0
+    assert planned_namespaces(capsys.readouterr().out) == {"third"}
+
+    # Without a kubeconfig: a plan in default, saying why; an --apply refused before Azure is asked.
+    absent = [*CREATE, "--apply", "--kubeconfig", str(tmp_path / "absent")]
+    assert run([*absent, "--dry-run"], player) == 0
+    out, err = capsys.readouterr()
+    assert planned_namespaces(out) == {"default"} and "the plan puts the claim in namespace default" in err
+    assert run(absent, player) == ExitCode.USAGE
+    assert "cannot load the kubeconfig" in capsys.readouterr().err
+    assert player.requests == []
 
 
 def test_delete_without_a_reachable_cluster_is_refused_unless_forced(
@@ -297,7 +332,7 @@ def test_delete_without_a_reachable_cluster_is_refused_unless_forced(
     delete = ["fileserver", "delete", "--subscription", SUB, "-g", "ml-rg", "--account", "mlfiles", "--yes"]
     kube = ["--kubeconfig", unreachable_kubeconfig(tmp_path)]
     capsys.readouterr()
-    assert run([*delete, *kube], player) == 1
+    assert run([*delete, *kube], player) == ExitCode.STORAGE  # the API server cannot be reached
     assert (
         "cannot check which jobs use mlfiles.file.core.windows.net:/mlfiles/datasets"
         in capsys.readouterr().err
@@ -318,7 +353,7 @@ def test_apply_to_an_unreachable_cluster_says_the_share_is_ready(
 ) -> None:
     player = aks_player()
     argv = [*CREATE, "--apply", "--kubeconfig", unreachable_kubeconfig(tmp_path)]
-    assert run(argv, player) == 1
+    assert run(argv, player) == ExitCode.STORAGE
     err = capsys.readouterr().err
     assert "dtjob fileserver: the share is ready, but the PV and claim were not written" in err
     assert "Traceback" not in err

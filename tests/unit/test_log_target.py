@@ -1,10 +1,10 @@
-"""Which pod and which uploaded file `dtjob logs` reads."""
+"""Which pod and which uploaded file `dtjob logs` reads, and how far it printed a pod's log."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dtjob.log_target import LogTarget, newest_pod, uploaded_log
+from dtjob.log_target import LogPosition, LogTarget, newest_pod, split_stamp, uploaded_log
 from dtjob.names import logs_folder
 
 
@@ -54,3 +54,52 @@ def test_the_uploaded_log_is_found_by_role_in_the_worlds_folder() -> None:
     assert uploaded_log(LogTarget("r50", 1), listed, first_world) == f"{first_world}r50-worker-1.log"
     assert uploaded_log(LogTarget("r50", 0), listed, final) is None
     assert logs_folder(run, 0) == "runs/ml/r50/uid/logs/attempt-0/"
+
+
+def test_a_line_is_placed_by_the_timestamp_the_api_server_put_before_it() -> None:
+    assert split_stamp(b"2026-01-02T03:04:05.123456789Z step 1\n") == ((1767323045, 123456789), b"step 1\n")
+    # Fewer digits, no fraction, an offset: the same instant keys the same.
+    assert split_stamp(b"2026-01-02T03:04:05.1234Z x\n")[0] == (1767323045, 123400000)
+    assert split_stamp(b"2026-01-02T04:04:05+01:00 x\n")[0] == (1767323045, 0)
+    assert split_stamp(b"2026-01-02T03:04:05Z \n") == ((1767323045, 0), b"\n")
+    for line in (b"step 1\n", b"2026-01-02 03:04:05Z x\n", b"2026-01-02T03:04:05.123Z\n"):
+        assert split_stamp(line) == (None, line)
+
+
+def test_the_first_read_asks_for_tail_and_since_a_later_one_for_what_is_new() -> None:
+    position = LogPosition()
+    assert position.request(10, 300, now=100.0) == {"tail_lines": 10, "since_seconds": 300}
+    assert LogPosition().request(None, None, now=100.0) == {}
+    position.opened(100.0)
+    # Nothing printed yet (an empty log, or none in the window): what came since the first read, no more;
+    # --tail 0 -f must not print the old lines on a reconnect.
+    assert position.request(0, None, now=112.5) == {"since_seconds": 13}
+    assert position.request(None, 300, now=112.5) == {"since_seconds": 313}
+    assert position.request(None, None, now=112.5) == {}
+    position.admit((5, 0))
+    # Something printed: the whole log, read past what was printed.
+    assert position.request(10, 300, now=130.0) == {}
+
+
+def test_a_reread_skips_up_to_the_last_line_printed_lines_of_the_same_instant_included() -> None:
+    position = LogPosition()
+    position.opened(0.0)
+    first = [(1, 0), (2, 0), (2, 0)]  # two lines in the same nanosecond
+    assert [position.admit(s) for s in first] == [True, True, True]
+    assert (position.last, position.same) == ((2, 0), 2)
+    position.opened(5.0)  # the stream broke; the log is read from its start again
+    again = [(0, 9), (1, 0), (2, 0), (2, 0), (2, 0), (3, 0)]
+    assert [position.admit(s) for s in again] == [False, False, False, False, True, True]
+    assert (position.last, position.same) == ((3, 0), 1)
+
+
+def test_a_reread_after_a_rotation_prints_what_is_newer_and_a_line_without_a_stamp_ends_the_skip() -> None:
+    position = LogPosition()
+    position.opened(0.0)
+    assert position.admit((10, 0))
+    position.opened(1.0)
+    # The kubelet rotated the file: the log now starts after the last line printed. A count of lines
+    # printed would have skipped the first new one.
+    assert [position.admit(s) for s in [(11, 0), (12, 0)]] == [True, True]
+    position.opened(2.0)
+    assert [position.admit(s) for s in [(11, 0), None, (11, 0)]] == [False, True, True]

@@ -1,11 +1,11 @@
-"""The one RFC 3339 format of status times, SAS Secret annotations and events."""
+"""The one RFC 3339 format of status times, SAS Secret annotations and events; kubectl's durations."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from dtjob.timefmt import format_micro_time, format_time, parse_time, seconds_after
+from dtjob.timefmt import format_micro_time, format_time, parse_duration, parse_time, seconds_after
 
 MOMENT = datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 
@@ -31,3 +31,17 @@ def test_a_time_without_an_offset_or_no_time_at_all_is_refused() -> None:
 def test_seconds_after_saturates_instead_of_overflowing() -> None:
     assert seconds_after(MOMENT, 60) == MOMENT + timedelta(minutes=1)
     assert seconds_after(MOMENT, 2**62) == datetime.max.replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5s", 5), ("2m", 120), ("3h", 10800), ("1h30m", 5400), ("1.5h", 5400), ("90s", 90), ("500ms", 1)],
+)
+def test_a_duration_reads_as_kubectls_since_does(text: str, seconds: int) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "m", "0s", "-5s", "5d", "5s ", "1h 30m", "five s"])
+def test_anything_else_is_not_a_duration(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)

@@ -13,6 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dtjob.azure.errors import arm_exit_code
+from dtjob.transfer_report import ExitCode
+
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
     from azure.core.pipeline.transport import HttpTransport
@@ -38,11 +41,14 @@ POOL_LABEL = "dtjob.io/pool"
 
 
 class PoolError(Exception):
-    """A node pool request that cannot be made or that Azure refused; `str()` is one line for the CLI."""
+    """A node pool request that cannot be made or that Azure refused; `str()` is one line for the CLI.
+    `code` is ARM's error code; `exit_code` the CLI's exit status (by default: a value refused before any
+    request, a usage error)."""
 
-    def __init__(self, message: str, code: str | None = None) -> None:
+    def __init__(self, message: str, code: str | None = None, exit_code: int = ExitCode.USAGE) -> None:
         super().__init__(message)
         self.code = code
+        self.exit_code = int(exit_code)
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ def image_compatibility_note(vm_size: str) -> str | None:
 def validate_pool(pool: GpuPool) -> None:
     """Raise PoolError naming the CLI flag of the first bad value."""
     if not POOL_NAME_RE.match(pool.name):
-        raise PoolError(f"--name: 1-12 lowercase letters or digits starting with a letter, got {pool.name!r}")
+        raise PoolError(f"NAME: 1-12 lowercase letters or digits starting with a letter, got {pool.name!r}")
     if not re.match(r"^Standard_[A-Za-z0-9_]+$", pool.vm_size):
         raise PoolError(f"--vm-size: expected an Azure VM size like Standard_NC24s_v3, got {pool.vm_size!r}")
     if not 0 <= pool.min_count <= pool.max_count <= MAX_NODES or pool.max_count < 1:
@@ -177,9 +183,12 @@ def explain_arm_error(err: Exception, action: str) -> PoolError:
     if isinstance(err, PoolError):
         return err
     if isinstance(err, ClientAuthenticationError) and err.status_code is None:
-        return PoolError(f"{action}: no Azure credentials ({err.message.splitlines()[0]}); run `az login`")
+        return PoolError(
+            f"{action}: no Azure credentials ({err.message.splitlines()[0]}); run `az login`",
+            exit_code=ExitCode.DENIED,
+        )
     if not isinstance(err, HttpResponseError):
-        return PoolError(f"{action}: {type(err).__name__}: {err}")
+        return PoolError(f"{action}: {type(err).__name__}: {err}", exit_code=ExitCode.STORAGE)
     code = err.error.code if err.error is not None and err.error.code else None
     message = err.error.message if err.error is not None and err.error.message else (err.message or "")
     message = " ".join(message.split())
@@ -194,7 +203,7 @@ def explain_arm_error(err: Exception, action: str) -> PoolError:
         hint = " Your identity needs Contributor (or Azure Kubernetes Service Contributor) on the cluster."
     elif lowered in ("skunotavailable", "vmsizenotsupported", "invalidvmsize"):
         hint = " This VM size is not offered in the cluster's region or zones; try another --vm-size."
-    return PoolError(f"{action}: {status}: {message}{hint}", code)
+    return PoolError(f"{action}: {status}: {message}{hint}", code, arm_exit_code(err.status_code))
 
 
 ProgressFn = Callable[[str], None]

@@ -58,3 +58,13 @@ def describe_storage_error(err: Exception, subject: str, credentials_hint: str) 
         where = f" {err.filename}" if err.filename else ""
         return StorageFailure(ExitCode.LOCAL_IO, f"local I/O error{where}: {err.strerror or err}")
     return StorageFailure(ExitCode.STORAGE, f"{subject}: {type(err).__name__}: {err}")
+
+
+def arm_exit_code(status: int | None) -> ExitCode:
+    """The CLI's exit status for an Azure Resource Manager answer (`dtjob pool`, `dtjob fileserver`): not
+    found, denied, or Azure failed (any other refusal, a failed operation, or no answer)."""
+    if status == 404:
+        return ExitCode.NOT_FOUND
+    if status in (401, 403):
+        return ExitCode.DENIED
+    return ExitCode.STORAGE

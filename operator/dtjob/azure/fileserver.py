@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dtjob.azure.errors import arm_exit_code
+from dtjob.transfer_report import ExitCode
+
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
     from azure.core.pipeline.transport import HttpTransport
@@ -46,8 +49,16 @@ BUSY_CODES = frozenset(
 )
 
 
+USAGE = ExitCode.USAGE
+
+
 class FileServerError(Exception):
-    """A file server request that cannot be made or that Azure refused; `str()` is one line for the CLI."""
+    """A file server request that cannot be made or that Azure refused; `str()` is one line for the CLI,
+    `exit_code` its exit status (by default 1: refused as things stand, e.g. a share in use)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = int(exit_code)
 
 
 @dataclass(frozen=True)
@@ -62,11 +73,12 @@ class FileServerSpec:
 def validate_names(account: str, share: str) -> None:
     """Raise FileServerError naming the CLI flag of a name Azure would refuse."""
     if not ACCOUNT_RE.match(account):
-        raise FileServerError(f"--account: 3-24 lowercase letters and digits, got {account!r}")
+        raise FileServerError(f"--account: 3-24 lowercase letters and digits, got {account!r}", USAGE)
     if not SHARE_RE.match(share):
         raise FileServerError(
             f"--share: 3-63 lowercase letters, digits and single hyphens, starting and ending with a letter "
-            f"or digit, got {share!r}"
+            f"or digit, got {share!r}",
+            USAGE,
         )
 
 
@@ -74,13 +86,14 @@ def validate(spec: FileServerSpec) -> None:
     validate_names(spec.account, spec.share)
     if not MIN_SIZE_GIB <= spec.size_gib <= MAX_SIZE_GIB:
         raise FileServerError(
-            f"--size-gib: a premium share is {MIN_SIZE_GIB}-{MAX_SIZE_GIB} GiB, got {spec.size_gib}"
+            f"--size-gib: a premium share is {MIN_SIZE_GIB}-{MAX_SIZE_GIB} GiB, got {spec.size_gib}", USAGE
         )
     for subnet in spec.subnet_ids:
         if not SUBNET_RE.match(subnet):
             raise FileServerError(
                 f"--subnet-id: expected /subscriptions/<id>/resourceGroups/<rg>/providers/Microsoft.Network/"
-                f"virtualNetworks/<vnet>/subnets/<subnet>, got {subnet!r}"
+                f"virtualNetworks/<vnet>/subnets/<subnet>, got {subnet!r}",
+                USAGE,
             )
 
 
@@ -231,10 +244,10 @@ def explain_arm_error(err: Exception, action: str) -> FileServerError:
         return err
     if isinstance(err, ClientAuthenticationError) and err.status_code is None:
         return FileServerError(
-            f"{action}: no Azure credentials ({err.message.splitlines()[0]}); run `az login`"
+            f"{action}: no Azure credentials ({err.message.splitlines()[0]}); run `az login`", ExitCode.DENIED
         )
     if not isinstance(err, HttpResponseError):
-        return FileServerError(f"{action}: {type(err).__name__}: {err}")
+        return FileServerError(f"{action}: {type(err).__name__}: {err}", ExitCode.STORAGE)
     code = err.error.code if err.error is not None and err.error.code else None
     message = err.error.message if err.error is not None and err.error.message else (err.message or "")
     message = " ".join(message.split())
@@ -251,7 +264,7 @@ def explain_arm_error(err: Exception, action: str) -> FileServerError:
             " Your identity needs Storage Account Contributor on the resource group and Network Contributor "
             "on the cluster's subnet."
         )
-    return FileServerError(f"{action}: {status}: {message}{hint}")
+    return FileServerError(f"{action}: {status}: {message}{hint}", arm_exit_code(err.status_code))
 
 
 ProgressFn = Callable[[str], None]
@@ -352,7 +365,7 @@ class FileServers:
         """Add the Microsoft.Storage service endpoint to the subnet if it lacks one; True when added."""
         match = SUBNET_RE.match(subnet_id)
         if match is None:
-            raise FileServerError(f"--subnet-id: not a subnet resource ID: {subnet_id!r}")
+            raise FileServerError(f"--subnet-id: not a subnet resource ID: {subnet_id!r}", USAGE)
         subnets = self._client("network", match["sub"]).subnets
         where = (match["rg"], match["vnet"], match["subnet"])
         name = f"{match['vnet']}/{match['subnet']}"

@@ -1,18 +1,62 @@
-"""What the commands that move data to and from Blob Storage share: the caller's credentials, one clear line
-per failure, and a progress bar (plain lines without a terminal)."""
+"""What the commands that move data to and from Blob Storage share: the caller's credentials (from a file,
+stdin or the environment, so that no secret need be on the command line), one clear line per failure, and a
+progress bar (plain lines without a terminal)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.azure.progress import Progress
 from dtjob.transfer_report import ExitCode
+
+
+def add_credential_args(parser: argparse.ArgumentParser, sas_needs: str = "", key_use: str = "") -> None:
+    """--account-key-file / --sas-file (a file, or `-` for stdin), and --account-key / --sas for the secret
+    itself, which shows in shell history and `ps`. Either form of a secret lands in the same attribute
+    (`account_key`, `sas`); a file is read, and refused when unreadable or empty, as the flags are parsed."""
+    key = parser.add_mutually_exclusive_group()
+    key.add_argument(
+        "--account-key-file", dest="account_key", type=secret_file, metavar="PATH",
+        help=f"read the account key{key_use} from PATH ('-': stdin) (default $AZURE_STORAGE_KEY)",
+    )  # fmt: skip
+    key.add_argument(
+        "--account-key", dest="account_key", metavar="KEY",
+        help="the account key itself, visible in shell history and ps: prefer --account-key-file or "
+        "$AZURE_STORAGE_KEY",
+    )  # fmt: skip
+    sas = parser.add_mutually_exclusive_group()
+    sas.add_argument(
+        "--sas-file", dest="sas", type=secret_file, metavar="PATH",
+        help=f"read a SAS token{sas_needs} from PATH ('-': stdin) (default $AZURE_STORAGE_SAS_TOKEN)",
+    )  # fmt: skip
+    sas.add_argument(
+        "--sas", dest="sas", metavar="TOKEN",
+        help="the SAS token itself, visible in shell history and ps: prefer --sas-file or "
+        "$AZURE_STORAGE_SAS_TOKEN",
+    )  # fmt: skip
+
+
+def secret_file(path: str) -> str:
+    """The secret in a file (`-`: stdin), without the whitespace around it; argparse's usage error when it
+    cannot be read or holds nothing."""
+    where = "stdin" if path == "-" else path
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise argparse.ArgumentTypeError(f"cannot read {where}: {reason}") from None
+    secret = text.strip()
+    if not secret:
+        raise argparse.ArgumentTypeError(f"{where} is empty")
+    return secret
 
 
 def credential(sas: str | None, account_key: str | None, account: str | None) -> tuple[Any, str]:
@@ -31,7 +75,9 @@ def credential(sas: str | None, account_key: str | None, account: str | None) ->
         }, "the account key (--account-key / AZURE_STORAGE_KEY)"
     from azure.identity import DefaultAzureCredential
 
-    return DefaultAzureCredential(), "your Entra ID identity's Storage Blob Data role (or pass --account-key)"
+    return DefaultAzureCredential(), (
+        "your Entra ID identity's Storage Blob Data role (or pass --account-key-file or --sas-file)"
+    )
 
 
 def fail(command: str, err: Exception, subject: str, hint: str) -> int:
@@ -40,7 +86,9 @@ def fail(command: str, err: Exception, subject: str, hint: str) -> int:
 
     if isinstance(err, ClientAuthenticationError) and err.status_code is None:
         first = (err.message or "").splitlines()[0] if err.message else ""
-        failure = StorageFailure(ExitCode.DENIED, f"no Entra ID token ({first}); pass --account-key or --sas")
+        failure = StorageFailure(
+            ExitCode.DENIED, f"no Entra ID token ({first}); pass --account-key-file or --sas-file"
+        )
     else:
         failure = describe_storage_error(err, subject, hint)
     reason = failure.reason

@@ -2,7 +2,8 @@
 into Blob Storage, look at what is there, record a Content-MD5 on blobs other tools uploaded without one, and
 turn ILSVRC2012's tarballs into the tree the trainers read.
 
-Credentials, first match wins: --sas / $AZURE_STORAGE_SAS_TOKEN, --account-key / $AZURE_STORAGE_KEY, else
+Credentials, first match wins: --sas-file / $AZURE_STORAGE_SAS_TOKEN, --account-key-file / $AZURE_STORAGE_KEY
+(--sas and --account-key take the secret itself, which then shows in shell history and ps), else
 DefaultAzureCredential (az login, workload or managed identity; needs a Storage Blob Data role).
 """
 
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
-from dtjob.commands import blob_cli
+from dtjob.commands import blob_cli, output
 from dtjob.names import directory_prefix
 from dtjob.spec_reader import SpecError
 from dtjob.storage_spec import ACCOUNT_RE, PUBLIC_BLOB_SUFFIX, parse_endpoint
@@ -45,6 +46,7 @@ def register(subparsers: Any) -> None:
     ls = commands.add_parser("ls", help="list blobs under a prefix")
     _location_args(ls)
     ls.add_argument("--long", "-l", action="store_true", help="show size and MD5 too")
+    output.add_output_arg(ls, "one blob a line")
     ls.set_defaults(func=run_ls)
 
     hash_ = commands.add_parser(
@@ -70,8 +72,7 @@ def _location_args(parser: argparse.ArgumentParser, local_dir: bool = False) -> 
     where.add_argument("--endpoint", help="blob endpoint URL (other clouds, or a local emulator)")
     parser.add_argument("--container", required=not local_dir, help="blob container")
     parser.add_argument("--prefix", default="", help="virtual directory inside the container")
-    parser.add_argument("--account-key", help="account key (default $AZURE_STORAGE_KEY)")
-    parser.add_argument("--sas", help="SAS token (default $AZURE_STORAGE_SAS_TOKEN)")
+    blob_cli.add_credential_args(parser)
 
 
 def _endpoint_and_account(args: argparse.Namespace) -> tuple[str, str | None]:
@@ -136,10 +137,13 @@ def run_ls(args: argparse.Namespace) -> int:
         files = list_remote(client, prefix)
     except Exception as err:
         return blob_cli.fail("dtjob data", err, subject, hint)
-    for remote in files:
-        if args.long:
+    if args.output != "text":
+        print(output.dump([{"name": f.name, "size": f.size, "md5": f.md5} for f in files], args.output))
+    elif args.long:
+        for remote in files:
             print(f"{remote.size:>14}  {remote.md5 or '-':<24}  {remote.name}")
-        else:
+    else:
+        for remote in files:
             print(remote.name)
     total = sum(f.size for f in files)
     print(f"{len(files)} blob(s), {total} bytes under {args.container}/{prefix}", file=sys.stderr)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob.commands import kube_cli
+from dtjob.commands import kube_cli, output
 from dtjob.job_view import render
 
 
@@ -20,13 +19,7 @@ def register(subparsers: Any) -> None:
     )
     status.add_argument("job", metavar="JOB", help="the DistributedTrainingJob's name")
     kube_cli.add_kube_args(status)
-    status.add_argument(
-        "-o",
-        "--output",
-        choices=("text", "json", "yaml"),
-        default="text",
-        help="text (default), json or yaml",
-    )
+    output.add_output_arg(status, "one screen")
     status.set_defaults(func=run_status)
 
 
@@ -35,7 +28,7 @@ def run_status(args: argparse.Namespace) -> int:
         cluster = kube_cli.connect(args)
         job = cluster.read_job(args.job)
         if args.output != "text":
-            print(_dump(job, args.output))
+            print(output.dump(job, args.output))
             return 0
         events = cluster.job_events(job)
     except kube_cli.KubeFailure as err:
@@ -43,11 +36,3 @@ def run_status(args: argparse.Namespace) -> int:
         return int(err.code)
     print(render(job, events, datetime.now(UTC)))
     return 0
-
-
-def _dump(job: dict[str, Any], fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(job, indent=2)
-    import yaml
-
-    return yaml.safe_dump(job, sort_keys=False).rstrip()

@@ -32,6 +32,7 @@ from dtjob.azure.fileserver import (
     validate,
     validate_names,
 )
+from dtjob.commands import kube_cli, output
 from dtjob.fileserver_objects import (
     FILESERVER_LABEL,
     SHARE_LABEL,
@@ -46,6 +47,7 @@ from dtjob.fileserver_objects import (
     pvc_stanza,
     share_users,
 )
+from dtjob.transfer_report import ExitCode
 
 Connect = Callable[[argparse.Namespace], FileServers]
 KubeConnect = Callable[[argparse.Namespace], Any]  # -> kubernetes.client.ApiClient
@@ -69,7 +71,7 @@ def register(subparsers: Any) -> None:
         "PersistentVolumeClaim and prints the stanza that uses the claim.",
     )
     _azure_args(create)
-    create.add_argument("--cluster", "-c", help="AKS cluster: its node subnets and location are used")
+    create.add_argument("--cluster", help="AKS cluster: its node subnets and location are used")
     create.add_argument("--cluster-resource-group", help="the cluster's resource group (default -g)")
     create.add_argument("--account", required=True, help="storage account name (3-24 a-z0-9, global)")
     create.add_argument("--share", default=DEFAULT_SHARE, help=f"NFS share name (default {DEFAULT_SHARE})")
@@ -94,11 +96,8 @@ def register(subparsers: Any) -> None:
     create.add_argument(
         "--apply", action="store_true", help="write a PersistentVolume and a bound claim into --namespace"
     )
-    create.add_argument(
-        "--namespace", "-n", default="default", help="the claim's namespace (default default)"
-    )
     create.add_argument("--claim-name", help="the claim's name (default: the share's)")
-    _kube_args(create)
+    kube_cli.add_kube_args(create, "the claim's namespace, with --apply")
     create.add_argument(
         "--dry-run", action="store_true", help="print the requests' bodies as JSON; send nothing"
     )
@@ -113,7 +112,7 @@ def register(subparsers: Any) -> None:
         help="default $AZURE_SUBSCRIPTION_ID",
     )
     ls.add_argument("--resource-group", "-g", help="only this resource group (default: the subscription)")
-    ls.add_argument("--json", action="store_true", help="as JSON")
+    output.add_output_arg(ls, legacy_json=True)
     ls.set_defaults(func=run_ls)
 
     delete = commands.add_parser(
@@ -156,7 +155,7 @@ def _say(line: str) -> None:
 
 def connect(args: argparse.Namespace) -> FileServers:
     if not args.subscription:
-        raise FileServerError("--subscription: required (or set AZURE_SUBSCRIPTION_ID)")
+        raise FileServerError("--subscription: required (or set AZURE_SUBSCRIPTION_ID)", ExitCode.USAGE)
     from azure.identity import DefaultAzureCredential
 
     return FileServers(args.subscription, args.resource_group or "", DefaultAzureCredential(), progress=_say)
@@ -173,7 +172,7 @@ def _guarded(action: Callable[[], int]) -> int:
         return action()
     except FileServerError as err:
         print(f"dtjob fileserver: {err}", file=sys.stderr)
-        return 1
+        return err.exit_code
 
 
 def _print_stanza(volume: dict[str, Any], what: str) -> None:
@@ -188,7 +187,7 @@ def _spec(args: argparse.Namespace, location: str, subnets: tuple[str, ...]) -> 
     return FileServerSpec(args.account, args.share, args.size_gib, location, subnets)
 
 
-def _dry_run(args: argparse.Namespace) -> int:
+def _dry_run(args: argparse.Namespace, namespace: str) -> int:
     """The requests create would send to a subscription where nothing exists yet, and nothing sent: where
     the cluster would be read for the location or subnets, a placeholder says so."""
     subnets = tuple(args.subnet_id)
@@ -233,8 +232,8 @@ def _dry_run(args: argparse.Namespace) -> int:
         share = Share(args.account, args.share, f"{args.account}.{FILE_SUFFIX}", args.size_gib)
         claim = args.claim_name or args.share
         plan["kubernetes"] = [
-            persistent_volume(share, args.namespace, claim),
-            persistent_volume_claim(share, args.namespace, claim),
+            persistent_volume(share, namespace, claim),
+            persistent_volume_claim(share, namespace, claim),
         ]
     print(json.dumps(plan, indent=2))
     return 0
@@ -245,10 +244,13 @@ def run_create(
 ) -> int:
     def action() -> int:
         if not args.cluster and not (args.subnet_id and args.location):
-            raise FileServerError("--cluster: required unless both --subnet-id and --location are given")
+            raise FileServerError(
+                "--cluster: required unless both --subnet-id and --location are given", ExitCode.USAGE
+            )
         validate(_spec(args, args.location or "", tuple(args.subnet_id)))
+        namespace = claim_namespace(args) if args.apply else ""
         if args.dry_run:
-            return _dry_run(args)
+            return _dry_run(args, namespace)
         servers = connect(args)
         location, subnets = args.location or "", tuple(args.subnet_id)
         if args.cluster and not (location and subnets):
@@ -267,21 +269,34 @@ def run_create(
             return 0
         claim = args.claim_name or args.share
         try:
-            lines = apply_volume(connect_kube(args), share, args.namespace, claim)
+            lines = apply_volume(connect_kube(args), share, namespace, claim)
         except FileServerError:
             raise
         except Exception as err:  # no kubeconfig, no such context, an API server that does not answer
             summary = " ".join(str(err).split())[:300]
             raise FileServerError(
                 f"the share is ready, but the PV and claim were not written: {type(err).__name__}: "
-                f"{summary}; check --kubeconfig/--context and run create --apply again"
+                f"{summary}; check --kubeconfig/--context and run create --apply again",
+                kube_exit_code(err),
             ) from err
         for line in lines:
             _say(line)
-        _print_stanza(pvc_stanza(claim, args.mount_path), f"the claim {args.namespace}/{claim}")
+        _print_stanza(pvc_stanza(claim, args.mount_path), f"the claim {namespace}/{claim}")
         return 0
 
     return _guarded(action)
+
+
+def claim_namespace(args: argparse.Namespace) -> str:
+    """-n/--namespace, else the kubeconfig context's namespace, else default, as for every other command.
+    Without a readable kubeconfig, --dry-run plans with default; --apply is refused before Azure is asked."""
+    try:
+        return kube_cli.namespace(args)
+    except kube_cli.KubeFailure as err:
+        if args.dry_run:
+            _say(f"{err}: the plan puts the claim in namespace default (-n names another)")
+            return "default"
+        raise FileServerError(f"{err}: --apply needs it to write the claim", err.code) from None
 
 
 def apply_volume(api_client: Any, share: Share, namespace: str, claim: str) -> list[str]:
@@ -345,7 +360,9 @@ def _read(call: Callable[[], Any]) -> dict[str, Any] | None:
     except ApiException as err:
         if err.status == 404:
             return None
-        raise FileServerError(f"Kubernetes API: {err.status} {_api_message(err)}") from err
+        raise FileServerError(
+            f"Kubernetes API: {err.status} {_api_message(err)}", kube_exit_code(err)
+        ) from err
     return found
 
 
@@ -355,7 +372,23 @@ def _kube_call(call: Callable[[], Any]) -> None:
     try:
         call()
     except ApiException as err:
-        raise FileServerError(f"Kubernetes API: {err.status} {_api_message(err)}") from err
+        raise FileServerError(
+            f"Kubernetes API: {err.status} {_api_message(err)}", kube_exit_code(err)
+        ) from err
+
+
+def kube_exit_code(err: Exception) -> int:
+    """The exit status for a Kubernetes failure: an unusable kubeconfig, denied, not found, or the API
+    server failed or could not be reached."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    if isinstance(err, ConfigException):
+        return int(ExitCode.USAGE)
+    status = err.status if isinstance(err, ApiException) else None
+    if status in (401, 403):
+        return int(ExitCode.DENIED)
+    return int(ExitCode.NOT_FOUND if status == 404 else ExitCode.STORAGE)
 
 
 def _api_message(err: Any) -> str:
@@ -371,8 +404,8 @@ def _api_message(err: Any) -> str:
 def run_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
     def action() -> int:
         shares = connect(args).list_shares(all_groups=not args.resource_group)
-        if args.json:
-            print(json.dumps([_share_json(s) for s in shares], indent=2))
+        if args.output != "text":
+            print(output.dump([_share_json(s) for s in shares], args.output))
             return 0
         header = ("ACCOUNT", "SHARE", "SIZE", "PROTOCOL", "RESOURCE GROUP", "LOCATION", "ENDPOINT")
         print(_row(*header))
@@ -495,7 +528,8 @@ def run_delete(
             if not args.force:
                 raise FileServerError(
                     f"cannot check which jobs use {server}:{path} ({type(err).__name__}: "
-                    f"{' '.join(str(err).split())[:300]}); check --kubeconfig/--context, or --force"
+                    f"{' '.join(str(err).split())[:300]}); check --kubeconfig/--context, or --force",
+                    kube_exit_code(err),
                 ) from err
             _say(f"not checked which jobs use the share ({type(err).__name__}); --force")
             kube, users = None, []

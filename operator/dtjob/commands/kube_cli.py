@@ -22,8 +22,9 @@ class KubeFailure(Exception):
         return self.reason
 
 
-def add_kube_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--namespace", help="the job's namespace (default: the context's, or default)")
+def add_kube_args(parser: argparse.ArgumentParser, what: str = "the job's namespace") -> None:
+    """kubectl's connection flags; -n/--namespace is always a namespace, defaulting to the context's."""
+    parser.add_argument("-n", "--namespace", help=f"{what} (default: the context's, or default)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
 
@@ -128,12 +129,34 @@ class Cluster:
         try:
             return call()
         except ApiException as err:
-            if err.status == 404 and missing:
-                raise KubeFailure(ExitCode.NOT_FOUND, missing) from None
-            code = ExitCode.DENIED if err.status in (401, 403) else ExitCode.STORAGE
-            raise KubeFailure(code, f"{what}: {err.status} {err.reason}") from None
-        except OSError as err:
-            raise KubeFailure(ExitCode.STORAGE, f"{what}: cannot reach the API server ({err})") from None
+            raise api_failure(err, what, missing) from None
+        except Exception as err:
+            failure = unreachable(err, what)
+            if failure is None:
+                raise
+            raise failure from None
+
+
+def api_failure(err: Any, what: str, missing: str | None = None) -> KubeFailure:
+    """The KubeFailure of an ApiException: 404 not found (when `missing` says what), 401/403 denied, any
+    other answer a failure of the API server."""
+    if err.status == 404 and missing:
+        return KubeFailure(ExitCode.NOT_FOUND, missing)
+    code = ExitCode.DENIED if err.status in (401, 403) else ExitCode.STORAGE
+    return KubeFailure(code, f"{what}: {err.status} {err.reason}")
+
+
+def unreachable(err: Exception, what: str) -> KubeFailure | None:
+    """The KubeFailure of an API server that could not be reached or broke off (urllib3 gives up after its
+    retries with an error that is not an OSError), or None for any other exception."""
+    import urllib3
+
+    if not isinstance(err, (OSError, urllib3.exceptions.HTTPError)):
+        return None
+    reason = getattr(err, "reason", None) or err
+    return KubeFailure(
+        ExitCode.STORAGE, f"{what}: cannot reach the API server ({' '.join(str(reason).split())})"
+    )
 
 
 def connect(args: argparse.Namespace) -> Cluster:
@@ -143,9 +166,22 @@ def connect(args: argparse.Namespace) -> Cluster:
 
     try:
         api = config.new_client_from_config(config_file=args.kubeconfig, context=args.context)
+    except (ConfigException, OSError) as err:
+        raise KubeFailure(ExitCode.USAGE, f"cannot load the kubeconfig: {err}") from None
+    return Cluster(api, namespace(args))
+
+
+def namespace(args: argparse.Namespace) -> str:
+    """-n/--namespace, else the namespace of the kubeconfig's context (--context, or the current one), else
+    default: kubectl's choice. KubeFailure(USAGE) when the kubeconfig cannot be read."""
+    if args.namespace:
+        return str(args.namespace)
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
         contexts, current = config.list_kube_config_contexts(config_file=args.kubeconfig)
     except (ConfigException, OSError) as err:
         raise KubeFailure(ExitCode.USAGE, f"cannot load the kubeconfig: {err}") from None
     chosen = next((c for c in contexts if c["name"] == args.context), current) if args.context else current
-    namespace = args.namespace or ((chosen or {}).get("context") or {}).get("namespace") or "default"
-    return Cluster(api, namespace)
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")

@@ -1,9 +1,13 @@
-"""`dtjob logs JOB [-f] [--worker N | --launcher] [--attempt N]`: a job's log, live or uploaded.
+"""`dtjob logs JOB [-f] [--worker N | --launcher] [--attempt N] [-c NAME] [--tail N] [--since 5m]
+[--timestamps]`: a job's log, live or uploaded.
 
 Live: the log of the launcher's pod (every rank's output) or of one worker's, through the API server as
-`kubectl logs` reads it. With -f it keeps following: across a world restart (the next world's pod, announced
-on stderr) until the job ends. Once the pods are gone, the copy the operator uploaded under the job's output
-(`logs/`, or `logs/attempt-<n>/` for a world a restart replaced), read with the caller's own credentials.
+`kubectl logs` reads it, with kubectl's -c, --tail, --since and --timestamps passed to the pods/log API. With
+-f it keeps following: across a world restart (the next world's pod, announced on stderr) until the job ends.
+Once the pods are gone, the copy the operator uploaded under the job's output (`logs/`, or
+`logs/attempt-<n>/` for a world a restart replaced), read with the caller's own credentials: --tail applies to
+it; it has no timestamps, so --since and --timestamps cannot (stderr says so), and it holds the operator's own
+container only.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, BinaryIO
 
@@ -18,7 +23,8 @@ from dtjob import names
 from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.commands import blob_cli, kube_cli
 from dtjob.commands.results import FINISHED_PHASES, run_location
-from dtjob.log_target import LogTarget, has_ended, newest_pod, uploaded_log
+from dtjob.log_target import LogPosition, LogTarget, has_ended, newest_pod, split_stamp, uploaded_log
+from dtjob.timefmt import parse_duration
 from dtjob.transfer_report import ExitCode
 
 POLL_S = 2.0
@@ -45,15 +51,42 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="world N (0 is the first; status.restarts is the current one)",
     )
+    logs.add_argument(
+        "-c", "--container", metavar="NAME",
+        help="this container of the pod (a sidecar from the pod template); default: the launcher's or the "
+        "worker's own",
+    )  # fmt: skip
+    logs.add_argument(
+        "--tail", type=int, default=-1, metavar="N",
+        help="only the last N lines of the log (the uploaded copy too), then what follows; -1: all (default)",
+    )  # fmt: skip
+    logs.add_argument(
+        "--since", type=_duration, metavar="DURATION",
+        help="only lines newer than this, like 5s, 2m or 3h (live logs only)",
+    )  # fmt: skip
+    logs.add_argument(
+        "--timestamps", action="store_true", help="prefix each line with its RFC 3339 time (live logs only)"
+    )
     kube_cli.add_kube_args(logs)
-    logs.add_argument("--account-key", help="for uploaded logs: account key (default $AZURE_STORAGE_KEY)")
-    logs.add_argument("--sas", help="for uploaded logs: SAS token with read and list")
+    blob_cli.add_credential_args(
+        logs, sas_needs=" with read and list (uploaded logs)", key_use=" (uploaded logs)"
+    )
     logs.set_defaults(func=run_logs)
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def run_logs(args: argparse.Namespace) -> int:
     if (args.worker is not None and args.worker < 0) or (args.attempt is not None and args.attempt < 0):
         print("dtjob logs: --worker and --attempt are 0 or more", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    if args.tail < -1:
+        print("dtjob logs: --tail is 0 or more, or -1 for all", file=sys.stderr)
         return int(ExitCode.USAGE)
     try:
         cluster = kube_cli.connect(args)
@@ -67,15 +100,17 @@ def run_logs(args: argparse.Namespace) -> int:
 
 
 class Follower:
-    """Streams one target's log; remembers how much of each pod's log it printed, so a reconnect to the same
-    pod (a stream the API server closed while the container runs) prints only what is new."""
+    """Streams one target's log; remembers how far it printed each pod's log, so a reconnect to the same pod
+    (a stream the API server closed while the container runs) prints only what is new."""
 
     def __init__(self, cluster: kube_cli.Cluster, target: LogTarget, args: argparse.Namespace, out: BinaryIO):
         self.cluster = cluster
         self.target = target
         self.args = args
         self.out = out
-        self.printed: dict[str, int] = {}  # pod uid -> lines printed
+        self.container: str = args.container or target.container
+        self.tail: int | None = args.tail if args.tail >= 0 else None
+        self.printed: dict[str, LogPosition] = {}  # pod uid -> how far its log was printed
 
     def run(self) -> int:
         job = self.cluster.read_job(self.target.job)
@@ -127,36 +162,60 @@ class Follower:
         from kubernetes.client.exceptions import ApiException
 
         meta = pod["metadata"]
-        uid = str(meta["uid"])
-        skip = self.printed.setdefault(uid, 0)
+        what = f"reading the log of {meta['name']}"
+        self._check_container(pod)
+        position = self.printed.setdefault(str(meta["uid"]), LogPosition())
+        now = time.monotonic()
+        options = position.request(self.tail, self.args.since, now)
         try:
+            # Always with timestamps: they place each line for a reconnect (LogPosition); printed only with
+            # --timestamps.
             response: Any = client.CoreV1Api(self.cluster.api).read_namespaced_pod_log(
                 meta["name"],
                 self.cluster.namespace,
-                container=self.target.container,
+                container=self.container,
                 follow=self.args.follow,
+                timestamps=True,
                 _preload_content=False,
+                tail_lines=options.get("tail_lines"),
+                since_seconds=options.get("since_seconds"),
                 _request_timeout=(10.0, IDLE_S),
             )
         except ApiException as err:
             if err.status in (400, 404):  # not started yet (ContainerCreating), or already gone
                 return False
-            raise kube_cli.KubeFailure(
-                ExitCode.STORAGE, f"reading the log of {meta['name']}: {err.status}"
-            ) from None
+            raise kube_cli.api_failure(err, what) from None
+        except Exception as err:
+            failure = kube_cli.unreachable(err, what)
+            if failure is None:
+                raise
+            raise failure from None
+        position.opened(now)
         try:
             for line in _lines(response.stream(64 * 1024, decode_content=True)):
-                if skip:
-                    skip -= 1
-                    continue
-                self.out.write(line)
-                self.out.flush()
-                self.printed[uid] += 1
+                stamp, text = split_stamp(line)
+                if position.admit(stamp):
+                    self.out.write(line if self.args.timestamps else text)
+                    self.out.flush()
         except (urllib3.exceptions.HTTPError, OSError):
             return False  # broke or went quiet: the next pass looks at the pods again, then reconnects
         finally:
             response.release_conn()
         return has_ended(pod) or not self.args.follow
+
+    def _check_container(self, pod: Mapping[str, Any]) -> None:
+        """-c must name one of the pod's containers (its sidecars are init containers of the launcher's pod):
+        the API server's 400 for another would read as a container not started yet."""
+        if self.args.container is None:
+            return
+        spec = pod.get("spec") or {}
+        names = [str(c.get("name")) for key in ("containers", "initContainers") for c in spec.get(key) or ()]
+        if self.container not in names:
+            name = pod["metadata"]["name"]
+            raise kube_cli.KubeFailure(
+                ExitCode.NOT_FOUND,
+                f"pod {name} has no container {self.container!r} (it has {', '.join(names)})",
+            )
 
     def _uploaded(self, job: Mapping[str, Any]) -> bool:
         """Print the uploaded copy of the target's log, if the job has one; False when there is none (yet)."""
@@ -166,6 +225,12 @@ class Follower:
         uploaded = ((job.get("status") or {}).get("output") or {}).get("logsUploaded")
         if self.args.attempt is None and not uploaded:
             return False
+        if self.container != self.target.container:
+            raise StorageFailure(
+                ExitCode.NOT_FOUND,
+                f"the pods of job {self.target.job} are gone, and the operator uploads the log of their "
+                f"{self.target.container} container only, not {self.container}'s",
+            )
         from dtjob.azure.clients import container_client
 
         spec_output, run = run_location(dict(job))
@@ -179,12 +244,25 @@ class Follower:
             )
             if found is None:
                 return False
+            self._say_what_cannot_apply()
             say(f"--- {found[len(folder) :]} (uploaded to {target.container_url}/{folder}) ---")
-            blobs.download_blob(found).readinto(self.out)
+            download = blobs.download_blob(found)
+            if self.tail is None:
+                download.readinto(self.out)
+            else:
+                self.out.writelines(deque(_lines(download.chunks()), maxlen=self.tail))
         except Exception as err:
             raise describe_storage_error(err, f"container {target.container}", hint) from None
         self.out.flush()
         return True
+
+    def _say_what_cannot_apply(self) -> None:
+        """The uploaded copy was read without timestamps: --since and --timestamps have nothing to go by."""
+        shown = "all of it" if self.tail is None else f"its last {self.tail} line(s)"
+        if self.args.since is not None:
+            say(f"dtjob logs: --since cannot apply to the uploaded log (no timestamps); printing {shown}")
+        if self.args.timestamps:
+            say("dtjob logs: --timestamps cannot apply to the uploaded log (no timestamps)")
 
 
 def pod_attempt(pod: Mapping[str, Any]) -> str:

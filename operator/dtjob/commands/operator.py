@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dtjob.commands.deprecation import Deprecated
+
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 # The Prometheus /metrics server (dtjob.metrics).
 DEFAULT_METRICS_PORT = 8081
@@ -26,10 +28,16 @@ def register(subparsers: Any) -> None:
     )
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument(
-        "-n", "--namespace", action="append", dest="namespaces", metavar="NS",
+        "--watch-namespace", action="append", dest="namespaces", metavar="NS",
         help="watch this namespace (repeatable; globs allowed); default: the whole cluster",
     )  # fmt: skip
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
+    # -n/--namespace names one namespace in every other command (kubectl's meaning); here it was the watch
+    # list. Kept for one release, hidden, saying so; it adds to --watch-namespace's list.
+    parser.add_argument(
+        "-n", "--namespace", action=Deprecated, dest="namespaces", append=True,
+        use="--watch-namespace {value}",
+    )  # fmt: skip
     parser.add_argument(
         "--liveness", default=DEFAULT_LIVENESS, metavar="URL",
         help=f"liveness endpoint served by the operator (default {DEFAULT_LIVENESS}), readiness at /readyz "
@@ -159,6 +167,15 @@ def identity(env: Mapping[str, str]) -> str:
     return f"{env.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
 
 
+def watched_namespaces(args: argparse.Namespace) -> list[str]:
+    """The watch list (empty: the whole cluster)."""
+    if args.all_namespaces and args.namespaces:
+        raise SystemExit(
+            "dtjob operator: -A/--all-namespaces and --watch-namespace (or --namespace) exclude each other"
+        )
+    return list(args.namespaces or [])
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -172,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_redact_signatures)
-    namespaces = args.namespaces or []
+    namespaces = watched_namespaces(args)
     address, port = metrics_endpoint(args)
     if port:
         serve_metrics(address, port, metrics_secure(args, os.environ), args.metrics_cert_dir)

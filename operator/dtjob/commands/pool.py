@@ -22,6 +22,10 @@ from dtjob.azure.aks import (
     agent_pool_body,
     image_compatibility_note,
 )
+from dtjob.commands import output
+from dtjob.commands.deprecation import Deprecated
+
+DEFAULT_POOL_NAME = "gpu"  # the chart's default for the pool the operator selects
 
 Connect = Callable[[argparse.Namespace], NodePools]
 
@@ -31,8 +35,11 @@ def register(subparsers: Any) -> None:
     commands = pool.add_subparsers(dest="pool_command", required=True, metavar="SUBCOMMAND")
 
     create = commands.add_parser("create", help="create a GPU pool that autoscales from zero")
+    create.add_argument(
+        "name", nargs="?", metavar="NAME", help="pool name (default gpu, what the operator selects)"
+    )
     _cluster_args(create)
-    create.add_argument("--name", default="gpu", help="pool name (default gpu, what the operator selects)")
+    create.add_argument("--name", dest="name_flag", action=Deprecated, use="the pool name as NAME ({value})")
     create.add_argument("--vm-size", default=DEFAULT_VM_SIZE, help=f"VM size (default {DEFAULT_VM_SIZE})")
     create.add_argument("--min", type=int, default=0, dest="min_count", help="autoscaler minimum (default 0)")
     create.add_argument("--max", type=int, default=4, dest="max_count", help="autoscaler maximum (default 4)")
@@ -57,7 +64,7 @@ def register(subparsers: Any) -> None:
 
     scale = commands.add_parser("scale", help="change autoscaler bounds (or pin a fixed count)")
     _cluster_args(scale)
-    scale.add_argument("name")
+    scale.add_argument("name", metavar="NAME", help="pool name")
     scale.add_argument("--min", type=int, dest="min_count")
     scale.add_argument("--max", type=int, dest="max_count")
     scale.add_argument("--count", type=int, help="fixed node count; turns autoscaling off")
@@ -65,20 +72,20 @@ def register(subparsers: Any) -> None:
 
     delete = commands.add_parser("delete", help="delete a pool (its nodes and their pods go with it)")
     _cluster_args(delete)
-    delete.add_argument("name")
+    delete.add_argument("name", metavar="NAME", help="pool name")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     delete.set_defaults(func=run_delete)
 
     ls = commands.add_parser("ls", help="list the cluster's pools")
     _cluster_args(ls)
-    ls.add_argument("--json", action="store_true", help="full resources as JSON")
+    output.add_output_arg(ls, "a table; json and yaml give the full resources", legacy_json=True)
     ls.set_defaults(func=run_ls)
 
 
 def _cluster_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--subscription", default=os.environ.get("AZURE_SUBSCRIPTION_ID"))
     parser.add_argument("--resource-group", "-g", required=True)
-    parser.add_argument("--cluster", "-c", required=True, help="AKS cluster name")
+    parser.add_argument("--cluster", required=True, help="AKS cluster name")
 
 
 def _say(line: str) -> None:
@@ -105,9 +112,17 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return labels
 
 
+def pool_name(args: argparse.Namespace) -> str:
+    """`pool create [NAME]`'s name: NAME, else the deprecated --name, else gpu."""
+    flag = getattr(args, "name_flag", None)
+    if flag is not None and args.name is not None and flag != args.name:
+        raise PoolError(f"NAME {args.name!r} and --name {flag!r} differ: name the pool once, as NAME")
+    return str(args.name or flag or DEFAULT_POOL_NAME)
+
+
 def pool_from_args(args: argparse.Namespace) -> GpuPool:
     return GpuPool(
-        name=args.name,
+        name=pool_name(args),
         vm_size=args.vm_size,
         min_count=args.min_count,
         max_count=args.max_count,
@@ -131,7 +146,7 @@ def _guarded(action: Callable[[], int]) -> int:
         return action()
     except PoolError as err:
         print(f"dtjob pool: {err}", file=sys.stderr)
-        return 1
+        return err.exit_code
 
 
 def _summary(resource: dict[str, Any]) -> str:
@@ -189,8 +204,8 @@ def run_delete(
 def run_ls(args: argparse.Namespace, connect: Connect = connect) -> int:
     def action() -> int:
         pools = connect(args).list()
-        if args.json:
-            print(json.dumps(pools, indent=2))
+        if args.output != "text":
+            print(output.dump(pools, args.output))
             return 0
         print(f"{'NAME':<12} {'MODE':<6} {'VM SIZE':<22} {'NODES':<28} {'TAINTS':<24} STATE")
         for resource in sorted(pools, key=lambda r: str(r.get("name"))):

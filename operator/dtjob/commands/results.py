@@ -2,9 +2,9 @@
 `dtjob results upload JOB`: upload them again when the job's own upload failed for good (ResultsUploadFailed).
 
 The job's own `spec.output` and UID say where its run lives (`<prefix>/<namespace>/<job>/<uid>/`), so the user
-names the job, not a blob path. Both use the caller's credentials (--sas, --account-key, or
-DefaultAzureCredential), never the operator's. The download is resumable: a second run downloads only what is
-missing or changed. The pods' logs under `logs/` are left out unless --with-logs.
+names the job, not a blob path. Both use the caller's credentials (--sas-file, --account-key-file, their
+environment variables, or DefaultAzureCredential), never the operator's. The download is resumable: a second
+run downloads only what is missing or changed. The pods' logs under `logs/` are left out unless --with-logs.
 
 The upload runs on the pod that kept the results (status.output.results.keptOnPod), as the job's own did,
 with a short write-only SAS signed from the caller's credentials and handed over stdin. Once it succeeds, it
@@ -46,8 +46,7 @@ def register(subparsers: Any) -> None:
     download.add_argument("dest", type=Path, metavar="DIR", help="local directory (created if missing)")
     kube_cli.add_kube_args(download)
     download.add_argument("--with-logs", action="store_true", help=f"also the pods' logs (under {LOGS_DIR}/)")
-    download.add_argument("--account-key", help="account key (default $AZURE_STORAGE_KEY)")
-    download.add_argument("--sas", help="SAS token with read and list (default $AZURE_STORAGE_SAS_TOKEN)")
+    blob_cli.add_credential_args(download, sas_needs=" with read and list")
     download.add_argument("--concurrency", type=int, default=8, help="parallel downloads (default 8)")
     download.add_argument("--no-progress", action="store_true", help="no progress bar")
     download.set_defaults(func=run_download)
@@ -58,12 +57,10 @@ def register(subparsers: Any) -> None:
     )
     upload.add_argument("job", metavar="JOB", help="the DistributedTrainingJob's name")
     kube_cli.add_kube_args(upload)
-    upload.add_argument(
-        "--account-key", help="account key to sign a write SAS with (default $AZURE_STORAGE_KEY)"
-    )
-    upload.add_argument(
-        "--sas",
-        help="SAS token with create and write on the output container (default $AZURE_STORAGE_SAS_TOKEN)",
+    blob_cli.add_credential_args(
+        upload,
+        sas_needs=" with create and write on the output container",
+        key_use=" to sign a write SAS with",
     )
     upload.add_argument(
         "--retry-for", type=int, default=120, metavar="SECONDS",
