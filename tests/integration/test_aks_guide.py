@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import pytest
 import yaml
+from dtjob.cli import build_parser
 from dtjob.config import OperatorConfig
 from dtjob.fileserver_objects import Share, persistent_volume, persistent_volume_claim
 from dtjob.spec import parse_spec
@@ -105,6 +106,13 @@ def guide_share() -> Share:
 def test_the_aks_guide_runs_in_order(
     kubeconfig: str, jobs: Jobs, core_v1: client.CoreV1Api, simulated_pool: Any, clean_namespace: None
 ) -> None:
+    parser = build_parser()
+    for command in guide_commands():  # every dtjob command as the guide spells it: no stale flag
+        if command.startswith("dtjob "):
+            try:
+                parser.parse_args(shlex.split(command)[1:])
+            except SystemExit as refused:
+                raise AssertionError(f"the guide's {command!r} does not parse") from refused
     key = base64.b64encode(b"k" * 64).decode()
     env = {"AZURE_STORAGE_KEY": key}
     ran: list[str] = []

@@ -54,7 +54,7 @@ def test_create_sends_an_autoscaling_gpu_pool(capsys: pytest.CaptureFixture[str]
         "Microsoft.ContainerService/managedClusters/aks-train/agentPools/gpu?api-version="
     )
     props = put.body["properties"]
-    assert props["vmSize"] == "Standard_NC24ads_A100_v4"
+    assert props["vmSize"] == "Standard_NC96ads_A100_v4"
     assert (props["enableAutoScaling"], props["minCount"], props["maxCount"], props["count"]) == (
         True,
         0,
@@ -150,7 +150,7 @@ def test_scale_keeps_other_settings_and_ls_lists(capsys: pytest.CaptureFixture[s
     assert run(["pool", "ls", *CLUSTER], player) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["NAME", "MODE", "VM"]
-    assert out[1].split()[:3] == ["gpu", "User", "Standard_NC24ads_A100_v4"]
+    assert out[1].split()[:3] == ["gpu", "User", "Standard_NC96ads_A100_v4"]
     assert "fixed 3" in out[1]
 
 

@@ -5,6 +5,7 @@ between the Markdown files (a file that moved, or a heading that was renamed, fa
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,8 @@ def test_the_five_images_are_named_alike_everywhere() -> None:
 
 
 def test_the_crd_fits_kubectls_client_side_apply_and_the_docs_say_its_size() -> None:
-    size = CRD.stat().st_size
+    # kubectl's client-side apply keeps the object as compact JSON in an annotation: that is what is limited.
+    size = len(json.dumps(yaml.safe_load(CRD.read_text()), separators=(",", ":")))
     assert size < KUBECTL_CLIENT_SIDE_LIMIT, size
     said = re.search(r"about (\d+) KB", REFERENCE)
     assert said is not None, "operator/README.md states the CRD's size"

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # 1x A100 80 GB, the smallest A100 size: the default PyTorch image needs A100 or newer (CUDA 13), so the
 # reference architecture's V100 size (Standard_NC24s_v3) serves only the TensorFlow and Keras images.
-DEFAULT_VM_SIZE = "Standard_NC24ads_A100_v4"
+DEFAULT_VM_SIZE = "Standard_NC96ads_A100_v4"  # four A100s: the examples ask 4 GPUs per worker
 # V100 sizes (NCv3, NDv2): CUDA 13, and with it the default PyTorch image, no longer runs on Volta.
 VOLTA_VM_SIZE_RE = re.compile(r"^Standard_(NC\d+r?s_v3|ND40rs_v2)$", re.IGNORECASE)
 DEFAULT_TAINT = "sku=gpu:NoSchedule"
