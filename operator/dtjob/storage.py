@@ -239,7 +239,8 @@ def _missing_output_container(
         return None
     return Blocker(
         "StorageContainerNotFound",
-        f"{path}.container: container {location.container!r} does not exist in storage account "
+        f"{path.removesuffix('.credentials')}.container: container {location.container!r} does not exist in "
+        f"storage account "
         f"{location.account_name!r}; the results could not be uploaded there: create it (az storage "
         "container create, or dtjob data upload --create-container); waiting for it",
     )

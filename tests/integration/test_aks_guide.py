@@ -179,7 +179,7 @@ def test_the_aks_guide_runs_in_order(
     spec = parse_spec(job, OperatorConfig())
     assert spec.dataset.volume is not None and spec.run_policy.startup_deadline_seconds
     assert spec.dataset.staging is not None and spec.output is not None
-    for location in (spec.dataset.staging.source, spec.output.target):
+    for location in (spec.dataset.staging.source.source, spec.output.target):
         ref = location.credentials.secret_ref
         assert ref is not None and ref.name == "storage-key" and location.account_name == "mlstore"
     print(f"ran {len(ran)} guide commands; left out (need Azure): {left_out}")
