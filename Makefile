@@ -29,7 +29,7 @@ export DTJOB_PHASE_LOG
 PHASE := hack/phase.sh
 
 .PHONY: help print-venv deps venv venv-training control-plane test-binaries gang-schedulers azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
-        test-integration test-training gpu-build-wheels test-e2e demo demo-image demo-down demo-sim bench clean-cache
+        test-integration test-training gpu-build-wheels test-e2e registry push-images demo demo-image demo-down demo-sim bench clean-cache
 
 help:
 	@echo "make demo           a real PyTorch ResNet-50 job on the local real node, results and logs in Azurite"
@@ -39,6 +39,7 @@ help:
 	@echo "make cluster-up     start the local control plane with a simulated AKS GPU pool"
 	@echo "make cluster-down   stop it"
 	@echo "make bench         benchmarks, ratios measured side by side (BENCH=\"name ...\" picks some)"
+	@echo "make push-images REGISTRY=myacr.azurecr.io   build the five images for a GPU cluster and push them"
 
 print-venv:
 	@echo $(VENV)
@@ -104,6 +105,16 @@ gang-schedulers:
 azurite:
 	@$(PHASE) azurite hack/install-azurite.sh >/dev/null
 
+# A registry the image-push test starts on 127.0.0.1 (Debian's package, unpacked into the cache only).
+registry:
+	@$(PHASE) registry hack/install-registry.sh >/dev/null
+
+# The five images for a registry, pushed as $(REGISTRY)/dtjob/NAME:TAG (TAG: the chart's appVersion), the names
+# the chart gives the operator and the jobs. Log in first (az acr login --name ...).
+push-images:
+	@[[ -n "$(REGISTRY)" ]] || { echo "usage: make push-images REGISTRY=myregistry.azurecr.io [TAG=0.1.0]" >&2; exit 2; }
+	@hack/push-images.sh $(REGISTRY) $(TAG)
+
 # The images/ Dockerfiles built with buildah on a local Debian base (CPU form), cached by their inputs.
 images: deps
 	@hack/build-images.sh $(IMAGES)
@@ -149,7 +160,7 @@ test-e2e: control-plane test-binaries test-python-deps
 
 # What the tests need besides the Go-built test bed, in order: the training venv fills the wheelhouse that
 # the image builds then read.
-test-python-deps: azurite venv-training gpu-build-wheels
+test-python-deps: azurite registry venv-training gpu-build-wheels
 	@$(PHASE) images hack/build-images.sh
 
 # Every test, in three pytest runs side by side (hack/run-tests.sh): the training and e2e tiers (CPU-bound), the
