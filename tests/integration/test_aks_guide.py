@@ -38,6 +38,7 @@ NEEDS_AZURE = (
     "dtjob status ",
     "dtjob logs ",
     "export ",
+    "make push-images ",  # a registry: tests/e2e/test_push_images.py pushes to one
 )
 
 
