@@ -255,7 +255,8 @@ def test_helm_upgrade_from_the_previous_chart_leaves_a_running_job_untouched(
     install(kubeconfig, CHART, "upgrade", name, release_ns, reuse=True)
 
     history = json.loads(helm(kubeconfig, "history", name, "-n", release_ns, "-o", "json"))
-    assert [h["chart"] for h in history] == ["dtjob-0.1.0", "dtjob-0.2.0"]
+    current = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    assert [h["chart"] for h in history] == ["dtjob-0.1.0", f"dtjob-{current}"]
     assert history[-1]["status"] == "deployed"
     # The Deployment rolled out the new pod template.
     deployment = apps.read_namespaced_deployment(name, release_ns)
