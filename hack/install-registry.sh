@@ -25,8 +25,7 @@ log "unpacking docker-registry $version into $prefix"
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.registry-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-chmod 755 "$tmp"  # apt fetches as its _apt user
-(cd "$tmp" && apt-get download -qq "docker-registry=$version" >/dev/null)
+(cd "$tmp" && apt-get download -qq -o APT::Sandbox::User=root "docker-registry=$version" >/dev/null)
 dpkg-deb -x "$tmp"/docker-registry_*.deb "$tmp/root"
 [[ -x $tmp/root/usr/bin/docker-registry ]] || { log "no usr/bin/docker-registry in the package"; exit 1; }
 touch "$tmp/root/.ready"
