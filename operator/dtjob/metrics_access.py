@@ -13,13 +13,13 @@ this module only decides, so it is tested without a cluster.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from dtjob.ttl_cache import TtlCache
 
 REMEMBER_SECONDS = 60.0
 MAX_REMEMBERED = 1024
@@ -74,18 +74,14 @@ class MetricsGuard:
     ) -> None:
         self._authenticate = authenticate
         self._authorize = authorize
-        self._remember_s = remember_s
-        self._max = max_remembered
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._verdicts: OrderedDict[tuple[str, str], tuple[float, Verdict]] = OrderedDict()
+        self._verdicts: TtlCache[tuple[str, str], Verdict] = TtlCache(remember_s, clock, max_remembered)
 
     def verdict(self, authorization: str | None, path: str) -> Verdict:
         token = bearer_token(authorization)
         if token is None:
             return Verdict.UNAUTHENTICATED
         key = (hashlib.sha256(token.encode()).hexdigest(), path)
-        remembered = self._recall(key)
+        remembered = self._verdicts.get(key)
         if remembered is not None:
             return remembered
         try:
@@ -93,33 +89,14 @@ class MetricsGuard:
             found = Verdict.UNAUTHENTICATED if who is None else self._allowed(who, path)
         except Exception:  # the API server could not be asked: say so, and ask again next time
             return Verdict.UNAVAILABLE
-        self._remember(key, found)
+        self._verdicts.put(key, found)
         return found
 
     def _allowed(self, who: Identity, path: str) -> Verdict:
         return Verdict.ALLOWED if self._authorize(who, "get", path) else Verdict.FORBIDDEN
 
-    def _recall(self, key: tuple[str, str]) -> Verdict | None:
-        with self._lock:
-            entry = self._verdicts.get(key)
-            if entry is None:
-                return None
-            at, found = entry
-            if self._clock() - at >= self._remember_s:
-                del self._verdicts[key]
-                return None
-            return found
-
-    def _remember(self, key: tuple[str, str], found: Verdict) -> None:
-        with self._lock:
-            self._verdicts[key] = (self._clock(), found)
-            self._verdicts.move_to_end(key)
-            while len(self._verdicts) > self._max:
-                self._verdicts.popitem(last=False)
-
     def remembered(self) -> int:
-        with self._lock:
-            return len(self._verdicts)
+        return len(self._verdicts)
 
     def wrap(self, app: WsgiApp) -> WsgiApp:
         """`app` behind the guard: a request it refuses gets 401 (with a Bearer challenge), 403 or 503."""
