@@ -101,6 +101,36 @@ def storage_spec(
     return spec
 
 
+def running_job_with_output(
+    jobs: Jobs,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+    container: str,
+    name: str,
+    output: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A job writing to the fresh `container` (`output`: more of spec.output), its launcher simulated running
+    for ten minutes, once both its workers are live; the job as created."""
+    blob.create_container(container)
+    key_secret(jobs, azurite)
+    created = jobs.create(
+        name,
+        output={**location(azurite, container, "runs"), **(output or {})},
+        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}},
+        **spec,
+    )
+    wait_for(lambda: len(jobs.live_workers(name)) == 2, timeout=90, what="workers")
+    return created
+
+
+def launcher_pod_of(jobs: Jobs, name: str) -> client.V1Pod:
+    pod: client.V1Pod = wait_for(
+        lambda: next(iter(jobs.pods(name, "launcher")), None), timeout=90, what="the launcher pod"
+    )
+    return pod
+
+
 def secret_files(jobs: Jobs, name: str) -> dict[str, str] | None:
     try:
         secret = jobs.core.read_namespaced_secret(name, jobs.ns)
@@ -461,15 +491,8 @@ def test_a_failed_worlds_logs_are_kept_before_the_restart_deletes_it(
     tmp_path: Path,
     container_name: str,  # noqa: F811
 ) -> None:
-    blob.create_container(container_name)
-    key_secret(jobs, azurite)
-    created = jobs.create(
-        "crashy",
-        output=location(azurite, container_name, "runs"),
-        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}},
-    )
+    created = running_job_with_output(jobs, azurite, blob, container_name, "crashy")
     uid = created["metadata"]["uid"]
-    wait_for(lambda: len(jobs.live_workers("crashy")) == 2, timeout=90, what="workers")
     log = tmp_path / "worker-1.log"
     append_log(log, "rank 4: CUDA error: an illegal memory access was encountered")
     serve_pod_log(api_client, jobs.ns, "crashy-worker-1", "worker", log)
@@ -613,19 +636,12 @@ def test_every_pods_log_is_uploaded_when_the_deadline_ends_the_job(
     container_name: str,  # noqa: F811
 ) -> None:
     """The pods' output SAS expires at activeDeadlineSeconds; the operator's final log upload gets through."""
-    blob.create_container(container_name)
-    key_secret(jobs, azurite)
-    created = jobs.create(
-        "late",
-        output=location(azurite, container_name, "runs"),
-        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}},
+    created = running_job_with_output(
+        jobs, azurite, blob, container_name, "late",
         runPolicy={"activeDeadlineSeconds": 20, "cleanPodPolicy": "Running"},
-    )
+    )  # fmt: skip
     uid = created["metadata"]["uid"]
-    wait_for(lambda: len(jobs.live_workers("late")) == 2, timeout=90, what="workers")
-    launcher_pod = wait_for(
-        lambda: next(iter(jobs.pods("late", "launcher")), None), timeout=90, what="the launcher pod"
-    )
+    launcher_pod = launcher_pod_of(jobs, "late")
     served = {
         str(launcher_pod.metadata.name): "launcher",
         "late-worker-0": "worker",
@@ -667,18 +683,11 @@ def test_results_storage_refused_for_good_fail_the_job_once_and_keep_worker_0(
     launcher exits with the reserved code after the upload's own `failed` line. The job fails as an
     infrastructure failure (never a restart that trains again, never the user's code), and worker 0, which
     holds the results, is kept although cleanPodPolicy Running deletes the others."""
-    blob.create_container(container_name)
-    key_secret(jobs, azurite)
-    jobs.create(
-        "unsaved",
-        output={**location(azurite, container_name, "runs"), "uploadRetrySeconds": 60},
-        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}},
+    running_job_with_output(
+        jobs, azurite, blob, container_name, "unsaved", output={"uploadRetrySeconds": 60},
         runPolicy={"backoffLimit": 3, "cleanPodPolicy": "Running"},
-    )
-    wait_for(lambda: len(jobs.live_workers("unsaved")) == 2, timeout=90, what="workers")
-    launcher_pod = wait_for(
-        lambda: next(iter(jobs.pods("unsaved", "launcher")), None), timeout=90, what="the launcher pod"
-    )
+    )  # fmt: skip
+    launcher_pod = launcher_pod_of(jobs, "unsaved")
     launcher = str(launcher_pod.metadata.name)
     path = tmp_path / "launcher.log"
     append_log(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,19 +15,9 @@ from dtjob.cli import build_parser, main
 from dtjob.commands.pool import pool_name
 
 from tests.azure.arm_player import ArmPlayer
+from tests.unit.cli_parsers import subparsers
 from tests.unit.test_azure_aks import CLUSTER
 from tests.unit.test_azure_aks import run as run_pool
-
-
-def subparsers(
-    parser: argparse.ArgumentParser, path: str = ""
-) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                words = f"{path} {name}".strip()
-                yield words, sub
-                yield from subparsers(sub, words)
 
 
 def flag(parser: argparse.ArgumentParser, option: str) -> argparse.Action | None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import io
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from dtjob.cli import build_parser
 from dtjob.commands.blob_cli import credential
+
+from tests.unit.cli_parsers import subparsers
 
 # One command line of each command that takes the storage credentials, less the credentials.
 COMMANDS = {
@@ -25,18 +26,6 @@ COMMANDS = {
     "results upload": ["results", "upload", "r50"],
     "logs": ["logs", "r50"],
 }  # fmt: skip
-
-
-def subparsers(
-    parser: argparse.ArgumentParser, path: str = ""
-) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    """Every command's parser, by its words (`data upload`)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                words = f"{path} {name}".strip()
-                yield words, sub
-                yield from subparsers(sub, words)
 
 
 def options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
