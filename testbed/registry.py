@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.azurite import free_port
+from testbed.operator_harness import terminate
 
 _REPO = Path(__file__).resolve().parents[1]
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -78,10 +79,5 @@ def run_registry(directory: Path) -> Iterator[Registry]:
                 time.sleep(0.2)
         yield registry
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc, grace_s=10)
         log.close()

@@ -9,8 +9,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from azure.storage.blob import ContainerClient
 
 from testbed.azurite import Azurite, run_azurite
+from tests.azure.helpers import service
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +25,18 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
 def container_name() -> str:
     """A fresh container per test, so tests sharing one Azurite never see each other's blobs."""
     return f"t{uuid.uuid4().hex[:20]}"
+
+
+@pytest.fixture
+def container(azurite: Azurite, container_name: str) -> Iterator[ContainerClient]:
+    """That fresh container, created, and deleted with what the test left in it."""
+    client = service(azurite).create_container(container_name)
+    yield client
+    client.delete_container()
+
+
+@pytest.fixture
+def key_env(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dtjob commands' credentials as a user sets them: Azurite's key in AZURE_STORAGE_KEY, no SAS."""
+    monkeypatch.setenv("AZURE_STORAGE_KEY", azurite.account_key)
+    monkeypatch.delenv("AZURE_STORAGE_SAS_TOKEN", raising=False)

@@ -6,7 +6,6 @@ import argparse
 import io
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,19 +22,6 @@ from testbed.azurite import Azurite
 from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service, tree_of
 
 pytestmark = pytest.mark.azure
-
-
-@pytest.fixture
-def container(azurite: Azurite, container_name: str) -> Iterator[ContainerClient]:
-    client = service(azurite).create_container(container_name)
-    yield client
-    client.delete_container()
-
-
-@pytest.fixture
-def key_env(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AZURE_STORAGE_KEY", azurite.account_key)
-    monkeypatch.delenv("AZURE_STORAGE_SAS_TOKEN", raising=False)
 
 
 def make_tree(root: Path) -> dict[str, bytes]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from dtjob.names import Access
 from dtjob.transfer_report import ExitCode
 
 from testbed.azurite import Azurite
-from tests.azure.helpers import mint, mint_raw, put_without_md5, run_stager, sas_files, service, tree_of
+from tests.azure.helpers import mint, mint_raw, put_without_md5, run_stager, sas_files, tree_of
 
 pytestmark = pytest.mark.azure
 
@@ -31,19 +30,6 @@ KEPT = ContentSettings(
     content_disposition="inline",
     cache_control="max-age=60",
 )
-
-
-@pytest.fixture
-def container(azurite: Azurite, container_name: str) -> Iterator[ContainerClient]:
-    client = service(azurite).create_container(container_name)
-    yield client
-    client.delete_container()
-
-
-@pytest.fixture
-def key_env(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AZURE_STORAGE_KEY", azurite.account_key)
-    monkeypatch.delenv("AZURE_STORAGE_SAS_TOKEN", raising=False)
 
 
 def md5_of(data: bytes) -> bytes:

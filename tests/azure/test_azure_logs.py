@@ -20,19 +20,12 @@ from dtjob.azure.sas import redact
 from dtjob.names import Access
 
 from testbed.azurite import Azurite
-from tests.azure.helpers import mint, service
+from tests.azure.helpers import mint
 
 pytestmark = pytest.mark.azure
 
 CAP = LogCap(2**20)  # 256 KiB head, 64 KiB blocks
 CHUNK = 64 * 1024
-
-
-@pytest.fixture
-def container(azurite: Azurite, container_name: str) -> Iterator[ContainerClient]:
-    client = service(azurite).create_container(container_name)
-    yield client
-    client.delete_container()
 
 
 def numbered_log(lines: int, width: int = 120) -> bytes:

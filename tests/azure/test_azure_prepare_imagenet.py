@@ -32,12 +32,6 @@ def container(azurite: Azurite, container_name: str) -> Iterator[ContainerClient
     client.delete_container()
 
 
-@pytest.fixture
-def key_env(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AZURE_STORAGE_KEY", azurite.account_key)
-    monkeypatch.delenv("AZURE_STORAGE_SAS_TOKEN", raising=False)
-
-
 def prepare(mini: MiniImagenet, azurite: Azurite, container: str, *extra: str) -> list[str]:
     return [
         "data",

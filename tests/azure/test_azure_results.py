@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +17,9 @@ from dtjob.names import Access, log_blob_name, output_url, run_prefix
 from dtjob.transfer_report import ProgressSnapshot
 
 from testbed.azurite import Azurite
-from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service, stager_argv, stager_env
+from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, stager_argv, stager_env
 
 pytestmark = pytest.mark.azure
-
-
-@pytest.fixture
-def container(azurite: Azurite, container_name: str) -> Iterator[ContainerClient]:
-    client = service(azurite).create_container(container_name)
-    yield client
-    client.delete_container()
 
 
 def _write_tree(root: Path) -> dict[str, bytes]:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from tests.azure.helpers import (
     run_stager,
     sas_files,
     seed,
-    service,
     stager_argv,
     stager_env,
     tree_of,
@@ -47,13 +45,6 @@ NESTED = {
     "imagenet/val/other.JPEG": b"not under the prefix",
     "imagenet/trainval.txt": b"a sibling that shares the prefix's first letters",
 }
-
-
-@pytest.fixture
-def container(azurite: Azurite, container_name: str) -> Iterator[ContainerClient]:
-    client = service(azurite).create_container(container_name)
-    yield client
-    client.delete_container()
 
 
 def expected_train() -> dict[str, bytes]:
