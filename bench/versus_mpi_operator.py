@@ -7,9 +7,10 @@
 Each job is 1 launcher + W workers (--workers, 4), each worker one simulated GPU on the kwok GPU pool
 (its taint tolerated), the launcher on the system pool and created only once every worker is Ready (dtjob
 always; an MPIJob with launcherCreationPolicy WaitForWorkersReady). kwok turns a scheduled pod Ready after a
-second. Three runs, each in a namespace of its own with the operator as a subprocess watching only it:
+second. Four runs, each in a namespace of its own with the operator as a subprocess watching only it:
 mpi-operator with its defaults (--kube-api-qps 5 --kube-api-burst 10), mpi-operator with a raised client QPS
-(--kube-api-qps/--kube-api-burst, and its queue's rate limit raised alike), then dtjob. All N jobs are
+(--kube-api-qps/--kube-api-burst, and its queue's rate limit raised alike), mpi-operator fully tuned (QPS
+1000, burst 2000, and --threadiness 8, as many workers as dtjob's 8 lanes), then dtjob. All N jobs are
 created at once; a watch of the namespace's pods and Jobs, opened before, timestamps what arrives:
 
 - pods: the time until all N x (1 + W) pods exist (the launchers' pods included);
@@ -331,17 +332,26 @@ def report(results: list[Result], count: int, workers: int) -> None:
               f"as much, peak RSS {ours.peak_rss_mib / other.peak_rss_mib:.2f}x as much")  # fmt: skip
 
 
+def mpi_rate_flags(qps: int) -> list[str]:
+    """mpi-operator's client QPS and its queue's rate limit at `qps`, each burst twice that."""
+    burst = str(2 * qps)
+    return ["--kube-api-qps", str(qps), "--kube-api-burst", burst,
+            "--controller-queue-rate-limit", str(qps), "--controller-queue-burst", burst]  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--raised-qps", type=int, default=500, help="mpi-operator's raised --kube-api-qps")
-    parser.add_argument("--only", choices=("mpi-default", "mpi-raised", "dtjob"), action="append",
-                        help="run only these (repeatable); default all three")  # fmt: skip
+    parser.add_argument("--tuned-threads", type=int, default=8, help="mpi-operator's tuned --threadiness")
+    choices = ("mpi-default", "mpi-raised", "mpi-tuned", "dtjob")
+    parser.add_argument("--only", action="append", choices=choices,
+                        help="run only these (repeatable); default all four")  # fmt: skip
     parser.add_argument("--profile", type=Path, help="py-spy's raw samples of dtjob's run, written here")
     args = parser.parse_args()
     kubeconfig = kubeconfig_path()
-    only = set(args.only or ("mpi-default", "mpi-raised", "dtjob"))
+    only = set(args.only or choices)
     api = config.new_client_from_config(config_file=kubeconfig)
     nodes = client.CoreV1Api(api).list_node().items
     gpus = 0
@@ -359,13 +369,12 @@ def main() -> int:
         established = "--for=condition=Established"
         kubectl(kubeconfig, "wait", established, "crd/mpijobs.kubeflow.org", "--timeout=60s")
         qps = args.raised_qps
+        tuned = [*mpi_rate_flags(1000), "--threadiness", str(args.tuned_threads)]
         runs = {
             "mpi-default": ("mpi-operator (defaults)", []),
-            "mpi-raised": (f"mpi-operator (QPS {qps})",
-                           ["--kube-api-qps", str(qps), "--kube-api-burst", str(2 * qps),
-                            "--controller-queue-rate-limit", str(qps),
-                            "--controller-queue-burst", str(2 * qps)]),
-        }  # fmt: skip
+            "mpi-raised": (f"mpi-operator (QPS {qps})", mpi_rate_flags(qps)),
+            "mpi-tuned": (f"mpi-operator (QPS 1000, {args.tuned_threads} threads)", tuned),
+        }
         for key, (name, flags) in runs.items():
             if key in only:
                 results.append(mpi_run(api, kubeconfig, binary / "mpi-operator", name, flags, args.jobs,
