@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtjob.leader import ElectionTimings
+from dtjob.config import ElectionTimings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 

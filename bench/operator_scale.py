@@ -35,8 +35,8 @@ from typing import Any
 
 from dtjob import API_GROUP, API_VERSION, PLURAL, metrics, names
 from dtjob.config import load_config
-from dtjob.kube import KubeClient
-from dtjob.reconcile import Children, reconcile
+from dtjob.kube.client import KubeClient
+from dtjob.reconcile.job import Children, reconcile
 from kubernetes import client, config
 
 from testbed.kube_wait import wait_for

@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dtjob.machine import decide
-from dtjob.observed import Blocker, Observed, StagingOutcome
-from dtjob.spec import JobSpec
-from dtjob.status import JobStatus
+from dtjob.spec.parse import JobSpec
+from dtjob.state.observed import Blocker, Observed, StagingOutcome
+from dtjob.state.status import JobStatus
 
 from tests.unit.operator_fixtures import job_spec
 from tests.unit.test_operator_staging import staged_spec

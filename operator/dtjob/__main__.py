@@ -1,5 +1,5 @@
 import sys
 
-from dtjob.cli import main
+from dtjob.cli.main import main
 
 sys.exit(main())

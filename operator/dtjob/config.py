@@ -10,8 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dtjob.leader import ElectionTimings
-from dtjob.tenancy import StoragePolicy, cluster_policy
+from dtjob.spec.tenancy import StoragePolicy, cluster_policy
 
 FRAMEWORKS = ("pytorch", "tensorflow", "keras")
 DEFAULT_IMAGES = {
@@ -26,6 +25,29 @@ DEFAULT_SAS_ROTATE_FRACTION = 0.8
 # The most bytes of one pod's log kept in storage (dtjob.azure.logs cuts longer logs), and the least allowed.
 DEFAULT_LOG_CAP_BYTES = 64 * 2**20
 MIN_LOG_CAP_BYTES = 64 * 2**10
+
+
+@dataclass(frozen=True)
+class ElectionTimings:
+    """Seconds. A leader renews every `renew_interval_s`, retries a failed renewal every `retry_period_s`
+    and stops writing `renew_deadline_s` after its last accepted renewal; the others poll every
+    `retry_period_s` and take over `lease_duration_s` after the Lease last changed."""
+
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(
+                "leader election needs 0 < retry period < renew deadline < lease duration, got "
+                f"{self.retry_period_s:g} s, {self.renew_deadline_s:g} s, {self.lease_duration_s:g} s"
+            )
+
+    @property
+    def renew_interval_s(self) -> float:
+        """A third of the lease (5 s by default), and at least two tries before the renew deadline."""
+        return max(self.retry_period_s, min(self.lease_duration_s / 3, self.renew_deadline_s / 2))
 
 
 @dataclass(frozen=True)
@@ -53,7 +75,8 @@ class OperatorConfig:
     # Empty on a production install: jobs then reach storage over https only.
     emulator_hosts: frozenset[str] = frozenset()
     # Which accounts, containers and client IDs jobs may use, cluster-wide (namespaces' annotations override
-    # it per namespace; see dtjob.tenancy). The defaults allow no storage account and no explicit client ID.
+    # it per namespace; see dtjob.spec.tenancy). The defaults allow no storage account and no explicit client
+    # ID.
     storage_policy: StoragePolicy = field(default_factory=lambda: cluster_policy({}))
     # Storage accounts with a hierarchical namespace: output SAS tokens there reach only the run's directory.
     hns_accounts: frozenset[str] = frozenset()
@@ -77,7 +100,7 @@ class OperatorConfig:
     # stays locked until it ends), so that a few hung jobs never hold up the others.
     reconcile_slow_seconds: float = 10.0
     # Leader election among the operator's replicas (when on: dtjob operator --leader-elect): the Lease's
-    # name in the operator's namespace, and its timings (dtjob.leader.ElectionTimings).
+    # name in the operator's namespace, and its timings (dtjob.runtime.lease.ElectionTimings).
     lease_name: str = "dtjob-operator"
     # Where the operator runs and as whom (POD_NAMESPACE, DTJOB_SERVICE_ACCOUNT from the downward API): a job
     # in that namespace may not run its pods as that ServiceAccount.

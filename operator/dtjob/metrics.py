@@ -1,4 +1,5 @@
-"""The operator's Prometheus metrics: the one registry, every metric's definition, and the /metrics server.
+"""The operator's Prometheus metrics: the one registry and every metric's definition; the server is
+dtjob.runtime.metrics_server.
 
 A leaf: the controller, the reconcile and the I/O layers import it and record; the pure core never does (an
 import-linter contract keeps it so). What the operator already knows is not copied into metrics at all: jobs
@@ -12,30 +13,22 @@ from __future__ import annotations
 
 import math
 import re
-import socket
-import ssl
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
     ProcessCollector,
-    make_wsgi_app,
-    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics import disable_created_metrics
 from prometheus_client.registry import Collector
 
-from dtjob.status import FINISHED, Phase
+from dtjob.state.status import FINISHED, Phase
 
 Key = tuple[str, str]  # (namespace, job name)
 
@@ -348,45 +341,3 @@ REGISTRY.register(STATE)
 def bind(snapshot: SnapshotFn | None) -> None:
     """The controller whose state the scrape reads (None: none, after it stopped)."""
     STATE.snapshot = snapshot
-
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-# A client that connects and then says nothing is dropped after this long, so it holds one thread at most.
-CLIENT_TIMEOUT_SECONDS = 10.0
-
-
-class _QuietHandler(WSGIRequestHandler):
-    timeout = CLIENT_TIMEOUT_SECONDS
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """No line per scrape."""
-
-
-def serve(
-    address: str,
-    port: int,
-    guard: Callable[[WsgiApp], WsgiApp] | None = None,
-    tls: tuple[Path, Path] | None = None,
-) -> WSGIServer:
-    """Serve /metrics from REGISTRY on a daemon thread: plain HTTP, or with `tls` (certificate, key) HTTPS
-    and every request through `guard` (dtjob.metrics_access)."""
-    if guard is None and tls is None:
-        server, _ = start_http_server(port, addr=address, registry=REGISTRY)
-        return server
-    app: WsgiApp = make_wsgi_app(REGISTRY)
-    if guard is not None:
-        app = guard(app)
-
-    class Server(ThreadingWSGIServer):
-        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
-
-    server = make_server(address, port, app, Server, handler_class=_QuietHandler)
-    if tls is not None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(str(tls[0]), str(tls[1]))
-        # The handshake runs in the request's thread (on its first read), not in the accepting one, so a
-        # client that never finishes it cannot stop the others from being served.
-        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from dtjob.azure.fileserver import FileServers
-from dtjob.cli import build_parser
+from dtjob.cli.main import build_parser
 
 from tests.azure.arm_player import ArmPlayer, StaticToken
 

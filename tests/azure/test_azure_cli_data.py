@@ -12,11 +12,11 @@ import pytest
 from azure.storage.blob import ContainerClient
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
-from dtjob.cli import main
-from dtjob.commands.blob_cli import progress_lines
-from dtjob.commands.data import _endpoint_and_account
+from dtjob.cli.blob_access import progress_lines
+from dtjob.cli.data import _endpoint_and_account
+from dtjob.cli.main import main
+from dtjob.contract.transfer_report import ExitCode
 from dtjob.names import Access
-from dtjob.transfer_report import ExitCode
 
 from testbed.azurite import Azurite
 from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, service, tree_of

@@ -14,9 +14,9 @@ from dtjob.azure import download, hashing
 from dtjob.azure.download import Stager
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
-from dtjob.cli import main
+from dtjob.cli.main import main
+from dtjob.contract.transfer_report import ExitCode
 from dtjob.names import Access
-from dtjob.transfer_report import ExitCode
 
 from testbed.azurite import Azurite
 from tests.azure.helpers import mint, mint_raw, put_without_md5, run_stager, sas_files, tree_of

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from azure.storage.blob import ContainerClient
-from dtjob.cli import main
+from dtjob.cli.main import main
 from dtjob.names import Access
 
 from testbed.azurite import Azurite

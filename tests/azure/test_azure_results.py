@@ -13,8 +13,8 @@ from azure.storage.blob import ContainerClient
 from dtjob.azure.clients import SasFileSource, container_client
 from dtjob.azure.logs import LogCap, upload_log
 from dtjob.config import DEFAULT_LOG_CAP_BYTES
+from dtjob.contract.transfer_report import ProgressSnapshot
 from dtjob.names import Access, log_blob_name, output_url, run_prefix
-from dtjob.transfer_report import ProgressSnapshot
 
 from testbed.azurite import Azurite
 from tests.azure.helpers import mint, mint_raw, run_stager, sas_files, stager_argv, stager_env

@@ -18,8 +18,8 @@ from dtjob.azure.download import Stager
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
 from dtjob.azure.sas import ContainerSas, mint_with_account_key
+from dtjob.contract.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 from dtjob.names import Access
-from dtjob.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 
 from testbed.azurite import Azurite
 from tests.azure.helpers import (

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from dtjob.cli import main
+from dtjob.cli.main import main
 
 from testbed.azurite import Azurite
 from testbed.kube_wait import wait_for

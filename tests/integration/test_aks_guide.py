@@ -17,10 +17,10 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from dtjob.cli import build_parser
+from dtjob.cli.main import build_parser
 from dtjob.config import OperatorConfig
-from dtjob.fileserver_objects import Share, persistent_volume, persistent_volume_claim
-from dtjob.spec import parse_spec
+from dtjob.datasets.fileserver_volume import Share, persistent_volume, persistent_volume_claim
+from dtjob.spec.parse import parse_spec
 from kubernetes import client
 
 from testbed.kube_wait import wait_for

@@ -10,9 +10,14 @@ from typing import Any
 
 import pytest
 import yaml
-from dtjob.commands.operator import DEFAULT_METRICS_PORT
-from dtjob.config import DEFAULT_IMAGES, DEFAULT_LOG_CAP_BYTES, DEFAULT_STAGER_IMAGE, load_config
-from dtjob.leader import ElectionTimings
+from dtjob.cli.operator import DEFAULT_METRICS_PORT
+from dtjob.config import (
+    DEFAULT_IMAGES,
+    DEFAULT_LOG_CAP_BYTES,
+    DEFAULT_STAGER_IMAGE,
+    ElectionTimings,
+    load_config,
+)
 from kubernetes import client
 
 from testbed.kube_wait import wait_for

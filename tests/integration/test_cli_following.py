@@ -17,10 +17,10 @@ import pytest
 import yaml
 from azure.storage.blob import BlobServiceClient, ContainerClient
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
-from dtjob.cli import main
-from dtjob.log_target import split_stamp
+from dtjob.cli.log_target import split_stamp
+from dtjob.cli.main import main
+from dtjob.contract.transfer_report import ExitCode
 from dtjob.names import run_prefix
-from dtjob.transfer_report import ExitCode
 from kubernetes import client
 
 from testbed.azurite import Azurite

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from dtjob.config import OperatorConfig
-from dtjob.spec import SpecError, parse_spec
+from dtjob.spec.parse import SpecError, parse_spec
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 

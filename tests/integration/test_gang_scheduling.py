@@ -18,7 +18,7 @@ import pytest
 from dtjob import desired
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
-from dtjob.spec import parse_spec
+from dtjob.spec.parse import parse_spec
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -272,7 +272,7 @@ def test_a_pod_group_under_the_jobs_name_is_deleted_only_when_the_job_owns_it(
     coscheduling: str, api_client: client.ApiClient, namespace: str
 ) -> None:
     """Before: the finished job's PodGroup was deleted by name, whoever owned the object of that name."""
-    from dtjob.kube import KubeClient
+    from dtjob.kube.client import KubeClient
 
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
 

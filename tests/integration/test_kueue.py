@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from dtjob import kueue as kq
+from dtjob.gang import kueue as kq
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 

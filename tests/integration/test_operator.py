@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from dtjob.config import load_config
-from dtjob.kube import KubeClient
-from dtjob.reconcile import Children, reconcile
+from dtjob.kube.client import KubeClient
+from dtjob.reconcile.job import Children, reconcile
 from kubernetes import client
 
 from testbed.kube_wait import wait_for

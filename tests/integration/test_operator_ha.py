@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 from dtjob.config import OperatorConfig
-from dtjob.elector import ELECTED_REASON
-from dtjob.kube import KubeClient
-from dtjob.leader import Leadership, NotLeader
+from dtjob.fence import NotLeader
+from dtjob.kube.client import KubeClient
+from dtjob.runtime.election import ELECTED_REASON
+from dtjob.runtime.lease import Leadership
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 

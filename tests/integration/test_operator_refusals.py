@@ -17,9 +17,9 @@ from dataclasses import replace
 import pytest
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.blob import BlobServiceClient
-from dtjob.kube import KubeClient
-from dtjob.preflight import preflight
-from dtjob.storage import STORAGE_KEY_LABEL
+from dtjob.kube.client import KubeClient
+from dtjob.reconcile.preflight import preflight
+from dtjob.reconcile.storage import STORAGE_KEY_LABEL
 from kubernetes import client
 
 from testbed.azurite import DEV_ACCOUNT_NAME, Azurite

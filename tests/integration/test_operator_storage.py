@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 from azure.storage.blob import BlobServiceClient
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
-from dtjob.results_upload import UPLOAD_FAILED_EXIT
-from dtjob.storage import STORAGE_KEY_LABEL
-from dtjob.tenancy import (
+from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
+from dtjob.contract.transfer_report import PROGRESS_MARKER, ProgressSnapshot
+from dtjob.reconcile.storage import STORAGE_KEY_LABEL
+from dtjob.spec.tenancy import (
     ANNOTATION_CLIENT_IDS,
     ANNOTATION_CONTAINERS,
     ANNOTATION_READ_CONTAINERS,
     ANNOTATION_WRITE_CONTAINERS,
 )
 from dtjob.timefmt import parse_time
-from dtjob.transfer_report import PROGRESS_MARKER, ProgressSnapshot
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 

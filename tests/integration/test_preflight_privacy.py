@@ -11,8 +11,8 @@ from dataclasses import replace
 from functools import partial
 
 import pytest
-from dtjob.kube import KubeClient
-from dtjob.preflight import preflight
+from dtjob.kube.client import KubeClient
+from dtjob.reconcile.preflight import preflight
 from kubernetes import client
 
 from testbed.kube_wait import wait_for

@@ -1,8 +1,8 @@
 """The chart grants the operator exactly the API verbs its code uses: no more (least privilege), no fewer.
 
 What the code uses is read from the code itself: every Kubernetes client method the operator references
-(dtjob.kube is the only module that calls the API), every plain JSON call it allows itself
-(dtjob.kube.PLAIN_CALLS), every watch kopf opens for the handlers' registrations,
+(dtjob.kube.client is the only module that calls the API), every plain JSON call it allows itself
+(dtjob.kube.client.PLAIN_CALLS), every watch kopf opens for the handlers' registrations,
 and the few needs of kopf and the API server that no call in our code spells out (each listed with why).
 What the chart grants is what real helm renders, bound to the operator's ServiceAccount.
 """
@@ -27,7 +27,7 @@ PACKAGE = REPO / "operator" / "dtjob"
 RELEASE, RELEASE_NS = "dtjob", "dtjob-system"
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 
-# The API group behind each client attribute of dtjob.kube.Kube.
+# The API group behind each client attribute of dtjob.kube.client.Kube.
 CLIENT_GROUPS = {
     "core": "", "batch": "batch", "custom": dtjob.API_GROUP, "networking": "networking.k8s.io",
     "coordination": "coordination.k8s.io",
@@ -124,9 +124,9 @@ def _constant(node: ast.expr) -> str:
 
 
 def plain_calls() -> set[Permission]:
-    """The calls dtjob.kube makes as plain JSON: it refuses any outside PLAIN_CALLS (the children's watch
-    among them)."""
-    from dtjob.kube import PLAIN_CALLS, RESOURCES
+    """The calls dtjob.kube.client makes as plain JSON: it refuses any outside PLAIN_CALLS (the children's
+    watch among them)."""
+    from dtjob.kube.client import PLAIN_CALLS, RESOURCES
 
     used: set[Permission] = set()
     for verb, kinds in PLAIN_CALLS.items():
@@ -138,13 +138,13 @@ def plain_calls() -> set[Permission]:
 
 
 def test_the_childrens_watch_is_among_the_plain_calls() -> None:
-    from dtjob.child_watch import CHILD_KINDS
-    from dtjob.kube import PLAIN_CALLS
+    from dtjob.kube.client import PLAIN_CALLS
+    from dtjob.runtime.child_watch import CHILD_KINDS
 
     assert set(CHILD_KINDS) <= PLAIN_CALLS["list"] & PLAIN_CALLS["watch"]
 
 
-def kopf_watches(path: Path = PACKAGE / "handlers.py") -> set[Permission]:
+def kopf_watches(path: Path = PACKAGE / "runtime" / "handlers.py") -> set[Permission]:
     """list + watch for every resource a kopf.index or kopf.on.event registration serves: the decorators
     spelt out in handlers.py."""
     resources: list[tuple[str, ...]] = []
@@ -256,7 +256,8 @@ def test_the_operator_is_granted_exactly_the_verbs_its_code_uses(
 
 
 def test_the_scan_reads_the_calls_the_code_makes() -> None:
-    """The scan is not vacuous: it finds what dtjob.kube is known to do, and nothing it must never do."""
+    """The scan is not vacuous: it finds what dtjob.kube.client is known to do, and nothing it must never
+    do."""
     used = client_calls() | plain_calls()
     known = {
         ("", "pods", "create"), ("", "secrets", "get"), ("", "pods/log", "get"), ("batch", "jobs", "delete"),

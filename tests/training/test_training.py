@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from dtjob.training_progress import latest_progress
+from dtjob.contract.training_progress import latest_progress
 
 from tests.training.training_helpers import FRAMEWORKS, launch, make_tree, tiny_args
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob.config import OperatorConfig
-from dtjob.spec import JobSpec, parse_spec
+from dtjob.spec.parse import JobSpec, parse_spec
 
 CONFIG = OperatorConfig()
 

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from dtjob.desired.owned import drift, is_ours, owner_uids
-from dtjob.kube import ApiNotServed, Applied, Conflict, LogUnavailable, Rejected
-from dtjob.leader import NotLeader
+from dtjob.fence import NotLeader
+from dtjob.kube.client import ApiNotServed, Applied, Conflict, LogUnavailable, Rejected
 
 Json = dict[str, Any]
 JOB_KIND = "DistributedTrainingJob"

@@ -16,8 +16,8 @@ from dtjob.azure.aks import (
     image_compatibility_note,
     scaled_body,
 )
-from dtjob.cli import build_parser
-from dtjob.transfer_report import ExitCode
+from dtjob.cli.main import build_parser
+from dtjob.contract.transfer_report import ExitCode
 
 from tests.azure.arm_player import ArmPlayer, StaticToken
 

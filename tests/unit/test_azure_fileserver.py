@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from dtjob.azure.fileserver import FileServerSpec, account_patch, subnet_with_storage_endpoint
-from dtjob.transfer_report import ExitCode
+from dtjob.contract.transfer_report import ExitCode
 
 from tests.azure.arm_player import Fault
 from tests.azure.fileserver_arm import CREATE, GPU_SUBNET, STORAGE, SUB, SUBNET, aks_player, run, subnet

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob.cache import JOBS, PODS, ChildCache
+from dtjob.runtime.child_cache import JOBS, PODS, ChildCache
 
 NS = "ns"
 

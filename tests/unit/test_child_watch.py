@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from dtjob.child_watch import ChildWatch, Gone
+from dtjob.runtime.child_watch import ChildWatch, Gone
 from kubernetes import client
 
 

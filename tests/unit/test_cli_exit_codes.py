@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dtjob.cli import EXIT_CODES, build_parser, main
-from dtjob.transfer_report import ExitCode
+from dtjob.cli.main import EXIT_CODES, build_parser, main
+from dtjob.contract.transfer_report import ExitCode
 
 COMMANDS = [
     ["status", "r50"],

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 from dtjob.azure.download import RemoteFile
-from dtjob.cli import build_parser, main
-from dtjob.commands.pool import pool_name
+from dtjob.cli.main import build_parser, main
+from dtjob.cli.pool import pool_name
 
 from tests.azure.arm_player import ArmPlayer
 from tests.unit.cli_parsers import subparsers
@@ -130,7 +130,7 @@ def test_data_ls_prints_the_blobs_as_json_or_yaml(
         assert prefix == "imagenet/"
         return blobs
 
-    monkeypatch.setattr("dtjob.commands.data._client", lambda _args, _n: (object(), "the credentials"))
+    monkeypatch.setattr("dtjob.cli.data._client", lambda _args, _n: (object(), "the credentials"))
     monkeypatch.setattr("dtjob.azure.download.list_remote", listed)
     argv = ["data", "ls", "--account", "acct", "--container", "c", "--prefix", "imagenet"]
     expected = [

@@ -8,8 +8,8 @@ import io
 from pathlib import Path
 
 import pytest
-from dtjob.cli import build_parser
-from dtjob.commands.blob_cli import credential
+from dtjob.cli.blob_access import credential
+from dtjob.cli.main import build_parser
 
 from tests.unit.cli_parsers import subparsers
 

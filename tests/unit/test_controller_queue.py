@@ -13,12 +13,12 @@ from datetime import datetime
 from typing import Any, cast
 
 import pytest
-from dtjob import controller as controller_module
 from dtjob.config import OperatorConfig
-from dtjob.controller import CHILD_EVENTS_BATCH_S, MAX_BACKOFF_S, Controller, Key, backoff
-from dtjob.kube import Conflict, ControllerKube, Kube
-from dtjob.leader import NotLeader
-from dtjob.reconcile import Children
+from dtjob.fence import NotLeader
+from dtjob.kube.client import Conflict, ControllerKube, Kube
+from dtjob.reconcile.job import Children
+from dtjob.runtime import controller as controller_module
+from dtjob.runtime.controller import CHILD_EVENTS_BATCH_S, MAX_BACKOFF_S, Controller, Key, backoff
 
 A: Key = ("ns", "a")
 B: Key = ("ns", "b")

@@ -11,10 +11,11 @@ import re
 from typing import Any
 
 import pytest
-from dtjob import desired, validators
+from dtjob import desired
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
-from dtjob.spec import SpecError, parse_spec
+from dtjob.spec import validators
+from dtjob.spec.parse import SpecError, parse_spec
 
 from tests.crd_contract import BASES, Probe, job, probes, spec_schema
 

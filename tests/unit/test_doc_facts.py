@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from dtjob.cli import build_parser
-from dtjob.storage_spec import DEFAULT_UPLOAD_RETRY_SECONDS
+from dtjob.cli.main import build_parser
+from dtjob.spec.storage import DEFAULT_UPLOAD_RETRY_SECONDS
 
 from tests.unit.cli_parsers import subparsers
 

@@ -1,4 +1,5 @@
-"""The election loop's rounds (dtjob.elector) between replicas sharing one Lease, on a clock the test moves.
+"""The election loop's rounds (dtjob.runtime.election) between replicas sharing one Lease, on a clock the test
+moves.
 
 The Lease lives in an in-memory store that answers as the API server does where the election depends on it:
 a create of an existing Lease is refused, a replace under a stale resourceVersion is a Conflict, every write
@@ -14,9 +15,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dtjob.elector import ELECTED_REASON, Elector
-from dtjob.kube import Conflict
-from dtjob.leader import ElectionTimings, Leadership, Verdict, decide, record_of
+from dtjob.config import ElectionTimings
+from dtjob.kube.client import Conflict
+from dtjob.runtime.election import ELECTED_REASON, Elector
+from dtjob.runtime.lease import Leadership, Verdict, decide, record_of
 
 Json = dict[str, Any]
 TIMINGS = ElectionTimings()  # 15 s lease, 10 s renew deadline, 2 s retry, renewals every 5 s

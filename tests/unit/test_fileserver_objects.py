@@ -1,4 +1,5 @@
-"""dtjob.fileserver_objects: the job's volume stanza, the PV and claim --apply writes, and which jobs use a
+"""dtjob.datasets.fileserver_volume: the job's volume stanza, the PV and claim --apply writes, and which jobs
+use a
 share (what `dtjob fileserver delete` refuses on)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 from dtjob.config import OperatorConfig
-from dtjob.fileserver_objects import (
+from dtjob.datasets.fileserver_volume import (
     Share,
     blocking,
     nfs_stanza,
@@ -18,7 +19,7 @@ from dtjob.fileserver_objects import (
     pvc_stanza,
     share_users,
 )
-from dtjob.spec import parse_spec
+from dtjob.spec.parse import parse_spec
 
 SHARE = Share("mlfiles", "datasets", "mlfiles.file.core.windows.net", 1024)
 SERVER, PATH = SHARE.server, SHARE.path

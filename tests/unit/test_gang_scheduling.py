@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 from dtjob import desired
-from dtjob.actions import DeletePodGroup, EnsureWorld
 from dtjob.desired.common import owner_reference
 from dtjob.desired.owned import drift
 from dtjob.desired.pod_group import min_resources
 from dtjob.machine import decide
 from dtjob.machine.gang import shortfall, wants_pool_room
-from dtjob.observed import Children, Observed, PodState, PoolRoom, pool_room
-from dtjob.reconcile import reconcile
-from dtjob.spec import JobSpec, SpecError
-from dtjob.status import JobStatus
+from dtjob.reconcile.job import reconcile
+from dtjob.spec.parse import JobSpec, SpecError
+from dtjob.state.decision import DeletePodGroup, EnsureWorld
+from dtjob.state.observed import Children, Observed, PodState, PoolRoom, pool_room
+from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import CONFIG, job_spec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from dtjob import heap
+from dtjob.runtime import heap
 
 
 def test_free_heap_pages_can_be_given_back_on_glibc() -> None:

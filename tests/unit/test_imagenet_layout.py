@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from dtjob.imagenet_layout import (
+from dtjob.datasets.imagenet_layout import (
     Expected,
     LabelError,
     LabelFormat,

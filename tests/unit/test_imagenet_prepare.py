@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from dtjob.cli import main
+from dtjob.cli.main import main
 from dtjob_train.data.folder import scan
 
 from tests.imagenet_tarballs import CLASSES, MiniImagenet, generated_images, make_tarballs, tree_files

@@ -1,6 +1,6 @@
-"""A reconcile reads its job from the watch's copy (dtjob.job_cache) and writes its status through to it, so
-a burst of jobs costs no GET per reconcile, and no reconcile decides from a status older than its own last
-patch."""
+"""A reconcile reads its job from the watch's copy (dtjob.runtime.job_cache) and writes its status through to
+it, so a burst of jobs costs no GET per reconcile, and no reconcile decides from a status older than its own
+last patch."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtjob.job_cache import JobCache
-from dtjob.kube import JOB_COPY_MAX_AGE_S, KubeClient
+from dtjob.kube.client import JOB_COPY_MAX_AGE_S, KubeClient
+from dtjob.runtime.job_cache import JobCache
 from kubernetes import client
 
 from tests.unit.manual_clock import ManualClock

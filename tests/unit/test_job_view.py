@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob.job_view import LAST_EVENTS, render
+from dtjob.cli.job_view import LAST_EVENTS, render
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 

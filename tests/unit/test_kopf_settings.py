@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 import kopf
-from dtjob import handlers
+from dtjob.runtime import handlers
 
 
 def record(level: int, msg: str) -> logging.LogRecord:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from dtjob.kstatus import with_kstatus_conditions
 from dtjob.machine import decide, invalid_spec
-from dtjob.observed import Blocker, Observed
-from dtjob.refusals import child_not_ours, create_forbidden
-from dtjob.status import JobStatus, set_condition
+from dtjob.reconcile.refusals import child_not_ours, create_forbidden
+from dtjob.state.conditions import with_kstatus_conditions
+from dtjob.state.observed import Blocker, Observed
+from dtjob.state.status import JobStatus, set_condition
 
 from tests.unit.operator_fixtures import job_spec
 from tests.unit.test_operator_status import NOW, launcher, started, worker

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
-from dtjob.kube import KubeClient, _DeadlineApiClient
+from dtjob.kube.client import KubeClient, _DeadlineApiClient
 from kubernetes import client
 
 

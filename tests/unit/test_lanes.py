@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dtjob.lanes import Lanes
+from dtjob.runtime.lanes import Lanes
 
 
 def drain(lanes: Lanes[str]) -> list[str]:

@@ -1,17 +1,16 @@
-"""The leader election's rules (dtjob.leader): what a replica does with the Lease as read, the records it
-writes, and how long its right to write lasts."""
+"""The leader election's rules (dtjob.runtime.lease): what a replica does with the Lease as read, the records
+it writes, and how long its right to write lasts."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from dtjob.config import load_config
-from dtjob.leader import (
-    ElectionTimings,
+from dtjob.config import ElectionTimings, load_config
+from dtjob.fence import NotLeader
+from dtjob.runtime.lease import (
     Leadership,
     LeaseRecord,
-    NotLeader,
     Sighting,
     Verdict,
     claim,

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from dtjob.actions import LogsUploaded
 from dtjob.machine import with_results
-from dtjob.status import JobStatus, status_from_dict
+from dtjob.state.decision import LogsUploaded
+from dtjob.state.status import JobStatus, status_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 URL = "http://127.0.0.1/acct/results/runs/ns/j/uid/"

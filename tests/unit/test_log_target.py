@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob.log_target import LogPosition, LogTarget, newest_pod, split_stamp, uploaded_log
+from dtjob.cli.log_target import LogPosition, LogTarget, newest_pod, split_stamp, uploaded_log
 from dtjob.names import logs_folder
 
 

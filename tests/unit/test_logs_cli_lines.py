@@ -6,7 +6,7 @@ from __future__ import annotations
 import tracemalloc
 from collections.abc import Iterator
 
-from dtjob.commands.logs import CUT_MARKER, MAX_LINE_BYTES, _lines
+from dtjob.cli.logs import CUT_MARKER, MAX_LINE_BYTES, _lines
 
 CHUNK = 64 * 1024
 

@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 
 import pytest
 import urllib3
-from dtjob.cli import build_parser
-from dtjob.commands import kube_cli
-from dtjob.commands.logs import Follower
-from dtjob.log_target import LogTarget
-from dtjob.transfer_report import ExitCode
+from dtjob.cli import kube_access as kube_cli
+from dtjob.cli.log_target import LogTarget
+from dtjob.cli.logs import Follower
+from dtjob.cli.main import build_parser
+from dtjob.contract.transfer_report import ExitCode
 
 T = "2026-01-02T03:04:0{}.000000001Z"
 

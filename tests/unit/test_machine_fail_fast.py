@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dtjob.actions import DeleteLauncher, DeletePod
 from dtjob.machine import decide
-from dtjob.observed import LauncherState, Observed, PodState, observe_children
-from dtjob.spec_reader import SpecError
-from dtjob.status import JobStatus
+from dtjob.spec.reader import SpecError
+from dtjob.state.decision import DeleteLauncher, DeletePod
+from dtjob.state.observed import LauncherState, Observed, PodState, observe_children
+from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import job_spec

@@ -7,10 +7,17 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dtjob.actions import CreateLauncher, CreateWorker, DeleteLauncher, DeletePod, EnsureWorld, ReleasePod
 from dtjob.machine import decide
-from dtjob.observed import LauncherState, Observed, PodState, observe_children
-from dtjob.status import JobStatus
+from dtjob.state.decision import (
+    CreateLauncher,
+    CreateWorker,
+    DeleteLauncher,
+    DeletePod,
+    EnsureWorld,
+    ReleasePod,
+)
+from dtjob.state.observed import LauncherState, Observed, PodState, observe_children
+from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import job_spec

@@ -7,12 +7,12 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dtjob.actions import CreateWorker, EnsureWorld, ForceDeletePod, PodForceDeleted
 from dtjob.machine import decide, with_results
 from dtjob.machine.world import FORCE_DELETE_AFTER
-from dtjob.observed import Children, LauncherState, Observed, PodState, observe_children
-from dtjob.reconcile import reconcile
-from dtjob.status import JobStatus
+from dtjob.reconcile.job import reconcile
+from dtjob.state.decision import CreateWorker, EnsureWorld, ForceDeletePod, PodForceDeleted
+from dtjob.state.observed import Children, LauncherState, Observed, PodState, observe_children
+from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import CONFIG, job_body, job_spec

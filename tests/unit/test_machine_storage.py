@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dtjob.actions import (
+from dtjob.machine import decide, with_results
+from dtjob.state.decision import (
     CreateWorker,
     DeleteSasSecrets,
     EnsureWorld,
@@ -13,9 +14,8 @@ from dtjob.actions import (
     SasSecretsDeleted,
     UploadLogs,
 )
-from dtjob.machine import decide, with_results
-from dtjob.observed import Blocker, Observed, SasObservation
-from dtjob.status import JobStatus
+from dtjob.state.observed import Blocker, Observed, SasObservation
+from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import job_spec

@@ -13,13 +13,13 @@ from typing import Any, cast
 import pytest
 import urllib3
 from dtjob import metrics
-from dtjob.commands.operator import DEFAULT_METRICS_ADDRESS, DEFAULT_METRICS_PORT, metrics_endpoint
+from dtjob.cli.operator import DEFAULT_METRICS_ADDRESS, DEFAULT_METRICS_PORT, metrics_endpoint
 from dtjob.config import OperatorConfig
-from dtjob.controller import Controller
-from dtjob.kube import Conflict, ControllerKube
-from dtjob.observed import Blocker, Children
-from dtjob.reconcile import reconcile
-from dtjob.storage import StorageRefused
+from dtjob.kube.client import Conflict, ControllerKube
+from dtjob.reconcile.job import reconcile
+from dtjob.reconcile.storage import StorageRefused
+from dtjob.runtime.controller import Controller
+from dtjob.state.observed import Blocker, Children
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families

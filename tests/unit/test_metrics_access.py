@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from dtjob.metrics_access import Identity, MetricsGuard, Verdict, bearer_token
+from dtjob.runtime.metrics_access import Identity, MetricsGuard, Verdict, bearer_token
 
 READER = Identity("system:serviceaccount:monitoring:prometheus", "u-1", ("system:serviceaccounts",))
 

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtjob.kube import NODE_LIST_TTL_S, KubeClient
-from dtjob.preflight import preflight
-from dtjob.ttl_cache import TtlCache
+from dtjob.kube.client import NODE_LIST_TTL_S, KubeClient
+from dtjob.reconcile.preflight import preflight
+from dtjob.runtime.ttl_cache import TtlCache
 from kubernetes import client
 
 from tests.unit.manual_clock import ManualClock

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from dtjob import desired
 from dtjob.desired.command import training_flags
-from dtjob.spec import SpecError
+from dtjob.spec.parse import SpecError
 
 from tests.unit.operator_fixtures import job_spec
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dtjob.cli import build_parser
-from dtjob.commands.operator import identity, lease_namespace, watched_namespaces
+from dtjob.cli.main import build_parser
+from dtjob.cli.operator import identity, lease_namespace, watched_namespaces
 
 IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
 

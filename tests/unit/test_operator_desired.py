@@ -6,7 +6,7 @@ from typing import Any
 from dtjob import desired, names
 from dtjob.desired.command import mpi_command, training_command
 from dtjob.desired.common import owner_reference
-from dtjob.sshkeys import generate_keypair
+from dtjob.desired.sshkeys import generate_keypair
 
 from tests.unit.operator_fixtures import job_spec
 

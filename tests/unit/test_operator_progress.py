@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from dtjob.training_progress import latest_progress
+from dtjob.contract.training_progress import latest_progress
 
 RECORD = {
     "epoch": 2,

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 from dtjob.config import OperatorConfig, load_config
-from dtjob.spec import SpecError, parse_spec
+from dtjob.spec.parse import SpecError, parse_spec
 
 from tests.unit.operator_fixtures import CONFIG, job_body, job_spec
 

@@ -6,13 +6,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dtjob.actions import CreateStagingJob, CreateWorker, DeleteSasSecrets, SasSecretsDeleted, UploadLogs
+from dtjob.contract.transfer_report import ProgressSnapshot
 from dtjob.machine import decide, with_results
-from dtjob.observed import Observed, StagingOutcome
-from dtjob.spec import SpecError
-from dtjob.status import JobStatus
+from dtjob.spec.parse import SpecError
+from dtjob.state.decision import (
+    CreateStagingJob,
+    CreateWorker,
+    DeleteSasSecrets,
+    SasSecretsDeleted,
+    UploadLogs,
+)
+from dtjob.state.observed import Observed, StagingOutcome
+from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
-from dtjob.transfer_report import ProgressSnapshot
 
 from tests.unit.operator_fixtures import job_spec
 

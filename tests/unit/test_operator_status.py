@@ -6,7 +6,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dtjob.actions import (
+from dtjob.machine import decide, invalid_spec
+from dtjob.state.decision import (
     CreateLauncher,
     CreateWorker,
     DeleteJob,
@@ -15,10 +16,9 @@ from dtjob.actions import (
     EnsureWorld,
     UploadLogs,
 )
-from dtjob.machine import decide, invalid_spec
-from dtjob.observed import Blocker, LauncherState, Observed, PodState
-from dtjob.observed import observe_children as observe
-from dtjob.status import JobStatus, status_from_dict
+from dtjob.state.observed import Blocker, LauncherState, Observed, PodState
+from dtjob.state.observed import observe_children as observe
+from dtjob.state.status import JobStatus, status_from_dict
 from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import job_spec

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from dtjob.act import act
-from dtjob.actions import Action, CreateLauncher, CreateWorker, EnsureWorld
 from dtjob.desired.common import owner_reference
-from dtjob.kube import Applied, KubeClient, Rejected
+from dtjob.kube.client import Applied, KubeClient, Rejected
+from dtjob.reconcile.act import act
+from dtjob.state.decision import Action, CreateLauncher, CreateWorker, EnsureWorld
 from kubernetes import client
 
 from tests.unit.manual_clock import ManualClock

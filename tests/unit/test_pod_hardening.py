@@ -9,7 +9,7 @@ import pytest
 from dtjob import desired, names
 from dtjob.desired.command import SSH_KEY_PATH, launcher_script, worker_sshd_script
 from dtjob.desired.common import SSH_DIR, SSH_KEY_FILE, owner_reference
-from dtjob.sshkeys import generate_keypair
+from dtjob.desired.sshkeys import generate_keypair
 
 from tests.unit.operator_fixtures import job_spec
 

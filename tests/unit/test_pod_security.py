@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from dtjob import desired
 from dtjob.desired.common import STAGER_UID, TRAINING_UID, owner_reference
-from dtjob.spec import JobSpec
+from dtjob.spec.parse import JobSpec
 
 from tests.unit.operator_fixtures import job_spec
 

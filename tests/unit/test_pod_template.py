@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import yaml
-from dtjob import desired, names, validators
+from dtjob import desired, names
 from dtjob.desired.command import LAUNCHER_MPI_ENV
 from dtjob.desired.common import owner_reference
 from dtjob.desired.template import DEFAULT_CONTAINER_ANNOTATION, merge_pod_spec
-from dtjob.observed import pod_state
-from dtjob.spec import SpecError, parse_spec
+from dtjob.spec import validators
+from dtjob.spec.parse import SpecError, parse_spec
+from dtjob.state.observed import pod_state
 
 from tests.unit.operator_fixtures import CONFIG, job_body, job_spec
 
@@ -294,7 +295,7 @@ def test_what_the_launcher_may_set_that_a_worker_may_not() -> None:
 
 def expected_rules(main: str) -> list[tuple[str, str, str]]:
     """(rule, fieldPath, message) of each CEL rule a template of the pod whose own container is `main` must
-    carry, from the very lists and words the parser refuses with (dtjob.validators)."""
+    carry, from the very lists and words the parser refuses with (dtjob.spec.validators)."""
     found = [(f"!has(self.spec) || !has(self.spec.{f})", f".spec.{f}", why)
              for f, why in validators.TEMPLATE_OWNED_POD_FIELDS.items()]  # fmt: skip
     theirs = [n for n in validators.OPERATOR_VOLUMES if n != validators.SHARED_MEMORY_VOLUME]

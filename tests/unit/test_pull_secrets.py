@@ -6,7 +6,7 @@ from __future__ import annotations
 from dtjob.config import load_config
 from dtjob.desired.pods import launcher_job, worker_pod
 from dtjob.desired.staging import staging_job
-from dtjob.spec import parse_spec
+from dtjob.spec.parse import parse_spec
 
 from tests.unit.operator_fixtures import job_body
 from tests.unit.test_stager_job import OWNER, STAGE_FROM

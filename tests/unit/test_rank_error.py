@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dtjob.actions import Event
 from dtjob.machine import decide
-from dtjob.observed import Children, LauncherState, Observed, PodState
-from dtjob.observer import FAILURE_TAIL_LINES, observe
-from dtjob.rank_error import MAX_CHARS, RankError, rank_error
-from dtjob.status import JobStatus
+from dtjob.reconcile.observe import FAILURE_TAIL_LINES, observe
+from dtjob.state.decision import Event
+from dtjob.state.observed import Children, LauncherState, Observed, PodState
+from dtjob.state.rank_error import MAX_CHARS, RankError, rank_error
+from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import CONFIG, job_body, job_spec

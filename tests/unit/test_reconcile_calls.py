@@ -9,17 +9,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dtjob import storage
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
 from dtjob.desired.common import owner_reference
-from dtjob.kube import Conflict
-from dtjob.leader import NotLeader
+from dtjob.fence import NotLeader
+from dtjob.kube.client import Conflict
 from dtjob.names import Access
-from dtjob.observed import Children
-from dtjob.reconcile import reconcile
-from dtjob.spec import parse_spec
-from dtjob.storage import STORAGE_KEY_LABEL
-from dtjob.tenancy import ANNOTATION_ACCOUNTS, ANNOTATION_WRITE_CONTAINERS
+from dtjob.reconcile import storage
+from dtjob.reconcile.job import reconcile
+from dtjob.reconcile.storage import STORAGE_KEY_LABEL
+from dtjob.spec.parse import parse_spec
+from dtjob.spec.tenancy import ANNOTATION_ACCOUNTS, ANNOTATION_WRITE_CONTAINERS
+from dtjob.state.observed import Children
 
 from tests.unit.operator_fixtures import CONFIG, job_body
 from tests.unit.recording_kube import JOB_KIND, RecordingKube

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dtjob.actions import CreateWorker, EnsureWorld
 from dtjob.machine import decide
-from dtjob.observed import Observed, PodState
-from dtjob.refusals import POD_SECURITY_VIOLATION, RETRY_SECONDS, create_forbidden
-from dtjob.status import CREATE_FORBIDDEN, JobStatus
+from dtjob.reconcile.refusals import POD_SECURITY_VIOLATION, RETRY_SECONDS, create_forbidden
+from dtjob.state.decision import CreateWorker, EnsureWorld
+from dtjob.state.observed import Observed, PodState
+from dtjob.state.status import CREATE_FORBIDDEN, JobStatus
 
 from tests.unit.operator_fixtures import job_spec
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dtjob.actions import DeletePod
 from dtjob.machine import decide
 from dtjob.machine.refused_pods import refused_pod
-from dtjob.observed import CreateRefusal, LauncherState, Observed, PodState
-from dtjob.status import JobStatus
+from dtjob.state.decision import DeletePod
+from dtjob.state.observed import CreateRefusal, LauncherState, Observed, PodState
+from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import job_spec

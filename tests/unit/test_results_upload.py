@@ -7,16 +7,16 @@ import shlex
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from dtjob import results_upload
-from dtjob.actions import DeleteJob, DeletePod
 from dtjob.azure.errors import StorageFailure
-from dtjob.commands.results import kept_results_pod
+from dtjob.cli.results import kept_results_pod
+from dtjob.contract import results_upload
+from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT, latest_report
 from dtjob.desired.command import launcher_script
 from dtjob.machine import decide
-from dtjob.observed import LauncherState, Observed, PodState
-from dtjob.results_upload import UPLOAD_FAILED_EXIT, latest_report
-from dtjob.spec import JobSpec
-from dtjob.status import JobStatus
+from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import DeleteJob, DeletePod
+from dtjob.state.observed import LauncherState, Observed, PodState
+from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
 from tests.unit.operator_fixtures import job_spec

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dtjob.spec import SpecError
-from dtjob.spec_run import MAX_DURATION_SECONDS
+from dtjob.spec.parse import SpecError
+from dtjob.spec.run import MAX_DURATION_SECONDS
 
 from tests.unit.operator_fixtures import job_spec
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from dtjob.contract.transfer_report import ProgressSnapshot
 from dtjob.desired.command import results_upload_command
 from dtjob.desired.pods import sas_volume, sas_volume_mount
 from dtjob.desired.staging import staging_job
 from dtjob.names import Access
-from dtjob.observed import staging_outcome
-from dtjob.transfer_report import ProgressSnapshot
+from dtjob.state.observed import staging_outcome
 
 from tests.unit.operator_fixtures import job_spec
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dtjob.actions import CreateWorker
 from dtjob.machine import decide
-from dtjob.observed import Observed
-from dtjob.status import status_from_dict
+from dtjob.state.decision import CreateWorker
+from dtjob.state.observed import Observed
+from dtjob.state.status import status_from_dict
 from dtjob.timefmt import format_time, parse_time
 
 from tests.unit.operator_fixtures import job_spec

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from dtjob.status import Condition, JobStatus
-from dtjob.training_progress import latest_progress
-from dtjob.transfer_report import ProgressSnapshot
+from dtjob.contract.training_progress import latest_progress
+from dtjob.contract.transfer_report import ProgressSnapshot
+from dtjob.state.status import Condition, JobStatus
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
 

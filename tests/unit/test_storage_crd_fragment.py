@@ -1,4 +1,4 @@
-"""The CRD's storage fields (spec.dataset.stageFrom, spec.output) agree with dtjob.storage_spec, and their
+"""The CRD's storage fields (spec.dataset.stageFrom, spec.output) agree with dtjob.spec.storage, and their
 patterns are RE2 (the API server's regex engine has no lookarounds or backreferences)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from dtjob import storage_spec
-from dtjob.spec_reader import SpecError
+from dtjob.spec import storage as storage_spec
+from dtjob.spec.reader import SpecError
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
 

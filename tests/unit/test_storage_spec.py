@@ -6,8 +6,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from dtjob.spec_reader import SpecError
-from dtjob.storage_spec import (
+from dtjob.spec.reader import SpecError
+from dtjob.spec.storage import (
     AuthMode,
     SecretKeyRef,
     is_loopback_host,

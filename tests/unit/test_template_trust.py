@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from dtjob.config import load_config
-from dtjob.spec import parse_spec
-from dtjob.spec_reader import SpecError
-from dtjob.spec_template import secret_references
+from dtjob.spec.parse import parse_spec
+from dtjob.spec.reader import SpecError
+from dtjob.spec.template import secret_references
 
 from tests.unit.operator_fixtures import CONFIG, job_body
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from dtjob.config import load_config
-from dtjob.storage_spec import BlobLocation, parse_output
-from dtjob.tenancy import (
+from dtjob.spec.storage import BlobLocation, parse_output
+from dtjob.spec.tenancy import (
     ANNOTATION_ACCOUNTS,
     ANNOTATION_CLIENT_IDS,
     ANNOTATION_CONTAINERS,

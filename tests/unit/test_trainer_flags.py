@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from dtjob.desired.command import EXPECT_GPU_ENV, rank_env, training_flags
-from dtjob.spec import SpecError
+from dtjob.spec.parse import SpecError
 from dtjob_train import common
 from dtjob_train.cli import TrainConfig, parse_args
 

@@ -16,7 +16,7 @@ import pytest
 from dtjob.desired.command import worker_sshd_script
 from dtjob.desired.common import TRAINING_UID
 from dtjob.desired.pods import SSH_KEY_MODE
-from dtjob.sshkeys import generate_keypair
+from dtjob.desired.sshkeys import generate_keypair
 
 SSHD = Path("/usr/sbin/sshd")
 pytestmark = pytest.mark.skipif(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dtjob.azure.errors import arm_exit_code
-from dtjob.transfer_report import ExitCode
+from dtjob.contract.transfer_report import ExitCode
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dtjob.azure.errors import StorageFailure
-from dtjob.transfer_report import ExitCode
+from dtjob.contract.transfer_report import ExitCode
 
 if TYPE_CHECKING:
     from azure.storage.blob import BlobServiceClient, ContainerClient

@@ -33,9 +33,9 @@ from dtjob.azure.manifest import (
 )
 from dtjob.azure.parallel import retry_once_on_denial, run_bounded
 from dtjob.azure.progress import Progress
-from dtjob.imagenet_layout import is_marker
+from dtjob.contract.transfer_report import ExitCode, ProgressSnapshot
+from dtjob.datasets.imagenet_layout import is_marker
 from dtjob.names import directory_prefix
-from dtjob.transfer_report import ExitCode, ProgressSnapshot
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient

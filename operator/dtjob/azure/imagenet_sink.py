@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dtjob.imagenet_layout import MARKER_DIR, SPLITS, Marker, count_images
+from dtjob.datasets.imagenet_layout import MARKER_DIR, SPLITS, Marker, count_images
 from dtjob.names import directory_prefix
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Transfer progress: the counters the transfer threads share, snapshotted as dtjob.transfer_report's
+"""Transfer progress: the counters the transfer threads share, snapshotted as dtjob.contract.transfer_report's
 ProgressSnapshot for the stager to publish."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from dtjob.azure.errors import StorageFailure, describe_storage_error
-from dtjob.transfer_report import ProgressSnapshot
+from dtjob.contract.transfer_report import ProgressSnapshot
 
 
 @dataclass

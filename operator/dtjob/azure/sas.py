@@ -19,7 +19,7 @@ from dtjob import names
 from dtjob.config import DEFAULT_SAS_ROTATE_FRACTION
 from dtjob.names import SECRET_EXPIRES_KEY, SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, sas_secret_name
 from dtjob.redaction import redact as redact
-from dtjob.storage_spec import DEFAULT_SAS_LIFETIME_S, MAX_SAS_LIFETIME_S
+from dtjob.spec.storage import DEFAULT_SAS_LIFETIME_S, MAX_SAS_LIFETIME_S
 from dtjob.timefmt import format_time, parse_time
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from dtjob.azure.errors import StorageFailure
 from dtjob.azure.manifest import PART_SUFFIX
 from dtjob.azure.parallel import retry_once_on_denial, run_bounded
 from dtjob.azure.progress import Progress
+from dtjob.contract.transfer_report import ExitCode, ProgressSnapshot
 from dtjob.names import directory_prefix
-from dtjob.transfer_report import ExitCode, ProgressSnapshot
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 
 from dtjob import names
+from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
 from dtjob.desired.common import (
     HOSTFILE,
     OUTPUT_DIR,
@@ -17,8 +18,7 @@ from dtjob.desired.common import (
     sas_mount_path,
 )
 from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, run_prefix
-from dtjob.results_upload import UPLOAD_FAILED_EXIT
-from dtjob.spec import JobSpec
+from dtjob.spec.parse import JobSpec
 
 SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
 # The trainers (dtjob_train.common) refuse to train on CPU when this says the job asked for GPUs, so a node

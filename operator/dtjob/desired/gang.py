@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtjob import names
-from dtjob.spec import JobSpec
+from dtjob.spec.parse import JobSpec
 
 COSCHEDULING = "coscheduling"
 VOLCANO = "volcano"

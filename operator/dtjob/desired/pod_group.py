@@ -16,7 +16,7 @@ from typing import Any
 from dtjob import names
 from dtjob.desired.common import Json, metadata
 from dtjob.desired.gang import COSCHEDULING, POD_GROUP_KIND, VOLCANO, gang_scheduler
-from dtjob.spec import JobSpec
+from dtjob.spec.parse import JobSpec
 
 # A quantity: a decimal number, then a suffix (Ki.., n..E, or an exponent e3).
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")

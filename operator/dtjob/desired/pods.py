@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob import kueue, names
-from dtjob import validators as rules
+from dtjob import names
 from dtjob.desired import gang
 from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, rank_env, worker_sshd_script
 from dtjob.desired.common import (
@@ -22,8 +21,10 @@ from dtjob.desired.common import (
     sas_mount_path,
 )
 from dtjob.desired.template import merge_pod_spec, template_annotations
+from dtjob.gang import kueue
 from dtjob.names import Access
-from dtjob.spec import DataVolume, JobSpec, PodOverrides
+from dtjob.spec import validators as rules
+from dtjob.spec.parse import DataVolume, JobSpec, PodOverrides
 
 GPU_RESOURCE = rules.GPU_RESOURCE
 # Group-readable: kubelet writes Secret files owned by root with group fsGroup, so the pod's user reads them

@@ -11,7 +11,7 @@ from dtjob.desired.command import stager_download_args
 from dtjob.desired.common import STAGER_UID, Json, container_security_context, metadata, pod_security_context
 from dtjob.desired.pods import pod_volume, sas_volume, sas_volume_mount
 from dtjob.names import Access
-from dtjob.spec import DataVolume, JobSpec
+from dtjob.spec.parse import DataVolume, JobSpec
 
 # Transient failures (a node lost, a throttled account) are worth a retry; resumability makes retries cheap.
 STAGER_BACKOFF_LIMIT = 2

@@ -10,8 +10,8 @@ The merge is Kubernetes' strategic merge, reduced to what a template can say:
   volumeDevices are added by their key, resources merge per resource name;
 - volumes, imagePullSecrets and tolerations are added (the `dshm` volume merges: its sizeLimit);
 - any other object merges key by key, and any other value replaces the operator's.
-What the operator owns always wins here (dtjob.validators lists it; dtjob.spec_template has already refused a
-template that sets it, naming the field), so no template can take a pod out of the operator's hands.
+What the operator owns always wins here (dtjob.spec.validators lists it; dtjob.spec.template has already
+refused a template that sets it, naming the field), so no template can take a pod out of the operator's hands.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from dtjob import validators as rules
 from dtjob.desired.common import container_security_context
+from dtjob.spec import validators as rules
 
 Json = dict[str, Any]
 # Where a pod has more than one container, `kubectl logs` and `kubectl exec` pick this one by default.
@@ -129,7 +129,7 @@ def _merge_resources(built: Json, template: Mapping[str, Any]) -> Json:
 
 
 def _merge_volume(built: Json, template: Json) -> Json:
-    """Only `dshm` may be named by a template (dtjob.spec_template): its emptyDir's size, in memory still."""
+    """Only `dshm` may be named by a template (dtjob.spec.template): its emptyDir's size, in memory still."""
     if built.get("name") != rules.SHARED_MEMORY_VOLUME or not isinstance(template.get("emptyDir"), Mapping):
         return built
     out = copy.deepcopy(built)

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 from dtjob import names
 from dtjob.desired.common import SSH_KEY_FILE, SSH_PORT, Json, metadata
-from dtjob.spec import JobSpec
-from dtjob.sshkeys import SshKeyPair
+from dtjob.desired.sshkeys import SshKeyPair
+from dtjob.spec.parse import JobSpec
 
 # Horovod elastic's --host-discovery-script format (host:slots), derived from the static hostfile.
 DISCOVER_HOSTS_SCRIPT = """#!/bin/sh

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dtjob import names
-from dtjob.actions import CreateWorker, DeleteLauncher, DeletePod, EnsureWorld, Event, ReleasePod
 from dtjob.machine.builder import Builder
-from dtjob.observed import Observed, PodState
-from dtjob.spec import JobSpec
-from dtjob.status import SUSPENDED
+from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import CreateWorker, DeleteLauncher, DeletePod, EnsureWorld, Event, ReleasePod
+from dtjob.state.observed import Observed, PodState
+from dtjob.state.status import SUSPENDED
 
 PREEMPTED = "Preempted"
 

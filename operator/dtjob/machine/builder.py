@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from dtjob.actions import (
+from dtjob.state.conditions import with_kstatus_conditions
+from dtjob.state.decision import (
     Action,
     Decision,
     Event,
 )
-from dtjob.kstatus import with_kstatus_conditions
-from dtjob.status import (
+from dtjob.state.status import (
     JobStatus,
     set_condition,
 )

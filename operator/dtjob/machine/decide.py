@@ -12,12 +12,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from dtjob import names
-from dtjob.actions import (
-    Decision,
-    DeletePodGroup,
-    Event,
-    MintSas,
-)
+from dtjob.contract.results_upload import UPLOADED
 from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import (
@@ -34,10 +29,15 @@ from dtjob.machine.refused_pods import refused_pod, wait_refused
 from dtjob.machine.staging import stage
 from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure, startup_failure
 from dtjob.names import output_url
-from dtjob.observed import Observed
-from dtjob.results_upload import UPLOADED
-from dtjob.spec import JobSpec
-from dtjob.status import FAILED, FINISHED, PENDING, RUNNING, STARTING, SUCCEEDED, SUSPENDED, JobStatus
+from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import (
+    Decision,
+    DeletePodGroup,
+    Event,
+    MintSas,
+)
+from dtjob.state.observed import Observed
+from dtjob.state.status import FAILED, FINISHED, PENDING, RUNNING, STARTING, SUCCEEDED, SUSPENDED, JobStatus
 from dtjob.timefmt import format_time, parse_time, seconds_after
 
 BLOCKED_POLL_SECONDS = 15.0

@@ -10,7 +10,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dtjob import names
-from dtjob.actions import (
+from dtjob.contract.results_upload import FAILED as RESULTS_FAILED
+from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT, UPLOADED, UploadReport
+from dtjob.machine.builder import Builder
+from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import (
     Decision,
     DeleteJob,
     DeleteLauncher,
@@ -24,12 +28,8 @@ from dtjob.actions import (
     SasSecretsDeleted,
     UploadLogs,
 )
-from dtjob.machine.builder import Builder
-from dtjob.observed import LauncherState, Observed
-from dtjob.results_upload import FAILED as RESULTS_FAILED
-from dtjob.results_upload import UPLOAD_FAILED_EXIT, UPLOADED, UploadReport
-from dtjob.spec import JobSpec
-from dtjob.status import FAILED, FINISHED, SUCCEEDED, JobStatus
+from dtjob.state.observed import LauncherState, Observed
+from dtjob.state.status import FAILED, FINISHED, SUCCEEDED, JobStatus
 from dtjob.timefmt import format_time, parse_time, seconds_after
 
 RESULTS_UPLOAD_FAILED = "ResultsUploadFailed"

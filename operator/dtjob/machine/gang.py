@@ -13,13 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from dtjob.actions import Event
 from dtjob.desired.gang import scheduler_name
 from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.machine.builder import Builder
-from dtjob.observed import Observed, PodState, PoolRoom
-from dtjob.spec import JobSpec
-from dtjob.status import ConditionType, JobStatus
+from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import Event
+from dtjob.state.observed import Observed, PodState, PoolRoom
+from dtjob.state.status import ConditionType, JobStatus
 
 GANG_SCHEDULED = ConditionType.GANG_SCHEDULED
 PLACED = "GangScheduled"

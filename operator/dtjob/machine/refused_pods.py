@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from dtjob.actions import Event
 from dtjob.machine.builder import Builder
 from dtjob.machine.world import WorldFailure
-from dtjob.observed import CreateRefusal
-from dtjob.spec import JobSpec
+from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import Event
+from dtjob.state.observed import CreateRefusal
 
 POD_SECURITY = "violates PodSecurity"
 REFUSED = "PodRefused"

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dtjob.actions import (
-    CreateStagingJob,
-    Event,
-)
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import finish
 from dtjob.machine.refused_pods import refused_pod, wait_refused
 from dtjob.names import staging_job_name
-from dtjob.observed import Observed, StagingOutcome
-from dtjob.spec import JobSpec
-from dtjob.status import (
+from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import (
+    CreateStagingJob,
+    Event,
+)
+from dtjob.state.observed import Observed, StagingOutcome
+from dtjob.state.status import (
     FAILED,
     STAGING,
 )

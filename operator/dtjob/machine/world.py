@@ -9,7 +9,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from dtjob import names
-from dtjob.actions import (
+from dtjob.machine.admission import release_when_ended
+from dtjob.machine.builder import Builder
+from dtjob.machine.finish import delete_world_pods, finish
+from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import (
     CreateLauncher,
     CreateWorker,
     DeleteLauncher,
@@ -19,12 +23,8 @@ from dtjob.actions import (
     ForceDeletePod,
     UploadLogs,
 )
-from dtjob.machine.admission import release_when_ended
-from dtjob.machine.builder import Builder
-from dtjob.machine.finish import delete_world_pods, finish
-from dtjob.observed import LauncherState, Observed, PodState
-from dtjob.spec import JobSpec
-from dtjob.status import (
+from dtjob.state.observed import LauncherState, Observed, PodState
+from dtjob.state.status import (
     CHILD_NOT_OURS,
     CREATE_FORBIDDEN,
     FAILED,

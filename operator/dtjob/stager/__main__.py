@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from dtjob import results_upload
 from dtjob.azure.clients import SasFileSource
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
+from dtjob.contract import results_upload
+from dtjob.contract.transfer_report import ExitCode
 from dtjob.stager.reporter import Reporter
-from dtjob.transfer_report import ExitCode
 
 DEFAULT_TERMINATION_FILE = Path("/dev/termination-log")
 # Failures a later try can get past: storage away or refusing (a token rotated or re-minted meanwhile). Not a
@@ -151,7 +151,7 @@ def _attempt(
 def _upload_with_retries(args: argparse.Namespace, termination: Path | None) -> int:
     """The results upload: a try, and while storage refuses, more tries with backoff for --retry-for
     seconds, each with the token read again from its file (the operator rotates it). One line per try on
-    stderr, which the operator reads from the launcher's log (dtjob.results_upload)."""
+    stderr, which the operator reads from the launcher's log (dtjob.contract.results_upload)."""
     started = time.monotonic()
     deadline = started + args.retry_for
     print(results_upload.started_line(), file=sys.stderr, flush=True)

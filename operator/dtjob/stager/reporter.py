@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import TextIO
 
 from dtjob.azure.progress import Progress
-from dtjob.transfer_report import PROGRESS_MARKER
+from dtjob.contract.transfer_report import PROGRESS_MARKER
 
 # Kubernetes keeps at most 4096 bytes of a termination message.
 TERMINATION_LIMIT = 4000

@@ -1,0 +1,1 @@
+"""The `dtjob` command line: one module per command group, and what they share."""

@@ -1,1 +1,0 @@
-"""Subcommands of the `dtjob` CLI; each module exposes `register(subparsers)` and sets `func`."""

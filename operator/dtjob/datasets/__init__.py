@@ -1,0 +1,1 @@
+"""Dataset tooling: ImageNet's layout and preparation, and the file server's volume stanza."""

@@ -1,0 +1,1 @@
+"""One reconcile of one job: observe (the reads), then the pure core decides, then act (the writes)."""

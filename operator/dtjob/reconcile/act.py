@@ -1,0 +1,177 @@
+"""act(): carry out a Decision's actions in order, against the API server and Blob Storage.
+
+Every action is idempotent (create-if-absent, delete-if-present), so a crash halfway and a rerun converge.
+Returns what the status must record: the log upload's outcome, the SAS Secrets' deletion, a pod force-deleted.
+Raises Rejected, Forbidden or StorageRefused when the API server or Azure refuses something the spec asked
+for, and NotOurs when a child's name is held by another owner's object.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from dtjob import desired, metrics, names
+from dtjob.config import OperatorConfig
+from dtjob.desired.gang import gang_scheduler
+from dtjob.desired.sshkeys import generate_keypair
+from dtjob.gang import kueue
+from dtjob.kube.client import Applied, Kube, NotOurs
+from dtjob.names import Access
+from dtjob.reconcile import storage
+from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import (
+    Action,
+    CreateLauncher,
+    CreateStagingJob,
+    CreateWorker,
+    DeleteJob,
+    DeleteLauncher,
+    DeletePod,
+    DeletePodGroup,
+    DeleteSasSecrets,
+    EnsureWorld,
+    ForceDeletePod,
+    LogsUploaded,
+    MintSas,
+    PodForceDeleted,
+    ReleasePod,
+    Result,
+    SasSecretsDeleted,
+    UploadLogs,
+)
+from dtjob.state.observed import pod_state
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+def act(
+    kube: Kube,
+    config: OperatorConfig,
+    spec: JobSpec,
+    owner: Json,
+    actions: Sequence[Action],
+    pods: Iterable[Mapping[str, Any]],
+    output_url: str | None,
+    now: datetime,
+) -> list[Result]:
+    """`pods` are the job's pods as observed (whose logs UploadLogs reads); `output_url` the run's folder."""
+    results: list[Result] = []
+    for step in _steps(actions):
+        if isinstance(step, list):  # a world's worker pods: created at once
+            _ensure_all(kube, [desired.worker_pod(spec, owner, w.index, w.attempt) for w in step])
+            continue
+        result = _run(kube, config, spec, owner, step, pods, output_url, now)
+        if result is not None:
+            results.append(result)
+    return results
+
+
+def _steps(actions: Sequence[Action]) -> list[Action | list[CreateWorker]]:
+    """The actions in order, each a step of its own but for a run of CreateWorker, which is one step."""
+    steps: list[Action | list[CreateWorker]] = []
+    for action in actions:
+        last = steps[-1] if steps else None
+        if isinstance(action, CreateWorker) and isinstance(last, list):
+            last.append(action)
+        elif isinstance(action, CreateWorker):
+            steps.append([action])
+        else:
+            steps.append(action)
+    return steps
+
+
+def _run(
+    kube: Kube,
+    config: OperatorConfig,
+    spec: JobSpec,
+    owner: Json,
+    action: Action,
+    pods: Iterable[Mapping[str, Any]],
+    output_url: str | None,
+    now: datetime,
+) -> Result | None:
+    ns = spec.namespace
+    match action:
+        case MintSas(access=access, not_after=not_after):
+            storage.mint_sas(kube, spec, Access(access), not_after, owner, now, config)
+        case EnsureWorld():
+            if spec.run_policy.scheduling.gang is not None:
+                # Before anything else: a cluster without the gang scheduler's API gets nothing of the world.
+                worker = desired.worker_pod(spec, owner, 0, 0)
+                _ensure(kube, desired.pod_group(spec, owner, worker))
+            # A fresh key pair costs microseconds; an existing Secret keeps its keys (Secrets are never
+            # patched), so creating first spares a read in the common case.
+            keys = generate_keypair(comment=f"dtjob-{spec.name}")
+            world = [
+                desired.ssh_secret(spec, owner, keys),
+                desired.hostfile_config_map(spec, owner),
+                desired.workers_service(spec, owner),
+            ]
+            if config.network_policy:
+                world += [desired.network_policy(spec, owner), desired.launcher_network_policy(spec, owner)]
+            _ensure_all(kube, world)
+        case CreateLauncher(attempt=attempt):
+            _ensure(kube, desired.launcher_job(spec, owner, attempt))
+        case DeletePod(name=pod):
+            kube.delete_pod(ns, pod)
+        case ForceDeletePod(name=pod, uid=uid, overdue_s=overdue):
+            return PodForceDeleted(pod, overdue) if kube.force_delete_pod(ns, pod, uid) else None
+        case ReleasePod(name=pod, uid=uid):
+            kube.remove_pod_finalizer(ns, pod, uid, kueue.POD_FINALIZER)
+        case DeleteLauncher():
+            kube.delete_batch_job(ns, names.launcher_name(spec.name))
+        case DeletePodGroup():
+            gang = gang_scheduler(spec)
+            if gang is not None:
+                kube.delete_pod_group(
+                    gang.api_version, ns, names.pod_group_name(spec.name), str(owner["uid"])
+                )
+        case CreateStagingJob():
+            _ensure(kube, desired.staging_job(spec, owner, config.stager_image))
+        case UploadLogs(attempt=attempt):
+            return _upload_logs(kube, spec, str(owner["uid"]), pods, attempt, output_url, config, now)
+        case DeleteSasSecrets():
+            storage.delete_sas_secrets(kube, ns, spec.name, str(owner["uid"]))
+            return SasSecretsDeleted()
+        case DeleteJob():
+            log.info("ttlSecondsAfterFinished elapsed: deleting %s/%s", ns, spec.name)
+            kube.delete_training_job(ns, spec.name)
+    return None
+
+
+def _ensure(kube: Kube, obj: Json) -> None:
+    _ensure_all(kube, [obj])
+
+
+def _ensure_all(kube: Kube, objs: Sequence[Json]) -> None:
+    """Each of `objs` at once; NotOurs naming the first whose name another owner's object holds."""
+    for obj, applied in zip(objs, kube.ensure_all(objs), strict=True):
+        if applied is Applied.NOT_OURS:
+            raise NotOurs(f"{obj['kind']} {obj['metadata']['name']}")
+
+
+def _upload_logs(
+    kube: Kube,
+    spec: JobSpec,
+    uid: str,
+    pods: Iterable[Mapping[str, Any]],
+    attempt: int | None,
+    output_url: str | None,
+    config: OperatorConfig,
+    now: datetime,
+) -> LogsUploaded:
+    """At the end every pod's log; before a restart (best effort, once) the failed attempt's."""
+    folder = names.logs_folder(output_url or "", attempt)
+    if attempt is not None:
+        pods = [p for p in pods if pod_state(p).attempt == attempt]
+    upload = storage.upload_pod_logs(
+        kube, spec, uid, pods, attempt=attempt, cap_bytes=config.log_cap_bytes, config=config, now=now
+    )
+    metrics.logs_uploaded(upload.uploaded, len(upload.missing))
+    return LogsUploaded(
+        attempt, upload.uploaded, folder, upload.missing, upload.error, upload.truncated, upload.cap_bytes
+    )

@@ -1,0 +1,181 @@
+"""observe(): every read one reconcile needs, gathered into one Observed value before anything is decided.
+
+The children come from the watch cache; the rest are reads of the API server (the preflight lookups, the SAS
+Secrets, the staging and launcher log tails) and only happen when the state machine can use them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from dtjob import names
+from dtjob.config import OperatorConfig
+from dtjob.contract.results_upload import ANNOTATION_UPLOADED_LATER, latest_report, uploaded_later
+from dtjob.contract.training_progress import latest_progress
+from dtjob.desired.owned import owner_uids
+from dtjob.desired.pods import GPU_RESOURCE
+from dtjob.kube.client import Kube, LogUnavailable
+from dtjob.machine import world_started
+from dtjob.machine.gang import wants_pool_room
+from dtjob.reconcile import storage
+from dtjob.reconcile.preflight import preflight
+from dtjob.spec.parse import JobSpec
+from dtjob.state.observed import (
+    Blocker,
+    Children,
+    CreateRefusal,
+    LauncherState,
+    Observed,
+    PoolRoom,
+    observe_children,
+    pool_room,
+)
+from dtjob.state.rank_error import rank_error
+from dtjob.state.status import FINISHED, JobStatus
+from dtjob.timefmt import parse_time
+
+log = logging.getLogger(__name__)
+
+# The tail is enough: rank 0 prints a progress line every log interval. The byte cap bounds the read when a
+# framework floods the log with one huge line.
+PROGRESS_TAIL_LINES = 50
+PROGRESS_TAIL_BYTES = 64 * 1024
+# A launcher that just failed is read further back, once: after the rank's error line come mpirun's banner,
+# horovodrun's own traceback and the other ranks' last words. limitBytes keeps the start of the tail, so the
+# cap leaves room for every line asked for.
+FAILURE_TAIL_LINES = 200
+FAILURE_TAIL_BYTES = 256 * 1024
+
+
+def observe(
+    kube: Kube,
+    config: OperatorConfig,
+    spec: JobSpec,
+    job: dict[str, Any],
+    prev: JobStatus,
+    children: Children,
+    now: datetime,
+) -> Observed:
+    meta = job["metadata"]
+    uid = str(meta.get("uid") or "")
+    seen = observe_children(children.pods, children.launcher, uid)
+    active = prev.phase not in FINISHED and not spec.run_policy.suspend
+    blocker = preflight(kube, spec, uid) if active and not world_started(prev, seen) else None
+    sas = storage.observe_sas(kube, spec, prev, uid, now, config) if active else {}
+    sas_blockers = [s.blocked for s in sas.values() if s.blocked is not None]
+    blocker = _worst(blocker, *sas_blockers)
+    staging = None
+    if active and spec.dataset.staging is not None and not prev.is_true("Staged"):
+        staging = storage.observe_staging(kube, spec.namespace, children.staging, children.pods)
+    log_text = _launcher_log(kube, spec.namespace, prev, seen, config.progress_seconds)
+    progress = None if log_text is None else latest_progress(log_text)
+    results = None if log_text is None else latest_report(log_text)
+    later = None
+    if prev.results_pod is not None:
+        later = uploaded_later((meta.get("annotations") or {}).get(ANNOTATION_UPLOADED_LATER))
+    launcher = seen.launcher
+    if launcher is not None and log_text is not None and _failed_now(prev, launcher):
+        launcher = replace(launcher, log_error=rank_error(log_text))
+    room = _pool_room(kube, spec) if active and wants_pool_room(spec, seen, prev, now) else None
+    launcher_refused = staging_refused = None
+    if active and seen.launcher is not None and seen.launcher.pod_name is None and not seen.launcher.finished:
+        launcher_refused = _refusal(kube, spec.namespace, children.launcher)
+    # The staging Job's own pods (an older job's of the same name could still be terminating).
+    staging_uid = str(((children.staging or {}).get("metadata") or {}).get("uid") or "")
+    stagers = [p for p in children.pods if staging_uid in owner_uids(p)]
+    if staging is not None and staging.phase == "Running" and not stagers:
+        staging_refused = _refusal(kube, spec.namespace, children.staging)
+    return Observed(
+        pods=seen.pods,
+        launcher=launcher,
+        generation=meta.get("generation"),
+        uid=uid,
+        blocker=blocker,
+        sas=sas,
+        staging=staging,
+        training_progress=progress,
+        results_upload=results,
+        results_uploaded_later=later,
+        progress_poll_s=config.progress_seconds if seen.launcher is not None else None,
+        pool_room=room,
+        launcher_refused=launcher_refused,
+        staging_refused=staging_refused,
+    )
+
+
+def _refusal(kube: Kube, namespace: str, job: Mapping[str, Any] | None) -> CreateRefusal | None:
+    """Why a Job of ours has no pod, when admission refused it (read only while it has none)."""
+    meta = (job or {}).get("metadata") or {}
+    if not meta.get("uid"):
+        return None
+    message = kube.failed_create(namespace, str(meta["uid"]))
+    if message is None:
+        return None
+    created = meta.get("creationTimestamp")
+    return CreateRefusal(str(meta.get("name") or ""), message, parse_time(created) if created else None)
+
+
+def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:
+    """The free GPUs of the workers' pool, for a gang past its schedule timeout to name what it lacks. None
+    when the operator may not read nodes or pods cluster-wide (a namespace-scoped install)."""
+    selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
+    nodes = kube.list_nodes(selector)
+    if not nodes:
+        return None
+    by_node = {}
+    for node in nodes:
+        name = str(node["metadata"]["name"])
+        pods = kube.list_node_pods(name)
+        if pods is None:
+            return None
+        by_node[name] = pods
+
+    def own(pod: Mapping[str, Any]) -> bool:
+        meta = pod.get("metadata") or {}
+        job = (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
+        return meta.get("namespace") == spec.namespace and job == spec.name
+
+    return pool_room(selector, nodes, by_node, GPU_RESOURCE, own)
+
+
+def _worst(*blockers: Blocker | None) -> Blocker | None:
+    """The first blocker, unless a later one can never clear (a refusal outranks a wait)."""
+    found = [b for b in blockers if b is not None]
+    return next((b for b in found if b.fatal), found[0] if found else None)
+
+
+def _failed_now(prev: JobStatus, launcher: LauncherState) -> bool:
+    """The launcher of the current world failed: this reconcile restarts or fails the job, naming why."""
+    return launcher.failed and launcher.attempt == prev.restarts
+
+
+def _launcher_log(kube: Kube, namespace: str, prev: JobStatus, seen: Observed, every_s: float) -> str | None:
+    """The tail of the launcher's log, for rank 0's latest progress line while the launcher runs (at most once
+    per `every_s` however often its pods' events reconcile the job) and once more as it ends (a short run may
+    print all its progress between two reads), then also for the error line of a failed one. None: nothing
+    new (the status keeps the last progress), or a log the API server cannot serve (the failure's message
+    then says what the pod's status says)."""
+    launcher = seen.launcher
+    if launcher is None or launcher.pod_name is None or prev.phase in FINISHED:
+        return None
+    if not (launcher.running or launcher.finished):
+        return None
+    pod, container = launcher.pod_name, names.LAUNCHER_CONTAINER
+    try:
+        if _failed_now(prev, launcher):
+            return kube.read_pod_log(
+                namespace, pod, container, tail_lines=FAILURE_TAIL_LINES, limit_bytes=FAILURE_TAIL_BYTES
+            )
+        if launcher.finished:
+            return kube.read_pod_log(
+                namespace, pod, container, tail_lines=PROGRESS_TAIL_LINES, limit_bytes=PROGRESS_TAIL_BYTES
+            )
+        return kube.poll_pod_log(
+            namespace, pod, container, PROGRESS_TAIL_LINES, PROGRESS_TAIL_BYTES, every_s / 2
+        )
+    except LogUnavailable:
+        return None

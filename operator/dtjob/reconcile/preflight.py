@@ -1,0 +1,202 @@
+"""Checks only the operator can make before creating anything: referenced objects exist, a worker fits a node.
+
+Returns a Blocker (the job waits in Pending, or fails when it can never run) instead of creating a half world.
+The GPU check looks only at the job's own pool: the nodes its workers may land on (its nodeSelector, the
+required terms of its node affinity, the taints it tolerates), so that its message tells nothing of another
+tenant's pools (their labels, sizes or GPU counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dtjob import API_GROUP, KIND
+from dtjob.desired.pods import GPU_RESOURCE
+from dtjob.kube.client import Kube, Rejected
+from dtjob.reconcile.storage import STORAGE_KEY_LABEL
+from dtjob.spec.parse import JobSpec, pod_secret_references
+from dtjob.state.observed import Blocker
+
+# The prefix of the taints Kubernetes sets from a node's conditions.
+CONDITION_TAINTS = "node.kubernetes.io/"
+
+
+def preflight(kube: Kube, spec: JobSpec, uid: str = "") -> Blocker | None:
+    for field, volume in (
+        ("spec.dataset.volume", spec.dataset.volume),
+        ("spec.checkpoints", spec.checkpoints),
+    ):
+        if volume is not None and volume.pvc is not None:
+            claim = volume.pvc.claim_name
+            if kube.get_pvc(spec.namespace, claim) is None:
+                return Blocker(
+                    "PVCNotFound",
+                    f"{field}.persistentVolumeClaim.claimName: PersistentVolumeClaim {claim!r} "
+                    f"not found in namespace {spec.namespace}; waiting for it",
+                )
+    for secret in spec.pull_secrets:
+        if kube.get_secret(spec.namespace, secret) is None:
+            named = (
+                "spec.imagePullSecrets"
+                if secret in spec.image_pull_secrets
+                else "the operator's image pull Secrets (DTJOB_IMAGE_PULL_SECRETS, chart jobImagePullSecrets)"
+            )
+            return Blocker(
+                "ImagePullSecretNotFound",
+                f"{named}: Secret {secret!r} not found in namespace {spec.namespace}; waiting for it",
+            )
+    return _foreign_secrets(kube, spec, uid) or _gpu_capacity(kube, spec)
+
+
+def _foreign_secrets(kube: Kube, spec: JobSpec, uid: str) -> Blocker | None:
+    """Fail a job whose pods would mount or read a Secret that is not the namespace's to hand out: another
+    DistributedTrainingJob's (its SSH key, its SAS tokens) or a storage account key (labelled
+    dtjob.io/storage-key=true: only the operator reads those)."""
+    for field, name in pod_secret_references(spec):
+        secret = kube.get_secret(spec.namespace, name)
+        if secret is None:
+            continue  # the kubelet waits for it; nothing of anyone's is handed out
+        labels = (secret.get("metadata") or {}).get("labels") or {}
+        if labels.get(STORAGE_KEY_LABEL) == "true":
+            return Blocker(
+                "SecretNotAllowed",
+                f"{field}: Secret {name!r} is a storage account key ({STORAGE_KEY_LABEL}=true); account "
+                "keys never enter a pod, only the operator reads them to sign SAS tokens",
+                fatal=True,
+            )
+        for ref in (secret.get("metadata") or {}).get("ownerReferences") or ():
+            job_owned = ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{API_GROUP}/")
+            if job_owned and str(ref.get("uid")) != uid:
+                return Blocker(
+                    "SecretNotAllowed",
+                    f"{field}: Secret {name!r} belongs to DistributedTrainingJob {ref.get('name')!r}; a "
+                    "job's pods may mount only their own job's keys and tokens",
+                    fatal=True,
+                )
+    return None
+
+
+def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | None:
+    """Fail a job whose workers fit on no node of the pool; a pool scaled to zero is given the benefit."""
+    selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
+    try:
+        nodes = kube.list_nodes(selector, fresh=fresh)
+    except Rejected as err:
+        # The parser refuses such pools and labels; this catches a CRD older than the operator, or a pool name
+        # from the operator's own configuration.
+        return Blocker(
+            "InvalidNodeSelector",
+            f"spec.placement.nodePool / spec.placement.nodeSelector: {err}",
+            fatal=True,
+        )
+    nodes = [n for n in nodes if _in_pool(n, spec)]
+    if not nodes:
+        return None
+    capacities = [_gpus(n) for n in nodes]
+    best = max(capacities)
+    if best >= spec.gpus_per_worker:
+        return None
+    if not fresh:
+        # The job is about to fail for good: decide on the nodes as they are now, not on a reused list.
+        return _gpu_capacity(kube, spec, fresh=True)
+    return Blocker(
+        "InsufficientGPUsPerNode",
+        f"spec.gpusPerWorker: {spec.gpus_per_worker} GPUs per worker, but the nodes of this job's pool "
+        f"({_describe_pool(spec)}) have at most {best} {GPU_RESOURCE}",
+        fatal=True,
+    )
+
+
+def _gpus(node: dict[str, object]) -> int:
+    status = node.get("status")
+    allocatable = status.get("allocatable", {}) if isinstance(status, dict) else {}
+    try:
+        return int(allocatable.get(GPU_RESOURCE, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _describe_pool(spec: JobSpec) -> str:
+    """The job's pool in the job's own words: its selector and whether its affinity narrows it."""
+    parts = (
+        [",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))]
+        if (spec.placement.node_selector)
+        else []
+    )
+    if _required_terms(spec.placement.affinity):
+        parts.append("spec.placement.affinity")
+    return " and ".join(parts) or "every node its tolerations allow"
+
+
+def _in_pool(node: Mapping[str, Any], spec: JobSpec) -> bool:
+    """Whether the job's workers may be placed on the node: its required node affinity matches and the job
+    tolerates its NoSchedule/NoExecute taints (the nodeSelector was the list's own selector). The taints the
+    node's conditions set (not ready, unreachable, pressure) come and go, and say nothing of whose pool
+    it is."""
+    terms = _required_terms(spec.placement.affinity)
+    if terms and not any(_term_matches(node, term) for term in terms):
+        return False
+    taints = (node.get("spec") or {}).get("taints") or []
+    return all(
+        t.get("effect") not in ("NoSchedule", "NoExecute")
+        or str(t.get("key") or "").startswith(CONDITION_TAINTS)
+        or _tolerated(t, spec.placement.tolerations)
+        for t in taints
+    )
+
+
+def _required_terms(affinity: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    required = ((affinity or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    return list((required or {}).get("nodeSelectorTerms") or [])
+
+
+def _term_matches(node: Mapping[str, Any], term: Mapping[str, Any]) -> bool:
+    meta = node.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    fields = {"metadata.name": str(meta.get("name") or "")}
+    expressions = term.get("matchExpressions") or []
+    field_expressions = term.get("matchFields") or []
+    if not expressions and not field_expressions:
+        return False  # an empty term matches no node (as the scheduler reads it)
+    return all(_requirement(labels, r) for r in expressions) and all(
+        _requirement(fields, r) for r in field_expressions
+    )
+
+
+def _requirement(values: Mapping[str, str], requirement: Mapping[str, Any]) -> bool:
+    key, operator = requirement.get("key"), requirement.get("operator")
+    wanted: list[str] = [str(v) for v in requirement.get("values") or []]
+    present = key in values
+    value = values.get(str(key))
+    if operator == "In":
+        return present and value in wanted
+    if operator == "NotIn":
+        return not present or value not in wanted
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt"):
+        try:
+            have, bound = int(str(value)), int(wanted[0])
+        except (ValueError, IndexError):
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+def _tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration.get("key") == taint.get("key"):
+                return True
+        elif toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (
+            taint.get("value") or ""
+        ):
+            return True
+    return False

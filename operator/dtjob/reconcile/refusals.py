@@ -1,0 +1,117 @@
+"""What a refused create means for the job: 403 Forbidden from the API server, or a name another owner holds.
+Pure.
+
+Admission refuses creates with 403 for two kinds of cause:
+- Pod Security admission: the namespace enforces a level the pod does not meet. The operator's own settings
+  meet `restricted`, so the cause is something the spec asked for (an inline NFS volume, or what a pod
+  template adds: hostIPC, capabilities...): the job fails with a message naming the field, and nothing of its
+  world is left.
+- A ResourceQuota, or the operator's own RBAC: room or permission may come later. The job waits in Pending
+  with condition Created=False (reason CreateForbidden) quoting the API server, and tries again.
+A child whose name an object of another owner holds (an older job of the same name) is never adopted: the job
+waits the same way (reason ChildNotOwned) until the garbage collector removes it. So does a gang-scheduled job
+on a cluster that does not serve its scheduler's PodGroup API (reason GangSchedulerMissing) until the
+scheduler is installed; nothing of its world is created meanwhile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from dtjob.desired.gang import gang_scheduler
+from dtjob.machine import invalid_spec
+from dtjob.spec.parse import JobSpec
+from dtjob.state.conditions import with_kstatus_conditions
+from dtjob.state.decision import Decision, Event
+from dtjob.state.status import (
+    CHILD_NOT_OURS,
+    CREATE_FORBIDDEN,
+    GANG_API_MISSING,
+    PENDING,
+    RESTARTING,
+    JobStatus,
+    set_condition,
+)
+
+POD_SECURITY_VIOLATION = "PodSecurityViolation"
+RETRY_SECONDS = 30.0
+# Pod volumes built from the spec (dtjob.desired.pods), by name.
+_VOLUME_FIELDS = {"data": "spec.dataset.volume", "checkpoints": "spec.checkpoints"}
+# The template behind a refused object (`Pod <job>-worker-<i>`, `Job <job>-launcher`).
+_TEMPLATE_FIELDS = {"Pod": "spec.worker.template", "Job": "spec.launcher.template"}
+
+
+def is_pod_security(message: str) -> bool:
+    return "violates PodSecurity" in message
+
+
+def pod_security_field(message: str) -> str:
+    """The spec field behind a Pod Security refusal. The operator's own pods meet `restricted`: what breaks a
+    level is an inline NFS volume, or what a pod template adds (host namespaces, capabilities, ...)."""
+    fields: list[str] = []
+    if 'volume type "nfs"' in message:
+        fields += [f"{field}.nfs" for volume, field in _VOLUME_FIELDS.items() if f'"{volume}"' in message]
+    violations = message.split('violates PodSecurity "', 1)[-1].split(": ", 1)[-1]
+    if not fields or any(not v.startswith("restricted volume types") for v in _violations(violations)):
+        refused = message.split(" ", 1)[0]
+        fields.append(_TEMPLATE_FIELDS.get(refused, "spec"))
+    return " and ".join(dict.fromkeys(fields))
+
+
+def _violations(text: str) -> list[str]:
+    """Pod Security's list of what a pod violates: `host namespaces (hostIPC=true), non-default ...`."""
+    found, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            found.append(text[start:i].strip())
+            start = i + 1
+    return [*found, text[start:].strip()]
+
+
+def create_forbidden(prev: JobStatus, message: str, now: datetime, generation: int | None) -> Decision:
+    """The decision after a create was refused with 403 (`message` names the object and quotes the API)."""
+    if is_pod_security(message):
+        hint = ""
+        if 'volume type "nfs"' in message:
+            hint = "; give the share to the job as a persistentVolumeClaim instead"
+        return invalid_spec(
+            prev, pod_security_field(message), message + hint, now, generation, reason=POD_SECURITY_VIOLATION
+        )
+    return _wait(prev, CREATE_FORBIDDEN, f"{message}; retrying every {RETRY_SECONDS:.0f}s", now, generation)
+
+
+def child_not_ours(prev: JobStatus, child: str, now: datetime, generation: int | None) -> Decision:
+    """A child's name is held by another owner's object (`child`, e.g. "ConfigMap rn50-hostfile"): most often
+    an older job of the same name whose children the garbage collector has not removed yet."""
+    text = (
+        f"{child} exists and belongs to another owner (an older job of the same name?); waiting for it to be "
+        f"deleted, retrying every {RETRY_SECONDS:.0f}s"
+    )
+    return _wait(prev, CHILD_NOT_OURS, text, now, generation)
+
+
+def gang_api_missing(
+    prev: JobStatus, spec: JobSpec, api: str, now: datetime, generation: int | None
+) -> Decision:
+    """The cluster does not serve the PodGroup API (`api`, e.g. "PodGroup (scheduling.x-k8s.io/v1alpha1)")
+    of the job's gang scheduler."""
+    gang, scheduler = spec.run_policy.scheduling.gang, gang_scheduler(spec)
+    assert gang is not None and scheduler is not None
+    text = (
+        f"spec.runPolicy.scheduling.gang.scheduler {gang.scheduler}: the cluster does not serve {api}; "
+        f"install {scheduler.installed_by} (its PodGroup CRD and scheduler); retrying every "
+        f"{RETRY_SECONDS:.0f}s"
+    )
+    return _wait(prev, GANG_API_MISSING, text, now, generation)
+
+
+def _wait(prev: JobStatus, reason: str, text: str, now: datetime, generation: int | None) -> Decision:
+    """Created=False with the reason, the phase kept (Pending or Restarting), another try later."""
+    conditions = set_condition(prev.conditions, "Created", False, reason, text, now)
+    phase = RESTARTING if prev.phase == RESTARTING else PENDING
+    status = replace(prev, conditions=conditions, observed_generation=generation, phase=phase, message=text)
+    status = with_kstatus_conditions(status, now)
+    events = [] if prev.message == text else [Event("Warning", reason, text)]
+    return Decision(status, [], events, RETRY_SECONDS)

@@ -1,0 +1,193 @@
+"""The operator's cache of its children (pods, launcher and staging Jobs), grouped by the job they belong to.
+
+Watch events keep it current; a LIST from the API server, at start and every resync, corrects it. The LIST
+is what makes it heal: after a watch ends with 410 Gone, kopf lists the objects again and watches from
+there, but an object deleted while the watch was down simply is not in the new list, and nothing emits its
+deletion. An index built from events alone keeps such an object for good (a worker pod that is gone stays
+"Running" in the operator's eyes). `replace()` does what client-go's informers do on a re-list: whatever the
+LIST no longer holds is forgotten.
+
+Objects are told apart by uid (a name comes back with a new uid; a uid never comes back), and a newer
+resourceVersion wins over an older one when both are integers, as the API server's etcd revisions are.
+Pure and single-threaded: the controller calls it on the event loop only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dtjob import names
+from dtjob.names import ROLE_STAGER
+from dtjob.state.observed import Children
+
+Key = tuple[str, str]  # (namespace, job name)
+Json = Mapping[str, Any]
+PODS, JOBS = "pods", "jobs"
+# How long a deleted uid is remembered, so that a LIST taken before its deletion cannot bring it back.
+TOMBSTONE_S = 600.0
+
+
+def projection(body: Json) -> dict[str, Any]:
+    """The parts of a child the state machine reads, plus its identity; keeps the cache small."""
+    meta = body.get("metadata") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+            # Only the owners' UIDs: a job re-created under the same name must not adopt what the old left.
+            "ownerReferences": [{"uid": ref.get("uid")} for ref in meta.get("ownerReferences") or ()],
+            "labels": dict(meta.get("labels") or {}),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            # Kueue's finalizer, which the operator takes off its own ended pods.
+            "finalizers": list(meta.get("finalizers") or ()),
+        },
+        # Kueue's admission gate: a worker that waits for its group's admission.
+        "spec": {"schedulingGates": list((body.get("spec") or {}).get("schedulingGates") or ())},
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def pod_ready(obj: Json) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def job_key(obj: Json) -> Key | None:
+    meta = obj.get("metadata") or {}
+    namespace, job = meta.get("namespace"), (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
+    return (str(namespace), str(job)) if namespace and job else None
+
+
+def _version(obj: Json) -> int | None:
+    text = (obj.get("metadata") or {}).get("resourceVersion")
+    return int(text) if isinstance(text, str) and text.isdigit() else None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    kind: str
+    key: Key
+    obj: dict[str, Any]
+    version: int | None
+
+
+class ChildCache:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._entries: dict[str, _Entry] = {}  # by uid, in the order they were first seen
+        self._by_key: dict[Key, dict[str, None]] = {}  # job -> uids of its children, in the same order
+        self._tombstones: dict[str, float] = {}  # uid -> when it was deleted
+        self._clock = clock
+
+    # --- feeding -------------------------------------------------------------------------------------
+
+    def observe(self, kind: str, body: Json, deleted: bool) -> Key | None:
+        """A watch event; returns the key of the job whose children changed (None: nothing changed)."""
+        obj = projection(body)
+        uid, key = obj["metadata"]["uid"], job_key(obj)
+        if not uid or key is None:
+            return None
+        if deleted:
+            self._tombstones[uid] = self._clock()
+            return key if self._drop(uid) is not None else None
+        if uid in self._tombstones:
+            return None  # a late event for an object already gone
+        return key if self._put(kind, key, obj) else None
+
+    def turns_ready(self, body: Json) -> bool:
+        """Whether this pod, as a watch event shows it, is Ready while the cache holds it not Ready (or not
+        at all). Ask before observe()."""
+        if not pod_ready(body):
+            return False
+        old = self._entries.get((body.get("metadata") or {}).get("uid") or "")
+        return old is None or not pod_ready(old.obj)
+
+    def uids(self, namespace: str) -> frozenset[str]:
+        """The uids cached in `namespace`: take this before a LIST and hand it to replace()."""
+        return frozenset(uid for key, uids in self._by_key.items() if key[0] == namespace for uid in uids)
+
+    def replace(self, namespace: str, listed: Iterable[tuple[str, Json]], before: frozenset[str]) -> set[Key]:
+        """Correct the cache from a LIST of `namespace` (kind, object) taken after `before` was read: what
+        was cached before the LIST and is not in it is gone; what the LIST holds and the cache lacks (or
+        holds older) is put in. Objects seen only after the LIST began are left alone. Returns the keys
+        of the jobs whose children changed."""
+        now = self._clock()
+        self._tombstones = {uid: at for uid, at in self._tombstones.items() if now - at < TOMBSTONE_S}
+        changed: set[Key] = set()
+        seen: set[str] = set()
+        for kind, body in listed:
+            obj = projection(body)
+            uid, key = obj["metadata"]["uid"], job_key(obj)
+            if not uid or key is None or key[0] != namespace:
+                continue
+            seen.add(uid)
+            if uid not in self._tombstones and self._put(kind, key, obj):
+                changed.add(key)
+        for uid in before - seen:
+            entry = self._drop(uid)
+            if entry is not None:
+                self._tombstones[uid] = now
+                changed.add(entry.key)
+        return changed
+
+    def _put(self, kind: str, key: Key, obj: dict[str, Any]) -> bool:
+        uid = obj["metadata"]["uid"]
+        version = _version(obj)
+        old = self._entries.get(uid)
+        if old is not None:
+            if old.version is not None and version is not None and version < old.version:
+                return False  # older than what the cache holds
+            if old.obj == obj:
+                return False
+        if old is not None and old.key != key:
+            self._drop(uid)
+        self._entries[uid] = _Entry(kind, key, obj, version)
+        self._by_key.setdefault(key, {})[uid] = None
+        return True
+
+    def _drop(self, uid: str) -> _Entry | None:
+        entry = self._entries.pop(uid, None)
+        if entry is not None:
+            siblings = self._by_key.get(entry.key, {})
+            siblings.pop(uid, None)
+            if not siblings:
+                self._by_key.pop(entry.key, None)
+        return entry
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    def namespaces(self) -> set[str]:
+        return {namespace for namespace, _ in self._by_key}
+
+    def children(self, key: Key) -> Children:
+        pods: list[dict[str, Any]] = []
+        launcher = staging = None
+        for uid in self._by_key.get(key, {}):
+            entry = self._entries[uid]
+            if entry.kind == PODS:
+                pods.append(entry.obj)
+                continue
+            role = entry.obj["metadata"]["labels"].get(names.ROLE_LABEL)
+            if role == names.ROLE_LAUNCHER and launcher is None:
+                launcher = entry.obj
+            elif role == ROLE_STAGER and staging is None:
+                staging = entry.obj
+        return Children(pods=tuple(pods), launcher=launcher, staging=staging)
+
+    def workers_all_ready(self, key: Key) -> bool:
+        """Whether the job has worker pods cached and every one of them is Ready."""
+        workers = [
+            entry.obj
+            for uid in self._by_key.get(key, {})
+            if (entry := self._entries[uid]).kind == PODS
+            and entry.obj["metadata"]["labels"].get(names.ROLE_LABEL) == names.ROLE_WORKER
+        ]
+        return bool(workers) and all(pod_ready(pod) for pod in workers)
+
+    def __len__(self) -> int:
+        return len(self._entries)

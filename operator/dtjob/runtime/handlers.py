@@ -1,0 +1,180 @@
+"""kopf registrations. Thin: they feed the controller's job copies and its queue.
+
+kopf watches the DistributedTrainingJobs. The children, pods and Jobs, are watched by
+dtjob.runtime.child_watch, once for the whole operator with a server-side label selector
+(app.kubernetes.io/managed-by=dtjob-operator), so the API server streams only our children; each event is one
+dict update in the cache plus one enqueue. No per-job watches, no list calls per reconcile; the controller
+lists each namespace's children once per resync to heal what the watches missed.
+
+The startup handler also starts what runs beside kopf: the leader election loop (when `dtjob operator` asks
+for it), whose Leadership fences every write of the Kubernetes client, and the health endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from dtjob import API_GROUP, API_VERSION, PLURAL, metrics
+from dtjob.azure.clients import Deadlines, set_default_deadlines
+from dtjob.config import OperatorConfig, load_config
+from dtjob.fence import Fence, Unfenced
+from dtjob.kube.client import PARALLEL_CREATES, KubeClient, LeaseClient, connect
+from dtjob.runtime import health
+from dtjob.runtime.child_watch import CHILD_KINDS, ChildWatch
+from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
+from dtjob.runtime.election import Elector
+from dtjob.runtime.lease import Leadership
+
+WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
+WATCH_CLIENT_TIMEOUT = 330
+# The watch-only handlers below (ids): they feed the queue, nothing more.
+EVENT_HANDLERS = ("job_event",)
+# At shutdown, how long reconciles under way get to end (each ends at its next write once the fence is shut)
+# before the Lease is released to the next replica.
+SHUTDOWN_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What `dtjob operator` hands the startup handler (through kopf's memo, as `options`)."""
+
+    liveness: str | None = None  # the health endpoint's URL; None: no endpoint
+    lease_namespace: str | None = None  # leader election in this namespace; None: this replica always leads
+    identity: str = ""  # this replica's name in the Lease
+    namespaces: tuple[str, ...] = ()  # those served (globs allowed); empty: the whole cluster
+
+
+class QuietEventHandlers(logging.Filter):
+    """Drops kopf's INFO line "Handler '<id>' succeeded." of the watch-only handlers: kopf writes one per
+    watch event (thousands for a hundred jobs starting), saying nothing the operator's own lines do not. Their
+    failures (kopf logs them at ERROR, with the traceback) and everything else pass."""
+
+    def __init__(self, handler_ids: tuple[str, ...] = EVENT_HANDLERS) -> None:
+        super().__init__()
+        self._lines = frozenset(f"Handler {handler_id!r} succeeded." for handler_id in handler_ids)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.INFO and record.msg in self._lines)
+
+
+QUIET_EVENT_HANDLERS = QuietEventHandlers()
+
+
+class NoEssence(kopf.AnnotationsDiffBaseStorage):
+    """kopf builds an object's "essence" (a deep copy of its body, for the diff that change handlers, daemons
+    and timers get) on every watch event, whatever handlers are registered. This operator registers none of
+    those, only event handlers, which get the body itself: an empty essence spares a deep copy of every pod
+    and Job per event. tests/unit/test_kopf_settings.py fails should a change handler, daemon or timer be
+    registered, which would need the real one."""
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None
+    ) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = f"{API_GROUP}/kopf-finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = NoEssence(prefix=API_GROUP, key="last-handled-configuration")
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
+    settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT
+    settings.watching.connect_timeout = 30
+    config = load_config()
+    # kopf's own requests (the lists before each watch, its events): the same deadlines as ours.
+    settings.networking.connect_timeout = config.kube_connect_timeout_seconds
+    settings.networking.request_timeout = 2 * config.kube_timeout_seconds
+    # Our own events describe every transition; kopf's per-handler chatter would only add noise.
+    settings.posting.level = logging.WARNING
+    logging.getLogger("kopf.objects").addFilter(QUIET_EVENT_HANDLERS)  # adds it once, however often called
+    # Blob Storage: the operator's deadlines for every client built in this process.
+    set_default_deadlines(
+        Deadlines(config.azure_connect_timeout_seconds, config.azure_timeout_seconds, config.azure_retries, 2)
+    )
+    options: RunOptions = memo.get("options") or RunOptions()
+    # A connection for every thread that may call at once: each reconcile thread, and the parallel creates.
+    pool = reconcile_threads(config) + PARALLEL_CREATES
+    api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, config.kube_retries, pool)
+    elector = _elector(options, config)
+    fence: Fence = elector.leadership if elector is not None else Unfenced()
+    controller = Controller(KubeClient(api, fence), config, leading=fence.leading)
+    controller.start()
+    memo["controller"] = controller
+    # The children's watch: its own connections (each watch holds one for minutes), no retries of its own.
+    watch_api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0, len(CHILD_KINDS))
+    children = ChildWatch(watch_api, options.namespaces, CHILDREN_SELECTOR, controller.observe_child)
+    children.start(asyncio.get_running_loop())
+    memo["children"] = children
+    metrics.bind(controller.metrics_snapshot)
+    if elector is not None:
+        memo["elector"] = elector
+        memo["election"] = asyncio.create_task(elector.run(controller.requeue_all), name="leader election")
+    if options.liveness:
+        try:
+            memo["health"] = await health.serve(
+                options.liveness, lambda: _liveness(controller), lambda: _readiness(elector)
+            )
+        except OSError as err:  # the port is taken, say: no retry would help (kopf stops the operator)
+            raise kopf.PermanentError(f"cannot serve health checks at {options.liveness}: {err}") from err
+
+
+def _elector(options: RunOptions, config: OperatorConfig) -> Elector | None:
+    if not options.lease_namespace:
+        return None
+    timings = config.election
+    # The Lease's own client: no retries, deadlines within a round, so a slow API server costs one round.
+    api = connect(timings.retry_period_s, 2 * timings.retry_period_s, 0)
+    leases = LeaseClient(api, options.lease_namespace, config.lease_name)
+    return Elector(leases, timings, Leadership(options.identity, timings.renew_deadline_s))
+
+
+def _liveness(controller: Controller) -> dict[str, Any]:
+    return {"queue": controller.depth, "reconciles": controller.reconciles, "skipped": controller.skipped}
+
+
+def _readiness(elector: Elector | None) -> tuple[bool, dict[str, Any]]:
+    """Ready when leading, or standing by with a fresh read of the Lease (knowing who leads)."""
+    if elector is None:
+        return True, {"leader": True, "leaderElection": False}
+    status = elector.status()
+    return status.leading or status.fresh, {**status.to_dict(), "leaderElection": True}
+
+
+@kopf.on.cleanup()
+async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    # Stop writing first, let reconciles under way end, and only then hand the Lease over.
+    elector: Elector | None = memo.get("elector")
+    election: asyncio.Task[None] | None = memo.get("election")
+    if elector is not None:
+        elector.resign()
+    if election is not None:
+        election.cancel()
+    children: ChildWatch | None = memo.get("children")
+    if children is not None:
+        children.stop()
+    controller: Controller | None = memo.get("controller")
+    if controller is not None:
+        metrics.bind(None)
+        await controller.stop(grace_s=SHUTDOWN_GRACE_S if elector is not None else 0.0)
+    if elector is not None:
+        await elector.release()
+    runner = memo.get("health")
+    if runner is not None:
+        await runner.cleanup()
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="job_event")
+async def job_event(
+    type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    if namespace and name:
+        memo["controller"].observe_job(
+            (namespace, name), deleted=type == "DELETED", status=body.get("status"), body=body
+        )

@@ -1,0 +1,83 @@
+"""The /metrics server: plain HTTP, or HTTPS with every request through the access guard
+(dtjob.runtime.metrics_access). It serves the one registry of dtjob.metrics."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import make_wsgi_app, start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer
+
+from dtjob.config import load_config
+from dtjob.kube.client import AccessReviews, connect
+from dtjob.metrics import REGISTRY
+from dtjob.runtime import serving_cert
+from dtjob.runtime.metrics_access import MetricsGuard
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+# A client that connects and then says nothing is dropped after this long, so it holds one thread at most.
+CLIENT_TIMEOUT_SECONDS = 10.0
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = CLIENT_TIMEOUT_SECONDS
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No line per scrape."""
+
+
+def serve(
+    address: str,
+    port: int,
+    guard: Callable[[WsgiApp], WsgiApp] | None = None,
+    tls: tuple[Path, Path] | None = None,
+) -> WSGIServer:
+    """Serve /metrics from REGISTRY on a daemon thread: plain HTTP, or with `tls` (certificate, key) HTTPS
+    and every request through `guard` (dtjob.runtime.metrics_access)."""
+    if guard is None and tls is None:
+        server, _ = start_http_server(port, addr=address, registry=REGISTRY)
+        return server
+    app: WsgiApp = make_wsgi_app(REGISTRY)
+    if guard is not None:
+        app = guard(app)
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+    server = make_server(address, port, app, Server, handler_class=_QuietHandler)
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(str(tls[0]), str(tls[1]))
+        # The handshake runs in the request's thread (on its first read), not in the accepting one, so a
+        # client that never finishes it cannot stop the others from being served.
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
+def start(address: str, port: int, secure: bool, cert_dir: Path | None) -> None:
+    """The /metrics server: plain, or HTTPS with every request's token and access reviewed by the API
+    server (dtjob.runtime.metrics_access)."""
+    log = logging.getLogger(__name__)
+    if not secure:
+        serve(address, port)
+        log.info("serving metrics on http://%s:%d/metrics (no authentication)", address, port)
+        return
+    config = load_config()
+    api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0)
+    reviews = AccessReviews(api)
+    guard = MetricsGuard(reviews.authenticate, reviews.may)
+    tls = serving_cert.mounted(cert_dir) if cert_dir is not None else serving_cert.self_signed()
+    serve(address, port, guard=guard.wrap, tls=tls)
+    made = f"certificate from {cert_dir}" if cert_dir is not None else "a self-signed certificate"
+    log.info(
+        "serving metrics on https://%s:%d/metrics (%s; callers need get on /metrics)", address, port, made
+    )

@@ -1,0 +1,203 @@
+"""The parsed spec of a DistributedTrainingJob: frozen dataclasses with every default filled in. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtjob.spec.storage import Output, StageFrom
+
+Json = dict[str, Any]
+# Long enough for a scheduler to place a gang that fits; a pool scaling up from zero may need longer.
+DEFAULT_GANG_TIMEOUT_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class NfsVolume:
+    server: str
+    path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class PvcVolume:
+    claim_name: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class DataVolume:
+    nfs: NfsVolume | None
+    pvc: PvcVolume | None
+    mount_path: str
+
+
+@dataclass(frozen=True)
+class Staging:
+    """spec.dataset.stageFrom with its destination resolved against the data volume."""
+
+    source: StageFrom
+    destination: str
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    source: str
+    volume: DataVolume | None
+    # Directory holding train/ and val/, inside the mounted volume.
+    data_dir: str
+    staging: Staging | None = None
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    # Without batchSizePerGpu: DEFAULT_BATCH_AMP with amp, DEFAULT_BATCH_FP32 without (spec_run).
+    batch_size_per_gpu: int = 256
+    epochs: int = 1
+    steps_per_epoch: int | None = None
+    learning_rate: float = 0.256  # per 256 images of the global batch
+    warmup_epochs: float = 5.0
+    momentum: float = 0.9
+    weight_decay: float = 5e-5
+    label_smoothing: float = 0.1
+    amp: bool = True
+    amp_dtype: str = "fp16"  # or bf16: no loss scaling (Ampere and newer GPUs)
+    fp16_allreduce: bool = True
+    channels_last: bool = True
+    xla: bool = False  # TensorFlow and Keras
+    data_loader: str = "pytorch"  # PyTorch's input pipeline: pytorch (DataLoader) or dali
+    image_size: int = 224
+    log_interval: int = 10
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class Placement:
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Json, ...]
+    affinity: Json | None
+    launcher_node_selector: Mapping[str, str]
+    launcher_tolerations: tuple[Json, ...]
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """spec.worker.template or spec.launcher.template, checked (dtjob.spec.template); dtjob.desired.template
+    merges it over the pod the operator builds."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    spec: Json = field(default_factory=dict)  # a fragment of a Kubernetes PodSpec
+
+
+@dataclass(frozen=True)
+class PodOverrides:
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    resources: Json | None = None
+    template: PodTemplate | None = None
+
+    @property
+    def pod_labels(self) -> dict[str, str]:
+        """podLabels with the template's labels over them (the operator's own go over both)."""
+        return {**self.labels, **(self.template.labels if self.template else {})}
+
+    @property
+    def pod_annotations(self) -> dict[str, str]:
+        """podAnnotations with the template's annotations over them."""
+        return {**self.annotations, **(self.template.annotations if self.template else {})}
+
+
+@dataclass(frozen=True)
+class Launcher:
+    runner: str = "horovodrun"
+    run_as_worker: bool = False
+    mpi_args: tuple[str, ...] = ()
+    pod: PodOverrides = field(default_factory=PodOverrides)
+    # The MPI the image carries, for runner mpirun: its launcher command line and hostfile format.
+    mpi_implementation: str = "OpenMPI"
+
+
+@dataclass(frozen=True)
+class Gang:
+    """runPolicy.scheduling.gang: the operator creates the gang scheduler's PodGroup for the world."""
+
+    scheduler: str  # coscheduling (scheduler-plugins) | volcano
+    # The coscheduling PodGroup's own timeout, and for either scheduler how long the workers may stay
+    # unplaced before the job says why (condition GangScheduled, event GangScheduleTimeout).
+    schedule_timeout_seconds: int = DEFAULT_GANG_TIMEOUT_SECONDS
+    queue: str | None = None  # a Volcano Queue
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    scheduler_name: str | None = None
+    queue_name: str | None = None
+    pod_group: str | None = None
+    gang: Gang | None = None
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    backoff_limit: int = 3
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: str = "Running"
+    suspend: bool = False
+    scheduling: Scheduling = field(default_factory=Scheduling)
+    # A world whose pods cannot start (unschedulable, image pull, config error) fails after this long.
+    startup_deadline_seconds: int | None = None
+    # OnFailure: any failure restarts the world. ExitCode: a launcher exit code in permanent_exit_codes is
+    # the user's code failing, so the job fails without a restart; signals and infrastructure restart.
+    restart_policy: str = "OnFailure"
+    permanent_exit_codes: tuple[tuple[int, int], ...] = ((1, 127),)
+
+    def is_permanent(self, exit_code: int | None) -> bool:
+        """Whether the launcher's exit code fails the job for good under this policy."""
+        if self.restart_policy != "ExitCode" or exit_code is None:
+            return False
+        return any(low <= exit_code <= high for low, high in self.permanent_exit_codes)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    namespace: str
+    framework: str
+    image: str
+    image_pull_policy: str | None
+    image_pull_secrets: tuple[str, ...]
+    command: tuple[str, ...] | None
+    args: tuple[str, ...] | None
+    env: tuple[Json, ...]
+    workers: int
+    gpus_per_worker: int  # 0: a CPU job, placed on the CPU pool
+    slots_per_worker: int  # MPI ranks per worker (default: one per GPU, or 1)
+    worker: PodOverrides
+    dataset: Dataset
+    hyperparameters: Hyperparameters
+    placement: Placement
+    launcher: Launcher
+    run_policy: RunPolicy
+    output: Output | None = None
+    # Where rank 0 keeps checkpoints, so a restarted world resumes instead of starting over.
+    checkpoints: DataVolume | None = None
+    # Mount the namespace's default ServiceAccount token into workers and launcher (off: they need no API).
+    automount_service_account_token: bool = False
+    # With a user's command: also pass the flags built from dataset and hyperparameters (dtjob_train's).
+    append_training_flags: bool = False
+    # The installer's pull Secrets for every job's pods, the stager's too (DTJOB_IMAGE_PULL_SECRETS): they
+    # must exist in the job's namespace, as the spec's own must.
+    cluster_pull_secrets: tuple[str, ...] = ()
+
+    @property
+    def pull_secrets(self) -> tuple[str, ...]:
+        """Every pull Secret of the job's training pods: the spec's, then the installer's."""
+        return tuple(dict.fromkeys(self.image_pull_secrets + self.cluster_pull_secrets))
+
+    @property
+    def total_slots(self) -> int:
+        hosts = self.workers + (1 if self.launcher.run_as_worker else 0)
+        return hosts * self.slots_per_worker

@@ -1,0 +1,221 @@
+"""Parse a DistributedTrainingJob's spec into frozen dataclasses, applying defaults in memory.
+
+The CRD schema and its CEL rules reject most bad input at `kubectl apply`; this module re-checks what the
+operator relies on (a CRD may be older than the operator, or a field may be set through a path that skipped
+validation) and raises SpecError naming the field. Defaults live here and are never written back into the
+object, so GitOps tools see no drift.
+
+parse_spec reads the top level; the sections have modules of their own, all read with spec_reader.Reader:
+spec_run (pods, launcher, run policy, hyperparameters), spec_volumes (dataset, checkpoints) and storage_spec
+(Blob Storage). The result is spec_model's JobSpec, re-exported here with SpecError.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from dtjob import names
+from dtjob.config import FRAMEWORKS as IMAGE_FRAMEWORKS
+from dtjob.config import OperatorConfig
+from dtjob.spec import validators as rules
+from dtjob.spec.model import (
+    Dataset,
+    DataVolume,
+    Gang,
+    Hyperparameters,
+    JobSpec,
+    Launcher,
+    NfsVolume,
+    Placement,
+    PodOverrides,
+    PodTemplate,
+    PvcVolume,
+    RunPolicy,
+    Scheduling,
+    Staging,
+)
+from dtjob.spec.reader import Json, Reader, SpecError
+from dtjob.spec.run import (
+    parse_hyperparameters,
+    parse_launcher,
+    parse_placement,
+    parse_pod_overrides,
+    parse_run_policy,
+)
+from dtjob.spec.storage import parse_output
+from dtjob.spec.template import check_mount_paths, check_trust, env_secret_references, secret_references
+from dtjob.spec.volumes import parse_checkpoints, parse_dataset
+
+__all__ = [
+    "DataVolume",
+    "Dataset",
+    "Gang",
+    "Hyperparameters",
+    "JobSpec",
+    "Launcher",
+    "NfsVolume",
+    "Placement",
+    "PodOverrides",
+    "PodTemplate",
+    "PvcVolume",
+    "RunPolicy",
+    "Scheduling",
+    "SpecError",
+    "Staging",
+    "parse_spec",
+]
+
+MAX_GPUS_PER_WORKER = 8  # the largest Azure GPU VMs (ND96 series) carry 8 GPUs
+MAX_SLOTS_PER_WORKER = 256  # ranks on one host: the cores of the largest CPU VMs, with room
+# custom: any program (`command`) in any image, with no dtjob_train flags unless asked.
+CUSTOM = "custom"
+FRAMEWORKS = (*IMAGE_FRAMEWORKS, CUSTOM)
+MAX_WORKERS = 512
+# Worker hostnames are `<job>-worker-<i>` and must stay a DNS label (63 characters).
+MAX_NAME_LENGTH = 45
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
+    """The whole object (metadata + spec) -> JobSpec with every default filled in."""
+    metadata = body.get("metadata") or {}
+    name = str(metadata.get("name", ""))
+    if len(name) > MAX_NAME_LENGTH or not NAME_RE.fullmatch(name):
+        raise SpecError(
+            "metadata.name",
+            f"must be a DNS-1035 label of at most {MAX_NAME_LENGTH} characters "
+            f"(lowercase letters, digits, '-', starting with a letter); got {name!r}",
+        )
+    spec = Reader(body.get("spec"), "spec")
+    if not spec.has("framework"):
+        raise SpecError("spec.framework", f"is required (one of {', '.join(FRAMEWORKS)})")
+    framework = spec.choice("framework", FRAMEWORKS, "")
+    workers = spec.integer("workers", None, minimum=1)
+    if workers is None:
+        raise SpecError("spec.workers", "is required")
+    if workers > MAX_WORKERS:
+        raise SpecError("spec.workers", f"must be <= {MAX_WORKERS}, got {workers}")
+    gpus = spec.integer("gpusPerWorker", 1, minimum=0)
+    gpus = 1 if gpus is None else gpus
+    if gpus > MAX_GPUS_PER_WORKER:
+        raise SpecError(
+            "spec.gpusPerWorker", f"must be <= {MAX_GPUS_PER_WORKER} (GPUs on one node), got {gpus}"
+        )
+    slots = spec.integer("slotsPerWorker", None, minimum=1, maximum=MAX_SLOTS_PER_WORKER) or max(gpus, 1)
+    command = spec.string_list("command")
+    image = spec.checked("image", rules.image_problem)
+    if framework == CUSTOM and not command:
+        raise SpecError("spec.command", "is required with framework custom (the program each rank runs)")
+    if framework == CUSTOM and image is None:
+        raise SpecError(
+            "spec.image", "is required with framework custom (an image with your program and MPI)"
+        )
+    env = spec.object_list("env")
+    for i, item in enumerate(env):
+        if not isinstance(item.get("name"), str) or not item["name"]:
+            raise SpecError(f"spec.env[{i}].name", "is required")
+        if not rules.matches(rules.ENV_NAME, item["name"]):
+            raise SpecError(
+                f"spec.env[{i}].name",
+                f"{item['name']!r} is not a valid environment variable name (letters, digits, '_', '-', '.', "
+                "not starting with a digit)",
+            )
+    pull_secrets = tuple(
+        _required(s, f"spec.imagePullSecrets[{i}].name")
+        for i, s in enumerate(spec.object_list("imagePullSecrets"))
+    )
+    for i, secret in enumerate(pull_secrets):
+        if (problem := rules.name_problem(secret, subdomain=True)) is not None:
+            raise SpecError(f"spec.imagePullSecrets[{i}].name", problem)
+    data = parse_dataset(spec.child("dataset"), config)
+    worker = parse_pod_overrides(spec.child("worker"), names.WORKER_CONTAINER)
+    launcher = parse_launcher(spec.child("launcher"))
+    checkpoints = parse_checkpoints(spec.child("checkpoints"), data) if spec.has("checkpoints") else None
+    taken = [v.mount_path for v in (data.volume, checkpoints) if v is not None]
+    check_mount_paths(worker.template, names.WORKER_CONTAINER, "spec.worker.template", taken)
+    check_mount_paths(launcher.pod.template, names.LAUNCHER_CONTAINER, "spec.launcher.template", taken)
+    run_policy = parse_run_policy(spec.child("runPolicy"))
+    if run_policy.scheduling.gang is not None:
+        _one_scheduler_for_the_gang(worker, launcher)
+    job = JobSpec(
+        name=name,
+        namespace=str(metadata.get("namespace", "default")),
+        framework=framework,
+        image=image or config.image_for(framework),
+        image_pull_policy=spec.choice("imagePullPolicy", PULL_POLICIES, "") or None,
+        image_pull_secrets=pull_secrets,
+        cluster_pull_secrets=config.image_pull_secrets,
+        command=command,
+        args=spec.string_list("args"),
+        env=env,
+        workers=workers,
+        gpus_per_worker=gpus,
+        slots_per_worker=slots,
+        worker=worker,
+        dataset=data,
+        hyperparameters=parse_hyperparameters(spec.child("hyperparameters"), framework),
+        placement=parse_placement(spec.child("placement"), config, gpus > 0),
+        launcher=launcher,
+        run_policy=run_policy,
+        output=parse_output(spec.data.get("output"), emulator_hosts=config.emulator_hosts),
+        checkpoints=checkpoints,
+        automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
+        append_training_flags=spec.boolean("appendTrainingFlags", False),
+    )
+    _check_trust(job, config)
+    return job
+
+
+def pod_secret_references(job: JobSpec) -> list[tuple[str, str]]:
+    """(field, Secret name) of every Secret the job's pods would mount or read through the spec's `env` and
+    its pod templates (the operator's own Secrets aside)."""
+    references = env_secret_references({"env": list(job.env)}, "spec")
+    for path, template in (("spec.worker.template", job.worker.template),
+                           ("spec.launcher.template", job.launcher.pod.template)):  # fmt: skip
+        if template is not None:
+            references += secret_references(template.spec, f"{path}.spec")
+    return references
+
+
+def _check_trust(job: JobSpec, config: OperatorConfig) -> None:
+    """What a job's pods may not get (dtjob.spec.template.check_trust): the operator's ServiceAccount, the
+    account key Secrets the spec names."""
+    templates = [
+        ("spec.worker.template", job.worker.template),
+        ("spec.launcher.template", job.launcher.pod.template),
+    ]
+    references = pod_secret_references(job)
+    locations = [
+        (job.dataset.staging.source.source if job.dataset.staging else None, "spec.dataset.stageFrom"),
+        (job.output.target if job.output else None, "spec.output"),
+    ]
+    key_secrets = [
+        (f"{path}.credentials.secretRef.name", location.credentials.secret_ref.name)
+        for location, path in locations
+        if location is not None and location.credentials.secret_ref is not None
+    ]
+    check_trust(
+        templates, references, key_secrets, job.namespace, config.operator_namespace,
+        config.operator_service_account,
+    )  # fmt: skip
+
+
+def _one_scheduler_for_the_gang(worker: PodOverrides, launcher: Launcher) -> None:
+    """A gang's pods are placed by its scheduler: a template may not send them to another."""
+    for path, pod in (("spec.worker.template", worker), ("spec.launcher.template", launcher.pod)):
+        if pod.template is not None and "schedulerName" in pod.template.spec:
+            raise SpecError(
+                f"{path}.spec.schedulerName",
+                "is set by spec.runPolicy.scheduling (with gang, the gang scheduler's name by default): "
+                "set spec.runPolicy.scheduling.schedulerName instead",
+            )
+
+
+def _required(item: Json, path: str) -> str:
+    value = item.get("name")
+    if not isinstance(value, str) or not value:
+        raise SpecError(path, "is required")
+    return value

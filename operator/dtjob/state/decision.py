@@ -1,0 +1,148 @@
+"""What one reconcile decided, and what carrying it out produced. Pure data.
+
+decide() (dtjob.machine) returns a Decision: the status to write, the actions to run in order, the events to
+post and when to look again. dtjob.reconcile.act runs every action (all idempotent: create-if-absent,
+delete-if-present) and returns a Result for those whose outcome the status records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from dtjob.state.status import JobStatus
+
+
+@dataclass(frozen=True)
+class MintSas:
+    """Create `<job>-sas-<access>` with a fresh token, or replace its token (rotation). The token never
+    outlives `not_after` (the job's active deadline)."""
+
+    access: str  # "in" | "out"
+    not_after: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EnsureWorld:
+    """The gang's PodGroup first (runPolicy.scheduling.gang), then the SSH Secret, hostfile ConfigMap (kept
+    current) and headless Service."""
+
+
+@dataclass(frozen=True)
+class DeletePodGroup:
+    """The job finished or was suspended: its gang's PodGroup goes (a Volcano queue counts it until then)."""
+
+
+@dataclass(frozen=True)
+class CreateWorker:
+    index: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class CreateLauncher:
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+
+
+@dataclass(frozen=True)
+class ForceDeletePod:
+    """Delete a pod without waiting for its kubelet (grace period 0), only while it is still the one with
+    `uid`: it stayed terminating long past its grace period, so its node is lost, and a new world needs its
+    name."""
+
+    name: str
+    uid: str
+    overdue_s: float  # how long past its grace period it was still terminating
+
+
+@dataclass(frozen=True)
+class ReleasePod:
+    """Take Kueue's finalizer off a pod of ours that is deleted and has ended, only while it is still the one
+    with `uid`: Kueue keeps it on a pod group's member until a replacement exists, and the replacement needs
+    this pod's name."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class DeleteLauncher:
+    pass
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """ttlSecondsAfterFinished elapsed: delete the DistributedTrainingJob itself (children follow by GC)."""
+
+
+@dataclass(frozen=True)
+class CreateStagingJob:
+    """The staging Job that copies spec.dataset.stageFrom onto the data volume."""
+
+
+@dataclass(frozen=True)
+class UploadLogs:
+    """Upload pod logs to the output container. At the end (attempt None) every pod's, and pods are deleted
+    only once its result is recorded; before a world restart, the failed attempt's (logs/attempt-<n>/)."""
+
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class DeleteSasSecrets:
+    """The job ended: revoke what pods could read by deleting `<job>-sas-in` and `<job>-sas-out`."""
+
+
+Action = (
+    MintSas | EnsureWorld | CreateWorker | CreateLauncher | DeletePod | ForceDeletePod | ReleasePod
+    | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets | DeletePodGroup
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LogsUploaded:
+    """The outcome of UploadLogs."""
+
+    attempt: int | None
+    uploaded: bool
+    folder: str  # where the logs went (or would have gone)
+    missing: tuple[str, ...] = ()  # pods whose log could not be read
+    error: str | None = None  # why the upload failed (redacted)
+    truncated: tuple[str, ...] = ()  # pods whose log was longer than the cap (head and tail kept)
+    cap_bytes: int = 0  # that cap (DTJOB_LOG_CAP_BYTES)
+
+
+@dataclass(frozen=True)
+class SasSecretsDeleted:
+    """The outcome of DeleteSasSecrets: both Secrets are gone."""
+
+
+@dataclass(frozen=True)
+class PodForceDeleted:
+    """The outcome of ForceDeletePod when the pod was still there."""
+
+    name: str
+    overdue_s: float  # how long past its grace period it was still terminating
+
+
+Result = LogsUploaded | SasSecretsDeleted | PodForceDeleted
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    status: JobStatus
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None

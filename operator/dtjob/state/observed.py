@@ -1,0 +1,447 @@
+"""What exists in the cluster for one job, reduced to the few facts the state machine decides on.
+
+Built from raw Pod and Job dicts (as the watch cache holds them) and from the reads of
+dtjob.reconcile.observe; pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from dtjob import names
+from dtjob.contract.results_upload import UploadReport
+from dtjob.contract.transfer_report import ExitCode, ProgressSnapshot, parse_progress
+from dtjob.gang import kueue
+from dtjob.state.rank_error import RankError
+from dtjob.timefmt import parse_time
+
+Json = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Children:
+    """The job's pods, launcher Job and staging Job as the watch cache last saw them (raw dicts)."""
+
+    pods: tuple[Mapping[str, Any], ...] = ()
+    launcher: Mapping[str, Any] | None = None
+    staging: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Something only the operator can find (a missing PVC, Secret, or no node big enough).
+
+    fatal: the job cannot ever run as written -> Failed; otherwise it waits in Pending and is rechecked.
+    """
+
+    reason: str
+    message: str
+    fatal: bool = False
+
+
+@dataclass(frozen=True)
+class SasObservation:
+    """One `<job>-sas-<access>` Secret as read now: whether a token must be minted (absent, or past its
+    rotation time), the seconds until its rotation otherwise, and what stops a mint (credentials, policy)."""
+
+    mint_needed: bool
+    rotate_in_s: float | None = None
+    blocked: Blocker | None = None
+    altered: str | None = None  # how the Secret was changed since the operator wrote it (then re-minted)
+
+
+@dataclass(frozen=True)
+class PoolRoom:
+    """The free GPUs of the pool a gang waits for, read when its schedule timeout passes: one entry per node
+    of the pool that takes new pods (allocatable minus what the pods bound there request)."""
+
+    selector: str  # the pool's node selector, as the message names it
+    free: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PodState:
+    name: str
+    role: str
+    attempt: int | None
+    index: int | None
+    phase: str
+    scheduled: bool
+    ready: bool
+    deleting: bool
+    # Why the pod failed or waits (e.g. "Error, exit code 1", "ImagePullBackOff: ..."), for messages.
+    reason: str | None = None
+    uid: str = ""
+    # When a deleting pod's grace period ends (metadata.deletionTimestamp): its kubelet confirms the end by
+    # then, unless the node is lost and no kubelet is left to confirm anything.
+    deletion_deadline: datetime | None = None
+    # Why the cluster took the pod away (its DisruptionTarget condition): an eviction from a NotReady node,
+    # the pod garbage collector after its node was deleted, a preemption. None: no disruption.
+    disruption: str | None = None
+    created: datetime | None = None  # metadata.creationTimestamp
+    # Why a container has not started (ImagePullBackOff, ErrImagePull, CreateContainerConfigError, ...).
+    waiting: str | None = None
+    unschedulable: bool = False  # PodScheduled False: no node can take it (now)
+    # How the container ended when it failed: its exit code and reason (Error, OOMKilled, ...).
+    exit_code: int | None = None
+    termination_reason: str | None = None
+    # Kueue: the pod waits for its group's admission (its scheduling gate is on) ...
+    gated: bool = False
+    # ... Kueue stopped it, its Workload evicted (`<reason>: <message>`, e.g. "Preempted: ...") ...
+    kueue_eviction: str | None = None
+    # ... and its finalizer is still on the pod.
+    kueue_finalizer: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class LauncherState:
+    attempt: int | None
+    deleting: bool
+    running: bool
+    succeeded: bool
+    failed: bool
+    pod_name: str | None = None
+    reason: str | None = None
+    world_size: int | None = None  # the workers its hostfile names
+    failed_pod: PodState | None = None  # the launcher pod that failed: its exit code, reason, disruption
+    # Why a rank failed, as its log says (the failed launcher's log tail, read once by the observer).
+    log_error: RankError | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.succeeded or self.failed
+
+
+@dataclass(frozen=True)
+class CreateRefusal:
+    """A Job (the launcher's, the staging one) whose pod the API server refused: the Job controller's
+    FailedCreate message, and when the Job was created (runPolicy.startupDeadlineSeconds counts from then)."""
+
+    job: str
+    message: str
+    job_created: datetime | None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Every read of one reconcile, gathered before anything is decided."""
+
+    pods: tuple[PodState, ...] = ()
+    launcher: LauncherState | None = None
+    generation: int | None = None  # metadata.generation of the job
+    uid: str = ""  # metadata.uid of the job
+    # Preflight and storage facts that stop the first world (missing PVC, credentials, storage policy).
+    blocker: Blocker | None = None
+    # The SAS Secrets the job needs now, by access ("in", "out"); an access not listed was not looked at.
+    sas: Mapping[str, SasObservation] = field(default_factory=dict)
+    staging: StagingOutcome | None = None  # the staging Job's outcome, when that Job exists
+    training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress, from the launcher's log
+    results_upload: UploadReport | None = None  # the results upload's latest line, from the launcher's log
+    # A failed results upload that `dtjob results upload` has since done (read only while results are kept).
+    results_uploaded_later: UploadReport | None = None
+    # The launcher's or the stager's pod refused by admission (read only while their Job has no pod).
+    launcher_refused: CreateRefusal | None = None
+    staging_refused: CreateRefusal | None = None
+    progress_poll_s: float | None = None  # how soon progress should be read again while training
+    pool_room: PoolRoom | None = None  # read only for a gang past its schedule timeout
+
+    def workers(self) -> list[PodState]:
+        return [p for p in self.pods if p.role == names.ROLE_WORKER]
+
+    @property
+    def world_exists(self) -> bool:
+        """A worker pod or the launcher of any attempt exists."""
+        return bool(self.workers()) or self.launcher is not None
+
+
+def _int_label(labels: Json, key: str) -> int | None:
+    try:
+        return int(labels[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _condition(conditions: Iterable[Json] | None, kind: str) -> Json | None:
+    return next((c for c in conditions or () if c.get("type") == kind), None)
+
+
+def _true_condition(conditions: Iterable[Json] | None, kind: str) -> Json | None:
+    found = _condition(conditions, kind)
+    return found if found is not None and found.get("status") == "True" else None
+
+
+def pod_state(pod: Json) -> PodState:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    conditions = status.get("conditions")
+    ready = _condition(conditions, "Ready")
+    scheduled = _condition(conditions, "PodScheduled")
+    role = str(labels.get(names.ROLE_LABEL, ""))
+    exit_code, termination_reason = _failed_termination(status, names.CONTAINER_OF_ROLE.get(role))
+    return PodState(
+        name=str(meta.get("name", "")),
+        role=role,
+        attempt=_int_label(labels, names.ATTEMPT_LABEL),
+        index=_int_label(labels, names.WORKER_INDEX_LABEL),
+        phase=str(status.get("phase") or "Pending"),
+        scheduled=bool(scheduled and scheduled.get("status") == "True"),
+        ready=bool(ready and ready.get("status") == "True"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        reason=pod_reason(pod),
+        uid=str(meta.get("uid") or ""),
+        deletion_deadline=_timestamp(meta.get("deletionTimestamp")),
+        disruption=pod_disruption(pod),
+        created=_timestamp(meta.get("creationTimestamp")),
+        waiting=_waiting_reason(status),
+        unschedulable=bool(scheduled and scheduled.get("status") == "False"),
+        exit_code=exit_code,
+        termination_reason=termination_reason,
+        gated=_gated(pod),
+        kueue_eviction=kueue_eviction(pod),
+        kueue_finalizer=kueue.POD_FINALIZER in (meta.get("finalizers") or ()),
+    )
+
+
+def _gated(pod: Json) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or ()
+    return any(g.get("name") == kueue.ADMISSION_GATE for g in gates)
+
+
+def kueue_eviction(pod: Json) -> str | None:
+    """`<reason>: <message>` when Kueue stopped the pod because it evicted its Workload, else None."""
+    found = _true_condition((pod.get("status") or {}).get("conditions"), kueue.TERMINATION_TARGET)
+    reason = str((found or {}).get("reason") or "")
+    if not reason.startswith(kueue.EVICTED_REASON_PREFIX):
+        return None
+    return f"{kueue.evicted_reason(reason)}: {(found or {}).get('message') or ''}".rstrip(": ")
+
+
+def _statuses(status: Json) -> list[Json]:
+    """Every container's status: init containers (a job's template may add them, native sidecars too) first,
+    as they run first."""
+    return [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
+
+
+def _waiting_reason(status: Json) -> str | None:
+    for cs in _statuses(status):
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason and reason not in ("ContainerCreating", "PodInitializing"):
+            return str(reason)
+    return None
+
+
+def _failed_termination(status: Json, main: str | None = None) -> tuple[int | None, str | None]:
+    """(exit code, reason) of the first container that ended with a nonzero code, the pod's own container
+    (`main`, e.g. the launcher's, whose code the restart policy judges) before a sidecar; or (None, None)."""
+    statuses = sorted(_statuses(status), key=lambda cs: cs.get("name") != main)
+    for cs in statuses:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and isinstance(term.get("exitCode"), int) and term["exitCode"] != 0:
+            return int(term["exitCode"]), term.get("reason")
+    return None, None
+
+
+def _timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 time of the API server, or None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def pod_disruption(pod: Json) -> str | None:
+    """`<reason>: <message>` of a True DisruptionTarget condition (the cluster, not the container, ended the
+    pod), or None."""
+    found = _true_condition((pod.get("status") or {}).get("conditions"), "DisruptionTarget")
+    if found is None:
+        return None
+    return f"{found.get('reason') or 'DisruptionTarget'}: {found.get('message') or ''}".rstrip(": ")
+
+
+def pod_reason(pod: Json) -> str | None:
+    """The most telling reason a pod is not healthy, or None."""
+    status = pod.get("status") or {}
+    for cs in _statuses(status):
+        state = cs.get("state") or {}
+        term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term and (term.get("exitCode") or 0) != 0:
+            text = f"{term.get('reason') or 'Terminated'}, exit code {term.get('exitCode')}"
+            return f"{text}: {term['message']}" if term.get("message") else text
+        waiting = state.get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    scheduled = _condition(status.get("conditions"), "PodScheduled")
+    if scheduled and scheduled.get("status") == "False":
+        return f"{scheduled.get('reason', 'Unschedulable')}: {scheduled.get('message', '')}".rstrip(": ")
+    disruption = pod_disruption(pod)
+    if disruption is not None:
+        return disruption
+    if status.get("reason"):
+        return f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
+    return None
+
+
+def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    conditions = status.get("conditions")
+    attempt = _int_label(meta.get("labels") or {}, names.ATTEMPT_LABEL)
+    mine = [p for p in pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt]
+    failed_pod = next((p for p in mine if p.phase == "Failed"), None)
+    succeeded_pod = next((p for p in mine if p.phase == "Succeeded"), None)
+    running_pod = next((p for p in mine if p.phase == "Running"), None)
+    # The launcher Job has backoffLimit 0 and one completion, so its pod's end is the Job's outcome; the
+    # pod is seen before the Job controller's Complete/Failed condition, so the status never flickers back.
+    failed_cond = _true_condition(conditions, "Failed") or _true_condition(conditions, "FailureTarget")
+    succeeded = bool(
+        _true_condition(conditions, "Complete") or _true_condition(conditions, "SuccessCriteriaMet")
+    )
+    succeeded = succeeded or (succeeded_pod is not None and failed_cond is None)
+    is_failed = not succeeded and (failed_cond is not None or failed_pod is not None)
+    reason = None
+    if is_failed:
+        reason = (failed_pod.reason if failed_pod else None) or str(
+            (failed_cond or {}).get("message") or (failed_cond or {}).get("reason") or "failed"
+        )
+    pod = failed_pod or succeeded_pod or running_pod or (mine[0] if mine else None)
+    return LauncherState(
+        attempt=attempt,
+        deleting=bool(meta.get("deletionTimestamp")),
+        running=running_pod is not None or int(status.get("ready") or 0) > 0,
+        succeeded=succeeded,
+        failed=is_failed,
+        pod_name=pod.name if pod else None,
+        reason=reason,
+        world_size=_int_label(meta.get("labels") or {}, names.WORLD_SIZE_LABEL),
+        failed_pod=failed_pod if is_failed else None,
+    )
+
+
+def pool_room(
+    selector: str,
+    nodes: Iterable[Json],
+    pods_by_node: Mapping[str, Iterable[Json]],
+    resource: str,
+    skip: Callable[[Json], bool],
+) -> PoolRoom:
+    """Free `resource` per node that takes new pods: allocatable minus the requests of the pods bound there
+    that have not ended, leaving out those `skip` names (the waiting job's own)."""
+    free = []
+    for node in nodes:
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
+        name = str((node.get("metadata") or {}).get("name", ""))
+        allocatable = _count(((node.get("status") or {}).get("allocatable") or {}).get(resource))
+        used = sum(
+            _pod_request(pod, resource)
+            for pod in pods_by_node.get(name, ())
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not skip(pod)
+        )
+        free.append(max(allocatable - used, 0))
+    return PoolRoom(selector, tuple(free))
+
+
+def _pod_request(pod: Json, resource: str) -> int:
+    """What a pod requests of an extended resource: its containers' sum, or its largest init container's."""
+    spec = pod.get("spec") or {}
+
+    def request(container: Json) -> int:
+        resources = container.get("resources") or {}
+        value = (resources.get("requests") or {}).get(resource, (resources.get("limits") or {}).get(resource))
+        return _count(value)
+
+    containers = sum(request(c) for c in spec.get("containers") or ())
+    return max([containers, *(request(c) for c in spec.get("initContainers") or ())])
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def observe_children(pods: Iterable[Json], launcher_job: Json | None, job_uid: str = "") -> Observed:
+    """The children's facts alone; dtjob.reconcile.observe adds the rest. With `job_uid`, what another owner
+    holds (an
+    older job of the same name, not yet garbage collected) is left out: it is never taken for ours."""
+    if job_uid and launcher_job is not None and not _owned_by(launcher_job, {job_uid}):
+        launcher_job = None
+    if job_uid:
+        owners = {job_uid} | ({str(launcher_job["metadata"].get("uid"))} if launcher_job else set())
+        pods = [p for p in pods if _owned_by(p, owners)]
+    states = tuple(pod_state(p) for p in pods)
+    return Observed(pods=states, launcher=launcher_state(launcher_job, states) if launcher_job else None)
+
+
+def _owned_by(obj: Json, uids: set[str]) -> bool:
+    """Whether an ownerReference names one of `uids`; a copy without ownerReferences is taken as ours."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences")
+    return refs is None or any(str(ref.get("uid")) in uids for ref in refs)
+
+
+# The staging Job's outcome: read from the Job, its pods' termination messages and the running pod's log.
+# Why a stager exited, by its exit status, for a Failed outcome whose pod left no reason of its own.
+EXIT_REASONS = {
+    ExitCode.USAGE: "the stager could not read its SAS Secret files",
+    ExitCode.DENIED: "the input SAS was denied (403)",
+    ExitCode.NOT_FOUND: "the input container or prefix does not exist",
+    ExitCode.LOCAL_IO: "the stager could not write to the data volume",
+    ExitCode.STORAGE: "Blob Storage returned an error",
+    ExitCode.INTEGRITY: "a downloaded file did not match its Content-MD5",
+}
+
+
+@dataclass(frozen=True)
+class StagingOutcome:
+    phase: str  # Running | Succeeded | Failed
+    progress: ProgressSnapshot | None
+    reason: str = ""  # for Failed: one line naming what to fix
+
+
+def _terminated(pod: Json) -> Json | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == names.STAGER_CONTAINER:
+            state = status.get("state") or {}
+            terminated = state.get("terminated")
+            return terminated if isinstance(terminated, dict) else None
+    return None
+
+
+def _snapshot(message: str) -> ProgressSnapshot | None:
+    try:
+        return ProgressSnapshot.from_json(message)
+    except (ValueError, TypeError):
+        return None
+
+
+def staging_outcome(job: Json, pods: Sequence[Json], log_tail: str = "") -> StagingOutcome:
+    """Where staging stands, from the staging Job, its pods (newest last) and optionally the running pod's
+    log tail (for live progress). A failure's reason comes from the stager's termination message."""
+    conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []}
+    last_terminated = next((t for t in (_terminated(p) for p in reversed(pods)) if t is not None), None)
+    snap = _snapshot(str(last_terminated.get("message") or "")) if last_terminated else None
+    if (conditions.get("Complete") or {}).get("status") == "True":
+        return StagingOutcome("Succeeded", snap)
+    if (conditions.get("Failed") or {}).get("status") == "True":
+        reason = snap.reason if snap is not None and snap.reason else ""
+        if not reason and last_terminated is not None:
+            code = last_terminated.get("exitCode")
+            known = {int(c): text for c, text in EXIT_REASONS.items()}
+            reason = known.get(code, "") if isinstance(code, int) else ""
+            reason = reason or f"the stager exited with status {code}"
+        if not reason:
+            failed = conditions["Failed"]
+            reason = f"staging Job failed: {failed.get('reason', '')} {failed.get('message', '')}".strip()
+        return StagingOutcome("Failed", snap, reason)
+    return StagingOutcome("Running", parse_progress(log_tail) if log_tail else snap)

@@ -1,0 +1,261 @@
+"""The DistributedTrainingJob's status as the state machine reads and writes it: phases, conditions, and the
+record that round-trips through `.status`. Pure.
+
+Phases: Pending -> [Staging ->] Starting -> Running -> Succeeded | Failed, plus Suspended and Restarting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from dtjob.timefmt import format_time, parse_time
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    STAGING = "Staging"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class ConditionType(StrEnum):
+    """In the order `status.conditions` lists them."""
+
+    STAGED = "Staged"
+    CREATED = "Created"
+    GANG_SCHEDULED = "GangScheduled"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    # The kstatus conditions GitOps tools read (dtjob.state.conditions), derived from the phase and the ones
+    # above.
+    READY = "Ready"
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
+
+
+PENDING = Phase.PENDING
+STAGING = Phase.STAGING
+STARTING = Phase.STARTING
+RUNNING = Phase.RUNNING
+RESTARTING = Phase.RESTARTING
+SUSPENDED = Phase.SUSPENDED
+SUCCEEDED = Phase.SUCCEEDED
+FAILED = Phase.FAILED
+FINISHED = (SUCCEEDED, FAILED)
+CONDITION_TYPES = tuple(ConditionType)
+
+# Condition Created=False with this reason: the API server refused a create with 403
+# (dtjob.reconcile.refusals); the job waits and tries again, and keeps saying why instead of "creating N
+# worker pod(s)".
+CREATE_FORBIDDEN = "CreateForbidden"
+# Condition Created=False with this reason: a child's name is held by another owner's object
+# (dtjob.reconcile.refusals).
+CHILD_NOT_OURS = "ChildNotOwned"
+# Condition Created=False with this reason: the cluster does not serve the PodGroup API of the job's gang
+# scheduler (its CRD is not installed; dtjob.reconcile.refusals).
+GANG_API_MISSING = "GangSchedulerMissing"
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str
+    last_transition_time: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "type": self.type,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": self.last_transition_time,
+        }
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    phase: str | None = None
+    message: str = ""
+    conditions: tuple[Condition, ...] = ()
+    restarts: int = 0
+    start_time: str | None = None
+    completion_time: str | None = None
+    observed_generation: int | None = None
+    workers_total: int = 0
+    workers_ready: int = 0
+    total_gpus: int = 0
+    launcher_state: str = "Absent"
+    launcher_pod: str | None = None
+    staging: Mapping[str, Any] | None = None  # ProgressSnapshot.to_status() of the staging Job
+    training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress line (`.status.progress`)
+    output_url: str | None = None  # the run's results URL, never with a SAS
+    logs_uploaded: bool = False
+    logs_missing: tuple[str, ...] = ()  # pods whose log could not be read
+    logs_error: str | None = None  # why the last log upload failed (redacted)
+    logs_truncated: Mapping[str, Any] | None = None  # {"pods": [...], "capBytes": n}: logs cut to the cap
+    sas_secrets_deleted: bool = False  # written once the delete has happened, never before
+    # The results upload after training (dtjob.contract.results_upload): Uploading, Retrying, Failed or
+    # Uploaded; what its last line said; the pod kept because it holds results that were not uploaded.
+    results_state: str | None = None
+    results_message: str | None = None
+    results_pod: str | None = None
+
+    def condition(self, kind: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == kind), None)
+
+    def is_true(self, kind: str) -> bool:
+        cond = self.condition(kind)
+        return cond is not None and cond.status == "True"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "phase": self.phase,
+            "message": self.message,
+            "conditions": [c.to_dict() for c in self.conditions],
+            "restarts": self.restarts,
+            "startTime": self.start_time,
+            "completionTime": self.completion_time,
+            "observedGeneration": self.observed_generation,
+            "workers": {"total": self.workers_total, "ready": self.workers_ready},
+            "workersReady": f"{self.workers_ready}/{self.workers_total}",
+            "gpus": self.total_gpus,
+            "launcher": {"state": self.launcher_state, "pod": self.launcher_pod},
+        }
+        if self.staging is not None:
+            out["staging"] = dict(self.staging)
+        if self.training_progress is not None:
+            out["progress"] = dict(self.training_progress)
+        if self.output_url is not None:
+            output: dict[str, Any] = {"url": self.output_url, "logsUploaded": self.logs_uploaded}
+            if self.logs_missing:
+                output["logsMissing"] = list(self.logs_missing)
+            # Always written: null removes an old error from the merge patch once an upload succeeds.
+            output["logsError"] = self.logs_error or None
+            if self.logs_truncated:
+                output["logsTruncated"] = dict(self.logs_truncated)
+            if self.results_state is not None:
+                # keptOnPod always written: null removes it once the results are uploaded later.
+                output["results"] = {
+                    "state": self.results_state,
+                    "message": self.results_message or "",
+                    "keptOnPod": self.results_pod or None,
+                }
+            out["output"] = output
+        if self.sas_secrets_deleted:
+            out["sasSecretsDeleted"] = True
+        return out
+
+
+def _count(value: Any) -> int:
+    """A count in status; 0 for what is not one or is negative (status is the user's to edit: a negative
+    restart count would become an attempt label the API server refuses)."""
+    if isinstance(value, bool):
+        return int(value)
+    try:
+        return max(int(value or 0), 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _stamp(value: Any) -> str | None:
+    """A timestamp in status, or None for one that does not parse (it is written afresh)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parse_time(value)
+    except ValueError:
+        return None
+    return value
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return _map(value) or {}
+
+
+def _generation(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _map(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
+    """The status as recorded, read leniently: a field of the wrong type or an unreadable time (an edit of the
+    status subresource) is read as absent rather than failing every reconcile."""
+    data = _object(data)
+    workers = _object(data.get("workers"))
+    launcher = _object(data.get("launcher"))
+    output = _object(data.get("output"))
+    results = _object(output.get("results"))
+    return JobStatus(
+        phase=_text(data.get("phase")),
+        message=data.get("message") or "",
+        conditions=tuple(
+            Condition(
+                type=str(c.get("type")),
+                status=str(c.get("status")),
+                reason=str(c.get("reason") or ""),
+                message=str(c.get("message") or ""),
+                last_transition_time=str(c.get("lastTransitionTime") or ""),
+            )
+            for c in _list(data.get("conditions"))
+            if isinstance(c, Mapping)
+        ),
+        restarts=_count(data.get("restarts")),
+        start_time=_stamp(data.get("startTime")),
+        completion_time=_stamp(data.get("completionTime")),
+        observed_generation=_generation(data.get("observedGeneration")),
+        workers_total=_count(workers.get("total")),
+        workers_ready=_count(workers.get("ready")),
+        total_gpus=_count(data.get("gpus")),
+        launcher_state=str(launcher.get("state") or "Absent"),
+        launcher_pod=_text(launcher.get("pod")),
+        staging=_map(data.get("staging")),
+        training_progress=_map(data.get("progress")),
+        output_url=_text(output.get("url")),
+        logs_uploaded=bool(output.get("logsUploaded")),
+        logs_missing=tuple(str(p) for p in _list(output.get("logsMissing"))),
+        logs_error=_text(output.get("logsError")),
+        logs_truncated=_map(output.get("logsTruncated")),
+        results_state=_text(results.get("state")),
+        results_message=_text(results.get("message")),
+        results_pod=_text(results.get("keptOnPod")),
+        sas_secrets_deleted=bool(data.get("sasSecretsDeleted")),
+    )
+
+
+def set_condition(
+    conditions: tuple[Condition, ...], kind: str, status: bool, reason: str, message: str, now: datetime
+) -> tuple[Condition, ...]:
+    """Set one condition; lastTransitionTime moves only when its status flips."""
+    value = "True" if status else "False"
+    old = next((c for c in conditions if c.type == kind), None)
+    stamp = old.last_transition_time if old and old.status == value else format_time(now)
+    new = Condition(kind, value, reason, message, stamp)
+    others = [c for c in conditions if c.type != kind]
+    merged = [*others, new]
+    return tuple(
+        sorted(merged, key=lambda c: CONDITION_TYPES.index(c.type) if c.type in CONDITION_TYPES else 99)
+    )
