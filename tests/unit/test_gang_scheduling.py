@@ -12,13 +12,15 @@ import pytest
 from dtjob import desired
 from dtjob.desired.common import owner_reference
 from dtjob.desired.owned import drift
-from dtjob.desired.pod_group import min_resources
+from dtjob.gang import PoolRoom, pool_room
+from dtjob.gang.placement import shortfall
+from dtjob.gang.resources import min_resources
 from dtjob.machine import decide
-from dtjob.machine.gang import shortfall, wants_pool_room
+from dtjob.machine.gang import wants_pool_room
 from dtjob.reconcile.job import reconcile
 from dtjob.spec.parse import JobSpec, SpecError
 from dtjob.state.decision import DeletePodGroup, EnsureWorld
-from dtjob.state.observed import Children, Observed, PodState, PoolRoom, pool_room
+from dtjob.state.observed import Children, Observed, PodState
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob import names
-from dtjob.desired import gang
+from dtjob import gang, names
 from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, rank_env, worker_sshd_script
 from dtjob.desired.common import (
     MPI_DIR,
@@ -21,7 +20,6 @@ from dtjob.desired.common import (
     sas_mount_path,
 )
 from dtjob.desired.template import merge_pod_spec, template_annotations
-from dtjob.gang import kueue
 from dtjob.names import Access
 from dtjob.spec import validators as rules
 from dtjob.spec.parse import DataVolume, JobSpec, PodOverrides
@@ -49,7 +47,6 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         **_pod_labels(spec, names.ROLE_WORKER, attempt),
         names.WORKER_INDEX_LABEL: str(index),
         names.MPI_HOST_LABEL: "true",
-        **kueue.worker_labels(spec.run_policy.scheduling.queue_name, spec.name),
     }
     container: Json = {
         "name": names.WORKER_CONTAINER,
@@ -82,16 +79,11 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
     }
     _common_pod_spec(spec, pod_spec, gpu_placement=True)
     pod_spec, annotations = _with_template(spec.worker, pod_spec, names.WORKER_CONTAINER)
-    annotations = {
-        **annotations,
-        **kueue.worker_annotations(spec.run_policy.scheduling.queue_name, spec.workers),
-    }
+    annotations = {**annotations, **gang.pod_annotations(spec, names.ROLE_WORKER)}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": metadata(
-            name, spec.namespace, labels, owner, {**annotations, **gang.pod_annotations(spec)}
-        ),
+        "metadata": metadata(name, spec.namespace, labels, owner, annotations),
         "spec": pod_spec,
     }
 
@@ -152,7 +144,7 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
             "template": {
                 "metadata": {
                     "labels": pod_labels,
-                    "annotations": {**annotations, **gang.pod_annotations(spec)},
+                    "annotations": {**annotations, **gang.pod_annotations(spec, names.ROLE_LAUNCHER)},
                 },
                 "spec": pod_spec,
             },
@@ -194,10 +186,7 @@ def _rank0_launcher(spec: JobSpec) -> bool:
 def _pod_labels(spec: JobSpec, role: str, attempt: int) -> dict[str, str]:
     labels = names.labels(spec.name, role, role)
     labels[names.ATTEMPT_LABEL] = str(attempt)
-    scheduling = spec.run_policy.scheduling
-    if scheduling.pod_group:
-        labels["scheduling.x-k8s.io/pod-group"] = scheduling.pod_group
-    labels.update(gang.pod_labels(spec))
+    labels.update(gang.pod_labels(spec, role))
     return labels
 
 

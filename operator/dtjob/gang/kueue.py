@@ -1,8 +1,23 @@
 """Kueue's pod-group integration, as the operator speaks it: the labels and annotation that make a job's
 workers one Workload, and what Kueue writes back on the pods (its scheduling gate, the condition of a pod it
-stops). Names follow sigs.k8s.io/kueue pkg/controller/jobs/pod and pkg/controller/jobframework. Pure."""
+stops). Names follow sigs.k8s.io/kueue pkg/controller/jobs/pod and pkg/controller/jobframework. Pure.
+
+A job joins Kueue by runPolicy.scheduling.queueName, beside or without a gang scheduler: Kueue admits the
+world (its quota) and leaves placing it to the pods' scheduler. It creates the group's Workload itself, so
+the operator creates no PodGroup for it and reports no GangScheduled; an evicted Workload is the state
+machine's (dtjob.machine.admission), read from the pods (eviction() below).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dtjob import names
+from dtjob.gang.base import GangScheduler
+from dtjob.spec.parse import JobSpec
+
+Json = Mapping[str, Any]
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
@@ -19,6 +34,41 @@ POD_FINALIZER = "kueue.x-k8s.io/managed"
 # "WorkloadEvictedDueTo<Evicted reason>" (e.g. WorkloadEvictedDueToPreempted), its message the eviction's.
 TERMINATION_TARGET = "TerminationTarget"
 EVICTED_REASON_PREFIX = "WorkloadEvicted"
+
+
+class Kueue(GangScheduler):
+    """Kueue's admission of the world: its workers are one pod group on the job's LocalQueue."""
+
+    name = "kueue"
+    installed_by = "Kueue"
+
+    def pod_labels(self, spec: JobSpec, role: str) -> dict[str, str]:
+        if role != names.ROLE_WORKER:
+            return {}
+        return worker_labels(spec.run_policy.scheduling.queue_name, spec.name)
+
+    def pod_annotations(self, spec: JobSpec, role: str) -> dict[str, str]:
+        if role != names.ROLE_WORKER:
+            return {}
+        return worker_annotations(spec.run_policy.scheduling.queue_name, spec.workers)
+
+
+def evicted_message(eviction: str) -> str:
+    """What the job says once Kueue evicted its world (`eviction` as eviction() reads it off a pod)."""
+    return f"Kueue evicted the world ({eviction}): not counted as a restart; it waits to be admitted again"
+
+
+ADMITTED_AGAIN = "Kueue admitted the world again"
+
+
+def waiting_message(queue_name: str | None, old_pods_left: bool) -> str:
+    """The suspended job's message while its evicted world waits."""
+    waiting = (
+        "waiting for the old pods to go"
+        if old_pods_left
+        else f"waiting for admission in LocalQueue {queue_name}"
+    )
+    return f"preempted by Kueue; {waiting}"
 
 
 def worker_labels(queue_name: str | None, group: str) -> dict[str, str]:
@@ -40,3 +90,28 @@ def evicted_reason(reason: str) -> str:
     """The eviction's own reason (Preempted, InactiveWorkload, ...) from the stop reason on the pod."""
     rest = reason.removeprefix(EVICTED_REASON_PREFIX).removeprefix("DueTo")
     return rest or "Evicted"
+
+
+def gated(pod: Json) -> bool:
+    """The pod waits for its group's admission: Kueue's scheduling gate is still on."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or ()
+    return any(g.get("name") == ADMISSION_GATE for g in gates)
+
+
+def holds(pod: Json) -> bool:
+    """Kueue's finalizer is still on the pod."""
+    return POD_FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or ())
+
+
+def eviction(pod: Json) -> str | None:
+    """`<reason>: <message>` when Kueue stopped the pod because it evicted its Workload, else None."""
+    found = _true_condition((pod.get("status") or {}).get("conditions"), TERMINATION_TARGET)
+    reason = str((found or {}).get("reason") or "")
+    if not reason.startswith(EVICTED_REASON_PREFIX):
+        return None
+    return f"{evicted_reason(reason)}: {(found or {}).get('message') or ''}".rstrip(": ")
+
+
+def _true_condition(conditions: Iterable[Json] | None, kind: str) -> Json | None:
+    found = next((c for c in conditions or () if c.get("type") == kind), None)
+    return found if found is not None and found.get("status") == "True" else None

@@ -29,9 +29,11 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL, metrics
-from dtjob.desired.gang import COSCHEDULING, POD_GROUP_KIND, SCHEDULERS, VOLCANO
 from dtjob.desired.owned import drift, is_ours, owner_uids
 from dtjob.fence import Fence, Unfenced
+from dtjob.gang.coscheduling import Coscheduling
+from dtjob.gang.pod_groups import POD_GROUP_KIND
+from dtjob.gang.volcano import Volcano
 from dtjob.runtime.child_cache import projection
 from dtjob.runtime.job_cache import JobCache
 from dtjob.runtime.metrics_access import Identity
@@ -704,7 +706,7 @@ class KubeClient:
         group, version = api_version.split("/", 1)
         plural = "podgroups"
         payload: Any = body or {}  # a delete's body is its DeleteOptions
-        if api_version == SCHEDULERS[COSCHEDULING].api_version:
+        if api_version == Coscheduling.pod_group_api:
             calls: dict[str, Any] = {
                 "create": lambda: self.coscheduling.create_namespaced_custom_object(
                     group, version, namespace, plural, payload, _preload_content=False
@@ -719,7 +721,7 @@ class KubeClient:
                     group, version, namespace, plural, name, body=payload, _preload_content=False
                 ),
             }
-        elif api_version == SCHEDULERS[VOLCANO].api_version:
+        elif api_version == Volcano.pod_group_api:
             calls = {
                 "create": lambda: self.volcano.create_namespaced_custom_object(
                     group, version, namespace, plural, payload, _preload_content=False

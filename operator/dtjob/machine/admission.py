@@ -4,13 +4,15 @@ wait, gated, until Kueue admits the group again. Pure.
 
 Kueue marks each pod of the group it stops with a TerminationTarget condition before deleting it; the job
 holds Suspended=True (reason Preempted) from the first such pod it sees until every worker of the world is
-back and ungated, so a launcher that fails as its workers go is never taken for a failure of the world."""
+back and ungated, so a launcher that fails as its workers go is never taken for a failure of the world. What
+Kueue writes on the pods (TerminationTarget, its gate and finalizer) and the words are dtjob.gang.kueue's."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from dtjob import names
+from dtjob.gang import kueue
 from dtjob.machine.builder import Builder
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import CreateWorker, DeleteLauncher, DeletePod, EnsureWorld, Event, ReleasePod
@@ -43,13 +45,11 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
     live = {p.index: p for p in mine if not p.deleting and p.index is not None and p.index < size}
     back = eviction is None and observed.launcher is None and len(live) == size
     if back and not any(p.gated for p in live.values()):
-        b.cond("Suspended", False, "Admitted", "Kueue admitted the world again")
-        b.events.append(Event("Normal", "Admitted", "Kueue admitted the world again: resuming"))
+        b.cond("Suspended", False, "Admitted", kueue.ADMITTED_AGAIN)
+        b.events.append(Event("Normal", "Admitted", f"{kueue.ADMITTED_AGAIN}: resuming"))
         return False
     if not holding:
-        text = (
-            f"Kueue evicted the world ({eviction}): not counted as a restart; it waits to be admitted again"
-        )
+        text = kueue.evicted_message(str(eviction))
         b.events.append(Event("Warning", PREEMPTED, text))
         b.cond("Suspended", True, PREEMPTED, text)
         b.cond_false_if_present("Running", PREEMPTED, text)
@@ -69,7 +69,6 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
     if missing:
         b.actions.append(EnsureWorld())
         b.actions.extend(CreateWorker(i, attempt) for i in missing)
-    queue = spec.run_policy.scheduling.queue_name
-    waiting = "waiting for the old pods to go" if blocked else f"waiting for admission in LocalQueue {queue}"
-    b.phase(SUSPENDED, f"preempted by Kueue; {waiting}", "Warning", PREEMPTED)
+    waiting = kueue.waiting_message(spec.run_policy.scheduling.queue_name, bool(blocked))
+    b.phase(SUSPENDED, waiting, "Warning", PREEMPTED)
     return True

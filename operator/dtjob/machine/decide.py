@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from dtjob import names
+from dtjob import gang, names
 from dtjob.contract.results_upload import UPLOADED
 from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
 from dtjob.machine.builder import Builder
@@ -150,7 +150,7 @@ def _blocked(b: Builder, spec: JobSpec, observed: Observed) -> bool:
 def _suspended(b: Builder, spec: JobSpec, observed: Observed) -> bool:
     if spec.run_policy.suspend:
         delete_world_pods(b, observed)
-        if spec.run_policy.scheduling.gang is not None and b.prev.phase != SUSPENDED:
+        if gang.pod_group_api(spec) is not None and b.prev.phase != SUSPENDED:
             b.actions.append(DeletePodGroup())  # a Volcano queue counts it while it exists
         b.cond("Suspended", True, "Suspended", "runPolicy.suspend is true: pods deleted, job kept")
         b.cond_false_if_present("Running", "Suspended")

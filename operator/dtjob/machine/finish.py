@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from dtjob import names
+from dtjob import gang, names
 from dtjob.contract.results_upload import FAILED as RESULTS_FAILED
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT, UPLOADED, UploadReport
 from dtjob.machine.builder import Builder
@@ -45,7 +45,7 @@ def finish(b: Builder, spec: JobSpec, observed: Observed, phase: str, reason: st
     b.cond_false_if_present("Running", reason, message)
     b.cond_false_if_present("Restarting", reason, message)
     b.phase(phase, message, "Normal" if phase == SUCCEEDED else "Warning", reason)
-    if spec.run_policy.scheduling.gang is not None:
+    if gang.pod_group_api(spec) is not None:
         # Once, as the job ends (its ownerReference removes it with the job in any case).
         b.actions.append(DeletePodGroup())
     cleanup(b, spec, observed)

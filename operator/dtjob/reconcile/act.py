@@ -13,9 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dtjob import desired, metrics, names
+from dtjob import desired, gang, metrics, names
 from dtjob.config import OperatorConfig
-from dtjob.desired.gang import gang_scheduler
 from dtjob.desired.sshkeys import generate_keypair
 from dtjob.gang import kueue
 from dtjob.kube.client import Applied, Kube, NotOurs
@@ -99,7 +98,7 @@ def _run(
         case MintSas(access=access, not_after=not_after):
             storage.mint_sas(kube, spec, Access(access), not_after, owner, now, config)
         case EnsureWorld():
-            if spec.run_policy.scheduling.gang is not None:
+            if gang.pod_group_api(spec) is not None:
                 # Before anything else: a cluster without the gang scheduler's API gets nothing of the world.
                 worker = desired.worker_pod(spec, owner, 0, 0)
                 _ensure(kube, desired.pod_group(spec, owner, worker))
@@ -125,11 +124,9 @@ def _run(
         case DeleteLauncher():
             kube.delete_batch_job(ns, names.launcher_name(spec.name))
         case DeletePodGroup():
-            gang = gang_scheduler(spec)
-            if gang is not None:
-                kube.delete_pod_group(
-                    gang.api_version, ns, names.pod_group_name(spec.name), str(owner["uid"])
-                )
+            api = gang.pod_group_api(spec)
+            if api is not None:
+                kube.delete_pod_group(api, ns, names.pod_group_name(spec.name), str(owner["uid"]))
         case CreateStagingJob():
             _ensure(kube, desired.staging_job(spec, owner, config.stager_image))
         case UploadLogs(attempt=attempt):

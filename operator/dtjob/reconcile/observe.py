@@ -18,6 +18,7 @@ from dtjob.contract.results_upload import ANNOTATION_UPLOADED_LATER, latest_repo
 from dtjob.contract.training_progress import latest_progress
 from dtjob.desired.owned import owner_uids
 from dtjob.desired.pods import GPU_RESOURCE
+from dtjob.gang import PoolRoom, pool_room
 from dtjob.kube.client import Kube, LogUnavailable
 from dtjob.machine import world_started
 from dtjob.machine.gang import wants_pool_room
@@ -30,9 +31,7 @@ from dtjob.state.observed import (
     CreateRefusal,
     LauncherState,
     Observed,
-    PoolRoom,
     observe_children,
-    pool_room,
 )
 from dtjob.state.rank_error import rank_error
 from dtjob.state.status import FINISHED, JobStatus

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from dtjob.desired.gang import gang_scheduler
+from dtjob.gang import gang_scheduler
 from dtjob.machine import invalid_spec
 from dtjob.spec.parse import JobSpec
 from dtjob.state.conditions import with_kstatus_conditions
@@ -97,13 +97,9 @@ def gang_api_missing(
 ) -> Decision:
     """The cluster does not serve the PodGroup API (`api`, e.g. "PodGroup (scheduling.x-k8s.io/v1alpha1)")
     of the job's gang scheduler."""
-    gang, scheduler = spec.run_policy.scheduling.gang, gang_scheduler(spec)
-    assert gang is not None and scheduler is not None
-    text = (
-        f"spec.runPolicy.scheduling.gang.scheduler {gang.scheduler}: the cluster does not serve {api}; "
-        f"install {scheduler.installed_by} (its PodGroup CRD and scheduler); retrying every "
-        f"{RETRY_SECONDS:.0f}s"
-    )
+    scheduler = gang_scheduler(spec)
+    assert scheduler is not None
+    text = f"{scheduler.api_not_served(spec, api)}; retrying every {RETRY_SECONDS:.0f}s"
     return _wait(prev, GANG_API_MISSING, text, now, generation)
 
 

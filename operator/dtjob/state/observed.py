@@ -6,7 +6,7 @@ dtjob.reconcile.observe; pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,6 +15,7 @@ from dtjob import names
 from dtjob.contract.results_upload import UploadReport
 from dtjob.contract.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 from dtjob.gang import kueue
+from dtjob.gang.pool_room import PoolRoom
 from dtjob.state.rank_error import RankError
 from dtjob.timefmt import parse_time
 
@@ -51,15 +52,6 @@ class SasObservation:
     rotate_in_s: float | None = None
     blocked: Blocker | None = None
     altered: str | None = None  # how the Secret was changed since the operator wrote it (then re-minted)
-
-
-@dataclass(frozen=True)
-class PoolRoom:
-    """The free GPUs of the pool a gang waits for, read when its schedule timeout passes: one entry per node
-    of the pool that takes new pods (allocatable minus what the pods bound there request)."""
-
-    selector: str  # the pool's node selector, as the message names it
-    free: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -204,24 +196,10 @@ def pod_state(pod: Json) -> PodState:
         unschedulable=bool(scheduled and scheduled.get("status") == "False"),
         exit_code=exit_code,
         termination_reason=termination_reason,
-        gated=_gated(pod),
-        kueue_eviction=kueue_eviction(pod),
-        kueue_finalizer=kueue.POD_FINALIZER in (meta.get("finalizers") or ()),
+        gated=kueue.gated(pod),
+        kueue_eviction=kueue.eviction(pod),
+        kueue_finalizer=kueue.holds(pod),
     )
-
-
-def _gated(pod: Json) -> bool:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or ()
-    return any(g.get("name") == kueue.ADMISSION_GATE for g in gates)
-
-
-def kueue_eviction(pod: Json) -> str | None:
-    """`<reason>: <message>` when Kueue stopped the pod because it evicted its Workload, else None."""
-    found = _true_condition((pod.get("status") or {}).get("conditions"), kueue.TERMINATION_TARGET)
-    reason = str((found or {}).get("reason") or "")
-    if not reason.startswith(kueue.EVICTED_REASON_PREFIX):
-        return None
-    return f"{kueue.evicted_reason(reason)}: {(found or {}).get('message') or ''}".rstrip(": ")
 
 
 def _statuses(status: Json) -> list[Json]:
@@ -325,50 +303,6 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
         world_size=_int_label(meta.get("labels") or {}, names.WORLD_SIZE_LABEL),
         failed_pod=failed_pod if is_failed else None,
     )
-
-
-def pool_room(
-    selector: str,
-    nodes: Iterable[Json],
-    pods_by_node: Mapping[str, Iterable[Json]],
-    resource: str,
-    skip: Callable[[Json], bool],
-) -> PoolRoom:
-    """Free `resource` per node that takes new pods: allocatable minus the requests of the pods bound there
-    that have not ended, leaving out those `skip` names (the waiting job's own)."""
-    free = []
-    for node in nodes:
-        if (node.get("spec") or {}).get("unschedulable"):
-            continue
-        name = str((node.get("metadata") or {}).get("name", ""))
-        allocatable = _count(((node.get("status") or {}).get("allocatable") or {}).get(resource))
-        used = sum(
-            _pod_request(pod, resource)
-            for pod in pods_by_node.get(name, ())
-            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not skip(pod)
-        )
-        free.append(max(allocatable - used, 0))
-    return PoolRoom(selector, tuple(free))
-
-
-def _pod_request(pod: Json, resource: str) -> int:
-    """What a pod requests of an extended resource: its containers' sum, or its largest init container's."""
-    spec = pod.get("spec") or {}
-
-    def request(container: Json) -> int:
-        resources = container.get("resources") or {}
-        value = (resources.get("requests") or {}).get(resource, (resources.get("limits") or {}).get(resource))
-        return _count(value)
-
-    containers = sum(request(c) for c in spec.get("containers") or ())
-    return max([containers, *(request(c) for c in spec.get("initContainers") or ())])
-
-
-def _count(value: Any) -> int:
-    try:
-        return int(str(value)) if value is not None else 0
-    except ValueError:
-        return 0
 
 
 def observe_children(pods: Iterable[Json], launcher_job: Json | None, job_uid: str = "") -> Observed:
