@@ -40,7 +40,6 @@ class Kueue(GangScheduler):
     """Kueue's admission of the world: its workers are one pod group on the job's LocalQueue."""
 
     name = "kueue"
-    installed_by = "Kueue"
 
     def pod_labels(self, spec: JobSpec, role: str) -> dict[str, str]:
         if role != names.ROLE_WORKER:
