@@ -7,6 +7,7 @@ import shlex
 
 from dtjob import names
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
+from dtjob.contract.training import DEFAULT_DATA_LOADER
 from dtjob.desired.common import (
     HOSTFILE,
     OUTPUT_DIR,
@@ -130,10 +131,10 @@ def training_flags(spec: JobSpec) -> list[str]:
     flags += [f"--{name}" if on else f"--no-{name}" for name, on in switches.items()]
     if hp.amp:
         flags += ["--amp-dtype", hp.amp_dtype]
-    # Each trainer refuses the other frameworks' options: passed only where set (spec_run checks them).
+    # Each trainer refuses the other frameworks' options: passed only where set (dtjob.spec.run checks them).
     if hp.xla:
         flags.append("--xla")
-    if hp.data_loader != "pytorch":
+    if hp.data_loader != DEFAULT_DATA_LOADER:
         flags += ["--data-loader", hp.data_loader]
     return flags
 

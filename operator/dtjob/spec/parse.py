@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from dtjob import names
-from dtjob.config import FRAMEWORKS as IMAGE_FRAMEWORKS
 from dtjob.config import OperatorConfig
 from dtjob.spec import validators as rules
 from dtjob.spec.model import (
+    CUSTOM,
+    FRAMEWORKS,
     Dataset,
     DataVolume,
     Gang,
@@ -69,9 +70,6 @@ __all__ = [
 
 MAX_GPUS_PER_WORKER = 8  # the largest Azure GPU VMs (ND96 series) carry 8 GPUs
 MAX_SLOTS_PER_WORKER = 256  # ranks on one host: the cores of the largest CPU VMs, with room
-# custom: any program (`command`) in any image, with no dtjob_train flags unless asked.
-CUSTOM = "custom"
-FRAMEWORKS = (*IMAGE_FRAMEWORKS, CUSTOM)
 MAX_WORKERS = 512
 # Worker hostnames are `<job>-worker-<i>` and must stay a DNS label (63 characters).
 MAX_NAME_LENGTH = 45
