@@ -125,15 +125,7 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
         "containers": [container],
         "volumes": _volumes(spec, with_hostfile=True, with_data=on_gpu, rank0=_rank0_launcher(spec)),
     }
-    if on_gpu:
-        pod_spec["hostname"] = name
-        pod_spec["subdomain"] = names.service_name(spec.name)
-        pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
-        pod_spec["tolerations"] = _worker_tolerations(spec)
-    else:
-        pod_spec["nodeSelector"] = dict(spec.placement.launcher_node_selector)
-        if spec.placement.launcher_tolerations:
-            pod_spec["tolerations"] = [dict(t) for t in spec.placement.launcher_tolerations]
+    _place_launcher(spec, pod_spec, name)
     _common_pod_spec(spec, pod_spec, gpu_placement=on_gpu)
     pod_spec, annotations = _with_template(spec.launcher.pod, pod_spec, names.LAUNCHER_CONTAINER)
     job_labels = {
@@ -158,6 +150,20 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
             },
         },
     }
+
+
+def _place_launcher(spec: JobSpec, pod_spec: Json, name: str) -> None:
+    """A launcher that runs as a worker goes where the workers go, as one of the world's hosts; otherwise to
+    the launcher's own (CPU) placement."""
+    if spec.launcher.run_as_worker:
+        pod_spec["hostname"] = name
+        pod_spec["subdomain"] = names.service_name(spec.name)
+        pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
+        pod_spec["tolerations"] = _worker_tolerations(spec)
+    else:
+        pod_spec["nodeSelector"] = dict(spec.placement.launcher_node_selector)
+        if spec.placement.launcher_tolerations:
+            pod_spec["tolerations"] = [dict(t) for t in spec.placement.launcher_tolerations]
 
 
 def _with_template(pod: PodOverrides, pod_spec: Json, main: str) -> tuple[Json, dict[str, str]]:
