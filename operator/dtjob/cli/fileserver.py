@@ -17,14 +17,13 @@ from typing import Any
 
 import yaml
 
-from dtjob.azure.fileserver import (
+from dtjob.azure.fileserver import FileServers, ShareInfo
+from dtjob.azure.fileserver_spec import (
     DEFAULT_SHARE,
     FILE_SUFFIX,
     MIN_SIZE_GIB,
     FileServerError,
-    FileServers,
     FileServerSpec,
-    ShareInfo,
     account_body,
     file_host,
     is_fileserver,
