@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 from dtjob.contract import training
+from dtjob.contract.training_progress import latest_progress
 from dtjob.spec.model import CUSTOM, FRAMEWORKS, Hyperparameters
 from dtjob_train.cli import DEFAULT_EPOCHS, parse_args
+from dtjob_train.progress import Reporter
 
 from tests.crd_contract import spec_schema
 
@@ -59,6 +61,11 @@ def test_the_crds_frameworks_and_choices_are_the_contracts() -> None:
     assert tuple(HYPERPARAMETERS["ampDtype"]["enum"]) == training.AMP_DTYPES
     assert tuple(HYPERPARAMETERS["dataLoader"]["enum"]) == training.DATA_LOADERS
     assert (HYPERPARAMETERS["seed"]["minimum"], HYPERPARAMETERS["seed"]["maximum"]) == (0, training.MAX_SEED)
+    smoothing = HYPERPARAMETERS["labelSmoothing"]
+    assert (smoothing["maximum"], smoothing["exclusiveMaximum"]) == (training.LABEL_SMOOTHING_BELOW, True)
+    source = SPEC["properties"]["dataset"]["properties"]["source"]
+    assert tuple(source["enum"]) == training.DATA_SOURCES
+    assert source["description"].endswith(f"Default {training.DEFAULT_DATA_SOURCE}.")
 
 
 @pytest.mark.parametrize("field", sorted(FIELDS))
@@ -150,3 +157,12 @@ def test_the_defaults_the_reference_quotes_are_the_contracts() -> None:
     for name, value in numbers.items():
         quoted = re.search(rf"\b{name} ([0-9.e-]+)", row)
         assert quoted is not None and float(quoted.group(1)) == value, (name, row)
+
+
+def test_the_operator_reads_the_progress_line_the_trainers_print(capsys: pytest.CaptureFixture[str]) -> None:
+    reporter = Reporter(
+        enabled=True, world_size=2, epochs=3, steps_per_epoch=10, progress_file=None, output_dir=None
+    )
+    reporter.interval(epoch=1, step=5, loss=1.5, lr=0.1, per_worker=100.0)
+    progress = latest_progress(capsys.readouterr().out)
+    assert progress is not None and (progress["epoch"], progress["step"]) == (2, 5), progress

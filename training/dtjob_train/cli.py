@@ -77,7 +77,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _data_flags(d: argparse._ArgumentGroup) -> None:
-    d.add_argument("--data", choices=("synthetic", "imagenet"), default="synthetic")
+    d.add_argument("--data", choices=contract.DATA_SOURCES, default=contract.DEFAULT_DATA_SOURCE)
     d.add_argument("--data-dir", type=Path, help="ImageNet folder with train/<class>/*.JPEG and val/<class>/")
     d.add_argument("--image-size", type=_positive_int, default=contract.DEFAULT_IMAGE_SIZE)
     d.add_argument("--num-classes", type=_positive_int, default=1000, help="synthetic data only")
@@ -162,8 +162,10 @@ def parse_args(prog: str, argv: Sequence[str] | None = None, *, framework: str |
         )
     if ns.data == "imagenet" and ns.data_dir is None:
         parser.error("--data-dir is required with --data imagenet")
-    if ns.label_smoothing >= 1:
-        parser.error(f"--label-smoothing must be in [0, 1), got {ns.label_smoothing}")
+    if ns.label_smoothing >= contract.LABEL_SMOOTHING_BELOW:
+        parser.error(
+            f"--label-smoothing must be in [0, {contract.LABEL_SMOOTHING_BELOW:g}), got {ns.label_smoothing}"
+        )
     if not 0 <= ns.seed <= contract.MAX_SEED:
         parser.error(f"--seed must be in [0, {contract.MAX_SEED}], got {ns.seed}")
     if ns.val_steps is not None and ns.val_steps < 0:

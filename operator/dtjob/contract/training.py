@@ -11,6 +11,9 @@ from __future__ import annotations
 
 # Each has a trainer, `python -m dtjob_train.<framework>`, and a default image.
 FRAMEWORKS = ("pytorch", "tensorflow", "keras")
+# synthetic: one random batch fed again every step; imagenet: the train/ and val/ folders of a data dir.
+DATA_SOURCES = ("synthetic", "imagenet")
+DEFAULT_DATA_SOURCE = "synthetic"
 AMP_DTYPES = ("fp16", "bf16")
 DATA_LOADERS = ("pytorch", "dali")
 
@@ -30,7 +33,8 @@ DEFAULT_BASE_LR = 0.256
 DEFAULT_WARMUP_EPOCHS = 5.0
 DEFAULT_MOMENTUM = 0.9
 DEFAULT_WEIGHT_DECAY = 5e-5
-DEFAULT_LABEL_SMOOTHING = 0.1  # in [0, 1)
+DEFAULT_LABEL_SMOOTHING = 0.1
+LABEL_SMOOTHING_BELOW = 1.0  # smoothing 1 would leave no signal of the true class
 
 DEFAULT_AMP = True
 DEFAULT_AMP_DTYPE = "fp16"  # bf16: no loss scaling (Ampere and newer GPUs)
@@ -43,6 +47,11 @@ DEFAULT_LOG_INTERVAL = 10  # steps between progress lines
 DEFAULT_SEED = 42
 # numpy seeds (keras.utils.set_random_seed) are unsigned 32-bit; torch and TensorFlow accept more.
 MAX_SEED = 2**32 - 1
+
+# Set by the operator on every pod of a job that asks for GPUs (gpusPerWorker): the trainers then refuse to
+# train on CPU, so a node whose GPUs vanished fails the job instead of running it 100 times slower. "0" lets
+# a job train on CPU.
+EXPECT_GPU_ENV = "DTJOB_EXPECT_GPU"
 
 
 def default_batch(amp: bool) -> int:

@@ -7,7 +7,7 @@ import shlex
 
 from dtjob import names
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
-from dtjob.contract.training import DEFAULT_DATA_LOADER
+from dtjob.contract.training import DEFAULT_DATA_LOADER, EXPECT_GPU_ENV
 from dtjob.desired.common import (
     HOSTFILE,
     OUTPUT_DIR,
@@ -22,9 +22,6 @@ from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, run_prefix
 from dtjob.spec.parse import JobSpec
 
 SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
-# The trainers (dtjob_train.common) refuse to train on CPU when this says the job asked for GPUs, so a node
-# whose GPUs vanished fails the job instead of running it 100 times slower.
-EXPECT_GPU_ENV = "DTJOB_EXPECT_GPU"
 
 
 # sshd in the foreground, trusting only this job's key. Everything it writes (a host key minted per pod, its

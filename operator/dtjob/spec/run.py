@@ -92,7 +92,7 @@ def parse_hyperparameters(r: Reader, framework: str) -> Hyperparameters:
         warmup_epochs=r.number("warmupEpochs", d.warmup_epochs),
         momentum=r.number("momentum", d.momentum),
         weight_decay=r.number("weightDecay", d.weight_decay),
-        label_smoothing=r.number("labelSmoothing", d.label_smoothing, below=1.0),
+        label_smoothing=r.number("labelSmoothing", d.label_smoothing, below=training.LABEL_SMOOTHING_BELOW),
         amp=r.boolean("amp", d.amp),
         amp_dtype=r.choice("ampDtype", training.AMP_DTYPES, d.amp_dtype),
         fp16_allreduce=r.boolean("fp16Allreduce", d.fp16_allreduce),
