@@ -72,6 +72,7 @@ def _resources(r: Reader) -> Json | None:
 
 def parse_hyperparameters(r: Reader, framework: str) -> Hyperparameters:
     d = Hyperparameters()
+    amp = r.boolean("amp", d.amp)
     data_loader = r.choice("dataLoader", training.DATA_LOADERS, d.data_loader)
     xla = r.boolean("xla", d.xla)
     # Options of one framework's trainer, which the others refuse (a custom command gets them as given).
@@ -93,7 +94,7 @@ def parse_hyperparameters(r: Reader, framework: str) -> Hyperparameters:
         momentum=r.number("momentum", d.momentum),
         weight_decay=r.number("weightDecay", d.weight_decay),
         label_smoothing=r.number("labelSmoothing", d.label_smoothing, below=training.LABEL_SMOOTHING_BELOW),
-        amp=r.boolean("amp", d.amp),
+        amp=amp,
         amp_dtype=r.choice("ampDtype", training.AMP_DTYPES, d.amp_dtype),
         fp16_allreduce=r.boolean("fp16Allreduce", d.fp16_allreduce),
         channels_last=r.boolean("channelsLast", d.channels_last),
