@@ -2,12 +2,13 @@
 
 The CRD schema and its CEL rules reject most bad input at `kubectl apply`; this module re-checks what the
 operator relies on (a CRD may be older than the operator, or a field may be set through a path that skipped
-validation) and raises SpecError naming the field. Defaults live here and are never written back into the
-object, so GitOps tools see no drift.
+validation) and raises SpecError naming the field. Defaults live on the model (dtjob.spec.model, the
+hyperparameters' from dtjob.contract.training, which the trainers share) and are never written back into
+the object, so GitOps tools see no drift.
 
-parse_spec reads the top level; the sections have modules of their own, all read with spec_reader.Reader:
-spec_run (pods, launcher, run policy, hyperparameters), spec_volumes (dataset, checkpoints) and storage_spec
-(Blob Storage). The result is spec_model's JobSpec, re-exported here with SpecError.
+parse_spec reads the top level; the sections have modules of their own, all read with dtjob.spec.reader's
+Reader: run (pods, launcher, run policy, hyperparameters), volumes (dataset, checkpoints) and storage (Blob
+Storage). The result is dtjob.spec.model's JobSpec, re-exported here with SpecError.
 """
 
 from __future__ import annotations
