@@ -134,6 +134,7 @@ lint: venv-training
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
+	$(PY) hack/check_sizes.py
 
 test-unit: venv
 	$(PY) -m pytest tests/unit

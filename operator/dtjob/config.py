@@ -10,9 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dtjob.contract.training import FRAMEWORKS
 from dtjob.spec.tenancy import StoragePolicy, cluster_policy
 
-FRAMEWORKS = ("pytorch", "tensorflow", "keras")
 DEFAULT_IMAGES = {
     "pytorch": "ghcr.io/dtjob/horovod-pytorch:0.1.0",
     # TensorFlow and Keras share one image: Keras 2 (tf_keras) ships beside TensorFlow.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dtjob.azure.fileserver import FileServerSpec, account_patch, subnet_with_storage_endpoint
+from dtjob.azure.fileserver_spec import FileServerSpec, account_patch, subnet_with_storage_endpoint
 from dtjob.contract.transfer_report import ExitCode
 
 from tests.azure.arm_player import Fault

@@ -7,14 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dtjob.contract import training as contract
+
 ARCHS = ("resnet50", "resnet-tiny")
-AMP_DTYPES = ("fp16", "bf16")
-DATA_LOADERS = ("pytorch", "dali")
-# The per-rank batch when --batch-size is not given: NVIDIA DeepLearningExamples' ResNet-50 batch with mixed
-# precision, which fits a 16 GB GPU (V100, T4); fp32 activations take twice the memory.
-DEFAULT_BATCH_AMP, DEFAULT_BATCH_FP32 = 256, 128
-# numpy seeds (keras.utils.set_random_seed) are unsigned 32-bit; torch and TensorFlow accept more.
-MAX_SEED = 2**32 - 1
+# The recipe's length when run by hand; a job passes its own (one epoch without spec.hyperparameters.epochs).
+DEFAULT_EPOCHS = 90
 
 
 @dataclass(frozen=True)
@@ -63,85 +60,116 @@ def _non_negative_float(text: str) -> float:
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Horovod ResNet-50 training (synthetic or ImageNet).")
-    d = p.add_argument_group("data")
-    d.add_argument("--data", choices=("synthetic", "imagenet"), default="synthetic")
+    _data_flags(p.add_argument_group("data"))
+    _training_flags(p.add_argument_group("training"))
+    _performance_flags(p.add_argument_group("performance"))
+    o = p.add_argument_group("output")
+    o.add_argument("--checkpoint-dir", type=Path, help="rank 0 saves here each epoch; restarts resume")
+    o.add_argument("--output-dir", type=Path, help="metrics.json and the final model go here")
+    o.add_argument(
+        "--log-interval",
+        type=_positive_int,
+        default=contract.DEFAULT_LOG_INTERVAL,
+        help="steps between log lines",
+    )
+    o.add_argument("--progress-file", type=Path, help="JSON progress for the operator, rewritten atomically")
+    return p
+
+
+def _data_flags(d: argparse._ArgumentGroup) -> None:
+    d.add_argument("--data", choices=contract.DATA_SOURCES, default=contract.DEFAULT_DATA_SOURCE)
     d.add_argument("--data-dir", type=Path, help="ImageNet folder with train/<class>/*.JPEG and val/<class>/")
-    d.add_argument("--image-size", type=_positive_int, default=224)
+    d.add_argument("--image-size", type=_positive_int, default=contract.DEFAULT_IMAGE_SIZE)
     d.add_argument("--num-classes", type=_positive_int, default=1000, help="synthetic data only")
     d.add_argument("--workers", type=int, default=-1, help="input worker processes per rank (-1: auto)")
-    t = p.add_argument_group("training")
+
+
+def _training_flags(t: argparse._ArgumentGroup) -> None:
     t.add_argument("--arch", choices=ARCHS, default="resnet50", help="resnet-tiny is for fast tests")
     t.add_argument(
         "--batch-size",
         type=_positive_int,
-        help=f"per worker (default {DEFAULT_BATCH_AMP} with --amp, {DEFAULT_BATCH_FP32} without)",
+        help=f"per worker (default {contract.DEFAULT_BATCH_AMP} with --amp, {contract.DEFAULT_BATCH_FP32} "
+        "without)",
     )
-    t.add_argument("--epochs", type=_positive_int, default=90)
+    t.add_argument("--epochs", type=_positive_int, default=DEFAULT_EPOCHS)
     t.add_argument("--steps-per-epoch", type=_positive_int, help="cap on training steps per epoch")
     t.add_argument("--val-steps", type=int, help="cap on validation steps (0 skips validation)")
     t.add_argument(
         "--base-lr",
         type=_non_negative_float,
-        default=0.256,
-        help="per 256 images; the run trains at base-lr x global batch / 256",
+        default=contract.DEFAULT_BASE_LR,
+        help=f"per {contract.LR_REFERENCE_BATCH} images; the run trains at base-lr x global batch / "
+        f"{contract.LR_REFERENCE_BATCH}",
     )
-    t.add_argument("--warmup-epochs", type=_non_negative_float, default=5.0)
-    t.add_argument("--momentum", type=_non_negative_float, default=0.9)
-    t.add_argument("--weight-decay", type=_non_negative_float, default=5e-5)
-    t.add_argument("--label-smoothing", type=_non_negative_float, default=0.1)
-    t.add_argument("--seed", type=int, default=42)
-    f = p.add_argument_group("performance")
+    t.add_argument("--warmup-epochs", type=_non_negative_float, default=contract.DEFAULT_WARMUP_EPOCHS)
+    t.add_argument("--momentum", type=_non_negative_float, default=contract.DEFAULT_MOMENTUM)
+    t.add_argument("--weight-decay", type=_non_negative_float, default=contract.DEFAULT_WEIGHT_DECAY)
+    t.add_argument("--label-smoothing", type=_non_negative_float, default=contract.DEFAULT_LABEL_SMOOTHING)
+    t.add_argument("--seed", type=int, default=contract.DEFAULT_SEED)
+
+
+def _performance_flags(f: argparse._ArgumentGroup) -> None:
     on_off = argparse.BooleanOptionalAction
-    f.add_argument("--amp", action=on_off, default=True, help="mixed precision (16-bit compute, fp32 master)")
+    f.add_argument(
+        "--amp",
+        action=on_off,
+        default=contract.DEFAULT_AMP,
+        help="mixed precision (16-bit compute, fp32 master)",
+    )
     f.add_argument(
         "--amp-dtype",
-        choices=AMP_DTYPES,
-        default="fp16",
+        choices=contract.AMP_DTYPES,
+        default=contract.DEFAULT_AMP_DTYPE,
         help="16-bit type of --amp: fp16 (loss scaling on GPU) or bf16 (no loss scaling; Ampere or newer); "
         "CPUs compute in bf16 either way",
     )
     f.add_argument(
-        "--fp16-allreduce", action=on_off, default=True, help="compress gradients to fp16 for allreduce"
+        "--fp16-allreduce",
+        action=on_off,
+        default=contract.DEFAULT_FP16_ALLREDUCE,
+        help="compress gradients to fp16 for allreduce",
     )
-    f.add_argument("--channels-last", action=on_off, default=True, help="NHWC memory format (PyTorch)")
+    f.add_argument(
+        "--channels-last",
+        action=on_off,
+        default=contract.DEFAULT_CHANNELS_LAST,
+        help="NHWC memory format (PyTorch)",
+    )
     f.add_argument(
         "--xla",
         action=on_off,
-        default=False,
+        default=contract.DEFAULT_XLA,
         help="XLA-compile the forward and backward pass (TensorFlow/Keras; the allreduce stays outside)",
     )
     f.add_argument(
         "--data-loader",
-        choices=DATA_LOADERS,
-        default="pytorch",
+        choices=contract.DATA_LOADERS,
+        default=contract.DEFAULT_DATA_LOADER,
         help="PyTorch's ImageNet input: DataLoader workers (PIL) or NVIDIA DALI (GPU JPEG decode)",
     )
-    o = p.add_argument_group("output")
-    o.add_argument("--checkpoint-dir", type=Path, help="rank 0 saves here each epoch; restarts resume")
-    o.add_argument("--output-dir", type=Path, help="metrics.json and the final model go here")
-    o.add_argument("--log-interval", type=_positive_int, default=10, help="steps between log lines")
-    o.add_argument("--progress-file", type=Path, help="JSON progress for the operator, rewritten atomically")
-    return p
 
 
 def parse_args(prog: str, argv: Sequence[str] | None = None, *, framework: str | None = None) -> TrainConfig:
     """The flags; with `framework`, a flag that has no meaning for that trainer is refused, not ignored."""
     parser = build_parser(prog)
     ns = parser.parse_args(argv)
-    if framework == "pytorch" and ns.xla:
+    if framework is not None and ns.xla and not contract.takes_xla(framework):
         parser.error("--xla applies to the TensorFlow and Keras trainers")
-    if framework in ("tensorflow", "keras") and ns.data_loader != "pytorch":
+    if framework is not None and not contract.takes_data_loader(framework, ns.data_loader):
         parser.error(
             f"--data-loader {ns.data_loader} applies to the PyTorch trainer (TensorFlow reads tf.data)"
         )
     if ns.data == "imagenet" and ns.data_dir is None:
         parser.error("--data-dir is required with --data imagenet")
-    if ns.label_smoothing >= 1:
-        parser.error(f"--label-smoothing must be in [0, 1), got {ns.label_smoothing}")
-    if not 0 <= ns.seed <= MAX_SEED:
-        parser.error(f"--seed must be in [0, {MAX_SEED}], got {ns.seed}")
+    if ns.label_smoothing >= contract.LABEL_SMOOTHING_BELOW:
+        parser.error(
+            f"--label-smoothing must be in [0, {contract.LABEL_SMOOTHING_BELOW:g}), got {ns.label_smoothing}"
+        )
+    if not 0 <= ns.seed <= contract.MAX_SEED:
+        parser.error(f"--seed must be in [0, {contract.MAX_SEED}], got {ns.seed}")
     if ns.val_steps is not None and ns.val_steps < 0:
         parser.error(f"--val-steps must be >= 0, got {ns.val_steps}")
     if ns.batch_size is None:
-        ns.batch_size = DEFAULT_BATCH_AMP if ns.amp else DEFAULT_BATCH_FP32
+        ns.batch_size = contract.default_batch(ns.amp)
     return TrainConfig(**{k: v for k, v in vars(ns).items()})

@@ -12,13 +12,13 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
+from dtjob.contract.training import EXPECT_GPU_ENV
+
 from .cli import TrainConfig
 from .data.folder import DataError, ImageFolderDataset, scan
 
 EXIT_BAD_INPUT = 2
 EXIT_NO_GPU = 3
-# Set by the operator on every pod of a job that asks for GPUs (gpusPerWorker); "0" lets a job train on CPU.
-EXPECT_GPU_ENV = "DTJOB_EXPECT_GPU"
 
 
 def fail(message: str, *, rank: int) -> NoReturn:

@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .cli import TrainConfig
+from dtjob.contract.training_progress import PROGRESS_PREFIX
 
-PROGRESS_PREFIX = "DTJOB_PROGRESS"
+from .cli import TrainConfig
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-REFERENCE_BATCH = 256
+from dtjob.contract.training import LR_REFERENCE_BATCH as REFERENCE_BATCH
 
 
 def scaled_lr(base_lr: float, *, batch_size: int, world_size: int) -> float:

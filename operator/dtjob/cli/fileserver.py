@@ -9,7 +9,6 @@ using the share) uses the kubeconfig like kubectl: --kubeconfig, $KUBECONFIG or 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -17,42 +16,30 @@ from typing import Any
 
 import yaml
 
-from dtjob.azure.fileserver import (
+from dtjob.azure.fileserver import FileServers, ShareInfo
+from dtjob.azure.fileserver_spec import (
     DEFAULT_SHARE,
-    FILE_SUFFIX,
     MIN_SIZE_GIB,
     FileServerError,
-    FileServers,
-    FileServerSpec,
-    ShareInfo,
-    account_body,
     file_host,
     is_fileserver,
-    share_body,
     validate,
     validate_names,
 )
 from dtjob.cli import kube_access as kube_cli
 from dtjob.cli import output
+from dtjob.cli.fileserver_dry_run import dry_run, spec_of
+from dtjob.cli.fileserver_kube import apply_volume, delete_volume_objects, jobs_using, kube_exit_code
 from dtjob.contract.transfer_report import ExitCode
 from dtjob.datasets.fileserver_volume import (
-    FILESERVER_LABEL,
-    SHARE_LABEL,
     Share,
-    ShareUse,
     blocking,
     nfs_stanza,
-    persistent_volume,
-    persistent_volume_claim,
-    pv_conflict,
-    pvc_conflict,
     pvc_stanza,
-    share_users,
 )
 
 Connect = Callable[[argparse.Namespace], FileServers]
 KubeConnect = Callable[[argparse.Namespace], Any]  # -> kubernetes.client.ApiClient
-KUBE_TIMEOUT = (10, 30)  # seconds to connect, to answer
 
 
 def register(subparsers: Any) -> None:
@@ -60,7 +47,12 @@ def register(subparsers: Any) -> None:
         "fileserver", help="manage the NFS file share for training data (Azure Files premium, NFS 4.1)"
     )
     commands = fileserver.add_subparsers(dest="fileserver_command", required=True, metavar="SUBCOMMAND")
+    _register_create(commands)
+    _register_ls(commands)
+    _register_delete(commands)
 
+
+def _register_create(commands: Any) -> None:
     create = commands.add_parser(
         "create",
         help="create (or check) the storage account and NFS share; print the job's dataset.volume",
@@ -104,6 +96,8 @@ def register(subparsers: Any) -> None:
     )
     create.set_defaults(func=run_create)
 
+
+def _register_ls(commands: Any) -> None:
     ls = commands.add_parser(
         "ls", help="list the file servers (dtjob-tagged FileStorage accounts) and shares"
     )
@@ -116,6 +110,8 @@ def register(subparsers: Any) -> None:
     output.add_output_arg(ls, legacy_json=True)
     ls.set_defaults(func=run_ls)
 
+
+def _register_delete(commands: Any) -> None:
     delete = commands.add_parser(
         "delete",
         help="delete a share (and its account once it holds no share); refused while a job uses it",
@@ -184,62 +180,6 @@ def _print_stanza(volume: dict[str, Any], what: str) -> None:
 # --- create ------------------------------------------------------------------------------------------------
 
 
-def _spec(args: argparse.Namespace, location: str, subnets: tuple[str, ...]) -> FileServerSpec:
-    return FileServerSpec(args.account, args.share, args.size_gib, location, subnets)
-
-
-def _dry_run(args: argparse.Namespace, namespace: str) -> int:
-    """The requests create would send to a subscription where nothing exists yet, and nothing sent: where
-    the cluster would be read for the location or subnets, a placeholder says so."""
-    subnets = tuple(args.subnet_id)
-    location = args.location or f"<location of cluster {args.cluster}>"
-    spec = _spec(args, location, subnets)
-    validate(spec)
-    account = account_body(spec)
-    if not subnets:
-        rule = {"id": f"<each node pool subnet of cluster {args.cluster}>", "action": "Allow"}
-        account["properties"]["networkAcls"]["virtualNetworkRules"] = [rule]
-    storage = (
-        f"/subscriptions/{args.subscription or '<subscription>'}/resourceGroups/{args.resource_group}"
-        f"/providers/Microsoft.Storage/storageAccounts/{args.account}"
-    )
-    requests: list[dict[str, Any]] = [
-        {
-            "method": "PUT",
-            "url": subnet,
-            "body": "the subnet as it is, with serviceEndpoints + {'service': 'Microsoft.Storage'}",
-            "when": "the subnet lacks the Microsoft.Storage service endpoint",
-        }
-        for subnet in (subnets or (f"<each node pool subnet of cluster {args.cluster}>",))
-    ]
-    requests.append(
-        {
-            "method": "PUT",
-            "url": storage,
-            "body": account,
-            "when": "the account does not exist (else a PATCH of what differs)",
-        }
-    )
-    requests.append(
-        {
-            "method": "PUT",
-            "url": f"{storage}/fileServices/default/shares/{args.share}",
-            "body": share_body(spec),
-            "when": "the share does not exist (else a PATCH of what differs)",
-        }
-    )
-    plan: dict[str, Any] = {"azure": requests}
-    if args.apply:
-        share = Share(args.account, args.share, f"{args.account}.{FILE_SUFFIX}", args.size_gib)
-        claim = args.claim_name or args.share
-        plan["kubernetes"] = [
-            persistent_volume(share, namespace, claim),
-            persistent_volume_claim(share, namespace, claim),
-        ]
-    print(json.dumps(plan, indent=2))
-    return 0
-
-
 def run_create(
     args: argparse.Namespace, connect: Connect = connect, connect_kube: KubeConnect = connect_kube
 ) -> int:
@@ -248,10 +188,10 @@ def run_create(
             raise FileServerError(
                 "--cluster: required unless both --subnet-id and --location are given", ExitCode.USAGE
             )
-        validate(_spec(args, args.location or "", tuple(args.subnet_id)))
+        validate(spec_of(args, args.location or "", tuple(args.subnet_id)))
         namespace = claim_namespace(args) if args.apply else ""
         if args.dry_run:
-            return _dry_run(args, namespace)
+            return dry_run(args, namespace)
         servers = connect(args)
         location, subnets = args.location or "", tuple(args.subnet_id)
         if args.cluster and not (location and subnets):
@@ -259,7 +199,7 @@ def run_create(
                 args.cluster, args.cluster_resource_group or ""
             )
             location, subnets = location or cluster_location, subnets or cluster_subnets
-        account, changes = servers.create(_spec(args, location, subnets))
+        account, changes = servers.create(spec_of(args, location, subnets))
         share = Share(args.account, args.share, file_host(account, args.account), args.size_gib)
         for change in changes:
             _say(change)
@@ -298,105 +238,6 @@ def claim_namespace(args: argparse.Namespace) -> str:
             _say(f"{err}: the plan puts the claim in namespace default (-n names another)")
             return "default"
         raise FileServerError(f"{err}: --apply needs it to write the claim", err.code) from None
-
-
-def apply_volume(api_client: Any, share: Share, namespace: str, claim: str) -> list[str]:
-    """Create the PV and the claim, or find them as they should be: created, unchanged, or (the PV's
-    capacity only, after a resize) updated. Anything else under those names is refused, never taken
-    over."""
-    from kubernetes import client
-
-    core: Any = client.CoreV1Api(api_client)  # raw dicts in and out, as dtjob.kube.client does
-    pv, pvc = persistent_volume(share, namespace, claim), persistent_volume_claim(share, namespace, claim)
-    pv_name = pv["metadata"]["name"]
-    lines = []
-    existing = _read(
-        lambda: core.read_persistent_volume(pv_name, _preload_content=False, _request_timeout=KUBE_TIMEOUT)
-    )
-    if existing is None:
-        _kube_call(
-            lambda: core.create_persistent_volume(pv, _preload_content=False, _request_timeout=KUBE_TIMEOUT)
-        )
-        lines.append(f"PersistentVolume {pv_name} created")
-    elif (conflict := pv_conflict(existing, pv)) is not None:
-        raise FileServerError(
-            f"PersistentVolume {pv_name} exists, but {conflict}: delete it or use another share"
-        )
-    elif (existing["spec"].get("capacity") or {}).get("storage") != pv["spec"]["capacity"]["storage"]:
-        body = {"spec": {"capacity": pv["spec"]["capacity"]}}
-        _kube_call(
-            lambda: core.patch_persistent_volume(
-                pv_name, body, _preload_content=False, _request_timeout=KUBE_TIMEOUT
-            )
-        )
-        lines.append(f"PersistentVolume {pv_name}: capacity {pv['spec']['capacity']['storage']}")
-    else:
-        lines.append(f"PersistentVolume {pv_name} unchanged")
-    existing = _read(
-        lambda: core.read_namespaced_persistent_volume_claim(
-            claim, namespace, _preload_content=False, _request_timeout=KUBE_TIMEOUT
-        )
-    )
-    if existing is None:
-        _kube_call(
-            lambda: core.create_namespaced_persistent_volume_claim(
-                namespace, pvc, _preload_content=False, _request_timeout=KUBE_TIMEOUT
-            )
-        )
-        lines.append(f"PersistentVolumeClaim {namespace}/{claim} created")
-    elif (conflict := pvc_conflict(existing, pvc)) is not None:
-        raise FileServerError(
-            f"PersistentVolumeClaim {namespace}/{claim} exists, but {conflict}: pass another --claim-name"
-        )
-    else:
-        lines.append(f"PersistentVolumeClaim {namespace}/{claim} unchanged")
-    return lines
-
-
-def _read(call: Callable[[], Any]) -> dict[str, Any] | None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        found: dict[str, Any] = json.loads(call().data)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise FileServerError(
-            f"Kubernetes API: {err.status} {_api_message(err)}", kube_exit_code(err)
-        ) from err
-    return found
-
-
-def _kube_call(call: Callable[[], Any]) -> None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        call()
-    except ApiException as err:
-        raise FileServerError(
-            f"Kubernetes API: {err.status} {_api_message(err)}", kube_exit_code(err)
-        ) from err
-
-
-def kube_exit_code(err: Exception) -> int:
-    """The exit status for a Kubernetes failure: an unusable kubeconfig, denied, not found, or the API
-    server failed or could not be reached."""
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-
-    if isinstance(err, ConfigException):
-        return int(ExitCode.USAGE)
-    status = err.status if isinstance(err, ApiException) else None
-    if status in (401, 403):
-        return int(ExitCode.DENIED)
-    return int(ExitCode.NOT_FOUND if status == 404 else ExitCode.STORAGE)
-
-
-def _api_message(err: Any) -> str:
-    try:
-        return str(json.loads(err.body or "")["message"])
-    except (TypeError, ValueError, KeyError):
-        return str(err.reason)
 
 
 # --- ls ----------------------------------------------------------------------------------------------------
@@ -441,65 +282,32 @@ def _share_json(share: ShareInfo) -> dict[str, Any]:
 # --- delete ------------------------------------------------------------------------------------------------
 
 
-def jobs_using(api_client: Any, server: str, path: str) -> list[ShareUse]:
-    """Every DistributedTrainingJob in the cluster that mounts the share (read: jobs, PVs, claims)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    custom: Any = client.CustomObjectsApi(api_client)
-    core: Any = client.CoreV1Api(api_client)
+def _check_unused(args: argparse.Namespace, server: str, connect_kube: KubeConnect) -> Any:
+    """Refuses (unless --force) while an unfinished job mounts the share or that cannot be checked; the
+    cluster's API client, None where it could not be reached (with --force)."""
+    path = f"/{args.account}/{args.share}"
     try:
-        jobs = json.loads(
-            custom.list_cluster_custom_object(
-                "dtjob.io",
-                "v1alpha1",
-                "distributedtrainingjobs",
-                _preload_content=False,
-                _request_timeout=KUBE_TIMEOUT,
-            ).data
-        )["items"]
-    except ApiException as err:
-        if err.status != 404:  # 404: the CRD is not installed, so no job can use anything
-            raise
-        jobs = []
-    pvs = json.loads(core.list_persistent_volume(_preload_content=False, _request_timeout=KUBE_TIMEOUT).data)[
-        "items"
-    ]
-    pvcs = json.loads(
-        core.list_persistent_volume_claim_for_all_namespaces(
-            _preload_content=False, _request_timeout=KUBE_TIMEOUT
-        ).data
-    )["items"]
-    return share_users(jobs, pvs, pvcs, server, path)
-
-
-def _delete_volume_objects(api_client: Any, account: str, share: str) -> list[str]:
-    """The PV and claims create --apply wrote for the share (by label), now that the share is gone."""
-    from kubernetes import client
-
-    core: Any = client.CoreV1Api(api_client)  # raw dicts in and out, as dtjob.kube.client does
-    selector = f"{FILESERVER_LABEL}={account},{SHARE_LABEL}={share}"
-    lines = []
-    claims = json.loads(
-        core.list_persistent_volume_claim_for_all_namespaces(
-            label_selector=selector, _preload_content=False, _request_timeout=KUBE_TIMEOUT
-        ).data
-    )["items"]
-    for claim in claims:
-        meta = claim["metadata"]
-        core.delete_namespaced_persistent_volume_claim(
-            meta["name"], meta["namespace"], _request_timeout=KUBE_TIMEOUT
+        kube = connect_kube(args)
+        users = jobs_using(kube, server, path)
+    except Exception as err:
+        if not args.force:
+            raise FileServerError(
+                f"cannot check which jobs use {server}:{path} ({type(err).__name__}: "
+                f"{' '.join(str(err).split())[:300]}); check --kubeconfig/--context, or --force",
+                kube_exit_code(err),
+            ) from err
+        _say(f"not checked which jobs use the share ({type(err).__name__}); --force")
+        return None
+    busy = blocking(users)
+    if busy and not args.force:
+        names = "; ".join(str(use) for use in busy)
+        raise FileServerError(
+            f"share {args.account}/{args.share} is in use by {len(busy)} unfinished job(s): {names}. "
+            f"Delete or wait for them, or pass --force"
         )
-        lines.append(f"PersistentVolumeClaim {meta['namespace']}/{meta['name']} deleted")
-    volumes = json.loads(
-        core.list_persistent_volume(
-            label_selector=selector, _preload_content=False, _request_timeout=KUBE_TIMEOUT
-        ).data
-    )["items"]
-    for volume in volumes:
-        core.delete_persistent_volume(volume["metadata"]["name"], _request_timeout=KUBE_TIMEOUT)
-        lines.append(f"PersistentVolume {volume['metadata']['name']} deleted")
-    return lines
+    for use in busy:
+        _say(f"in use, deleting anyway (--force): {use}")
+    return kube
 
 
 def run_delete(
@@ -520,29 +328,7 @@ def run_delete(
                 f"storage account {args.account} is not a dtjob file server (no dtjob-fileserver tag); "
                 f"--force deletes its share anyway"
             )
-        server, path = file_host(account, args.account), f"/{args.account}/{args.share}"
-        kube = None
-        try:
-            kube = connect_kube(args)
-            users = jobs_using(kube, server, path)
-        except Exception as err:
-            if not args.force:
-                raise FileServerError(
-                    f"cannot check which jobs use {server}:{path} ({type(err).__name__}: "
-                    f"{' '.join(str(err).split())[:300]}); check --kubeconfig/--context, or --force",
-                    kube_exit_code(err),
-                ) from err
-            _say(f"not checked which jobs use the share ({type(err).__name__}); --force")
-            kube, users = None, []
-        busy = blocking(users)
-        if busy and not args.force:
-            names = "; ".join(str(use) for use in busy)
-            raise FileServerError(
-                f"share {args.account}/{args.share} is in use by {len(busy)} unfinished job(s): {names}. "
-                f"Delete or wait for them, or pass --force"
-            )
-        for use in busy:
-            _say(f"in use, deleting anyway (--force): {use}")
+        kube = _check_unused(args, file_host(account, args.account), connect_kube)
         if not args.yes:
             answer = confirm(f"Delete share {args.account}/{args.share} and all data on it? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
@@ -561,7 +347,7 @@ def run_delete(
             servers.delete_account(args.account)
             print(f"deleted storage account {args.account}")
         if kube is not None:
-            for line in _delete_volume_objects(kube, args.account, args.share):
+            for line in delete_volume_objects(kube, args.account, args.share):
                 _say(line)
         return 0
 

@@ -198,17 +198,7 @@ def run_upload(args: argparse.Namespace) -> int:
         return int(ExitCode.USAGE)
     try:
         cluster = kube_cli.connect(args)
-        job = cluster.read_job(args.job)
-        output, prefix = run_location(job)
-        pod_name = kept_results_pod(job)
-        pod = cluster.read_pod(pod_name)
-        if str(job["metadata"]["uid"]) not in owner_uids(pod):
-            raise StorageFailure(ExitCode.USAGE, f"pod {pod_name} does not belong to job {args.job}")
-        pod_phase = (pod.get("status") or {}).get("phase")
-        if pod_phase != "Running":
-            raise StorageFailure(
-                ExitCode.NOT_FOUND, f"pod {pod_name} is {pod_phase}: the results it kept cannot be read"
-            )
+        output, prefix, pod_name = _kept_results(cluster, args.job)
     except (StorageFailure, kube_cli.KubeFailure) as err:
         print(f"dtjob results: {err}", file=sys.stderr)
         return int(err.code)
@@ -255,6 +245,22 @@ def run_upload(args: argparse.Namespace) -> int:
         return int(err.code)
     print(f"uploaded: {report.message}")
     return _wait_succeeded(cluster, args.job, args.wait)
+
+
+def _kept_results(cluster: kube_cli.Cluster, name: str) -> tuple[Output, str, str]:
+    """The job's output, its run's prefix and the Running pod of the job that kept its results."""
+    job = cluster.read_job(name)
+    output, prefix = run_location(job)
+    pod_name = kept_results_pod(job)
+    pod = cluster.read_pod(pod_name)
+    if str(job["metadata"]["uid"]) not in owner_uids(pod):
+        raise StorageFailure(ExitCode.USAGE, f"pod {pod_name} does not belong to job {name}")
+    pod_phase = (pod.get("status") or {}).get("phase")
+    if pod_phase != "Running":
+        raise StorageFailure(
+            ExitCode.NOT_FOUND, f"pod {pod_name} is {pod_phase}: the results it kept cannot be read"
+        )
+    return output, prefix, pod_name
 
 
 def _wait_succeeded(cluster: kube_cli.Cluster, name: str, seconds: int) -> int:

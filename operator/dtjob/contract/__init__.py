@@ -1,2 +1,3 @@
-"""The wire formats between the operator and the programs in its pods: the stager's exit codes and
-progress, the trainers' progress lines, and the results upload's lines."""
+"""The contracts between the operator and the programs in its pods: the stager's exit codes and progress, the
+trainers' progress lines, the results upload's lines, and the training contract (frameworks, hyperparameters'
+defaults and bounds) that the job's spec and the trainers' flags share."""

@@ -11,9 +11,11 @@ import math
 import re
 from typing import Any
 
+# The trainers' progress line (dtjob_train.progress): this prefix, a space, the record.
+PROGRESS_PREFIX = "DTJOB_PROGRESS"
 # The record is flat JSON. mpirun's --tag-output sometimes writes the next tag on the same line, after the
 # record (`...}[1,0]<stdout>:`), so nothing may be required after the closing brace.
-PROGRESS_LINE = re.compile(r"DTJOB_PROGRESS (\{[^{}]*\})")
+PROGRESS_LINE = re.compile(PROGRESS_PREFIX + r" (\{[^{}]*\})")
 INT64_MAX = 2**63 - 1
 
 

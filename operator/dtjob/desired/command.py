@@ -7,6 +7,7 @@ import shlex
 
 from dtjob import names
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
+from dtjob.contract.training import DEFAULT_DATA_LOADER, EXPECT_GPU_ENV
 from dtjob.desired.common import (
     HOSTFILE,
     OUTPUT_DIR,
@@ -21,9 +22,6 @@ from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, run_prefix
 from dtjob.spec.parse import JobSpec
 
 SSH_KEY_PATH = f"{SSH_DIR}/{SSH_KEY_FILE}"
-# The trainers (dtjob_train.common) refuse to train on CPU when this says the job asked for GPUs, so a node
-# whose GPUs vanished fails the job instead of running it 100 times slower.
-EXPECT_GPU_ENV = "DTJOB_EXPECT_GPU"
 
 
 # sshd in the foreground, trusting only this job's key. Everything it writes (a host key minted per pod, its
@@ -130,10 +128,10 @@ def training_flags(spec: JobSpec) -> list[str]:
     flags += [f"--{name}" if on else f"--no-{name}" for name, on in switches.items()]
     if hp.amp:
         flags += ["--amp-dtype", hp.amp_dtype]
-    # Each trainer refuses the other frameworks' options: passed only where set (spec_run checks them).
+    # Each trainer refuses the other frameworks' options: passed only where set (dtjob.spec.run checks them).
     if hp.xla:
         flags.append("--xla")
-    if hp.data_loader != "pytorch":
+    if hp.data_loader != DEFAULT_DATA_LOADER:
         flags += ["--data-loader", hp.data_loader]
     return flags
 

@@ -117,7 +117,7 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
         "containers": [container],
         "volumes": _volumes(spec, with_hostfile=True, with_data=on_gpu, rank0=_rank0_launcher(spec)),
     }
-    _place_launcher(spec, pod_spec, name, on_gpu)
+    _place_launcher(spec, pod_spec, name)
     _common_pod_spec(spec, pod_spec, gpu_placement=on_gpu)
     pod_spec, annotations = _with_template(spec.launcher.pod, pod_spec, names.LAUNCHER_CONTAINER)
     job_labels = {
@@ -144,9 +144,10 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     }
 
 
-def _place_launcher(spec: JobSpec, pod_spec: Json, name: str, on_gpu: bool) -> None:
-    """A launcher that runs ranks goes where the workers go, as one of the world's hosts; else to its pool."""
-    if on_gpu:
+def _place_launcher(spec: JobSpec, pod_spec: Json, name: str) -> None:
+    """A launcher that runs as a worker goes where the workers go, as one of the world's hosts; otherwise to
+    the launcher's own (CPU) placement."""
+    if spec.launcher.run_as_worker:
         pod_spec["hostname"] = name
         pod_spec["subdomain"] = names.service_name(spec.name)
         pod_spec["nodeSelector"] = dict(spec.placement.node_selector)

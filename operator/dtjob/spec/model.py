@@ -6,9 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dtjob.contract import training
 from dtjob.spec.storage import Output, StageFrom
 
 Json = dict[str, Any]
+# custom: any program (`command`) in any image, with no dtjob_train flags unless asked.
+CUSTOM = "custom"
+FRAMEWORKS = (*training.FRAMEWORKS, CUSTOM)
 # Long enough for a scheduler to place a gang that fits; a pool scaling up from zero may need longer.
 DEFAULT_GANG_TIMEOUT_SECONDS = 60
 
@@ -53,24 +57,34 @@ class Dataset:
 
 @dataclass(frozen=True)
 class Hyperparameters:
-    # Without batchSizePerGpu: DEFAULT_BATCH_AMP with amp, DEFAULT_BATCH_FP32 without (spec_run).
-    batch_size_per_gpu: int = 256
+    """spec.hyperparameters; the trainers' defaults (dtjob.contract.training) except epochs."""
+
+    # batchSizePerGpu as given; None: the batch that fits the precision (see batch_size_per_gpu).
+    given_batch_size_per_gpu: int | None = None
+    # One epoch: a job that says nothing is a quick check of the world, not the trainers' 90-epoch recipe.
     epochs: int = 1
     steps_per_epoch: int | None = None
-    learning_rate: float = 0.256  # per 256 images of the global batch
-    warmup_epochs: float = 5.0
-    momentum: float = 0.9
-    weight_decay: float = 5e-5
-    label_smoothing: float = 0.1
-    amp: bool = True
-    amp_dtype: str = "fp16"  # or bf16: no loss scaling (Ampere and newer GPUs)
-    fp16_allreduce: bool = True
-    channels_last: bool = True
-    xla: bool = False  # TensorFlow and Keras
-    data_loader: str = "pytorch"  # PyTorch's input pipeline: pytorch (DataLoader) or dali
-    image_size: int = 224
-    log_interval: int = 10
-    seed: int = 42
+    learning_rate: float = training.DEFAULT_BASE_LR  # per LR_REFERENCE_BATCH images of the global batch
+    warmup_epochs: float = training.DEFAULT_WARMUP_EPOCHS
+    momentum: float = training.DEFAULT_MOMENTUM
+    weight_decay: float = training.DEFAULT_WEIGHT_DECAY
+    label_smoothing: float = training.DEFAULT_LABEL_SMOOTHING
+    amp: bool = training.DEFAULT_AMP
+    amp_dtype: str = training.DEFAULT_AMP_DTYPE
+    fp16_allreduce: bool = training.DEFAULT_FP16_ALLREDUCE
+    channels_last: bool = training.DEFAULT_CHANNELS_LAST
+    xla: bool = training.DEFAULT_XLA  # TensorFlow and Keras
+    data_loader: str = training.DEFAULT_DATA_LOADER  # PyTorch's input pipeline: DataLoader or DALI
+    image_size: int = training.DEFAULT_IMAGE_SIZE
+    log_interval: int = training.DEFAULT_LOG_INTERVAL
+    seed: int = training.DEFAULT_SEED
+
+    @property
+    def batch_size_per_gpu(self) -> int:
+        """The per-GPU batch: as given, else the trainers' default for the precision."""
+        if self.given_batch_size_per_gpu is not None:
+            return self.given_batch_size_per_gpu
+        return training.default_batch(self.amp)
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,13 @@
 
 The CRD schema and its CEL rules reject most bad input at `kubectl apply`; this module re-checks what the
 operator relies on (a CRD may be older than the operator, or a field may be set through a path that skipped
-validation) and raises SpecError naming the field. Defaults live here and are never written back into the
-object, so GitOps tools see no drift.
+validation) and raises SpecError naming the field. Defaults live on the model (dtjob.spec.model, the
+hyperparameters' from dtjob.contract.training, which the trainers share) and are never written back into
+the object, so GitOps tools see no drift.
 
-parse_spec reads the top level; the sections have modules of their own, all read with spec_reader.Reader:
-spec_run (pods, launcher, run policy, hyperparameters), spec_volumes (dataset, checkpoints) and storage_spec
-(Blob Storage). The result is spec_model's JobSpec, re-exported here with SpecError.
+parse_spec reads the top level; the sections have modules of their own, all read with dtjob.spec.reader's
+Reader: run (pods, launcher, run policy, hyperparameters), volumes (dataset, checkpoints) and storage (Blob
+Storage). The result is dtjob.spec.model's JobSpec, re-exported here with SpecError.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from dtjob import names
-from dtjob.config import FRAMEWORKS as IMAGE_FRAMEWORKS
 from dtjob.config import OperatorConfig
 from dtjob.spec import validators as rules
 from dtjob.spec.model import (
+    CUSTOM,
+    FRAMEWORKS,
     Dataset,
     DataVolume,
     Gang,
@@ -69,9 +71,6 @@ __all__ = [
 
 MAX_GPUS_PER_WORKER = 8  # the largest Azure GPU VMs (ND96 series) carry 8 GPUs
 MAX_SLOTS_PER_WORKER = 256  # ranks on one host: the cores of the largest CPU VMs, with room
-# custom: any program (`command`) in any image, with no dtjob_train flags unless asked.
-CUSTOM = "custom"
-FRAMEWORKS = (*IMAGE_FRAMEWORKS, CUSTOM)
 MAX_WORKERS = 512
 # Worker hostnames are `<job>-worker-<i>` and must stay a DNS label (63 characters).
 MAX_NAME_LENGTH = 45
@@ -82,29 +81,10 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     """The whole object (metadata + spec) -> JobSpec with every default filled in."""
     metadata = body.get("metadata") or {}
-    name = str(metadata.get("name", ""))
-    if len(name) > MAX_NAME_LENGTH or not NAME_RE.fullmatch(name):
-        raise SpecError(
-            "metadata.name",
-            f"must be a DNS-1035 label of at most {MAX_NAME_LENGTH} characters "
-            f"(lowercase letters, digits, '-', starting with a letter); got {name!r}",
-        )
+    name = _name(metadata)
     spec = Reader(body.get("spec"), "spec")
-    if not spec.has("framework"):
-        raise SpecError("spec.framework", f"is required (one of {', '.join(FRAMEWORKS)})")
-    framework = spec.choice("framework", FRAMEWORKS, "")
-    workers = spec.integer("workers", None, minimum=1)
-    if workers is None:
-        raise SpecError("spec.workers", "is required")
-    if workers > MAX_WORKERS:
-        raise SpecError("spec.workers", f"must be <= {MAX_WORKERS}, got {workers}")
-    gpus = spec.integer("gpusPerWorker", 1, minimum=0)
-    gpus = 1 if gpus is None else gpus
-    if gpus > MAX_GPUS_PER_WORKER:
-        raise SpecError(
-            "spec.gpusPerWorker", f"must be <= {MAX_GPUS_PER_WORKER} (GPUs on one node), got {gpus}"
-        )
-    slots = spec.integer("slotsPerWorker", None, minimum=1, maximum=MAX_SLOTS_PER_WORKER) or max(gpus, 1)
+    framework = _framework(spec)
+    workers, gpus, slots = _world(spec)
     command = spec.string_list("command")
     image = spec.checked("image", rules.image_problem)
     if framework == CUSTOM and not command:
@@ -113,23 +93,8 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         raise SpecError(
             "spec.image", "is required with framework custom (an image with your program and MPI)"
         )
-    env = spec.object_list("env")
-    for i, item in enumerate(env):
-        if not isinstance(item.get("name"), str) or not item["name"]:
-            raise SpecError(f"spec.env[{i}].name", "is required")
-        if not rules.matches(rules.ENV_NAME, item["name"]):
-            raise SpecError(
-                f"spec.env[{i}].name",
-                f"{item['name']!r} is not a valid environment variable name (letters, digits, '_', '-', '.', "
-                "not starting with a digit)",
-            )
-    pull_secrets = tuple(
-        _required(s, f"spec.imagePullSecrets[{i}].name")
-        for i, s in enumerate(spec.object_list("imagePullSecrets"))
-    )
-    for i, secret in enumerate(pull_secrets):
-        if (problem := rules.name_problem(secret, subdomain=True)) is not None:
-            raise SpecError(f"spec.imagePullSecrets[{i}].name", problem)
+    env = _env(spec)
+    pull_secrets = _pull_secrets(spec)
     data = parse_dataset(spec.child("dataset"), config)
     worker = parse_pod_overrides(spec.child("worker"), names.WORKER_CONTAINER)
     launcher = parse_launcher(spec.child("launcher"))
@@ -167,6 +132,65 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     )
     _check_trust(job, config)
     return job
+
+
+def _name(metadata: Mapping[str, Any]) -> str:
+    name = str(metadata.get("name", ""))
+    if len(name) > MAX_NAME_LENGTH or not NAME_RE.fullmatch(name):
+        raise SpecError(
+            "metadata.name",
+            f"must be a DNS-1035 label of at most {MAX_NAME_LENGTH} characters "
+            f"(lowercase letters, digits, '-', starting with a letter); got {name!r}",
+        )
+    return name
+
+
+def _framework(spec: Reader) -> str:
+    if not spec.has("framework"):
+        raise SpecError("spec.framework", f"is required (one of {', '.join(FRAMEWORKS)})")
+    return spec.choice("framework", FRAMEWORKS, "")
+
+
+def _world(spec: Reader) -> tuple[int, int, int]:
+    """(workers, GPUs per worker, MPI slots per worker)."""
+    workers = spec.integer("workers", None, minimum=1)
+    if workers is None:
+        raise SpecError("spec.workers", "is required")
+    if workers > MAX_WORKERS:
+        raise SpecError("spec.workers", f"must be <= {MAX_WORKERS}, got {workers}")
+    gpus = spec.integer("gpusPerWorker", 1, minimum=0)
+    gpus = 1 if gpus is None else gpus
+    if gpus > MAX_GPUS_PER_WORKER:
+        raise SpecError(
+            "spec.gpusPerWorker", f"must be <= {MAX_GPUS_PER_WORKER} (GPUs on one node), got {gpus}"
+        )
+    slots = spec.integer("slotsPerWorker", None, minimum=1, maximum=MAX_SLOTS_PER_WORKER) or max(gpus, 1)
+    return workers, gpus, slots
+
+
+def _env(spec: Reader) -> tuple[Json, ...]:
+    env = spec.object_list("env")
+    for i, item in enumerate(env):
+        if not isinstance(item.get("name"), str) or not item["name"]:
+            raise SpecError(f"spec.env[{i}].name", "is required")
+        if not rules.matches(rules.ENV_NAME, item["name"]):
+            raise SpecError(
+                f"spec.env[{i}].name",
+                f"{item['name']!r} is not a valid environment variable name (letters, digits, '_', '-', '.', "
+                "not starting with a digit)",
+            )
+    return env
+
+
+def _pull_secrets(spec: Reader) -> tuple[str, ...]:
+    pull_secrets = tuple(
+        _required(s, f"spec.imagePullSecrets[{i}].name")
+        for i, s in enumerate(spec.object_list("imagePullSecrets"))
+    )
+    for i, secret in enumerate(pull_secrets):
+        if (problem := rules.name_problem(secret, subdomain=True)) is not None:
+            raise SpecError(f"spec.imagePullSecrets[{i}].name", problem)
+    return pull_secrets
 
 
 def pod_secret_references(job: JobSpec) -> list[tuple[str, str]]:

@@ -7,8 +7,10 @@ from collections.abc import Mapping
 
 from dtjob import names
 from dtjob.config import OperatorConfig
+from dtjob.contract import training
 from dtjob.spec import validators as rules
 from dtjob.spec.model import (
+    CUSTOM,
     DEFAULT_GANG_TIMEOUT_SECONDS,
     Gang,
     Hyperparameters,
@@ -26,11 +28,6 @@ CLEAN_POD_POLICIES = ("None", "Running", "All")
 RESTART_POLICIES = ("OnFailure", "ExitCode")
 RUNNERS = ("horovodrun", "mpirun")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "MPICH", "IntelMPI")
-AMP_DTYPES = ("fp16", "bf16")
-DATA_LOADERS = ("pytorch", "dali")
-# The per-GPU batch without batchSizePerGpu (the trainers' own default, dtjob_train.cli): NVIDIA's ResNet-50
-# batch with mixed precision, which fits a 16 GB GPU; fp32 activations take twice the memory.
-DEFAULT_BATCH_AMP, DEFAULT_BATCH_FP32 = 256, 128
 GANG_SCHEDULERS = ("coscheduling", "volcano")
 # The PodGroup's scheduleTimeoutSeconds is an int32.
 MAX_GANG_TIMEOUT_SECONDS = 2**31 - 1
@@ -76,32 +73,36 @@ def _resources(r: Reader) -> Json | None:
 def parse_hyperparameters(r: Reader, framework: str) -> Hyperparameters:
     d = Hyperparameters()
     amp = r.boolean("amp", d.amp)
-    batch = DEFAULT_BATCH_AMP if amp else DEFAULT_BATCH_FP32
-    data_loader = r.choice("dataLoader", DATA_LOADERS, d.data_loader)
+    data_loader = r.choice("dataLoader", training.DATA_LOADERS, d.data_loader)
     xla = r.boolean("xla", d.xla)
     # Options of one framework's trainer, which the others refuse (a custom command gets them as given).
-    if data_loader != d.data_loader and framework not in ("pytorch", "custom"):
-        raise SpecError(r.at("dataLoader"), f"{data_loader} applies to framework pytorch (not {framework})")
-    if xla and framework == "pytorch":
-        raise SpecError(r.at("xla"), "applies to frameworks tensorflow and keras (not pytorch)")
+    if framework != CUSTOM and not training.takes_data_loader(framework, data_loader):
+        raise SpecError(
+            r.at("dataLoader"),
+            f"{data_loader} applies to framework {' and '.join(training.DALI_FRAMEWORKS)} (not {framework})",
+        )
+    if xla and framework != CUSTOM and not training.takes_xla(framework):
+        raise SpecError(
+            r.at("xla"), f"applies to frameworks {' and '.join(training.XLA_FRAMEWORKS)} (not {framework})"
+        )
     return Hyperparameters(
-        batch_size_per_gpu=r.integer("batchSizePerGpu", batch, minimum=1) or batch,
+        given_batch_size_per_gpu=r.integer("batchSizePerGpu", None, minimum=1),
         epochs=r.integer("epochs", d.epochs, minimum=1) or d.epochs,
         steps_per_epoch=r.integer("stepsPerEpoch", None, minimum=1),
         learning_rate=r.number("learningRate", d.learning_rate),
         warmup_epochs=r.number("warmupEpochs", d.warmup_epochs),
         momentum=r.number("momentum", d.momentum),
         weight_decay=r.number("weightDecay", d.weight_decay),
-        label_smoothing=r.number("labelSmoothing", d.label_smoothing, below=1.0),
+        label_smoothing=r.number("labelSmoothing", d.label_smoothing, below=training.LABEL_SMOOTHING_BELOW),
         amp=amp,
-        amp_dtype=r.choice("ampDtype", AMP_DTYPES, d.amp_dtype),
+        amp_dtype=r.choice("ampDtype", training.AMP_DTYPES, d.amp_dtype),
         fp16_allreduce=r.boolean("fp16Allreduce", d.fp16_allreduce),
         channels_last=r.boolean("channelsLast", d.channels_last),
         xla=xla,
         data_loader=data_loader,
         image_size=r.integer("imageSize", d.image_size, minimum=8) or d.image_size,
         log_interval=r.integer("logInterval", d.log_interval, minimum=1) or d.log_interval,
-        seed=r.integer("seed", d.seed, minimum=0, maximum=rules.MAX_SEED) or 0,
+        seed=r.integer("seed", d.seed, minimum=0, maximum=training.MAX_SEED) or 0,
     )
 
 

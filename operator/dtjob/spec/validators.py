@@ -89,9 +89,6 @@ QUANTITY = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 
-# numpy's seed (keras.utils.set_random_seed) is an unsigned 32-bit integer; torch and TensorFlow take more.
-MAX_SEED = 2**32 - 1
-
 
 def matches(pattern: str, value: str) -> bool:
     return re.fullmatch(pattern, value) is not None

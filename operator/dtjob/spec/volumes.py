@@ -4,12 +4,11 @@ volume. Pure."""
 from __future__ import annotations
 
 from dtjob.config import OperatorConfig
+from dtjob.contract.training import DATA_SOURCES, DEFAULT_DATA_SOURCE
 from dtjob.spec import validators as rules
 from dtjob.spec.model import Dataset, DataVolume, NfsVolume, PvcVolume, Staging
 from dtjob.spec.reader import Reader, SpecError
 from dtjob.spec.storage import parse_stage_from, resolve_destination
-
-SOURCES = ("synthetic", "imagenet")
 
 
 def parse_volume(r: Reader, default_mount: str, nfs_read_only: bool) -> DataVolume:
@@ -63,7 +62,7 @@ def parse_checkpoints(r: Reader, data: Dataset) -> DataVolume:
 
 
 def parse_dataset(r: Reader, config: OperatorConfig) -> Dataset:
-    source = r.choice("source", SOURCES, "synthetic")
+    source = r.choice("source", DATA_SOURCES, DEFAULT_DATA_SOURCE)
     volume = parse_volume(r.child("volume"), "/data", nfs_read_only=True) if r.has("volume") else None
     if source == "imagenet" and volume is None:
         raise SpecError("spec.dataset.volume", "is required when spec.dataset.source is imagenet")

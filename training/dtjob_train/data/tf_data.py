@@ -12,6 +12,7 @@ of the node's cores.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from dtjob_train.cli import TrainConfig
@@ -92,6 +93,36 @@ def make_dataset(
     `skipped` is an int64 tf.Variable counting files that were not JPEGs.
     """
 
+    batches = _batcher(
+        image_size=image_size, train=train, num_classes=num_classes, skipped=skipped, batch_size=batch_size
+    )
+    if train:
+        if epochs is None or steps_per_epoch <= 0:
+            raise ValueError("a training dataset needs its epochs and steps_per_epoch")
+        paths = tf.constant([p for p, _ in split.samples])
+        labels = tf.constant([label for _, label in split.samples])
+
+        def epoch_batches(indices: Any) -> Any:
+            files = tf.data.Dataset.from_tensor_slices(indices).repeat()
+            files = files.map(lambda i: (tf.gather(paths, i), tf.gather(labels, i)))
+            return batches(files).take(steps_per_epoch)
+
+        total = len(split.samples)
+        ds = epoch_indices(total, rank=rank, size=size, seed=seed, epochs=epochs).flat_map(epoch_batches)
+    else:
+        shard = split.shard(rank, size)
+        ds = batches(
+            tf.data.Dataset.from_tensor_slices(([p for p, _ in shard], [label for _, label in shard]))
+        )
+    return ds.with_options(_options(threads)).prefetch(AUTOTUNE)
+
+
+def _batcher(
+    *, image_size: int, train: bool, num_classes: int | None, skipped: Any, batch_size: int
+) -> Callable[[Any], Any]:
+    """(path, label) datasets -> batches: decoded (the training crop or the validation centre), files that
+    are not JPEGs dropped and counted in `skipped`, labels one-hot when num_classes is given."""
+
     def load(path: Any, label: Any) -> Any:
         data = tf.io.read_file(path)
         ok = tf.io.is_jpeg(data)
@@ -114,30 +145,16 @@ def make_dataset(
         ds = ds.filter(keep).map(finish, num_parallel_calls=AUTOTUNE)
         return ds.batch(batch_size, drop_remainder=train, num_parallel_calls=AUTOTUNE)
 
-    if train:
-        if epochs is None or steps_per_epoch <= 0:
-            raise ValueError("a training dataset needs its epochs and steps_per_epoch")
-        paths = tf.constant([p for p, _ in split.samples])
-        labels = tf.constant([label for _, label in split.samples])
+    return batches
 
-        def epoch_batches(indices: Any) -> Any:
-            files = tf.data.Dataset.from_tensor_slices(indices).repeat()
-            files = files.map(lambda i: (tf.gather(paths, i), tf.gather(labels, i)))
-            return batches(files).take(steps_per_epoch)
 
-        total = len(split.samples)
-        ds = epoch_indices(total, rank=rank, size=size, seed=seed, epochs=epochs).flat_map(epoch_batches)
-    else:
-        shard = split.shard(rank, size)
-        ds = batches(
-            tf.data.Dataset.from_tensor_slices(([p for p, _ in shard], [label for _, label in shard]))
-        )
+def _options(threads: int) -> Any:
     options = tf.data.Options()
     options.experimental_optimization.map_parallelization = True
     # Its own pool, its share of the cores: TensorFlow's default pool has a thread per core in every rank.
     options.threading.private_threadpool_size = threads
     options.threading.max_intra_op_parallelism = 1
-    return ds.with_options(options).prefetch(AUTOTUNE)
+    return options
 
 
 def synthetic_batch(cfg: TrainConfig, rank: int) -> tuple[Any, Any]:
