@@ -116,7 +116,14 @@ def apiserver_pid(kubeconfig: str) -> int:
 
 
 def install(kubeconfig: str, crd: Crd) -> None:
+    """Applies the CRD once any earlier copy still being deleted (with its objects) has gone."""
     name = crd["metadata"]["name"]
+
+    def not_terminating() -> bool:
+        found = kubectl(kubeconfig, "get", f"crd/{name}", "-o", "json", "--ignore-not-found")
+        return "deletionTimestamp" not in json.loads(found.stdout or "{}").get("metadata", {})
+
+    wait_for(not_terminating, timeout=300, interval=1.0, what=f"CRD {name} deleted")
     done = kubectl(
         kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(crd)
     )
@@ -283,7 +290,7 @@ def main() -> int:
             print("no go on PATH: no profiles", flush=True)
     finally:
         crds = [f"{kind.plural}.{kind.group}" for kind in kinds]
-        kubectl(kubeconfig, "delete", "crd", *crds, "--timeout=300s")
+        kubectl(kubeconfig, "delete", "crd", *crds, "--wait=false")  # with their objects, in the background
         core.delete_namespace(namespace)
     return 0
 
