@@ -16,11 +16,13 @@ from pathlib import Path
 # A sample counts to every part its stack passes through, so the parts overlap (CEL is within validate).
 PARTS = {
     "create handler": r"crdHandler\).serveResource.CreateResource",
+    "decode": r"schemaCoercingDecoder",  # the body's JSON into an object, unknown fields pruned
     "validate": r"customResourceStrategy\.Validate$",
     "CEL": r"apiserver/schema/cel\.|google/cel-go",
     "OpenAPI schema": r"kube-openapi/pkg/validation/validate\.",
     "prune+default": r"apiserver/schema/(pruning|defaulting)\.",
-    "managed fields": r"handlers/fieldmanager",
+    "managed fields": r"util/managedfields|handlers/fieldmanager",
+    "smd type compare": r"structured-merge-diff/v\d+/schema\..*Equals",  # walks the schema's types
     "etcd": r"storage/etcd3\.",
     "GC": r"runtime\.gcBgMarkWorker",  # the background collector: what the creates' garbage costs later
 }

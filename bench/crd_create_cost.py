@@ -20,9 +20,10 @@ client threads, then one. Per kind and pass: p50 and p90 create latency, wall ti
 create net of its idle rate (measured first), and each as a ratio against minimal in the same pass.
 
 Then, with Go's pprof at hand (--profile-seconds, 0 to skip), where a create's CPU goes: kube-apiserver's CPU
-profile while each kind in turn is created from --threads threads, its samples summed per part of the create
-path (bench/apiserver_profile.py: the create handler; within it validate, of which CEL and the OpenAPI schema;
-pruning and defaulting; managed fields; etcd), in ms per create.
+profile while each kind is created from --threads threads, the kinds taking --profile-rounds turns, its
+samples summed per part of the create path (bench/apiserver_profile.py: the create handler; within it
+decoding, validate, of which CEL and the OpenAPI schema, pruning and defaulting, managed fields, of which
+structured-merge-diff's type comparisons, etcd; and the background GC), in ms per create.
 """
 
 from __future__ import annotations
@@ -239,33 +240,43 @@ def report(tallies: dict[str, Tally], count: int, threads: int, idle: float, siz
 
 def profile_all(
     kubeconfig: str, custom: client.CustomObjectsApi, namespace: str, kinds: list[Kind], seconds: int,
-    threads: int,
+    threads: int, rounds: int,
 ) -> None:  # fmt: skip
-    print(f"\nkube-apiserver CPU per create by part of the create path, ms ({seconds} s profile per kind, "
-          f"{threads} threads; parts overlap: CEL and OpenAPI schema are within validate):")  # fmt: skip
-    columns = ["total", *PARTS]
-    print(f"{'kind':18s} {'creates':>7s} " + " ".join(f"{c[:14]:>14s}" for c in columns))
-    for kind in kinds:
-        out = Path(f"/tmp/{namespace}-{kind.name}.pprof")
+    """Profiles of `seconds` per kind and round, the kinds taking turns, summed per kind."""
+    print(f"\nkube-apiserver CPU per create by part of the create path, ms ({rounds} x {seconds} s of "
+          f"profile per kind, {threads} threads; parts overlap: CEL and OpenAPI schema are within validate, "
+          "smd type compare within managed fields):")  # fmt: skip
+    sums = {kind.name: dict.fromkeys(["total", *PARTS], 0.0) for kind in kinds}
+    made = dict.fromkeys(sums, 0)
+    for turn in range(rounds):
+        for kind in kinds:
+            out = Path(f"/tmp/{namespace}-{kind.name}-{turn}.pprof")
 
-        def one(name: str, kind: Kind = kind) -> object:
-            return create(custom, namespace, kind, name)
+            def one(name: str, kind: Kind = kind) -> object:
+                return create(custom, namespace, kind, name)
 
-        parts, made = profile(["kubectl", "--kubeconfig", kubeconfig], out, seconds, one, f"prof-{kind.name}",
-                              threads)  # fmt: skip
-        print(f"{kind.name:18s} {made:7d} " + " ".join(f"{parts[c] / made * 1e3:14.3f}" for c in columns),
-              flush=True)  # fmt: skip
+            kubectl_cmd = ["kubectl", "--kubeconfig", kubeconfig]
+            parts, n = profile(kubectl_cmd, out, seconds, one, f"prof{turn}-{kind.name}", threads)
+            made[kind.name] += n
+            for part, value in parts.items():
+                sums[kind.name][part] += value
+    print(f"{'kind':18s} {'creates':>7s} " + " ".join(f"{c[:12]:>12s}" for c in sums[kinds[0].name]))
+    for name, parts in sums.items():
+        print(
+            f"{name:18s} {made[name]:7d} " + " ".join(f"{v / made[name] * 1e3:12.3f}" for v in parts.values())
+        )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--count", type=int, default=300, help="creates per kind and pass")
+    parser.add_argument("--count", type=int, default=1000, help="creates per kind and pass")
     parser.add_argument("--block", type=int, default=20, help="creates per turn of the round robin")
     parser.add_argument("--threads", type=int, default=4, help="client threads of the first pass")
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--template", action="store_true", help="the job carries a worker pod template")
     parser.add_argument("--no-mpi", action="store_true", help="leave the MPIJob out")
-    parser.add_argument("--profile-seconds", type=int, default=10, help="per kind; 0: no profiles")
+    parser.add_argument("--profile-seconds", type=int, default=5, help="per kind and round; 0: no profiles")
+    parser.add_argument("--profile-rounds", type=int, default=3)
     args = parser.parse_args()
     kubeconfig = kubeconfig_path()
     pid = apiserver_pid(kubeconfig)
@@ -285,7 +296,8 @@ def main() -> int:
             tallies = run_pass(custom, namespace, kinds, args.count, args.block, threads, pid)
             report(tallies, args.count, threads, idle, sizes)
         if args.profile_seconds and shutil.which("go"):
-            profile_all(kubeconfig, custom, namespace, kinds, args.profile_seconds, args.threads)
+            profile_all(kubeconfig, custom, namespace, kinds, args.profile_seconds, args.threads,
+                        args.profile_rounds)  # fmt: skip
         elif args.profile_seconds:
             print("no go on PATH: no profiles", flush=True)
     finally:
