@@ -19,6 +19,8 @@ PARTS = {
     "decode": r"schemaCoercingDecoder",  # the body's JSON into an object, unknown fields pruned
     "validate": r"customResourceStrategy\.Validate$",
     "CEL": r"apiserver/schema/cel\.|google/cel-go",
+    # Within CEL: each field access asks the schema adapter for the level's properties, a fresh copy of all.
+    "CEL field lookup": r"schema/cel/model\.\(\*Structural\)\.Properties$",
     "OpenAPI schema": r"kube-openapi/pkg/validation/validate\.",
     "prune+default": r"apiserver/schema/(pruning|defaulting)\.",
     "managed fields": r"util/managedfields|handlers/fieldmanager",

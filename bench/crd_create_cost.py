@@ -22,8 +22,9 @@ create net of its idle rate (measured first), and each as a ratio against minima
 Then, with Go's pprof at hand (--profile-seconds, 0 to skip), where a create's CPU goes: kube-apiserver's CPU
 profile while each kind is created from --threads threads, the kinds taking --profile-rounds turns, its
 samples summed per part of the create path (bench/apiserver_profile.py: the create handler; within it
-decoding, validate, of which CEL and the OpenAPI schema, pruning and defaulting, managed fields, of which
-structured-merge-diff's type comparisons, etcd; and the background GC), in ms per create.
+decoding, validate, of which CEL (and its field lookups) and the OpenAPI schema, pruning and defaulting,
+managed fields, of which structured-merge-diff's type comparisons, etcd; and the background GC), in ms per
+create.
 """
 
 from __future__ import annotations
@@ -244,8 +245,8 @@ def profile_all(
 ) -> None:  # fmt: skip
     """Profiles of `seconds` per kind and round, the kinds taking turns, summed per kind."""
     print(f"\nkube-apiserver CPU per create by part of the create path, ms ({rounds} x {seconds} s of "
-          f"profile per kind, {threads} threads; parts overlap: CEL and OpenAPI schema are within validate, "
-          "smd type compare within managed fields):")  # fmt: skip
+          f"profile per kind, {threads} threads; parts overlap: CEL (with its field lookups) and OpenAPI "
+          "schema are within validate, smd type compare within managed fields):")  # fmt: skip
     sums = {kind.name: dict.fromkeys(["total", *PARTS], 0.0) for kind in kinds}
     made = dict.fromkeys(sums, 0)
     for turn in range(rounds):
