@@ -4,11 +4,13 @@ unit tests of a reconcile's exact API traffic.
 It keeps objects by (kind, namespace, name) and answers as the API server does where a reconcile depends on
 it: False from create() for a name that is taken, None from get() for one that is not, merge patches,
 resourceVersions that move on every write (and guard status patches and replaces), UID preconditions on
-deletes. tests/integration/test_kube_contract.py runs the same scenarios against it and against a real API
-server, so the two cannot drift. Faults are set per test: `conflict_next` makes the next status patch raise
-Conflict, `reject` makes creates of a kind raise Rejected, `not_served` makes creates of an apiVersion raise
-ApiNotServed (a CRD not installed), `leading` False makes check_leader() raise NotLeader (a replica standing
-by), `node_pods` None makes listing a node's pods Forbidden (a namespace-scoped install).
+deletes, finalizers that keep a deleted object until they are off, and only the calls the client's
+permission table grants. tests/integration/test_kube_contract.py runs the same scenarios against it and
+against a real API server, so the two cannot drift. Faults are set per test: `conflict_next` makes the next
+status patch raise Conflict, `reject` makes creates of a kind raise Rejected, `not_served` makes creates of
+an apiVersion raise ApiNotServed (a CRD not installed), `leading` False makes check_leader() raise
+NotLeader (a replica standing by), `node_pods` None makes listing a node's pods Forbidden (a
+namespace-scoped install).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 from dtjob.fence import NotLeader
 from dtjob.kube.errors import ApiNotServed, Conflict, Forbidden, LogUnavailable, Rejected
+from dtjob.kube.permissions import PERMISSIONS
+from dtjob.kube.rest import permission
 
 Json = dict[str, Any]
 JOB_KIND = "DistributedTrainingJob"
@@ -77,6 +81,9 @@ class RecordingKube:
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = self._next_version()
+        meta.setdefault(
+            "uid", f"uid-{meta['name']}-{meta['resourceVersion']}"
+        )  # the API server names each one
         self.objects[(obj["kind"], meta.get("namespace") or "", meta["name"])] = obj
         return obj
 
@@ -93,6 +100,7 @@ class RecordingKube:
     def create(self, obj: Json) -> bool:
         self.check_leader()
         kind, meta = obj["kind"], obj["metadata"]
+        _permitted("create", kind, obj.get("apiVersion"))
         self.calls.append(("create", kind, meta["name"]))
         if kind in self.reject:
             raise Rejected(f"{kind} {meta['name']} rejected by the API server: refused by the test")
@@ -104,6 +112,7 @@ class RecordingKube:
         return True
 
     def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Json | None:
+        _permitted("get", kind, api_version)
         self.calls.append(("get", kind, name))
         found = self.objects.get((kind, namespace or "", name))
         return copy.deepcopy(found) if found is not None else None
@@ -112,6 +121,7 @@ class RecordingKube:
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
         cached: bool = False,
     ) -> builtins.list[Json]:  # fmt: skip
+        _permitted("list", kind)
         self.calls.append(("list", kind, labels or fields))
         if kind == "Node":
             return copy.deepcopy(self.nodes)
@@ -135,6 +145,7 @@ class RecordingKube:
         self, kind: str, namespace: str, name: str, body: Any, api_version: str | None = None
     ) -> Json | None:
         self.check_leader()
+        _permitted("patch", kind, api_version)
         base, _, subresource = kind.partition("/")
         self.calls.append(("patch-status" if subresource == "status" else "patch", base, name))
         found = self.objects.get((base, namespace, name))
@@ -153,11 +164,14 @@ class RecordingKube:
             patched = merge_patch(found, {k: v for k, v in body.items() if k != "status"})
         patched["metadata"]["resourceVersion"] = self._next_version()
         self.objects[(base, namespace, name)] = patched
+        if patched["metadata"].get("deletionTimestamp") and not patched["metadata"].get("finalizers"):
+            del self.objects[(base, namespace, name)]  # its last finalizer was what kept it
         return copy.deepcopy(patched)
 
     def replace(self, obj: Json, resource_version: str) -> None:
         self.check_leader()
         kind, meta = obj["kind"], obj["metadata"]
+        _permitted("update", kind, obj.get("apiVersion"))
         self.calls.append(("replace", kind, meta["name"]))
         found = self.objects.get((kind, meta["namespace"], meta["name"]))
         if found is None or found["metadata"]["resourceVersion"] != resource_version:
@@ -169,17 +183,22 @@ class RecordingKube:
         grace_period_s: int | None = None, background: bool = False,
     ) -> bool:  # fmt: skip
         self.check_leader()
+        _permitted("delete", kind, api_version)
         self.calls.append(("force-delete" if grace_period_s == 0 else "delete", kind, name))
         found = self.objects.get((kind, namespace, name))
         if found is None or (uid is not None and found["metadata"].get("uid") != uid):
             return False
-        del self.objects[(kind, namespace, name)]
+        if found["metadata"].get("finalizers"):  # it stays, being deleted, until they are all off
+            found["metadata"].setdefault("deletionTimestamp", "2026-01-01T00:00:00Z")
+        else:
+            del self.objects[(kind, namespace, name)]
         return True
 
     def read_log(
         self, namespace: str, pod: str, container: str, tail_lines: int | None = None,
         limit_bytes: int | None = None,
     ) -> str:  # fmt: skip
+        _permitted("get", "Pod/log")
         self.calls.append(("read-log", "Pod", pod))
         if pod not in self.logs:
             raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
@@ -188,6 +207,7 @@ class RecordingKube:
 
     def stream_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]:
         # A generator, as KubeClient's: the call happens at the first next().
+        _permitted("get", "Pod/log")
         self.calls.append(("stream-log", "Pod", pod))
         if pod not in self.logs:
             raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
@@ -199,6 +219,12 @@ class RecordingKube:
     def check_leader(self) -> None:
         if not self.leading:
             raise NotLeader("standing by")
+
+
+def _permitted(verb: str, kind: str, api_version: str | None = None) -> None:
+    """As the client's every call: refused unless the permission table grants it."""
+    if permission(verb, kind, api_version) not in PERMISSIONS:
+        raise ValueError(f"{verb} {kind} is not among dtjob.kube.permissions.PERMISSIONS")
 
 
 def _json_patch(obj: Json, ops: builtins.list[Json], what: str) -> Json:
