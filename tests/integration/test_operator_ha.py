@@ -19,7 +19,7 @@ import pytest
 from dtjob.config import OperatorConfig
 from dtjob.fence import NotLeader
 from dtjob.kube.client import KubeClient
-from dtjob.reconcile.deletes import delete_training_job
+from dtjob.reconcile.deletes import delete_owned, delete_pods, delete_training_job
 from dtjob.reconcile.ensure import create_if_absent, ensure
 from dtjob.reconcile.reads import get_job, patch_status
 from dtjob.runtime.election import ELECTED_REASON
@@ -234,6 +234,8 @@ def test_a_fenced_client_writes_nothing_to_the_api_server(jobs: Jobs, api_client
         lambda: patch_status(kube, jobs.ns, "fenced", {"phase": "Running"}, version),
         lambda: kube.emit_event(job, "Normal", "Fenced", "must not be posted", datetime.now(UTC)),
         lambda: delete_training_job(kube, jobs.ns, "fenced"),
+        lambda: delete_pods(kube, jobs.ns, "dtjob.io/job-name=fenced", "uid"),
+        lambda: delete_owned(kube, "Secret", jobs.ns, "fenced-ssh", "uid"),
         lambda: kube.delete("Pod", jobs.ns, "fenced-worker-0"),
         kube.check_leader,
     ]

@@ -18,6 +18,7 @@ def delete_owned(
 ) -> None:
     """Delete the object only while `owner_uid` owns it (a Secret, a PodGroup: the name alone may be another
     owner's). A cluster that does not serve the kind's API has none to delete."""
+    kube.check_leader()  # a standby reads nothing it could not act on
     found = kube.get(kind, namespace, name, api_version)
     if found is None:
         return
@@ -29,6 +30,7 @@ def delete_owned(
 
 def delete_pods(kube: Kube, namespace: str, label_selector: str, owner_uid: str) -> None:
     """Delete the pods the selector finds that `owner_uid` owns, each only while it is the pod listed."""
+    kube.check_leader()  # a standby lists nothing it could not act on
     for pod in kube.list("Pod", namespace, labels=label_selector):
         meta = pod["metadata"]
         if owner_uid in owner_uids(pod):
