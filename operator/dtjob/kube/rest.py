@@ -38,6 +38,10 @@ RESOURCES: dict[tuple[str, str], str] = {
     (f"{COSCHEDULING_GROUP}/v1alpha1", "PodGroup"): "podgroups",
     (f"{VOLCANO_GROUP}/v1beta1", "PodGroup"): "podgroups",
 }
+# kind -> the apiVersions it is known under (a PodGroup under each gang scheduler's).
+_VERSIONS: dict[str, tuple[str, ...]] = {
+    kind: tuple(v for v, k in RESOURCES if k == kind) for _, kind in RESOURCES
+}
 # Items per page of a LIST (each page is decoded, then only what the caller keeps of each item).
 LIST_PAGE = 250
 # The content types of the calls' bodies.
@@ -54,7 +58,7 @@ _METHODS = {
 def api_version_of(kind: str, api_version: str | None = None) -> str:
     """`kind`'s apiVersion: `api_version` when given (and known), else the only one the client knows."""
     base = kind.partition("/")[0]
-    known = [version for version, k in RESOURCES if k == base]
+    known = _VERSIONS.get(base, ())
     if api_version is not None:
         if api_version not in known:
             raise ValueError(f"{base} ({api_version}) is not among dtjob.kube.rest.RESOURCES")
