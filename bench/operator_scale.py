@@ -37,6 +37,7 @@ from dtjob import API_GROUP, API_VERSION, PLURAL, metrics, names
 from dtjob.config import load_config
 from dtjob.kube.client import KubeClient
 from dtjob.reconcile.job import Children, reconcile
+from dtjob.runtime.cached_kube import CachedKube
 from kubernetes import client, config
 
 from testbed.kube_wait import wait_for
@@ -196,7 +197,7 @@ def metrics_overhead(runs: list[Run], scrape_s: float) -> None:
 
 
 def observation_cost(api: client.ApiClient, namespace: str, count: int, rounds: int) -> None:
-    kube = KubeClient(api)
+    kube = CachedKube(KubeClient(api), api)  # as the operator hands it to reconciles: with its caches
     settings = load_config()
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     keys = [f"scale-{i}" for i in range(count)]

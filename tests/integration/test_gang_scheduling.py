@@ -273,6 +273,7 @@ def test_a_pod_group_under_the_jobs_name_is_deleted_only_when_the_job_owns_it(
 ) -> None:
     """Before: the finished job's PodGroup was deleted by name, whoever owned the object of that name."""
     from dtjob.kube.client import KubeClient
+    from dtjob.reconcile.deletes import delete_owned
 
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
 
@@ -298,10 +299,10 @@ def test_a_pod_group_under_the_jobs_name_is_deleted_only_when_the_job_owns_it(
         custom.create_namespaced_custom_object(*COSCHEDULING, namespace, "podgroups", group)
     kube = KubeClient(api_client)
     api_version, our_uid = "/".join(COSCHEDULING), str(ours.metadata.uid)
-    kube.delete_pod_group(api_version, namespace, "shared", our_uid)
+    delete_owned(kube, "PodGroup", namespace, "shared", our_uid, api_version)
     assert custom.get_namespaced_custom_object(*COSCHEDULING, namespace, "podgroups", "shared")
-    kube.delete_pod_group(api_version, namespace, "mine", our_uid)
+    delete_owned(kube, "PodGroup", namespace, "mine", our_uid, api_version)
     with pytest.raises(ApiException) as gone:
         custom.get_namespaced_custom_object(*COSCHEDULING, namespace, "podgroups", "mine")
     assert gone.value.status == 404
-    kube.delete_pod_group(api_version, namespace, "mine", our_uid)  # already gone: nothing to do
+    delete_owned(kube, "PodGroup", namespace, "mine", our_uid, api_version)  # already gone: nothing to do

@@ -19,6 +19,9 @@ import pytest
 from dtjob.config import OperatorConfig
 from dtjob.fence import NotLeader
 from dtjob.kube.client import KubeClient
+from dtjob.reconcile.deletes import delete_owned, delete_pods, delete_training_job
+from dtjob.reconcile.ensure import create_if_absent, ensure
+from dtjob.reconcile.reads import get_job, patch_status
 from dtjob.runtime.election import ELECTED_REASON
 from dtjob.runtime.lease import Leadership
 from kubernetes import client
@@ -224,15 +227,16 @@ def test_a_fenced_client_writes_nothing_to_the_api_server(jobs: Jobs, api_client
         "kind": "ConfigMap",
         "metadata": {"name": "fenced-x", "namespace": jobs.ns},
     }
+    version = job["metadata"]["resourceVersion"]
     writes: list[Callable[[], object]] = [
-        lambda: kube.create_if_absent(config_map),
-        lambda: kube.ensure(config_map),
-        lambda: kube.patch_status(
-            jobs.ns, "fenced", {"phase": "Running"}, job["metadata"]["resourceVersion"]
-        ),
+        lambda: create_if_absent(kube, config_map),
+        lambda: ensure(kube, config_map),
+        lambda: patch_status(kube, jobs.ns, "fenced", {"phase": "Running"}, version),
         lambda: kube.emit_event(job, "Normal", "Fenced", "must not be posted", datetime.now(UTC)),
-        lambda: kube.delete_training_job(jobs.ns, "fenced"),
-        lambda: kube.delete_pods(jobs.ns, "dtjob.io/job-name=fenced", "uid"),
+        lambda: delete_training_job(kube, jobs.ns, "fenced"),
+        lambda: delete_pods(kube, jobs.ns, "dtjob.io/job-name=fenced", "uid"),
+        lambda: delete_owned(kube, "Secret", jobs.ns, "fenced-ssh", "uid"),
+        lambda: kube.delete("Pod", jobs.ns, "fenced-worker-0"),
         kube.check_leader,
     ]
     for write in writes:
@@ -243,4 +247,4 @@ def test_a_fenced_client_writes_nothing_to_the_api_server(jobs: Jobs, api_client
     assert missing.value.status == 404
     assert jobs.get("fenced") is not None and jobs.status("fenced") == {} and not jobs.events("fenced")
     # Reads are not fenced: a standby keeps its view current.
-    assert kube.get_job(jobs.ns, "fenced") is not None
+    assert get_job(kube, jobs.ns, "fenced") is not None

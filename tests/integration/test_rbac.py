@@ -1,10 +1,10 @@
 """The chart grants the operator exactly the API verbs its code uses: no more (least privilege), no fewer.
 
-What the code uses is read from the code itself: every Kubernetes client method the operator references
-(dtjob.kube.client is the only module that calls the API), every plain JSON call it allows itself
-(dtjob.kube.client.PLAIN_CALLS), every watch kopf opens for the handlers' registrations,
-and the few needs of kopf and the API server that no call in our code spells out (each listed with why).
-What the chart grants is what real helm renders, bound to the operator's ServiceAccount.
+What the code uses is the operator's declared permission table (dtjob.kube.permissions.PERMISSIONS: every
+call of its client goes through dtjob.kube.rest.api_call, which refuses any call outside the table, and no
+module of the operator process builds a typed client of its own), every watch kopf opens for the handlers'
+registrations, and the few needs of kopf and the API server that no call in our code spells out (each listed
+with why). What the chart grants is what real helm renders, bound to the operator's ServiceAccount.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import dtjob
 import pytest
 import yaml
 from dtjob.desired.common import owner_reference
+from dtjob.kube.permissions import PERMISSIONS
+from dtjob.kube.rest import RESOURCES, permission
 
 from tests.tools import REPO, tool
 
@@ -26,46 +28,9 @@ CHART = REPO / "charts" / "dtjob"
 PACKAGE = REPO / "operator" / "dtjob"
 RELEASE, RELEASE_NS = "dtjob", "dtjob-system"
 Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
-
-# The API group behind each client attribute of dtjob.kube.client.Kube.
-CLIENT_GROUPS = {
-    "core": "", "batch": "batch", "custom": dtjob.API_GROUP, "networking": "networking.k8s.io",
-    "coordination": "coordination.k8s.io",
-    "authentication": "authentication.k8s.io", "authorization": "authorization.k8s.io",
-    "coscheduling": "scheduling.x-k8s.io", "volcano": "scheduling.volcano.sh",
-}  # fmt: skip
-# Clients of CustomObjectsApi used on one resource each: our jobs, and the gang schedulers' PodGroups.
-CUSTOM_OBJECTS = {"custom": dtjob.PLURAL, "coscheduling": "podgroups", "volcano": "podgroups"}
-# Client method prefix -> RBAC verb (longest prefix first).
-VERBS = (
-    ("delete_collection_", "deletecollection"),
-    ("create_", "create"),
-    ("read_", "get"),
-    ("get_", "get"),
-    ("list_", "list"),
-    ("patch_", "patch"),
-    ("replace_", "update"),
-    ("delete_", "delete"),
-)
-# Client method object name -> RBAC resource (a CustomObjectsApi client's: CUSTOM_OBJECTS).
-RESOURCES = {
-    "pod": "pods",
-    "pod_log": "pods/log",
-    "service": "services",
-    "secret": "secrets",
-    "config_map": "configmaps",
-    "event": "events",
-    "persistent_volume_claim": "persistentvolumeclaims",
-    "node": "nodes",
-    "namespace": "namespaces",
-    "job": "jobs",
-    "network_policy": "networkpolicies",
-    "lease": "leases",
-    "custom_object": dtjob.PLURAL,
-    "custom_object_status": f"{dtjob.PLURAL}/status",
-    "token_review": "tokenreviews",
-    "subject_access_review": "subjectaccessreviews",
-}
+# Not the operator process: the CLI calls the API with its user's own credentials, the dataset tools and the
+# stager run elsewhere.
+NOT_THE_OPERATOR = ("cli", "datasets", "stager")
 CLUSTER_SCOPED = {"nodes", "namespaces", "customresourcedefinitions", "tokenreviews", "subjectaccessreviews"}
 # Used only when a chart value turns the feature on.
 OPTIONAL = {
@@ -86,32 +51,42 @@ RELEASE_NAMESPACE_ONLY = {("coordination.k8s.io", "leases", verb) for verb in ("
 ALSO_IN_RELEASE_NAMESPACE = {("", "events", "create")}
 
 
-def permission_of(client_attr: str, method: str) -> Permission:
-    match = next(((prefix, verb) for prefix, verb in VERBS if method.startswith(prefix)), None)
-    assert match is not None, f"no RBAC verb known for the client method {method}: add it to VERBS"
-    prefix, verb = match
-    noun = method.removeprefix(prefix).removeprefix("namespaced_").removesuffix("_for_all_namespaces")
-    assert noun in RESOURCES, f"no RBAC resource known for the client method {method}: add it to RESOURCES"
-    resource = RESOURCES[noun]
-    if noun.startswith("custom_object"):
-        resource = resource.replace(dtjob.PLURAL, CUSTOM_OBJECTS[client_attr])
-    return CLIENT_GROUPS[client_attr], resource, verb
-
-
-def client_calls() -> set[Permission]:
-    """Every `self.<client>.<method>` (a client of CLIENT_GROUPS) the operator's code references."""
-    used: set[Permission] = set()
-    for path in PACKAGE.rglob("*.py"):
+def typed_clients(package: Path = PACKAGE) -> list[str]:
+    """Every `<module>.<Name>Api(...)` (a typed client of the official library: CoreV1Api,
+    CustomObjectsApi...) that a module of the operator process builds, as "path:line"."""
+    found: list[str] = []
+    for path in package.rglob("*.py"):
+        if path.relative_to(package).parts[0] in NOT_THE_OPERATOR:
+            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Attribute)
-                and node.value.attr in CLIENT_GROUPS
-                and isinstance(node.value.value, ast.Name)
-                and node.value.value.id == "self"
-            ):
-                used.add(permission_of(node.value.attr, node.attr))
-    return used
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            name = node.func.attr
+            if name.endswith("Api") and name not in ("ApiClient", "Api"):
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    return found
+
+
+def table_calls() -> set[Permission]:
+    """The calls the operator's client may make: the declared table, each entry on a resource it knows."""
+    known = {(version.rpartition("/")[0], resource) for (version, _), resource in RESOURCES.items()}
+    for group, resource, _ in PERMISSIONS:
+        assert (group, resource.split("/")[0]) in known, (
+            f"{group}/{resource} is not in dtjob.kube.rest.RESOURCES"
+        )
+    return set(PERMISSIONS)
+
+
+def test_every_call_goes_through_the_table() -> None:
+    assert typed_clients() == [], "a typed client bypasses dtjob.kube.rest.api_call and its table"
+    assert all(why.strip() for why in PERMISSIONS.values()), "every permission says why it is needed"
+
+
+def test_the_childrens_watch_is_in_the_table() -> None:
+    from dtjob.runtime.child_watch import CHILD_KINDS
+
+    for kind in CHILD_KINDS:
+        assert {permission("list", kind), permission("watch", kind)} <= set(PERMISSIONS)
 
 
 def _constant(node: ast.expr) -> str:
@@ -121,27 +96,6 @@ def _constant(node: ast.expr) -> str:
     value = getattr(dtjob, node.id)
     assert isinstance(value, str)
     return value
-
-
-def plain_calls() -> set[Permission]:
-    """The calls dtjob.kube.client makes as plain JSON: it refuses any outside PLAIN_CALLS (the children's
-    watch among them)."""
-    from dtjob.kube.client import PLAIN_CALLS, RESOURCES
-
-    used: set[Permission] = set()
-    for verb, kinds in PLAIN_CALLS.items():
-        for kind in kinds:
-            base, _, subresource = kind.partition("/")
-            group, _, resource = RESOURCES[base]
-            used.add((group, f"{resource}/{subresource}" if subresource else resource, verb))
-    return used
-
-
-def test_the_childrens_watch_is_among_the_plain_calls() -> None:
-    from dtjob.kube.client import PLAIN_CALLS
-    from dtjob.runtime.child_watch import CHILD_KINDS
-
-    assert set(CHILD_KINDS) <= PLAIN_CALLS["list"] & PLAIN_CALLS["watch"]
 
 
 def kopf_watches(path: Path = PACKAGE / "runtime" / "handlers.py") -> set[Permission]:
@@ -183,7 +137,7 @@ def implicit_needs(namespaced_install: bool) -> set[Permission]:
 
 
 def used_permissions(namespaced_install: bool, enabled: set[str]) -> set[Permission]:
-    used = client_calls() | plain_calls() | kopf_watches() | implicit_needs(namespaced_install)
+    used = table_calls() | kopf_watches() | implicit_needs(namespaced_install)
     if LEADER_ELECTION_OFF in enabled:
         used -= RELEASE_NAMESPACE_ONLY
     used -= {p for p, off in UNLESS.items() if off in enabled}
@@ -242,23 +196,23 @@ def test_the_operator_is_granted_exactly_the_verbs_its_code_uses(
     assert used - set(grants) == set(), "used but not granted"
     namespaces = {"ml-a", "ml-b"} if "watchNamespaces={ml-a,ml-b}" in sets else {"ml-a"}
     electing = LEADER_ELECTION_OFF not in sets
-    for permission, scopes in grants.items():
-        resource = permission[1]
+    for granted_one, scopes in grants.items():
+        resource = granted_one[1]
         if resource in CLUSTER_SCOPED or resource.split("/")[0] in CLUSTER_SCOPED:
             assert scopes == {None}
-        elif permission in RELEASE_NAMESPACE_ONLY:
+        elif granted_one in RELEASE_NAMESPACE_ONLY:
             assert scopes == {RELEASE_NS}, (resource, scopes)
         else:
             expected: set[str | None] = set(namespaces) if namespaced else {None}
-            if electing and permission in ALSO_IN_RELEASE_NAMESPACE:
+            if electing and granted_one in ALSO_IN_RELEASE_NAMESPACE:
                 expected = expected | {RELEASE_NS}
             assert scopes == expected, (resource, scopes)
 
 
-def test_the_scan_reads_the_calls_the_code_makes() -> None:
-    """The scan is not vacuous: it finds what dtjob.kube.client is known to do, and nothing it must never
-    do."""
-    used = client_calls() | plain_calls()
+def test_the_table_holds_the_calls_the_code_makes() -> None:
+    """The table is not vacuous: it holds what the operator is known to do, and nothing it must never do;
+    the scan for typed clients finds one where there is one."""
+    used = table_calls()
     known = {
         ("", "pods", "create"), ("", "secrets", "get"), ("", "pods/log", "get"), ("batch", "jobs", "delete"),
         (dtjob.API_GROUP, f"{dtjob.PLURAL}/status", "patch"), *RELEASE_NAMESPACE_ONLY,
@@ -268,8 +222,7 @@ def test_the_scan_reads_the_calls_the_code_makes() -> None:
     assert known <= used
     never = {("", "secrets", "list"), ("", "secrets", "watch"), ("", "pods", "update")}
     assert not never & used and ("batch", "jobs", "patch") not in used
-    with pytest.raises(AssertionError, match="add it to RESOURCES"):
-        permission_of("core", "create_namespaced_pod_eviction")
+    assert typed_clients(PACKAGE.parent / "dtjob" / "cli"), "the CLI's typed clients are found when scanned"
 
 
 def test_user_roles_aggregate_into_admin_edit_and_view() -> None:

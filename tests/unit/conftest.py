@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
 
 import pytest
+from dtjob.reconcile import ensure
 
 _connect = socket.socket.connect
 _connect_ex = socket.socket.connect_ex
 _getaddrinfo = socket.getaddrinfo
+T = TypeVar("T")
 
 
 def _local(address: Any) -> bool:
@@ -52,3 +55,22 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
     monkeypatch.setattr(socket, "getaddrinfo", _guarded_getaddrinfo)
     yield
+
+
+class InlineExecutor(Executor):
+    """Runs each submitted call at once, in the caller's thread."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as error:
+            future.set_exception(error)
+        return future
+
+
+@pytest.fixture(autouse=True)
+def _creates_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A world's objects are ensured one after another, in order, so that the calls a test records are
+    deterministic (test_parallel_creates checks the parallel pool itself)."""
+    monkeypatch.setattr(ensure, "CREATES", InlineExecutor())

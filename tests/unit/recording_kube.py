@@ -1,24 +1,31 @@
-"""An in-memory Kube that records every call, for unit tests of a reconcile's exact API traffic.
+"""An in-memory Kube (dtjob.kube.client.Kube, the thin client's generic verbs) that records every call, for
+unit tests of a reconcile's exact API traffic.
 
-It keeps objects by (kind, namespace, name) and answers as the API server would where the reconcile depends
-on it: 409-style `False` from create_if_absent, ownership and owned-field drift in ensure() (the same pure
-rules as KubeClient), resourceVersions that move on every write. Faults are set per test: `conflict_next`
-makes the next status patch raise Conflict, `reject` makes creates of a kind raise Rejected, `not_served`
-makes creates of an apiVersion raise ApiNotServed (a CRD not installed), `leading` False makes check_leader()
-raise NotLeader (a replica standing by).
+It keeps objects by (kind, namespace, name) and answers as the API server does where a reconcile depends on
+it: False from create() for a name that is taken, None from get() for one that is not, merge patches,
+resourceVersions that move on every write (and guard status patches and replaces), UID preconditions on
+deletes, finalizers that keep a deleted object until they are off, and only the calls the client's
+permission table grants. tests/integration/test_kube_contract.py runs the same scenarios against it and
+against a real API server, so the two cannot drift. Faults are set per test: `conflict_next` makes the next
+status patch raise Conflict, `reject` makes creates of a kind raise Rejected, `not_served` makes creates of
+an apiVersion raise ApiNotServed (a CRD not installed), `leading` False makes check_leader() raise
+NotLeader (a replica standing by), `node_pods` None makes listing a node's pods Forbidden (a
+namespace-scoped install).
 """
 
 from __future__ import annotations
 
+import builtins
 import copy
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dtjob.desired.owned import drift, is_ours, owner_uids
 from dtjob.fence import NotLeader
-from dtjob.kube.client import ApiNotServed, Applied, Conflict, LogUnavailable, Rejected
+from dtjob.kube.errors import ApiNotServed, Conflict, Forbidden, LogUnavailable, Rejected
+from dtjob.kube.permissions import PERMISSIONS
+from dtjob.kube.rest import permission
 
 Json = dict[str, Any]
 JOB_KIND = "DistributedTrainingJob"
@@ -37,10 +44,26 @@ def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> Json:
     return out
 
 
+def _selected(obj: Mapping[str, Any], selector: str, fields: bool) -> bool:
+    """Whether `obj` matches a label selector (or, `fields`, a field selector) of `k=v` and `k!=v` terms."""
+    for term in filter(None, selector.split(",")):
+        negated = "!=" in term
+        key, _, value = term.partition("!=" if negated else "=")
+        if fields:
+            found: Any = obj
+            for part in key.split("."):
+                found = (found or {}).get(part) if isinstance(found, Mapping) else None
+        else:
+            found = ((obj.get("metadata") or {}).get("labels") or {}).get(key)
+        if (str(found) == value) == negated:
+            return False
+    return True
+
+
 @dataclass
 class RecordingKube:
     objects: dict[tuple[str, str, str], Json] = field(default_factory=dict)
-    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, kind, name)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, kind, name or selector)
     events: list[tuple[str, str]] = field(default_factory=list)  # (type, reason)
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> log text
     failed_creates: dict[str, str] = field(default_factory=dict)  # Job uid -> its FailedCreate message
@@ -58,7 +81,10 @@ class RecordingKube:
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = self._next_version()
-        self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
+        meta.setdefault(
+            "uid", f"uid-{meta['name']}-{meta['resourceVersion']}"
+        )  # the API server names each one
+        self.objects[(obj["kind"], meta.get("namespace") or "", meta["name"])] = obj
         return obj
 
     def writes(self) -> list[tuple[str, str, str]]:
@@ -69,70 +95,12 @@ class RecordingKube:
         self._version += 1
         return str(self._version)
 
-    def _get(self, kind: str, namespace: str, name: str, verb: str) -> Json | None:
-        self.calls.append((verb, kind, name))
-        found = self.objects.get((kind, namespace, name))
-        return copy.deepcopy(found) if found is not None else None
-
     # --- Kube ----------------------------------------------------------------------------------------
 
-    def get_job(self, namespace: str, name: str) -> Json | None:
-        return self._get(JOB_KIND, namespace, name, "get")
-
-    def get_secret(self, namespace: str, name: str) -> Json | None:
-        return self._get("Secret", namespace, name, "get")
-
-    def get_pvc(self, namespace: str, name: str) -> Json | None:
-        return self._get("PersistentVolumeClaim", namespace, name, "get")
-
-    def get_namespace(self, name: str) -> Json | None:
-        return self._get("Namespace", "", name, "get")
-
-    def read_pod_log(
-        self,
-        namespace: str,
-        pod: str,
-        container: str,
-        tail_lines: int | None = None,
-        limit_bytes: int | None = None,
-    ) -> str:
-        self.calls.append(("read-log", "Pod", pod))
-        if pod not in self.logs:
-            raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
-        lines = self.logs[pod].splitlines(keepends=True)
-        return "".join(lines[-tail_lines:] if tail_lines else lines)
-
-    def poll_pod_log(
-        self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, every_s: float
-    ) -> str | None:
-        """Never throttled here: each poll reads (KubeClient's interval has its own test)."""
-        return self.read_pod_log(namespace, pod, container, tail_lines, limit_bytes)
-
-    def stream_pod_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]:
-        # A generator, as KubeClient's: the call happens at the first next().
-        self.calls.append(("stream-log", "Pod", pod))
-        if pod not in self.logs:
-            raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
-        yield self.logs[pod].encode()
-
-    def list_nodes(self, label_selector: str, fresh: bool = False) -> list[Json]:
-        self.calls.append(("list", "Node", label_selector))
-        return copy.deepcopy(self.nodes)
-
-    def patch_status(
-        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str
-    ) -> str:
-        self.calls.append(("patch-status", JOB_KIND, name))
-        job = self.objects[(JOB_KIND, namespace, name)]
-        if self.conflict_next or job["metadata"]["resourceVersion"] != resource_version:
-            self.conflict_next = False
-            raise Conflict(f"{namespace}/{name} changed; retrying")
-        job["status"] = merge_patch(job.get("status") or {}, status)
-        job["metadata"]["resourceVersion"] = self._next_version()
-        return str(job["metadata"]["resourceVersion"])
-
-    def create_if_absent(self, obj: Json) -> bool:
+    def create(self, obj: Json) -> bool:
+        self.check_leader()
         kind, meta = obj["kind"], obj["metadata"]
+        _permitted("create", kind, obj.get("apiVersion"))
         self.calls.append(("create", kind, meta["name"]))
         if kind in self.reject:
             raise Rejected(f"{kind} {meta['name']} rejected by the API server: refused by the test")
@@ -143,97 +111,135 @@ class RecordingKube:
         self.put(obj)
         return True
 
-    def ensure(self, obj: Json) -> Applied:
-        if self.create_if_absent(obj):
-            return Applied.CREATED
-        meta = obj["metadata"]
-        existing = self.objects[(obj["kind"], meta["namespace"], meta["name"])]
-        if not is_ours(existing, obj):
-            return Applied.NOT_OURS
-        patch = drift(obj, existing)
-        if patch is None:
-            return Applied.UNCHANGED
-        self.calls.append(("patch", obj["kind"], meta["name"]))
-        existing.update(copy.deepcopy(patch))
-        return Applied.UPDATED
+    def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Json | None:
+        _permitted("get", kind, api_version)
+        self.calls.append(("get", kind, name))
+        found = self.objects.get((kind, namespace or "", name))
+        return copy.deepcopy(found) if found is not None else None
 
-    def ensure_all(self, objs: Sequence[Json]) -> list[Applied]:
-        """One after another, in order, so that the calls recorded are deterministic; like KubeClient's,
-        every one is tried before the first error is raised."""
-        applied: list[Applied] = []
-        errors: list[Exception] = []
-        for obj in objs:
-            try:
-                applied.append(self.ensure(obj))
-            except Exception as error:
-                errors.append(error)
-        if errors:
-            raise errors[0]
-        return applied
+    def list(
+        self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
+        cached: bool = False,
+    ) -> builtins.list[Json]:  # fmt: skip
+        _permitted("list", kind)
+        self.calls.append(("list", kind, labels or fields))
+        if kind == "Node":
+            return copy.deepcopy(self.nodes)
+        if kind == "Pod" and fields.startswith("spec.nodeName="):
+            if self.node_pods is None:
+                raise Forbidden("list Pod refused by the API server: forbidden by the test")
+            node = fields.split(",")[0].removeprefix("spec.nodeName=")
+            return copy.deepcopy(self.node_pods.get(node, []))
+        found = [
+            copy.deepcopy(obj)
+            for (k, ns, _), obj in self.objects.items()
+            if k == kind and namespace in (None, ns) and _selected(obj, labels, False)
+        ]
+        if kind == "Event":
+            found += [{"reason": "FailedCreate", "involvedObject": {"uid": uid}, "message": message}
+                      for uid, message in self.failed_creates.items()]  # fmt: skip
+        found = [obj for obj in found if _selected(obj, fields, True)]
+        return found[:limit] if limit is not None else found
 
-    def replace_secret(self, obj: Json, resource_version: str) -> None:
-        self.calls.append(("replace", "Secret", obj["metadata"]["name"]))
-        self.put(obj)
+    def patch(
+        self, kind: str, namespace: str, name: str, body: Any, api_version: str | None = None
+    ) -> Json | None:
+        self.check_leader()
+        _permitted("patch", kind, api_version)
+        base, _, subresource = kind.partition("/")
+        self.calls.append(("patch-status" if subresource == "status" else "patch", base, name))
+        found = self.objects.get((base, namespace, name))
+        if found is None:
+            return None
+        version = (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, Mapping) else None
+        moved_on = version not in (None, found["metadata"]["resourceVersion"])
+        if (subresource == "status" and self.conflict_next) or moved_on:
+            self.conflict_next = False
+            raise Conflict(f"{kind} {namespace}/{name} changed; retrying")
+        if isinstance(body, builtins.list):
+            patched = _json_patch(found, body, f"{kind} {namespace}/{name}")
+        elif subresource == "status":
+            patched = {**found, "status": merge_patch(found.get("status") or {}, body.get("status") or {})}
+        else:
+            patched = merge_patch(found, {k: v for k, v in body.items() if k != "status"})
+        patched["metadata"]["resourceVersion"] = self._next_version()
+        self.objects[(base, namespace, name)] = patched
+        if patched["metadata"].get("deletionTimestamp") and not patched["metadata"].get("finalizers"):
+            del self.objects[(base, namespace, name)]  # its last finalizer was what kept it
+        return copy.deepcopy(patched)
 
-    def _delete(self, kind: str, namespace: str, name: str) -> None:
-        self.calls.append(("delete", kind, name))
-        self.objects.pop((kind, namespace, name), None)
+    def replace(self, obj: Json, resource_version: str) -> None:
+        self.check_leader()
+        kind, meta = obj["kind"], obj["metadata"]
+        _permitted("update", kind, obj.get("apiVersion"))
+        self.calls.append(("replace", kind, meta["name"]))
+        found = self.objects.get((kind, meta["namespace"], meta["name"]))
+        if found is None or found["metadata"]["resourceVersion"] != resource_version:
+            raise Conflict(f"{kind} {meta['namespace']}/{meta['name']} changed; retrying")
+        self.put({**obj, "metadata": {**meta, "uid": found["metadata"].get("uid")}})
 
-    def delete_secret(self, namespace: str, name: str, owner_uid: str) -> None:
-        found = self.objects.get(("Secret", namespace, name))
-        if found is None or owner_uid in owner_uids(found):
-            self._delete("Secret", namespace, name)
-
-    def delete_pod(self, namespace: str, name: str) -> None:
-        self._delete("Pod", namespace, name)
-
-    def force_delete_pod(self, namespace: str, name: str, uid: str) -> bool:
-        found = self.objects.get(("Pod", namespace, name))
-        self.calls.append(("force-delete", "Pod", name))
-        if found is None or found["metadata"].get("uid") != uid:
+    def delete(
+        self, kind: str, namespace: str, name: str, api_version: str | None = None, uid: str | None = None,
+        grace_period_s: int | None = None, background: bool = False,
+    ) -> bool:  # fmt: skip
+        self.check_leader()
+        _permitted("delete", kind, api_version)
+        self.calls.append(("force-delete" if grace_period_s == 0 else "delete", kind, name))
+        found = self.objects.get((kind, namespace, name))
+        if found is None or (uid is not None and found["metadata"].get("uid") != uid):
             return False
-        del self.objects[("Pod", namespace, name)]
+        if found["metadata"].get("finalizers"):  # it stays, being deleted, until they are all off
+            found["metadata"].setdefault("deletionTimestamp", "2026-01-01T00:00:00Z")
+        else:
+            del self.objects[(kind, namespace, name)]
         return True
 
-    def remove_pod_finalizer(self, namespace: str, name: str, uid: str, finalizer: str) -> bool:
-        found = self.objects.get(("Pod", namespace, name))
-        self.calls.append(("remove-finalizer", "Pod", name))
-        held = (found or {}).get("metadata", {}).get("finalizers") or []
-        if found is None or found["metadata"].get("uid") != uid or finalizer not in held:
-            return False
-        held.remove(finalizer)
-        return True
+    def read_log(
+        self, namespace: str, pod: str, container: str, tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str:  # fmt: skip
+        _permitted("get", "Pod/log")
+        self.calls.append(("read-log", "Pod", pod))
+        if pod not in self.logs:
+            raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
+        lines = self.logs[pod].splitlines(keepends=True)
+        return "".join(lines[-tail_lines:] if tail_lines else lines)
 
-    def delete_batch_job(self, namespace: str, name: str) -> None:
-        self._delete("Job", namespace, name)
+    def stream_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]:
+        # A generator, as KubeClient's: the call happens at the first next().
+        _permitted("get", "Pod/log")
+        self.calls.append(("stream-log", "Pod", pod))
+        if pod not in self.logs:
+            raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
+        yield self.logs[pod].encode()
 
-    def delete_pods(self, namespace: str, label_selector: str, owner_uid: str) -> None:
-        key, _, value = label_selector.partition("=")
-        for kind, ns, name in list(self.objects):
-            meta = self.objects[(kind, ns, name)]["metadata"]
-            owned = owner_uid in owner_uids(self.objects[(kind, ns, name)])
-            if kind == "Pod" and ns == namespace and (meta.get("labels") or {}).get(key) == value and owned:
-                self._delete("Pod", ns, name)
-
-    def delete_training_job(self, namespace: str, name: str) -> None:
-        self._delete(JOB_KIND, namespace, name)
+    def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
+        self.events.append((kind, reason))
 
     def check_leader(self) -> None:
         if not self.leading:
             raise NotLeader("standing by")
 
-    def delete_pod_group(self, api_version: str, namespace: str, name: str, owner_uid: str) -> None:
-        found = self.objects.get(("PodGroup", namespace, name))
-        if found is None or owner_uid in owner_uids(found):
-            self._delete("PodGroup", namespace, name)
 
-    def failed_create(self, namespace: str, job_uid: str) -> str | None:
-        self.calls.append(("list", "Event", job_uid))
-        return self.failed_creates.get(job_uid)
+def _permitted(verb: str, kind: str, api_version: str | None = None) -> None:
+    """As the client's every call: refused unless the permission table grants it."""
+    if permission(verb, kind, api_version) not in PERMISSIONS:
+        raise ValueError(f"{verb} {kind} is not among dtjob.kube.permissions.PERMISSIONS")
 
-    def list_node_pods(self, node: str) -> list[Json] | None:
-        self.calls.append(("list", "Pod", f"spec.nodeName={node}"))
-        return None if self.node_pods is None else copy.deepcopy(self.node_pods.get(node, []))
 
-    def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
-        self.events.append((kind, reason))
+def _json_patch(obj: Json, ops: builtins.list[Json], what: str) -> Json:
+    """The `test` and `remove` operations of an RFC 6902 JSON patch; Conflict when a test fails."""
+    out = copy.deepcopy(obj)
+    for op in ops:
+        *parents, last = op["path"].strip("/").split("/")
+        holder: Any = out
+        for part in parents:
+            holder = holder[int(part)] if isinstance(holder, builtins.list) else holder.get(part)
+        key: Any = int(last) if isinstance(holder, builtins.list) else last
+        listed = isinstance(holder, builtins.list) and key < len(holder)
+        present = listed or (isinstance(holder, dict) and key in holder)
+        if op["op"] == "test" and (not present or holder[key] != op["value"]):
+            raise Conflict(f"{what} changed; retrying")
+        if op["op"] == "remove":
+            del holder[key]
+    return out

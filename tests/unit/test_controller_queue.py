@@ -15,9 +15,10 @@ from typing import Any, cast
 import pytest
 from dtjob.config import OperatorConfig
 from dtjob.fence import NotLeader
-from dtjob.kube.client import Conflict, ControllerKube, Kube
+from dtjob.kube.client import Conflict, Kube
 from dtjob.reconcile.job import Children
 from dtjob.runtime import controller as controller_module
+from dtjob.runtime.cached_kube import ControllerKube
 from dtjob.runtime.controller import CHILD_EVENTS_BATCH_S, MAX_BACKOFF_S, Controller, Key, backoff
 
 A: Key = ("ns", "a")
@@ -94,7 +95,9 @@ class RecordingKube:
         self.lists += 1
         return [(kind, obj) for kind, obj in self.children if obj["metadata"]["namespace"] == namespace]
 
-    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+    def get(
+        self, kind: str, namespace: str | None, name: str, api_version: str | None = None
+    ) -> dict[str, Any]:
         return {"metadata": {"name": name, "namespace": namespace, "uid": "u"}}
 
     def emit_event(self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:

@@ -4,15 +4,17 @@ last patch."""
 
 from __future__ import annotations
 
-import json
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtjob.kube.client import JOB_COPY_MAX_AGE_S, KubeClient
+from dtjob.reconcile.reads import get_job, patch_status
+from dtjob.runtime.cached_kube import JOB_COPY_MAX_AGE_S, CachedKube
 from dtjob.runtime.job_cache import JobCache
 from kubernetes import client
 
 from tests.unit.manual_clock import ManualClock
+from tests.unit.recording_kube import Json, RecordingKube
 
 
 def job(version: str, uid: str = "u1", phase: str = "Pending") -> dict[str, Any]:
@@ -63,62 +65,54 @@ def test_a_copy_unconfirmed_for_its_max_age_is_not_used() -> None:
 
 
 @dataclass
-class Response:
-    data: bytes
+class JobApi(RecordingKube):
+    """The API server's job endpoints as the client reaches them, in memory; counts GETs."""
 
-
-@dataclass
-class JobApi:
-    """The API server's job endpoints as the client's calls reach them (its _call), in memory."""
-
-    stored: dict[str, Any]
+    stored: dict[str, Any] = field(default_factory=dict)
     gets: int = 0
     patches: list[dict[str, Any]] = field(default_factory=list)
 
-    def __call__(self, verb: str, kind: str, namespace: str, name: str = "", body: Any = None) -> Response:
-        assert (namespace, name) == ("ml", "rn50")
-        if verb == "get":
-            assert kind == "DistributedTrainingJob"
-            self.gets += 1
-        else:
-            assert (verb, kind) == ("patch", "DistributedTrainingJob/status")
-            self.patches.append(body)
-            version = str(int(self.stored["metadata"]["resourceVersion"]) + 1)
-            self.stored = {**self.stored, "status": body["status"],
-                           "metadata": {**self.stored["metadata"], "resourceVersion": version}}  # fmt: skip
-        return Response(json.dumps(self.stored).encode())
+    def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Json | None:
+        assert (kind, namespace, name) == ("DistributedTrainingJob", "ml", "rn50")
+        self.gets += 1
+        return copy.deepcopy(self.stored)
+
+    def patch(self, kind: str, namespace: str, name: str, body: Any, api_version: str | None = None) -> Json:
+        assert (kind, namespace, name) == ("DistributedTrainingJob/status", "ml", "rn50")
+        self.patches.append(body)
+        version = str(int(self.stored["metadata"]["resourceVersion"]) + 1)
+        self.stored = {**self.stored, "status": body["status"],
+                       "metadata": {**self.stored["metadata"], "resourceVersion": version}}  # fmt: skip
+        return copy.deepcopy(self.stored)
 
 
-def kube_over(api: JobApi, clock: ManualClock) -> KubeClient:
-    kube = KubeClient(client.ApiClient(client.Configuration()))
-    kube._call = api  # type: ignore[method-assign,assignment]
-    kube.jobs = JobCache(JOB_COPY_MAX_AGE_S, clock)
-    return kube
+def kube_over(api: JobApi, clock: ManualClock) -> CachedKube:
+    return CachedKube(api, client.ApiClient(client.Configuration()), JobCache(JOB_COPY_MAX_AGE_S, clock))
 
 
 def test_the_client_reads_the_watch_copy_and_writes_its_status_through() -> None:
     clock = ManualClock()
-    api = JobApi(job("5"))
+    api = JobApi(stored=job("5"))
     kube = kube_over(api, clock)
     kube.remember_job(job("5"))  # the watch's event
     for _ in range(5):
-        assert (kube.get_job("ml", "rn50") or {})["metadata"]["resourceVersion"] == "5"
+        assert (get_job(kube, "ml", "rn50") or {})["metadata"]["resourceVersion"] == "5"
     assert api.gets == 0
-    assert kube.patch_status("ml", "rn50", {"phase": "Running"}, "5") == "6"
+    assert patch_status(kube, "ml", "rn50", {"phase": "Running"}, "5") == "6"
     kube.remember_job(job("5"))  # the watch catching up late
-    after = kube.get_job("ml", "rn50") or {}
+    after = get_job(kube, "ml", "rn50") or {}
     assert after["status"] == {"phase": "Running"} and after["metadata"]["resourceVersion"] == "6"
     assert api.gets == 0
 
 
 def test_the_client_gets_a_job_it_holds_no_recent_copy_of() -> None:
     clock = ManualClock()
-    api = JobApi(job("5"))
+    api = JobApi(stored=job("5"))
     kube = kube_over(api, clock)
-    assert kube.get_job("ml", "rn50") is not None and api.gets == 1
-    assert kube.get_job("ml", "rn50") is not None and api.gets == 1, "the answer is kept"
+    assert get_job(kube, "ml", "rn50") is not None and api.gets == 1
+    assert get_job(kube, "ml", "rn50") is not None and api.gets == 1, "the answer is kept"
     clock.now += JOB_COPY_MAX_AGE_S
-    assert kube.get_job("ml", "rn50") is not None and api.gets == 2
+    assert get_job(kube, "ml", "rn50") is not None and api.gets == 2
     kube.forget_job("ml", "rn50")  # the watch's DELETED
-    kube.get_job("ml", "rn50")
+    get_job(kube, "ml", "rn50")
     assert api.gets == 3

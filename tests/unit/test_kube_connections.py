@@ -11,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
-from dtjob.kube.client import KubeClient, _DeadlineApiClient
+from dtjob.kube.client import KubeClient
+from dtjob.kube.connect import _DeadlineApiClient
 from kubernetes import client
 
 
@@ -55,7 +56,7 @@ def test_unread_answers_release_their_connection(kube: KubeClient) -> None:
     job = {"metadata": {"name": "a", "namespace": "ns", "uid": "u"}}
     for i in range(10):
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "ns"}}
-        assert kube.create_if_absent(pod)
-        kube.delete_pod("ns", f"p{i}")
+        assert kube.create(pod)
+        kube.delete("Pod", "ns", f"p{i}")
         kube.emit_event(job, "Normal", "Test", "one event", datetime.now(UTC))
     assert len(ApiServerStandIn.connections) == 1

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from dtjob.kube import client as kube
+from dtjob.kube import rest as kube
 from kubernetes import client
 
 

@@ -15,9 +15,10 @@ import urllib3
 from dtjob import metrics
 from dtjob.cli.operator import DEFAULT_METRICS_ADDRESS, DEFAULT_METRICS_PORT, metrics_endpoint
 from dtjob.config import OperatorConfig
-from dtjob.kube.client import Conflict, ControllerKube
+from dtjob.kube.client import Conflict
 from dtjob.reconcile.job import reconcile
 from dtjob.reconcile.storage import StorageRefused
+from dtjob.runtime.cached_kube import ControllerKube
 from dtjob.runtime.controller import Controller
 from dtjob.state.observed import Blocker, Children
 from kubernetes.client.exceptions import ApiException

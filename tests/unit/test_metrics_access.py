@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from dtjob.runtime.metrics_access import Identity, MetricsGuard, Verdict, bearer_token
+from dtjob.kube.access_reviews import Identity
+from dtjob.runtime.metrics_access import MetricsGuard, Verdict, bearer_token
 
 READER = Identity("system:serviceaccount:monitoring:prometheus", "u-1", ("system:serviceaccounts",))
 

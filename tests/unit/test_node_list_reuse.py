@@ -3,14 +3,15 @@ that fails a job for good: that one is made on a fresh list."""
 
 from __future__ import annotations
 
-import json
+import copy
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtjob.kube.client import NODE_LIST_TTL_S, KubeClient
 from dtjob.reconcile.preflight import preflight
+from dtjob.reconcile.reads import list_nodes
+from dtjob.runtime.cached_kube import NODE_LIST_TTL_S, CachedKube, NodeList
 from dtjob.runtime.ttl_cache import TtlCache
 from kubernetes import client
 
@@ -51,10 +52,14 @@ class StaleNodes(RecordingKube):
     stale: list[dict[str, Any]] = field(default_factory=list)
     fresh_calls: list[bool] = field(default_factory=list)
 
-    def list_nodes(self, label_selector: str, fresh: bool = False) -> list[dict[str, Any]]:
-        self.fresh_calls.append(fresh)
-        super().list_nodes(label_selector, fresh)
-        return list(self.nodes if fresh else self.stale)
+    def list(
+        self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
+        cached: bool = False,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        assert kind == "Node"
+        self.fresh_calls.append(not cached)
+        super().list(kind, namespace, labels, fields, limit, cached)
+        return [*(self.stale if cached else self.nodes)]
 
 
 def test_a_job_is_failed_for_too_few_gpus_only_on_a_fresh_list() -> None:
@@ -75,24 +80,27 @@ def test_a_fitting_job_reads_the_reused_list_only() -> None:
 
 
 @dataclass
-class Response:
-    data: bytes
+class CountingNodes(RecordingKube):
+    """The API server's node list, answered after `delay_s`; counts the lists and how each was asked."""
 
-
-@dataclass
-class CountingCoreApi:
-    nodes: list[dict[str, Any]]
     selectors: list[str] = field(default_factory=list)
     versions: list[str | None] = field(default_factory=list)  # the resourceVersion each list asked for
     delay_s: float = 0.0
 
-    def list_node(
-        self, label_selector: str, _preload_content: bool, resource_version: str | None = None
-    ) -> Response:
-        self.selectors.append(label_selector)
-        self.versions.append(resource_version)
+    def list(
+        self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
+        cached: bool = False,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        assert (kind, namespace) == ("Node", None)
+        self.selectors.append(labels)
+        self.versions.append("0" if cached else None)
         time.sleep(self.delay_s)
-        return Response(json.dumps({"items": self.nodes}).encode())
+        return copy.deepcopy(self.nodes)
+
+
+def cached_over(api: CountingNodes, clock: ManualClock | None = None) -> CachedKube:
+    lists: TtlCache[str, NodeList] = TtlCache(NODE_LIST_TTL_S, clock or ManualClock())
+    return CachedKube(api, client.ApiClient(client.Configuration()), node_lists=lists)
 
 
 def kept(gpus: int) -> dict[str, Any]:
@@ -105,39 +113,35 @@ def kept(gpus: int) -> dict[str, Any]:
 
 
 def test_the_client_lists_each_pool_once_per_ttl() -> None:
-    clock = ManualClock()
-    kube = KubeClient(client.ApiClient(client.Configuration()))
-    kube._node_lists = TtlCache(NODE_LIST_TTL_S, clock)  # a clock the test moves
-    core = CountingCoreApi([node(4)])
-    kube.core = core  # type: ignore[assignment]
+    clock = ManualClock()  # a clock the test moves
+    core = CountingNodes(nodes=[node(4)])
+    kube = cached_over(core, clock)
     for _ in range(50):
-        assert kube.list_nodes("pool=gpu") == [kept(4)]
-    kube.list_nodes("pool=cpu")
+        assert list_nodes(kube, "pool=gpu") == [kept(4)]
+    list_nodes(kube, "pool=cpu")
     assert core.selectors == ["pool=gpu", "pool=cpu"]
     # A caller changing its copy changes nothing for the next one.
-    kube.list_nodes("pool=gpu").clear()
-    assert kube.list_nodes("pool=gpu") == [kept(4)]
-    assert kube.list_nodes("pool=gpu", fresh=True) == [kept(4)]
+    list_nodes(kube, "pool=gpu").clear()
+    assert list_nodes(kube, "pool=gpu") == [kept(4)]
+    assert list_nodes(kube, "pool=gpu", fresh=True) == [kept(4)]
     assert core.selectors == ["pool=gpu", "pool=cpu", "pool=gpu"]
     # Reused lists may come from the API server's watch cache; the one a job is failed on may not.
     assert core.versions == ["0", "0", None]
     clock.now += NODE_LIST_TTL_S
-    kube.list_nodes("pool=gpu")
+    list_nodes(kube, "pool=gpu")
     assert core.selectors[-1] == "pool=gpu" and len(core.selectors) == 4
 
 
 def test_reconciles_asking_at_once_share_one_list() -> None:
-    kube = KubeClient(client.ApiClient(client.Configuration()))
-    core = CountingCoreApi([node(4)], delay_s=0.2)
-    kube.core = core  # type: ignore[assignment]
+    core = CountingNodes(nodes=[node(4)], delay_s=0.2)
+    kube = cached_over(core)
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda _: kube.list_nodes("pool=gpu"), range(8)))
+        answers = list(pool.map(lambda _: list_nodes(kube, "pool=gpu"), range(8)))
     assert answers == [[kept(4)]] * 8
     assert core.selectors == ["pool=gpu"]
 
 
 def test_only_what_the_checks_read_is_kept_of_a_node() -> None:
-    kube = KubeClient(client.ApiClient(client.Configuration()))
     full = {
         "metadata": {"name": "n1", "labels": {"pool": "gpu"}, "managedFields": [{"manager": "kubelet"}]},
         "spec": {
@@ -146,8 +150,8 @@ def test_only_what_the_checks_read_is_kept_of_a_node() -> None:
         },
         "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": [{"names": ["a"] * 50}]},
     }
-    kube.core = CountingCoreApi([full])  # type: ignore[assignment]
-    assert kube.list_nodes("pool=gpu") == [{
+    kube = cached_over(CountingNodes(nodes=[full]))
+    assert list_nodes(kube, "pool=gpu") == [{
         "metadata": {"name": "n1", "labels": {"pool": "gpu"}},
         "spec": {"unschedulable": None, "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]},
         "status": {"allocatable": {"nvidia.com/gpu": "8"}, "capacity": {}},
@@ -156,10 +160,10 @@ def test_only_what_the_checks_read_is_kept_of_a_node() -> None:
 
 def test_node_list_locks_stay_bounded_however_many_selectors() -> None:
     """Selectors come from jobs' specs: the locks serialising their lists must not grow with each new one."""
-    kube = KubeClient(client.ApiClient())
+    kube = cached_over(CountingNodes())
     selectors = [f"pool=tenant-{n}" for n in range(5000)]
     for selector in selectors:
-        kube._node_lists.put(selector, [node(8)])  # answered from the cache: no request
+        kube.node_lists.put(selector, [node(8)])  # answered from the cache: no request
     for selector in selectors:
-        assert kube.list_nodes(selector) == [node(8)]
+        assert list_nodes(kube, selector) == [node(8)]
     assert len(kube._node_list_locks) <= 64

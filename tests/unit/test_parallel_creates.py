@@ -4,15 +4,22 @@ eight, one after another, for a job of four workers."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from dtjob.desired.common import owner_reference
-from dtjob.kube.client import Applied, KubeClient, Rejected
+from dtjob.kube.client import Kube, KubeClient, Rejected
+from dtjob.reconcile import act as act_module
+from dtjob.reconcile import ensure
 from dtjob.reconcile.act import act
+from dtjob.reconcile.ensure import Applied
+from dtjob.reconcile.reads import poll_pod_log
+from dtjob.runtime.cached_kube import CachedKube
+from dtjob.runtime.log_polls import LogPolls
 from dtjob.state.decision import Action, CreateLauncher, CreateWorker, EnsureWorld
 from kubernetes import client
 
@@ -27,9 +34,17 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 class BatchingKube(RecordingKube):
     batches: list[list[str]] = field(default_factory=list)  # "Kind/name" of each ensure_all(), in order
 
-    def ensure_all(self, objs: Sequence[dict[str, Any]]) -> list[Applied]:
-        self.batches.append([f"{o['kind']}/{o['metadata']['name']}" for o in objs])
-        return super().ensure_all(objs)
+
+@pytest.fixture(autouse=True)
+def _batches_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ensure_all() of act() notes its batch on the BatchingKube it was given."""
+
+    def recorded(kube: Kube, objs: Sequence[dict[str, Any]]) -> list[Applied]:
+        if isinstance(kube, BatchingKube):
+            kube.batches.append([f"{o['kind']}/{o['metadata']['name']}" for o in objs])
+        return ensure.ensure_all(kube, objs)
+
+    monkeypatch.setattr(act_module, "ensure_all", recorded)
 
 
 def test_the_world_then_its_workers_each_go_out_in_one_batch() -> None:
@@ -55,56 +70,67 @@ def test_an_existing_ssh_secret_keeps_its_keys() -> None:
     assert kube.objects[("Secret", "ml", "rn50-ssh")]["stringData"] == keys
 
 
-def bare_client() -> KubeClient:
-    return KubeClient(client.ApiClient(client.Configuration()))
+@pytest.fixture
+def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """ensure_all()'s own pool of PARALLEL_CREATES threads (unit tests otherwise run creates in order)."""
+    with ThreadPoolExecutor(ensure.PARALLEL_CREATES) as executor:
+        monkeypatch.setattr(ensure, "CREATES", executor)
+        yield
 
 
-def test_the_client_runs_a_batch_at_once() -> None:
-    kube = bare_client()
+def test_ensure_all_runs_a_batch_at_once(pool: None, monkeypatch: pytest.MonkeyPatch) -> None:
     together = threading.Barrier(4, timeout=5)  # breaks unless all four calls are in flight together
 
-    def ensure(obj: dict[str, Any]) -> Applied:
+    def ensure_one(kube: Kube, obj: dict[str, Any]) -> Applied:
         together.wait()
         return Applied.CREATED
 
-    kube.ensure = ensure  # type: ignore[method-assign]
-    assert kube.ensure_all([{"n": i} for i in range(4)]) == [Applied.CREATED] * 4
+    monkeypatch.setattr(ensure, "ensure", ensure_one)
+    assert ensure.ensure_all(RecordingKube(), [{"n": i} for i in range(4)]) == [Applied.CREATED] * 4
 
 
-def test_a_failed_create_is_raised_once_every_create_of_its_batch_has_ended() -> None:
-    kube = bare_client()
+def test_a_failed_create_is_raised_once_every_create_of_its_batch_has_ended(
+    pool: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ended: list[int] = []
     release = threading.Event()
 
-    def ensure(obj: dict[str, Any]) -> Applied:
+    def ensure_one(kube: Kube, obj: dict[str, Any]) -> Applied:
         if obj["n"] in (1, 2):
             raise Rejected(f"pod {obj['n']}")
         release.wait(5)
         ended.append(obj["n"])
         return Applied.CREATED
 
-    kube.ensure = ensure  # type: ignore[method-assign]
+    monkeypatch.setattr(ensure, "ensure", ensure_one)
     threading.Timer(0.2, release.set).start()
     with pytest.raises(Rejected, match="pod 1"):
-        kube.ensure_all([{"n": i} for i in range(4)])
+        ensure.ensure_all(RecordingKube(), [{"n": i} for i in range(4)])
     assert sorted(ended) == [0, 3]
 
 
 def test_progress_polls_read_a_log_at_most_once_per_interval() -> None:
-    kube = bare_client()
     clock = ManualClock()
-    kube.clock = clock
+    api = client.ApiClient(client.Configuration())
+    kube = CachedKube(KubeClient(api), api, polls=LogPolls(clock))
     reads: list[str] = []
 
-    def read_pod_log(namespace: str, pod: str, container: str, **_: Any) -> str:
+    def read_log(namespace: str, pod: str, container: str, *_: Any) -> str:
         reads.append(pod)
         return f"log of {pod}"
 
-    kube.read_pod_log = read_pod_log  # type: ignore[method-assign,assignment]
-    assert kube.poll_pod_log("ml", "a", "c", 50, 1024, 15.0) == "log of a"
+    kube.kube.read_log = read_log  # type: ignore[method-assign,assignment]
+    assert poll_pod_log(kube, "ml", "a", "c", 50, 1024, 15.0) == "log of a"
     for _ in range(10):  # pod events reconciling the job meanwhile
-        assert kube.poll_pod_log("ml", "a", "c", 50, 1024, 15.0) is None
-    assert kube.poll_pod_log("ml", "b", "c", 50, 1024, 15.0) == "log of b"
+        assert poll_pod_log(kube, "ml", "a", "c", 50, 1024, 15.0) is None
+    assert poll_pod_log(kube, "ml", "b", "c", 50, 1024, 15.0) == "log of b"
     clock.now += 15.0
-    assert kube.poll_pod_log("ml", "a", "c", 50, 1024, 15.0) == "log of a"
+    assert poll_pod_log(kube, "ml", "a", "c", 50, 1024, 15.0) == "log of a"
     assert reads == ["a", "b", "a"]
+
+
+def test_a_client_without_a_poll_memory_reads_each_time() -> None:
+    kube = RecordingKube(logs={"a": "step 1\n"})
+    for _ in range(3):
+        assert poll_pod_log(kube, "ml", "a", "c", 50, 1024, 15.0) == "step 1\n"
+    assert kube.calls.count(("read-log", "Pod", "a")) == 3

@@ -17,9 +17,11 @@ from dtjob import desired, gang, metrics, names
 from dtjob.config import OperatorConfig
 from dtjob.desired.sshkeys import generate_keypair
 from dtjob.gang import kueue
-from dtjob.kube.client import Applied, Kube, NotOurs
+from dtjob.gang.pod_groups import POD_GROUP_KIND
+from dtjob.kube.client import Kube, NotOurs
 from dtjob.names import Access
-from dtjob.reconcile import storage
+from dtjob.reconcile import deletes, storage
+from dtjob.reconcile.ensure import Applied, ensure_all
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     Action,
@@ -116,17 +118,18 @@ def _run(
         case CreateLauncher(attempt=attempt):
             _ensure(kube, desired.launcher_job(spec, owner, attempt))
         case DeletePod(name=pod):
-            kube.delete_pod(ns, pod)
+            deletes.delete_pod(kube, ns, pod)
         case ForceDeletePod(name=pod, uid=uid, overdue_s=overdue):
-            return PodForceDeleted(pod, overdue) if kube.force_delete_pod(ns, pod, uid) else None
+            return PodForceDeleted(pod, overdue) if deletes.force_delete_pod(kube, ns, pod, uid) else None
         case ReleasePod(name=pod, uid=uid):
-            kube.remove_pod_finalizer(ns, pod, uid, kueue.POD_FINALIZER)
+            deletes.remove_pod_finalizer(kube, ns, pod, uid, kueue.POD_FINALIZER)
         case DeleteLauncher():
-            kube.delete_batch_job(ns, names.launcher_name(spec.name))
+            deletes.delete_batch_job(kube, ns, names.launcher_name(spec.name))
         case DeletePodGroup():
             api = gang.pod_group_api(spec)
             if api is not None:
-                kube.delete_pod_group(api, ns, names.pod_group_name(spec.name), str(owner["uid"]))
+                name = names.pod_group_name(spec.name)
+                deletes.delete_owned(kube, POD_GROUP_KIND, ns, name, str(owner["uid"]), api)
         case CreateStagingJob():
             _ensure(kube, desired.staging_job(spec, owner, config.stager_image))
         case UploadLogs(attempt=attempt):
@@ -136,7 +139,7 @@ def _run(
             return SasSecretsDeleted()
         case DeleteJob():
             log.info("ttlSecondsAfterFinished elapsed: deleting %s/%s", ns, spec.name)
-            kube.delete_training_job(ns, spec.name)
+            deletes.delete_training_job(kube, ns, spec.name)
     return None
 
 
@@ -146,7 +149,7 @@ def _ensure(kube: Kube, obj: Json) -> None:
 
 def _ensure_all(kube: Kube, objs: Sequence[Json]) -> None:
     """Each of `objs` at once; NotOurs naming the first whose name another owner's object holds."""
-    for obj, applied in zip(objs, kube.ensure_all(objs), strict=True):
+    for obj, applied in zip(objs, ensure_all(kube, objs), strict=True):
         if applied is Applied.NOT_OURS:
             raise NotOurs(f"{obj['kind']} {obj['metadata']['name']}")
 

@@ -21,7 +21,9 @@ from dtjob.kube.client import ApiNotServed, Forbidden, Kube, NotOurs, Rejected
 from dtjob.machine import decide, invalid_spec, with_results
 from dtjob.reconcile import storage
 from dtjob.reconcile.act import act
+from dtjob.reconcile.deletes import delete_batch_job, delete_pods
 from dtjob.reconcile.observe import observe
+from dtjob.reconcile.reads import get_job, patch_status
 from dtjob.reconcile.refusals import child_not_ours, create_forbidden, gang_api_missing
 from dtjob.reconcile.storage import StorageRefused
 from dtjob.spec.parse import JobSpec, SpecError, parse_spec
@@ -43,7 +45,7 @@ def reconcile(
 ) -> float | None:
     """Returns seconds until this job needs another look without any event (deadline, TTL), or None."""
     now = now or datetime.now(UTC)
-    job = kube.get_job(namespace, name)
+    job = get_job(kube, namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         return None  # gone or going: ownerReferences let the garbage collector remove the children
     meta = job["metadata"]
@@ -107,7 +109,7 @@ def _record(
     version = resource_version or str(meta["resourceVersion"])
     new = status.to_dict()
     if _changed(job.get("status") or {}, new):
-        version = kube.patch_status(meta["namespace"], meta["name"], new, version)
+        version = patch_status(kube, meta["namespace"], meta["name"], new, version)
     for event in events:
         kube.emit_event(job, event.type, event.reason, event.message, now)
     return version
@@ -116,7 +118,7 @@ def _record(
 def _fail(kube: Kube, namespace: str, name: str, path: str, message: str, reason: str, now: datetime) -> None:
     """Something the schema let through but the API server or Azure refused: Failed with its message, and no
     half world left."""
-    job = kube.get_job(namespace, name)
+    job = get_job(kube, namespace, name)
     if job is None:
         return
     prev = status_from_dict(job.get("status"))
@@ -128,7 +130,7 @@ def _fail(kube: Kube, namespace: str, name: str, path: str, message: str, reason
 def _forbidden(kube: Kube, namespace: str, name: str, message: str, now: datetime) -> float | None:
     """A child refused with 403: Failed naming the field (Pod Security admission) and no world left, or a
     waiting condition quoting the API server (a quota, RBAC) and another try later."""
-    job = kube.get_job(namespace, name)
+    job = get_job(kube, namespace, name)
     if job is None:
         return None
     meta = job["metadata"]
@@ -140,7 +142,7 @@ def _forbidden(kube: Kube, namespace: str, name: str, message: str, now: datetim
 
 
 def _wait_for_name(kube: Kube, namespace: str, name: str, child: str, now: datetime) -> float | None:
-    job = kube.get_job(namespace, name)
+    job = get_job(kube, namespace, name)
     if job is None:
         return None
     decision = child_not_ours(
@@ -151,7 +153,7 @@ def _wait_for_name(kube: Kube, namespace: str, name: str, child: str, now: datet
 
 
 def _wait_for_api(kube: Kube, spec: JobSpec, api: str, now: datetime) -> float | None:
-    job = kube.get_job(spec.namespace, spec.name)
+    job = get_job(kube, spec.namespace, spec.name)
     if job is None:
         return None
     prev = status_from_dict(job.get("status"))
@@ -163,9 +165,9 @@ def _wait_for_api(kube: Kube, spec: JobSpec, api: str, now: datetime) -> float |
 def _delete_world(kube: Kube, namespace: str, name: str, uid: str, launcher_ours: bool = True) -> None:
     """The pods and the launcher Job of the job `uid`: pods by owner, never by label alone; the launcher Job
     when it is ours (after this pass's creates it is: a create never takes a name another owner holds)."""
-    kube.delete_pods(namespace, f"{names.JOB_NAME_LABEL}={name}", uid)
+    delete_pods(kube, namespace, f"{names.JOB_NAME_LABEL}={name}", uid)
     if launcher_ours:
-        kube.delete_batch_job(namespace, names.launcher_name(name))
+        delete_batch_job(kube, namespace, names.launcher_name(name))
 
 
 def _owns(child: Mapping[str, Any] | None, uid: str) -> bool:

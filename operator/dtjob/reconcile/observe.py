@@ -24,6 +24,7 @@ from dtjob.machine import world_started
 from dtjob.machine.gang import wants_pool_room
 from dtjob.reconcile import storage
 from dtjob.reconcile.preflight import preflight
+from dtjob.reconcile.reads import failed_create, list_node_pods, list_nodes, poll_pod_log
 from dtjob.spec.parse import JobSpec
 from dtjob.state.observed import (
     Blocker,
@@ -111,7 +112,7 @@ def _refusal(kube: Kube, namespace: str, job: Mapping[str, Any] | None) -> Creat
     meta = (job or {}).get("metadata") or {}
     if not meta.get("uid"):
         return None
-    message = kube.failed_create(namespace, str(meta["uid"]))
+    message = failed_create(kube, namespace, str(meta["uid"]))
     if message is None:
         return None
     created = meta.get("creationTimestamp")
@@ -122,13 +123,13 @@ def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:
     """The free GPUs of the workers' pool, for a gang past its schedule timeout to name what it lacks. None
     when the operator may not read nodes or pods cluster-wide (a namespace-scoped install)."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
-    nodes = kube.list_nodes(selector)
+    nodes = list_nodes(kube, selector)
     if not nodes:
         return None
     by_node = {}
     for node in nodes:
         name = str(node["metadata"]["name"])
-        pods = kube.list_node_pods(name)
+        pods = list_node_pods(kube, name)
         if pods is None:
             return None
         by_node[name] = pods
@@ -166,15 +167,15 @@ def _launcher_log(kube: Kube, namespace: str, prev: JobStatus, seen: Observed, e
     pod, container = launcher.pod_name, names.LAUNCHER_CONTAINER
     try:
         if _failed_now(prev, launcher):
-            return kube.read_pod_log(
+            return kube.read_log(
                 namespace, pod, container, tail_lines=FAILURE_TAIL_LINES, limit_bytes=FAILURE_TAIL_BYTES
             )
         if launcher.finished:
-            return kube.read_pod_log(
+            return kube.read_log(
                 namespace, pod, container, tail_lines=PROGRESS_TAIL_LINES, limit_bytes=PROGRESS_TAIL_BYTES
             )
-        return kube.poll_pod_log(
-            namespace, pod, container, PROGRESS_TAIL_LINES, PROGRESS_TAIL_BYTES, every_s / 2
+        return poll_pod_log(
+            kube, namespace, pod, container, PROGRESS_TAIL_LINES, PROGRESS_TAIL_BYTES, every_s / 2
         )
     except LogUnavailable:
         return None

@@ -14,6 +14,7 @@ from typing import Any
 from dtjob import API_GROUP, KIND
 from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube.client import Kube, Rejected
+from dtjob.reconcile.reads import list_nodes
 from dtjob.reconcile.storage import STORAGE_KEY_LABEL
 from dtjob.spec.parse import JobSpec, pod_secret_references
 from dtjob.state.observed import Blocker
@@ -29,14 +30,14 @@ def preflight(kube: Kube, spec: JobSpec, uid: str = "") -> Blocker | None:
     ):
         if volume is not None and volume.pvc is not None:
             claim = volume.pvc.claim_name
-            if kube.get_pvc(spec.namespace, claim) is None:
+            if kube.get("PersistentVolumeClaim", spec.namespace, claim) is None:
                 return Blocker(
                     "PVCNotFound",
                     f"{field}.persistentVolumeClaim.claimName: PersistentVolumeClaim {claim!r} "
                     f"not found in namespace {spec.namespace}; waiting for it",
                 )
     for secret in spec.pull_secrets:
-        if kube.get_secret(spec.namespace, secret) is None:
+        if kube.get("Secret", spec.namespace, secret) is None:
             named = (
                 "spec.imagePullSecrets"
                 if secret in spec.image_pull_secrets
@@ -54,7 +55,7 @@ def _foreign_secrets(kube: Kube, spec: JobSpec, uid: str) -> Blocker | None:
     DistributedTrainingJob's (its SSH key, its SAS tokens) or a storage account key (labelled
     dtjob.io/storage-key=true: only the operator reads those)."""
     for field, name in pod_secret_references(spec):
-        secret = kube.get_secret(spec.namespace, name)
+        secret = kube.get("Secret", spec.namespace, name)
         if secret is None:
             continue  # the kubelet waits for it; nothing of anyone's is handed out
         labels = (secret.get("metadata") or {}).get("labels") or {}
@@ -81,7 +82,7 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
     """Fail a job whose workers fit on no node of the pool; a pool scaled to zero is given the benefit."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
     try:
-        nodes = kube.list_nodes(selector, fresh=fresh)
+        nodes = list_nodes(kube, selector, fresh=fresh)
     except Rejected as err:
         # The parser refuses such pools and labels; this catches a CRD older than the operator, or a pool name
         # from the operator's own configuration.

@@ -33,8 +33,10 @@ from dtjob.azure.sas import (
 from dtjob.config import OperatorConfig
 from dtjob.desired.owned import is_ours, owner_uids
 from dtjob.fence import NotLeader
-from dtjob.kube.client import Applied, Kube, LogUnavailable, NotOurs
+from dtjob.kube.client import Kube, LogUnavailable, NotOurs
 from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, log_blob_name, run_prefix, sas_secret_name
+from dtjob.reconcile.deletes import delete_owned
+from dtjob.reconcile.ensure import Applied, ensure
 from dtjob.spec.parse import JobSpec
 from dtjob.spec.storage import AuthMode, BlobLocation
 from dtjob.spec.tenancy import Use, check_locations, namespace_policy
@@ -100,7 +102,7 @@ def storage_allowed(kube: Kube, spec: JobSpec, config: OperatorConfig) -> Blocke
     locations = spec_locations(spec)
     if not locations:
         return None
-    namespace = kube.get_namespace(spec.namespace) or {}
+    namespace = kube.get("Namespace", None, spec.namespace) or {}
     annotations = (namespace.get("metadata") or {}).get("annotations") or {}
     policy = namespace_policy(config.storage_policy, spec.namespace, annotations)
     violation = check_locations(policy, spec.namespace, locations)
@@ -120,7 +122,7 @@ def observe_sas(
     policy_checked = False
     refused: Blocker | None = None
     for access, location, path in sas_locations(spec, status):
-        existing = kube.get_secret(spec.namespace, sas_secret_name(spec.name, access))
+        existing = kube.get("Secret", spec.namespace, sas_secret_name(spec.name, access))
         if existing is not None and uid not in owner_uids(existing):
             existing = None  # an older job's of the same name: minting ours waits until it is gone
         altered = _altered(existing, location) if existing is not None else None
@@ -185,9 +187,9 @@ def mint_sas(
     directory = output_directory(spec, location, str(owner.get("uid", "")), config, access)
     sas = _mint(kube, spec.namespace, location, path, access, start, expiry, directory)
     secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
-    existing = kube.get_secret(spec.namespace, sas_secret_name(spec.name, access))
+    existing = kube.get("Secret", spec.namespace, sas_secret_name(spec.name, access))
     if existing is None:
-        applied = kube.ensure(secret)
+        applied = ensure(kube, secret)
         if applied is Applied.NOT_OURS:
             raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
         if applied is Applied.CREATED:
@@ -195,7 +197,7 @@ def mint_sas(
         return
     if not is_ours(existing, secret):
         raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
-    kube.replace_secret(secret, existing["metadata"]["resourceVersion"])
+    kube.replace(secret, existing["metadata"]["resourceVersion"])
     metrics.sas_minted(access.value, rotation=True)
     log.info("rotated the SAS in %s/%s; it now expires at %s", spec.namespace,
              sas_secret_name(spec.name, access), sas.expiry.isoformat())  # fmt: skip
@@ -261,7 +263,7 @@ def _credentials_blocker(kube: Kube, namespace: str, location: BlobLocation, pat
 def _account_key(kube: Kube, namespace: str, location: BlobLocation, path: str) -> str:
     ref = location.credentials.secret_ref
     assert ref is not None
-    secret = kube.get_secret(namespace, ref.name)
+    secret = kube.get("Secret", namespace, ref.name)
     if secret is None:
         raise StorageRefused(Blocker(
             "StorageCredentialsNotFound",
@@ -363,7 +365,7 @@ def log_upload_sas(
 def delete_sas_secrets(kube: Kube, namespace: str, job: str, uid: str) -> None:
     """Revoke the job's SAS Secrets: those the job `uid` owns, never another owner's of the same name."""
     for access in Access:
-        kube.delete_secret(namespace, sas_secret_name(job, access), uid)
+        delete_owned(kube, "Secret", namespace, sas_secret_name(job, access), uid)
 
 
 def observe_staging(
@@ -381,7 +383,7 @@ def observe_staging(
     if outcome.phase != "Running" or not running:
         return outcome
     try:
-        tail = kube.read_pod_log(
+        tail = kube.read_log(
             namespace, pod_state(running[-1]).name, names.STAGER_CONTAINER, STAGING_LOG_TAIL_LINES
         )
     except LogUnavailable:
@@ -434,7 +436,7 @@ def upload_pod_logs(
         name, container = source
         blob = log_blob_name(prefix, spec.namespace, spec.name, uid, name, attempt)
         kube.check_leader()
-        with closing(kube.stream_pod_log(spec.namespace, name, container)) as chunks:
+        with closing(kube.stream_log(spec.namespace, name, container)) as chunks:
             try:
                 summary = upload_log(client, blob, stop_when(cancel, _while_leading(kube, chunks)), cap)
             except LogUnavailable as err:

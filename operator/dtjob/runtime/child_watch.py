@@ -29,7 +29,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dtjob.kube.client import api_call, list_pages
+from dtjob.kube.rest import api_call, list_pages
 from dtjob.runtime.child_cache import projection
 
 log = logging.getLogger(__name__)

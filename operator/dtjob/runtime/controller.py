@@ -36,9 +36,11 @@ from dtjob import metrics, names
 from dtjob.azure.sas import redact
 from dtjob.config import OperatorConfig
 from dtjob.fence import NotLeader
-from dtjob.kube.client import Conflict, ControllerKube, Kube
+from dtjob.kube.client import Conflict, Kube
 from dtjob.reconcile.job import Children, reconcile
+from dtjob.reconcile.reads import get_job
 from dtjob.runtime import heap
+from dtjob.runtime.cached_kube import ControllerKube
 from dtjob.runtime.child_cache import PODS, ChildCache
 from dtjob.runtime.lanes import Lanes
 
@@ -334,7 +336,7 @@ class Controller:
 
     def _report_error(self, key: Key, delay: float, error: Exception) -> None:
         try:
-            job = self.kube.get_job(*key)
+            job = get_job(self.kube, *key)
             if job is not None:
                 # Storage errors may quote a signed URL: never let a SAS signature into an event.
                 text = redact(f"reconcile failed, retrying in {delay:.0f}s: {type(error).__name__}: {error}")

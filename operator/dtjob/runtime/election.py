@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from dtjob.config import ElectionTimings
-from dtjob.kube.client import Conflict
+from dtjob.kube.errors import Conflict
 from dtjob.runtime.lease import (
     Leadership,
     LeaseRecord,
@@ -40,7 +40,7 @@ ELECTED_REASON = "LeaderElected"
 
 
 class Leases(Protocol):
-    """The Lease as the loop uses it (dtjob.kube.client.LeaseClient against the API server)."""
+    """The Lease as the loop uses it (dtjob.kube.leases.LeaseClient against the API server)."""
 
     namespace: str
     name: str

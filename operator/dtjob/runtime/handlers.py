@@ -24,8 +24,12 @@ from dtjob import API_GROUP, API_VERSION, PLURAL, metrics
 from dtjob.azure.clients import Deadlines, set_default_deadlines
 from dtjob.config import OperatorConfig, load_config
 from dtjob.fence import Fence, Unfenced
-from dtjob.kube.client import PARALLEL_CREATES, KubeClient, LeaseClient, connect
+from dtjob.kube.client import KubeClient
+from dtjob.kube.connect import connect
+from dtjob.kube.leases import LeaseClient
+from dtjob.reconcile.ensure import PARALLEL_CREATES
 from dtjob.runtime import health
+from dtjob.runtime.cached_kube import CachedKube
 from dtjob.runtime.child_watch import CHILD_KINDS, ChildWatch
 from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
 from dtjob.runtime.election import Elector
@@ -104,7 +108,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, config.kube_retries, pool)
     elector = _elector(options, config)
     fence: Fence = elector.leadership if elector is not None else Unfenced()
-    controller = Controller(KubeClient(api, fence), config, leading=fence.leading)
+    controller = Controller(CachedKube(KubeClient(api, fence), api), config, leading=fence.leading)
     controller.start()
     memo["controller"] = controller
     # The children's watch: its own connections (each watch holds one for minutes), no retries of its own.

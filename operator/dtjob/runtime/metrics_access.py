@@ -7,33 +7,23 @@ A verdict is remembered for a minute per token and path (under the token's hash,
 scrape every 15 s costs the API server at most two reviews a minute per scraper; the memory holds at most
 MAX_REMEMBERED verdicts, whatever tokens are sprayed at it. A review that could not be made (the API server
 away) is answered 503 and not remembered. The reviews themselves are the caller's
-(dtjob.kube.client.AccessReviews): this module only decides, so it is tested without a cluster.
+(dtjob.kube.access_reviews.AccessReviews): this module only decides, so it is tested without a cluster.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any
 
+from dtjob.kube.access_reviews import Identity
 from dtjob.runtime.ttl_cache import TtlCache
 
 REMEMBER_SECONDS = 60.0
 MAX_REMEMBERED = 1024
 METRICS_PATH = "/metrics"
-
-
-@dataclass(frozen=True)
-class Identity:
-    """The user a TokenReview found behind a token, as a SubjectAccessReview asks about it."""
-
-    user: str
-    uid: str = ""
-    groups: tuple[str, ...] = ()
-    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Verdict(Enum):

@@ -16,7 +16,8 @@ from prometheus_client import make_wsgi_app, start_http_server
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from dtjob.config import load_config
-from dtjob.kube.client import AccessReviews, connect
+from dtjob.kube.access_reviews import AccessReviews
+from dtjob.kube.connect import connect
 from dtjob.metrics import REGISTRY
 from dtjob.runtime import serving_cert
 from dtjob.runtime.metrics_access import MetricsGuard

@@ -1,0 +1,83 @@
+"""Deletes over the thin client (dtjob.kube.client.Kube) that touch only what is ours: each object is read,
+its owner checked (a name, or a label, is anyone's to set), and deleted on the condition of the UID that was
+read, so nothing created in between is ever deleted. Delete-if-present: a 404 is success."""
+
+from __future__ import annotations
+
+import logging
+
+from dtjob import KIND
+from dtjob.desired.owned import owner_uids
+from dtjob.kube.client import Conflict, Kube
+
+log = logging.getLogger(__name__)
+
+
+def delete_owned(
+    kube: Kube, kind: str, namespace: str, name: str, owner_uid: str, api_version: str | None = None
+) -> None:
+    """Delete the object only while `owner_uid` owns it (a Secret, a PodGroup: the name alone may be another
+    owner's). A cluster that does not serve the kind's API has none to delete."""
+    kube.check_leader()  # a standby reads nothing it could not act on
+    found = kube.get(kind, namespace, name, api_version)
+    if found is None:
+        return
+    if owner_uid not in owner_uids(found):
+        log.warning("left %s %s/%s alone: it is not owned by %s", kind, namespace, name, owner_uid)
+        return
+    kube.delete(kind, namespace, name, api_version, uid=(found.get("metadata") or {}).get("uid"))
+
+
+def delete_pods(kube: Kube, namespace: str, label_selector: str, owner_uid: str) -> None:
+    """Delete the pods the selector finds that `owner_uid` owns, each only while it is the pod listed."""
+    kube.check_leader()  # a standby lists nothing it could not act on
+    for pod in kube.list("Pod", namespace, labels=label_selector):
+        meta = pod["metadata"]
+        if owner_uid in owner_uids(pod):
+            kube.delete("Pod", namespace, meta["name"], uid=meta.get("uid"))
+
+
+def delete_pod(kube: Kube, namespace: str, name: str) -> None:
+    kube.delete("Pod", namespace, name)
+
+
+def force_delete_pod(kube: Kube, namespace: str, name: str, uid: str) -> bool:
+    """Delete a pod at once, without its kubelet's confirmation (grace period 0), and only while it is the
+    pod with `uid`. False when it is gone already or was replaced."""
+    if not kube.delete("Pod", namespace, name, uid=uid, grace_period_s=0):
+        return False
+    log.warning(
+        "force-deleted Pod %s/%s (uid %s): still terminating past its grace period", namespace, name, uid
+    )
+    return True
+
+
+def remove_pod_finalizer(kube: Kube, namespace: str, name: str, uid: str, finalizer: str) -> bool:
+    """Take `finalizer` off the pod while it is the pod with `uid` (a JSON patch whose tests fail on any other
+    pod, or on a list changed since the read). False: gone, replaced, or the finalizer is off."""
+    pod = kube.get("Pod", namespace, name)
+    meta = (pod or {}).get("metadata") or {}
+    present = list(meta.get("finalizers") or ())
+    if meta.get("uid") != uid or finalizer not in present:
+        return False
+    at = present.index(finalizer)
+    patch = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": f"/metadata/finalizers/{at}", "value": finalizer},
+        {"op": "remove", "path": f"/metadata/finalizers/{at}"},
+    ]
+    try:
+        kube.patch("Pod", namespace, name, patch)
+    except Conflict:  # changed since the read: the next reconcile looks again
+        return False
+    log.info("removed finalizer %s from Pod %s/%s", finalizer, namespace, name)
+    return True
+
+
+def delete_batch_job(kube: Kube, namespace: str, name: str) -> None:
+    """Background: the Job object goes at once and the garbage collector removes its pods."""
+    kube.delete("Job", namespace, name, background=True)
+
+
+def delete_training_job(kube: Kube, namespace: str, name: str) -> None:
+    kube.delete(KIND, namespace, name, background=True)

@@ -1,0 +1,91 @@
+"""The reads (and the status write) a reconcile makes, over the thin client (dtjob.kube.client.Kube). The
+runtime hands reconciles a client whose answers come from its caches where they hold a recent one
+(dtjob.runtime.cached_kube): the job's copy, the node lists, the log polls' memory."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from dtjob import KIND
+from dtjob.kube.client import Conflict, Forbidden, Kube, Rejected
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+# A refused pod's Events: the Job controller records one per try (merged into a count), so a few are plenty;
+# their message quotes the admission's answer, which can be long.
+FAILED_CREATE_EVENTS = 20
+FAILED_CREATE_MESSAGE_CHARS = 1000
+
+
+@runtime_checkable
+class PollsLogs(Protocol):
+    """A client that remembers when each log tail was last read (the runtime's), so that progress polls read
+    it at most once per interval however many events reconcile the job."""
+
+    def poll_log(
+        self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, every_s: float
+    ) -> str | None: ...
+
+
+def get_job(kube: Kube, namespace: str, name: str) -> Json | None:
+    return kube.get(KIND, namespace, name)
+
+
+def patch_status(
+    kube: Kube, namespace: str, name: str, status: Mapping[str, Any], resource_version: str
+) -> str:
+    """Merge-patch status, guarded by resourceVersion so a stale read never overwrites newer status.
+    Returns the job's resourceVersion after the patch."""
+    body = {"metadata": {"resourceVersion": resource_version}, "status": dict(status)}
+    job = kube.patch(f"{KIND}/status", namespace, name, body)
+    if job is None:
+        raise Conflict(f"{namespace}/{name} is gone; retrying")
+    return str(job["metadata"]["resourceVersion"])
+
+
+def poll_pod_log(
+    kube: Kube, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, every_s: float
+) -> str | None:
+    """The log's tail, or None when this pod's container was polled less than `every_s` ago (by a client
+    that remembers; any other reads each time)."""
+    if isinstance(kube, PollsLogs):
+        return kube.poll_log(namespace, pod, container, tail_lines, limit_bytes, every_s)
+    return kube.read_log(namespace, pod, container, tail_lines, limit_bytes)
+
+
+def list_nodes(kube: Kube, label_selector: str, fresh: bool = False) -> list[Json]:
+    """Nodes matching the selector; empty when RBAC forbids listing nodes (a namespace-scoped install).
+    Rejected when the API server refuses the selector itself (400: a key or value it cannot parse). Unless
+    `fresh`, the answer may come from the API server's watch cache (or the runtime's). Callers must not
+    change the nodes."""
+    try:
+        return kube.list("Node", None, labels=label_selector, cached=not fresh)
+    except Forbidden:
+        log.warning("cannot list nodes (forbidden): skipping the GPUs-per-node check")
+        return []
+    except Rejected as err:
+        raise Rejected(f"node selector {label_selector!r} refused: {err}") from err
+
+
+def list_node_pods(kube: Kube, node: str) -> list[Json] | None:
+    """The pods bound to `node` that have not ended, in every namespace; None when that is forbidden (a
+    namespace-scoped install)."""
+    selector = f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+    try:
+        return kube.list("Pod", None, fields=selector)
+    except Forbidden:
+        return None
+
+
+def failed_create(kube: Kube, namespace: str, job_uid: str) -> str | None:
+    """What the API server answered the Job controller when it refused the pod of the Job `job_uid` (its
+    newest FailedCreate Event: Pod Security, a ResourceQuota), or None. Admission refuses the pod, not
+    the Job, so the Job itself never says why it has no pod."""
+    selector = f"involvedObject.uid={job_uid},reason=FailedCreate"
+    items = kube.list("Event", namespace, fields=selector, limit=FAILED_CREATE_EVENTS)
+    if not items:
+        return None
+    newest = max(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return str(newest.get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS] or None

@@ -1,0 +1,182 @@
+"""The client as the controller hands it to reconciles: the thin client's verbs (dtjob.kube.client.Kube),
+answered from the runtime's caches where they hold a recent answer, and the LIST that corrects the
+children's cache. The client itself keeps nothing; these caches are the runtime's:
+- the job copies (dtjob.runtime.job_cache): a reconcile reads its job from the watch's copy, and its own
+  status patch goes in at once (write-through);
+- the node lists (a TtlCache by selector): every new job's preflight reads its pool, and a burst of jobs
+  would list (and decode) the same nodes once each;
+- the log polls' memory (dtjob.runtime.log_polls).
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import zlib
+from collections.abc import Generator, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from kubernetes import client
+
+from dtjob import KIND
+from dtjob.kube.client import Forbidden, Kube
+from dtjob.kube.rest import Json, list_pages
+from dtjob.runtime.child_cache import projection
+from dtjob.runtime.job_cache import JobCache
+from dtjob.runtime.log_polls import LogPolls
+from dtjob.runtime.ttl_cache import TtlCache
+
+# How long a node list may be reused: nodes come and go in minutes (the autoscaler), jobs in bursts.
+NODE_LIST_TTL_S = 10.0
+# Locks that keep a burst of jobs from listing the same pool at once, shared by the selectors of a stripe.
+NODE_LIST_LOCK_STRIPES = 64
+# How long a job's cached copy serves without a watch event or a write confirming it.
+JOB_COPY_MAX_AGE_S = 60.0
+NodeList = builtins.list[Json] | Forbidden  # a forbidden list is remembered too: asking again would not help
+
+
+class ControllerKube(Kube, Protocol):
+    """What the controller calls besides what its reconciles call: the LIST that corrects its cache, and the
+    watch's copies of jobs."""
+
+    def list_children(self, namespace: str, label_selector: str) -> builtins.list[tuple[str, Json]]: ...
+    def remember_job(self, body: Mapping[str, Any]) -> None:
+        """A job as a watch event showed it: a reconcile's read of it may be answered with it."""
+
+    def forget_job(self, namespace: str, name: str) -> None: ...
+
+
+class CachedKube:
+    """A ControllerKube over `kube` (the client of `api_client`), with the runtime's caches."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        api_client: client.ApiClient,
+        jobs: JobCache | None = None,
+        node_lists: TtlCache[str, NodeList] | None = None,
+        polls: LogPolls | None = None,
+    ) -> None:
+        self.kube = kube
+        self.api_client = api_client  # the children's LISTs, projected page by page
+        # `is None`, not `or`: an empty cache is falsy (it has a length).
+        self.jobs = JobCache(JOB_COPY_MAX_AGE_S) if jobs is None else jobs
+        self.node_lists: TtlCache[str, NodeList] = (
+            TtlCache(NODE_LIST_TTL_S) if node_lists is None else node_lists
+        )
+        self.polls = LogPolls() if polls is None else polls
+        # One lock per stripe of selectors, not per selector: selectors come from jobs' specs, and a lock
+        # kept for every selector ever seen would grow without end.
+        self._node_list_locks = tuple(threading.Lock() for _ in range(NODE_LIST_LOCK_STRIPES))
+
+    # --- served from the caches ----------------------------------------------------------------------
+
+    def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Json | None:
+        if kind != KIND or namespace is None:
+            return self.kube.get(kind, namespace, name, api_version)
+        cached = self.jobs.get(namespace, name)
+        if cached is not None:
+            return cached
+        job = self.kube.get(kind, namespace, name, api_version)
+        if job is None:
+            self.jobs.forget(namespace, name)
+        else:
+            self.jobs.put(job)
+        return job
+
+    def patch(
+        self, kind: str, namespace: str, name: str, body: Any, api_version: str | None = None
+    ) -> Json | None:
+        answer = self.kube.patch(kind, namespace, name, body, api_version)
+        if kind == f"{KIND}/status" and answer is not None:
+            self.jobs.put(answer)  # the next reconcile decides from this status, not the watch's older one
+        return answer
+
+    def list(
+        self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
+        cached: bool = False,
+    ) -> builtins.list[Json]:  # fmt: skip
+        if kind != "Node" or namespace is not None or fields or limit is not None:
+            return self.kube.list(kind, namespace, labels, fields, limit, cached)
+        # One list per selector at a time: a burst of new jobs would otherwise list the same pool once per
+        # reconcile thread before the first answer is cached.
+        stripe = zlib.crc32(labels.encode()) % len(self._node_list_locks)
+        with self._node_list_locks[stripe]:
+            if cached and (kept := self.node_lists.get(labels)) is not None:
+                return _answer(kept)
+            try:
+                nodes: NodeList = [
+                    node_projection(n) for n in self.kube.list("Node", None, labels, cached=cached)
+                ]
+            except Forbidden as err:
+                nodes = err
+            self.node_lists.put(labels, nodes)
+            return _answer(nodes)
+
+    def poll_log(
+        self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, every_s: float
+    ) -> str | None:
+        """read_log()'s tail, or None when this pod's container was polled less than `every_s` ago."""
+        if not self.polls.due((namespace, pod, container), every_s):
+            return None
+        return self.kube.read_log(namespace, pod, container, tail_lines, limit_bytes)
+
+    def remember_job(self, body: Mapping[str, Any]) -> None:
+        self.jobs.put(body)
+
+    def forget_job(self, namespace: str, name: str) -> None:
+        self.jobs.forget(namespace, name)
+
+    def list_children(self, namespace: str, label_selector: str) -> builtins.list[tuple[str, Json]]:
+        """Every pod and batch Job in `namespace` matching the selector, as ("pods" | "jobs", the cache's
+        projection of it): one consistent read each, for the children cache's resync."""
+        query = [("labelSelector", label_selector)]
+        pods, _ = list_pages(self.api_client, "Pod", namespace, query, projection)
+        jobs, _ = list_pages(self.api_client, "Job", namespace, query, projection)
+        return [*(("pods", item) for item in pods), *(("jobs", item) for item in jobs)]
+
+    # --- passed through ------------------------------------------------------------------------------
+
+    def create(self, obj: Json) -> bool:
+        return self.kube.create(obj)
+
+    def replace(self, obj: Json, resource_version: str) -> None:
+        self.kube.replace(obj, resource_version)
+
+    def delete(
+        self, kind: str, namespace: str, name: str, api_version: str | None = None, uid: str | None = None,
+        grace_period_s: int | None = None, background: bool = False,
+    ) -> bool:  # fmt: skip
+        return self.kube.delete(kind, namespace, name, api_version, uid, grace_period_s, background)
+
+    def read_log(
+        self, namespace: str, pod: str, container: str, tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str:  # fmt: skip
+        return self.kube.read_log(namespace, pod, container, tail_lines, limit_bytes)
+
+    def stream_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]:
+        return self.kube.stream_log(namespace, pod, container)
+
+    def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
+        self.kube.emit_event(obj, kind, reason, message, now)
+
+    def check_leader(self) -> None:
+        self.kube.check_leader()
+
+
+def _answer(nodes: NodeList) -> builtins.list[Json]:
+    if isinstance(nodes, Forbidden):
+        raise nodes
+    return builtins.list(nodes)  # a copy of the list: callers must not change the nodes themselves
+
+
+def node_projection(node: Mapping[str, Any]) -> Json:
+    """Only what the checks read of a node: its name, labels, schedulability, taints and resources."""
+    meta, spec, status = (node.get(part) or {} for part in ("metadata", "spec", "status"))
+    return {
+        "metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
+        "spec": {"unschedulable": spec.get("unschedulable"), "taints": spec.get("taints") or []},
+        "status": {"allocatable": status.get("allocatable") or {}, "capacity": status.get("capacity") or {}},
+    }
