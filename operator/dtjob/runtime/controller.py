@@ -33,11 +33,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dtjob import metrics, names
-from dtjob.azure.sas import redact
 from dtjob.config import OperatorConfig
 from dtjob.fence import NotLeader
 from dtjob.kube.client import Conflict, ControllerKube, Kube
 from dtjob.reconcile.job import Children, reconcile
+from dtjob.redaction import redact
 from dtjob.runtime import heap
 from dtjob.runtime.child_cache import PODS, ChildCache
 from dtjob.runtime.lanes import Lanes
