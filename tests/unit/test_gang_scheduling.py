@@ -18,7 +18,8 @@ from dtjob.machine.gang import shortfall, wants_pool_room
 from dtjob.reconcile.job import reconcile
 from dtjob.spec.parse import JobSpec, SpecError
 from dtjob.state.decision import DeletePodGroup, EnsureWorld
-from dtjob.state.observed import Children, Observed, PodState, PoolRoom, pool_room
+from dtjob.state.observed import Children, Observed, PodState
+from dtjob.state.pool_room import PoolRoom, pool_room
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 

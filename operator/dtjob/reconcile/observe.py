@@ -32,8 +32,8 @@ from dtjob.state.observed import (
     Observed,
     PoolRoom,
     observe_children,
-    pool_room,
 )
+from dtjob.state.pool_room import pool_room
 from dtjob.state.rank_error import rank_error
 from dtjob.state.status import FINISHED, JobStatus
 from dtjob.timefmt import parse_time

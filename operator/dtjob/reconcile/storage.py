@@ -38,7 +38,8 @@ from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, log_blob_name,
 from dtjob.spec.parse import JobSpec
 from dtjob.spec.storage import AuthMode, BlobLocation
 from dtjob.spec.tenancy import Use, check_locations, namespace_policy
-from dtjob.state.observed import Blocker, SasObservation, StagingOutcome, pod_state, staging_outcome
+from dtjob.state.observed import Blocker, SasObservation, pod_state
+from dtjob.state.staging import StagingOutcome, staging_outcome
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import parse_time
 

@@ -6,16 +6,17 @@ dtjob.reconcile.observe; pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from dtjob import names
 from dtjob.contract.results_upload import UploadReport
-from dtjob.contract.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 from dtjob.gang import kueue
+from dtjob.state.pool_room import PoolRoom as PoolRoom  # machine.gang reads it here
 from dtjob.state.rank_error import RankError
+from dtjob.state.staging import StagingOutcome as StagingOutcome
 from dtjob.timefmt import parse_time
 
 Json = Mapping[str, Any]
@@ -51,15 +52,6 @@ class SasObservation:
     rotate_in_s: float | None = None
     blocked: Blocker | None = None
     altered: str | None = None  # how the Secret was changed since the operator wrote it (then re-minted)
-
-
-@dataclass(frozen=True)
-class PoolRoom:
-    """The free GPUs of the pool a gang waits for, read when its schedule timeout passes: one entry per node
-    of the pool that takes new pods (allocatable minus what the pods bound there request)."""
-
-    selector: str  # the pool's node selector, as the message names it
-    free: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -327,50 +319,6 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
     )
 
 
-def pool_room(
-    selector: str,
-    nodes: Iterable[Json],
-    pods_by_node: Mapping[str, Iterable[Json]],
-    resource: str,
-    skip: Callable[[Json], bool],
-) -> PoolRoom:
-    """Free `resource` per node that takes new pods: allocatable minus the requests of the pods bound there
-    that have not ended, leaving out those `skip` names (the waiting job's own)."""
-    free = []
-    for node in nodes:
-        if (node.get("spec") or {}).get("unschedulable"):
-            continue
-        name = str((node.get("metadata") or {}).get("name", ""))
-        allocatable = _count(((node.get("status") or {}).get("allocatable") or {}).get(resource))
-        used = sum(
-            _pod_request(pod, resource)
-            for pod in pods_by_node.get(name, ())
-            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not skip(pod)
-        )
-        free.append(max(allocatable - used, 0))
-    return PoolRoom(selector, tuple(free))
-
-
-def _pod_request(pod: Json, resource: str) -> int:
-    """What a pod requests of an extended resource: its containers' sum, or its largest init container's."""
-    spec = pod.get("spec") or {}
-
-    def request(container: Json) -> int:
-        resources = container.get("resources") or {}
-        value = (resources.get("requests") or {}).get(resource, (resources.get("limits") or {}).get(resource))
-        return _count(value)
-
-    containers = sum(request(c) for c in spec.get("containers") or ())
-    return max([containers, *(request(c) for c in spec.get("initContainers") or ())])
-
-
-def _count(value: Any) -> int:
-    try:
-        return int(str(value)) if value is not None else 0
-    except ValueError:
-        return 0
-
-
 def observe_children(pods: Iterable[Json], launcher_job: Json | None, job_uid: str = "") -> Observed:
     """The children's facts alone; dtjob.reconcile.observe adds the rest. With `job_uid`, what another owner
     holds (an
@@ -388,60 +336,3 @@ def _owned_by(obj: Json, uids: set[str]) -> bool:
     """Whether an ownerReference names one of `uids`; a copy without ownerReferences is taken as ours."""
     refs = (obj.get("metadata") or {}).get("ownerReferences")
     return refs is None or any(str(ref.get("uid")) in uids for ref in refs)
-
-
-# The staging Job's outcome: read from the Job, its pods' termination messages and the running pod's log.
-# Why a stager exited, by its exit status, for a Failed outcome whose pod left no reason of its own.
-EXIT_REASONS = {
-    ExitCode.USAGE: "the stager could not read its SAS Secret files",
-    ExitCode.DENIED: "the input SAS was denied (403)",
-    ExitCode.NOT_FOUND: "the input container or prefix does not exist",
-    ExitCode.LOCAL_IO: "the stager could not write to the data volume",
-    ExitCode.STORAGE: "Blob Storage returned an error",
-    ExitCode.INTEGRITY: "a downloaded file did not match its Content-MD5",
-}
-
-
-@dataclass(frozen=True)
-class StagingOutcome:
-    phase: str  # Running | Succeeded | Failed
-    progress: ProgressSnapshot | None
-    reason: str = ""  # for Failed: one line naming what to fix
-
-
-def _terminated(pod: Json) -> Json | None:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == names.STAGER_CONTAINER:
-            state = status.get("state") or {}
-            terminated = state.get("terminated")
-            return terminated if isinstance(terminated, dict) else None
-    return None
-
-
-def _snapshot(message: str) -> ProgressSnapshot | None:
-    try:
-        return ProgressSnapshot.from_json(message)
-    except (ValueError, TypeError):
-        return None
-
-
-def staging_outcome(job: Json, pods: Sequence[Json], log_tail: str = "") -> StagingOutcome:
-    """Where staging stands, from the staging Job, its pods (newest last) and optionally the running pod's
-    log tail (for live progress). A failure's reason comes from the stager's termination message."""
-    conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []}
-    last_terminated = next((t for t in (_terminated(p) for p in reversed(pods)) if t is not None), None)
-    snap = _snapshot(str(last_terminated.get("message") or "")) if last_terminated else None
-    if (conditions.get("Complete") or {}).get("status") == "True":
-        return StagingOutcome("Succeeded", snap)
-    if (conditions.get("Failed") or {}).get("status") == "True":
-        reason = snap.reason if snap is not None and snap.reason else ""
-        if not reason and last_terminated is not None:
-            code = last_terminated.get("exitCode")
-            known = {int(c): text for c, text in EXIT_REASONS.items()}
-            reason = known.get(code, "") if isinstance(code, int) else ""
-            reason = reason or f"the stager exited with status {code}"
-        if not reason:
-            failed = conditions["Failed"]
-            reason = f"staging Job failed: {failed.get('reason', '')} {failed.get('message', '')}".strip()
-        return StagingOutcome("Failed", snap, reason)
-    return StagingOutcome("Running", parse_progress(log_tail) if log_tail else snap)
