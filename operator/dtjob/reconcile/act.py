@@ -9,7 +9,7 @@ for, and NotOurs when a child's name is held by another owner's object.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +20,7 @@ from dtjob.desired.sshkeys import generate_keypair
 from dtjob.gang import kueue
 from dtjob.kube.client import Applied, Kube, NotOurs
 from dtjob.names import Access
-from dtjob.reconcile import storage
+from dtjob.reconcile import storage_act
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     Action,
@@ -42,7 +42,7 @@ from dtjob.state.decision import (
     SasSecretsDeleted,
     UploadLogs,
 )
-from dtjob.state.observed import pod_state
+from dtjob.state.observed import PodState
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -54,11 +54,12 @@ def act(
     spec: JobSpec,
     owner: Json,
     actions: Sequence[Action],
-    pods: Iterable[Mapping[str, Any]],
+    pods: Sequence[PodState],
     output_url: str | None,
     now: datetime,
 ) -> list[Result]:
-    """`pods` are the job's pods as observed (whose logs UploadLogs reads); `output_url` the run's folder."""
+    """`pods`: every pod of the job as observed (whose logs UploadLogs reads); `output_url`: the run's
+    folder."""
     results: list[Result] = []
     for step in _steps(actions):
         if isinstance(step, list):  # a world's worker pods: created at once
@@ -90,14 +91,14 @@ def _run(
     spec: JobSpec,
     owner: Json,
     action: Action,
-    pods: Iterable[Mapping[str, Any]],
+    pods: Sequence[PodState],
     output_url: str | None,
     now: datetime,
 ) -> Result | None:
     ns = spec.namespace
     match action:
         case MintSas(access=access, not_after=not_after):
-            storage.mint_sas(kube, spec, Access(access), not_after, owner, now, config)
+            storage_act.mint_sas(kube, spec, Access(access), not_after, owner, now, config)
         case EnsureWorld():
             if spec.run_policy.scheduling.gang is not None:
                 # Before anything else: a cluster without the gang scheduler's API gets nothing of the world.
@@ -135,7 +136,7 @@ def _run(
         case UploadLogs(attempt=attempt):
             return _upload_logs(kube, spec, str(owner["uid"]), pods, attempt, output_url, config, now)
         case DeleteSasSecrets():
-            storage.delete_sas_secrets(kube, ns, spec.name, str(owner["uid"]))
+            storage_act.delete_sas_secrets(kube, ns, spec.name, str(owner["uid"]))
             return SasSecretsDeleted()
         case DeleteJob():
             log.info("ttlSecondsAfterFinished elapsed: deleting %s/%s", ns, spec.name)
@@ -158,7 +159,7 @@ def _upload_logs(
     kube: Kube,
     spec: JobSpec,
     uid: str,
-    pods: Iterable[Mapping[str, Any]],
+    pods: Iterable[PodState],
     attempt: int | None,
     output_url: str | None,
     config: OperatorConfig,
@@ -167,8 +168,8 @@ def _upload_logs(
     """At the end every pod's log; before a restart (best effort, once) the failed attempt's."""
     folder = names.logs_folder(output_url or "", attempt)
     if attempt is not None:
-        pods = [p for p in pods if pod_state(p).attempt == attempt]
-    upload = storage.upload_pod_logs(
+        pods = [p for p in pods if p.attempt == attempt]
+    upload = storage_act.upload_pod_logs(
         kube, spec, uid, pods, attempt=attempt, cap_bytes=config.log_cap_bytes, config=config, now=now
     )
     metrics.logs_uploaded(upload.uploaded, len(upload.missing))

@@ -19,11 +19,11 @@ from dtjob.desired.common import owner_reference
 from dtjob.desired.owned import owner_uids
 from dtjob.kube.client import ApiNotServed, Forbidden, Kube, NotOurs, Rejected
 from dtjob.machine import decide, invalid_spec, with_results
-from dtjob.reconcile import storage
 from dtjob.reconcile.act import act
 from dtjob.reconcile.observe import observe
 from dtjob.reconcile.refusals import child_not_ours, create_forbidden, gang_api_missing
-from dtjob.reconcile.storage import StorageRefused
+from dtjob.reconcile.storage_act import delete_sas_secrets
+from dtjob.reconcile.storage_observe import StorageRefused
 from dtjob.spec.parse import JobSpec, SpecError, parse_spec
 from dtjob.state.decision import Event, SasSecretsDeleted
 from dtjob.state.observed import Children
@@ -56,7 +56,7 @@ def reconcile(
         if prev.phase not in FINISHED:
             # An edit the operator rejects mid-run: nothing of the old world may go on holding GPUs or tokens.
             _delete_world(kube, namespace, name, str(meta["uid"]), _owns(children.launcher, str(meta["uid"])))
-            storage.delete_sas_secrets(kube, namespace, name, str(meta["uid"]))
+            delete_sas_secrets(kube, namespace, name, str(meta["uid"]))
             status, events = with_results(decision.status, [SasSecretsDeleted()])
             _record(kube, {**job, "status": decision.status.to_dict()}, status, events, now, version)
         return decision.requeue_after
@@ -71,7 +71,7 @@ def reconcile(
     owner = owner_reference(name, meta["uid"])
     try:
         results = act(
-            kube, config, spec, owner, decision.actions, children.pods, decision.status.output_url, now
+            kube, config, spec, owner, decision.actions, observed.children, decision.status.output_url, now
         )
     except Rejected as err:
         _fail(kube, namespace, name, "spec", str(err), "ChildRejected", now)

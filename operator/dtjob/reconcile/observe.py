@@ -21,8 +21,8 @@ from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube.client import Kube, LogUnavailable
 from dtjob.machine import world_started
 from dtjob.machine.gang import wants_pool_room
-from dtjob.reconcile import storage
 from dtjob.reconcile.preflight import preflight
+from dtjob.reconcile.storage_observe import observe_sas, observe_staging
 from dtjob.spec.parse import JobSpec
 from dtjob.state.observed import (
     Blocker,
@@ -65,12 +65,13 @@ def observe(
     seen = observe_children(children.pods, children.launcher, uid)
     active = prev.phase not in FINISHED and not spec.run_policy.suspend
     blocker = preflight(kube, spec, uid) if active and not world_started(prev, seen) else None
-    sas = storage.observe_sas(kube, spec, prev, uid, now, config) if active else {}
+    sas = observe_sas(kube, spec, prev, uid, now, config) if active else {}
     sas_blockers = [s.blocked for s in sas.values() if s.blocked is not None]
     blocker = _worst(blocker, *sas_blockers)
     staging = None
     if active and spec.dataset.staging is not None and not prev.is_true("Staged"):
-        staging = storage.observe_staging(kube, spec.namespace, children.staging, children.pods)
+        parsed = list(zip(children.pods, seen.children, strict=True))
+        staging = observe_staging(kube, spec.namespace, children.staging, parsed)
     log_text = _launcher_log(kube, spec.namespace, prev, seen, config.progress_seconds)
     progress = None if log_text is None else latest_progress(log_text)
     results = None if log_text is None else latest_report(log_text)
@@ -92,6 +93,7 @@ def observe(
     return Observed(
         pods=seen.pods,
         launcher=launcher,
+        children=seen.children,
         generation=meta.get("generation"),
         uid=uid,
         blocker=blocker,

@@ -125,8 +125,11 @@ class CreateRefusal:
 class Observed:
     """Every read of one reconcile, gathered before anything is decided."""
 
-    pods: tuple[PodState, ...] = ()
+    pods: tuple[PodState, ...] = ()  # the job's own pods, and its launcher Job's
     launcher: LauncherState | None = None
+    # Every pod the watch cache holds for the job's name, parsed once: also the staging Job's (and, until the
+    # garbage collector takes them, an older job's of the same name). Their logs are what UploadLogs uploads.
+    children: tuple[PodState, ...] = ()
     generation: int | None = None  # metadata.generation of the job
     uid: str = ""  # metadata.uid of the job
     # Preflight and storage facts that stop the first world (missing PVC, credentials, storage policy).
@@ -320,16 +323,18 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
 
 
 def observe_children(pods: Iterable[Json], launcher_job: Json | None, job_uid: str = "") -> Observed:
-    """The children's facts alone; dtjob.reconcile.observe adds the rest. With `job_uid`, what another owner
-    holds (an
-    older job of the same name, not yet garbage collected) is left out: it is never taken for ours."""
+    """The children's facts alone, each pod parsed once; dtjob.reconcile.observe adds the rest. With
+    `job_uid`, what another owner holds (an older job of the same name, not yet garbage collected) is left
+    out of `pods` and `launcher`: it is never taken for ours."""
     if job_uid and launcher_job is not None and not _owned_by(launcher_job, {job_uid}):
         launcher_job = None
+    found = [(pod, pod_state(pod)) for pod in pods]
+    states = tuple(state for _, state in found)
     if job_uid:
         owners = {job_uid} | ({str(launcher_job["metadata"].get("uid"))} if launcher_job else set())
-        pods = [p for p in pods if _owned_by(p, owners)]
-    states = tuple(pod_state(p) for p in pods)
-    return Observed(pods=states, launcher=launcher_state(launcher_job, states) if launcher_job else None)
+        states = tuple(state for pod, state in found if _owned_by(pod, owners))
+    launcher = launcher_state(launcher_job, states) if launcher_job else None
+    return Observed(pods=states, launcher=launcher, children=tuple(state for _, state in found))
 
 
 def _owned_by(obj: Json, uids: set[str]) -> bool:
