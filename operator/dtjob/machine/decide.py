@@ -3,7 +3,7 @@
 A finished job only cleans up; a blocked first world waits or fails; a suspended job deletes its pods; then
 the deadline, the SAS Secrets, staging, the launcher's outcome, a failure of the world, and finally the
 world advanced toward every worker Ready and the launcher running. What actions produce (the log upload,
-the SAS revocation) reaches the status through with_results(), after they ran.
+the SAS revocation, a refusal) reaches the status through settle() and with_results(), after they ran.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ _REFUSALS: tuple[tuple[type[Exception], RefusalKind], ...] = (
     (NotOurs, RefusalKind.NOT_OURS),
     (ApiNotServed, RefusalKind.API_NOT_SERVED),
 )
+_REFUSED = tuple(cls for cls, _ in _REFUSALS)
 
 
 def act(
@@ -82,7 +83,7 @@ def act(
                 raise  # credentials that vanished since observe(): the retry sees them missing and waits
             blocker = refused.blocker
             result = Refused(RefusalKind.STORAGE, _first(step), blocker.message, blocker.reason)
-        except (Rejected, Forbidden, NotOurs, ApiNotServed) as err:
+        except _REFUSED as err:
             kind = next(kind for cls, kind in _REFUSALS if isinstance(err, cls))
             result = Refused(kind, _first(step), str(err))
         if result is not None:
