@@ -20,7 +20,7 @@ from azure.storage.blob import BlobServiceClient
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
 from dtjob.contract.transfer_report import PROGRESS_MARKER, ProgressSnapshot
-from dtjob.reconcile.storage import STORAGE_KEY_LABEL
+from dtjob.reconcile.storage_observe import STORAGE_KEY_LABEL
 from dtjob.spec.tenancy import (
     ANNOTATION_CLIENT_IDS,
     ANNOTATION_CONTAINERS,

@@ -23,7 +23,7 @@ from dtjob.azure.sas import (
 )
 from dtjob.config import OperatorConfig
 from dtjob.names import Access
-from dtjob.reconcile.storage import output_directory
+from dtjob.reconcile.storage_observe import output_directory
 
 from tests.unit.operator_fixtures import job_spec
 

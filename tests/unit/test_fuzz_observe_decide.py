@@ -18,9 +18,10 @@ from typing import Any
 
 from dtjob import names
 from dtjob.machine import decide, invalid_spec
-from dtjob.reconcile.storage import StorageRefused, _decoded_key
+from dtjob.reconcile.storage_observe import StorageRefused, _decoded_key
 from dtjob.spec.parse import SpecError, parse_spec
-from dtjob.state.observed import observe_children, staging_outcome
+from dtjob.state.observed import observe_children
+from dtjob.state.staging import staging_outcome
 from dtjob.state.status import status_from_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

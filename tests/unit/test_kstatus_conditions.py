@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from dtjob.machine import decide, invalid_spec
-from dtjob.reconcile.refusals import child_not_ours, create_forbidden
+from dtjob.machine.refusals import child_not_ours, create_forbidden
 from dtjob.state.conditions import with_kstatus_conditions
 from dtjob.state.observed import Blocker, Observed
 from dtjob.state.status import JobStatus, set_condition

@@ -17,7 +17,7 @@ from dtjob.cli.operator import DEFAULT_METRICS_ADDRESS, DEFAULT_METRICS_PORT, me
 from dtjob.config import OperatorConfig
 from dtjob.kube.client import Conflict
 from dtjob.reconcile.job import reconcile
-from dtjob.reconcile.storage import StorageRefused
+from dtjob.reconcile.storage_observe import StorageRefused
 from dtjob.runtime.cached_kube import ControllerKube
 from dtjob.runtime.controller import Controller
 from dtjob.state.observed import Blocker, Children

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from dtjob import names
 from dtjob.contract.transfer_report import PROGRESS_MARKER, ExitCode, parse_progress
-from dtjob.state.observed import staging_outcome
+from dtjob.state.staging import staging_outcome
 
 NOT_SNAPSHOTS = ["0", "[]", '"done"', "null", json.dumps({"phase": "done", "files_total": "many"}),
                  json.dumps({"phase": 1, "elapsed_s": True})]  # fmt: skip

@@ -16,7 +16,8 @@ from dtjob.state.decision import (
     SasSecretsDeleted,
     UploadLogs,
 )
-from dtjob.state.observed import Observed, StagingOutcome
+from dtjob.state.observed import Observed
+from dtjob.state.staging import StagingOutcome
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 

@@ -14,9 +14,9 @@ from dtjob.desired.common import owner_reference
 from dtjob.fence import NotLeader
 from dtjob.kube.client import Conflict
 from dtjob.names import Access
-from dtjob.reconcile import storage
+from dtjob.reconcile import storage_act
 from dtjob.reconcile.job import reconcile
-from dtjob.reconcile.storage import STORAGE_KEY_LABEL
+from dtjob.reconcile.storage_observe import STORAGE_KEY_LABEL
 from dtjob.spec.parse import parse_spec
 from dtjob.spec.tenancy import ANNOTATION_ACCOUNTS, ANNOTATION_WRITE_CONTAINERS
 from dtjob.state.observed import Children
@@ -156,9 +156,9 @@ def test_a_replica_that_does_not_lead_neither_signs_a_sas_nor_uploads_a_log() ->
     spec = parse_spec(new_job(kube, output=OUTPUT), CONFIG)
     kube.calls.clear()
     with pytest.raises(NotLeader):
-        storage.mint_sas(kube, spec, Access.OUTPUT, None, owner_reference("rn50", "uid-1"), NOW, CONFIG)
+        storage_act.mint_sas(kube, spec, Access.OUTPUT, None, owner_reference("rn50", "uid-1"), NOW, CONFIG)
     with pytest.raises(NotLeader):
-        storage.upload_pod_logs(
+        storage_act.upload_pod_logs(
             kube, spec, "uid-1", [], cap_bytes=CONFIG.log_cap_bytes, config=CONFIG, now=NOW
         )
     assert kube.calls == [], "not even the account key or the SAS Secret was read"

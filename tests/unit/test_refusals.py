@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from dtjob.machine import decide
-from dtjob.reconcile.refusals import POD_SECURITY_VIOLATION, RETRY_SECONDS, create_forbidden
+from dtjob.machine.refusals import POD_SECURITY_VIOLATION, RETRY_SECONDS, create_forbidden
 from dtjob.state.decision import CreateWorker, EnsureWorld
 from dtjob.state.observed import Observed, PodState
 from dtjob.state.status import CREATE_FORBIDDEN, JobStatus

@@ -9,7 +9,7 @@ from dtjob.desired.command import results_upload_command
 from dtjob.desired.pods import sas_volume, sas_volume_mount
 from dtjob.desired.staging import staging_job
 from dtjob.names import Access
-from dtjob.state.observed import staging_outcome
+from dtjob.state.staging import staging_outcome
 
 from tests.unit.operator_fixtures import job_spec
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dtjob.azure.sas import redact
 from dtjob.contract.transfer_report import ExitCode
+from dtjob.redaction import redact
 
 
 @dataclass

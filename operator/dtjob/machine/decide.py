@@ -3,12 +3,12 @@
 A finished job only cleans up; a blocked first world waits or fails; a suspended job deletes its pods; then
 the deadline, the SAS Secrets, staging, the launcher's outcome, a failure of the world, and finally the
 world advanced toward every worker Ready and the launcher running. What actions produce (the log upload,
-the SAS revocation) reaches the status through with_results(), after they ran.
+the SAS revocation, a refusal) reaches the status through settle() and with_results(), after they ran.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from dtjob import gang, names
@@ -36,7 +36,7 @@ from dtjob.state.decision import (
     Event,
     MintSas,
 )
-from dtjob.state.observed import Observed
+from dtjob.state.observed import LauncherState, Observed, PodState
 from dtjob.state.status import FAILED, FINISHED, PENDING, RUNNING, STARTING, SUCCEEDED, SUSPENDED, JobStatus
 from dtjob.timefmt import format_time, parse_time, seconds_after
 
@@ -60,25 +60,11 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
     )
     _observations(b, spec, observed)
     attempt = prev.restarts
-    launcher = observed.launcher if observed.launcher and observed.launcher.attempt == attempt else None
-    # A running world keeps the size it was created with; an edit of spec.workers applies at the next one.
-    size = (launcher.world_size if launcher else None) or spec.workers
-    workers = {
-        p.index: p
-        for p in observed.workers()
-        if p.attempt == attempt and p.index is not None and p.index < size and not p.deleting
-    }
-    # Pods of this world that the cluster is taking away (evicted, their node gone): they say why one is lost.
-    leaving = {p.index: p for p in observed.workers() if p.attempt == attempt and p.deleting}
-    count_workers(b, spec, workers, launcher)
+    world = _World.of(spec, observed, attempt)
+    count_workers(b, spec, world.workers, world.launcher)
 
     if prev.phase in FINISHED:
-        if observed.results_uploaded_later is not None and prev.results_pod is not None:
-            results_uploaded_later(b, observed.results_uploaded_later)
-        cleanup(b, spec, observed)
-        for gone in observed.workers():  # Kueue frees the quota once every pod of the group is gone
-            release_when_ended(b, gone)
-        ttl(b, spec)
+        _finished(b, spec, observed)
         return b.decision()
     if _blocked(b, spec, observed) or _suspended(b, spec, observed):
         return b.decision()
@@ -91,45 +77,94 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
     _sas(b, observed, deadline)
 
     must_stage = spec.dataset.staging is not None and not b.status.is_true("Staged")
-    if must_stage and not (workers or launcher) and not stage(b, spec, observed, observed.staging):
+    started = bool(world.workers) or world.launcher is not None
+    if must_stage and not started and not stage(b, spec, observed, observed.staging):
         return b.decision()
+    if _ended(b, spec, observed, world) or _stuck(b, spec, observed, world, attempt):
+        return b.decision()
+    advance_world(b, spec, observed, world.workers, world.launcher, attempt, world.size)
+    report_gang(b, spec, observed, world.workers, world.size)
+    if b.status.phase == RUNNING and observed.progress_poll_s is not None:
+        b.requeue(observed.progress_poll_s)
+    return b.decision()
+
+
+@dataclass(frozen=True)
+class _World:
+    """The current attempt's world as observed."""
+
+    launcher: LauncherState | None
+    size: int  # the workers it was created with
+    workers: dict[int, PodState]  # by index, those of this attempt within its size and not deleting
+    leaving: dict[int | None, PodState]  # those the cluster is taking away: they say why one is lost
+
+    @staticmethod
+    def of(spec: JobSpec, observed: Observed, attempt: int) -> _World:
+        launcher = observed.launcher if observed.launcher and observed.launcher.attempt == attempt else None
+        # A running world keeps the size it was created with; an edit of spec.workers applies at the next one.
+        size = (launcher.world_size if launcher else None) or spec.workers
+        workers = {
+            p.index: p
+            for p in observed.workers()
+            if p.attempt == attempt and p.index is not None and p.index < size and not p.deleting
+        }
+        leaving = {p.index: p for p in observed.workers() if p.attempt == attempt and p.deleting}
+        return _World(launcher, size, workers, leaving)
+
+
+def _finished(b: Builder, spec: JobSpec, observed: Observed) -> None:
+    """A finished job only cleans up (and becomes Succeeded once its kept results were uploaded by hand)."""
+    if observed.results_uploaded_later is not None and b.prev.results_pod is not None:
+        results_uploaded_later(b, observed.results_uploaded_later)
+    cleanup(b, spec, observed)
+    for gone in observed.workers():  # Kueue frees the quota once every pod of the group is gone
+        release_when_ended(b, gone)
+    ttl(b, spec)
+
+
+def _ended(b: Builder, spec: JobSpec, observed: Observed, world: _World) -> bool:
+    """The current world's outcome: its launcher succeeded, its results could not be uploaded, or it failed
+    (then restarted or the job failed)."""
+    launcher = world.launcher
     if launcher is not None and launcher.succeeded:
         pod = launcher.pod_name or names.launcher_name(spec.name)
         if spec.output is not None:
             said = observed.results_upload.message if observed.results_upload is not None else "uploaded"
             b.status = replace(b.status, results_state=UPLOADED, results_message=said)
         finish(b, spec, observed, SUCCEEDED, "LauncherSucceeded", f"launcher pod {pod} completed")
-        return b.decision()
+        return True
     if launcher is not None and results_upload_failed(spec, launcher, observed):
         results_not_uploaded(b, spec, observed)
-        return b.decision()
-    failure = first_failure(spec, size, workers, launcher, prev, leaving)
+        return True
+    failure = first_failure(spec, world.size, world.workers, launcher, b.prev, world.leaving)
     if failure is not None:
         fail_world(b, spec, observed, failure)
-        return b.decision()
+        return True
+    return False
+
+
+def _stuck(b: Builder, spec: JobSpec, observed: Observed, world: _World, attempt: int) -> bool:
+    """A world that cannot start: its launcher's pod refused, or a pod past runPolicy.startupDeadlineSeconds
+    (fails), or one that may still start (waits, looking again at its deadline)."""
+    launcher = world.launcher
     if launcher is not None and observed.launcher_refused is not None and launcher.pod_name is None:
-        refused, waiting, due = refused_pod(spec, "launcher", observed.launcher_refused, now)
+        refused, waiting, due = refused_pod(spec, "launcher", observed.launcher_refused, b.now)
         if refused is not None:
             fail_world(b, spec, observed, refused)
-            return b.decision()
+            return True
         wait_refused(b, "Created", STARTING, waiting, due, REFUSED_POLL_SECONDS)
-        return b.decision()
-    world = [
-        *workers.values(),
+        return True
+    pods = [
+        *world.workers.values(),
         *(p for p in observed.pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt),
     ]
-    stuck, due = startup_failure(spec, world, now)
+    stuck, due = startup_failure(spec, pods, b.now)
     if stuck is not None:
         fail_world(b, spec, observed, stuck)
-        return b.decision()
+        return True
     if due is not None:
         b.requeue(due)
-
-    advance_world(b, spec, observed, workers, launcher, attempt, size)
-    report_gang(b, spec, observed, workers, size)
-    if b.status.phase == RUNNING and observed.progress_poll_s is not None:
-        b.requeue(observed.progress_poll_s)
-    return b.decision()
+    return False
 
 
 def _blocked(b: Builder, spec: JobSpec, observed: Observed) -> bool:

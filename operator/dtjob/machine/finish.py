@@ -1,13 +1,10 @@
 """The end of a job: its final condition, cleanup per cleanPodPolicy after the logs are uploaded, the SAS
-revocation, the TTL; a spec the operator cannot run; and the results of actions, recorded after they ran.
-Pure."""
+revocation, the TTL; and a spec the operator cannot run. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from dtjob import gang, names
 from dtjob.contract.results_upload import FAILED as RESULTS_FAILED
@@ -22,10 +19,6 @@ from dtjob.state.decision import (
     DeletePodGroup,
     DeleteSasSecrets,
     Event,
-    LogsUploaded,
-    PodForceDeleted,
-    Result,
-    SasSecretsDeleted,
     UploadLogs,
 )
 from dtjob.state.observed import LauncherState, Observed
@@ -178,42 +171,3 @@ def invalid_spec(
     b.cond_false_if_present("Running", reason, text)
     b.phase(FAILED, text, "Warning", reason)
     return b.decision()
-
-
-def with_results(status: JobStatus, results: Sequence[Result]) -> tuple[JobStatus, list[Event]]:
-    """The status once the actions ran: what they produced, recorded only now that it has happened."""
-    events: list[Event] = []
-    for result in results:
-        match result:
-            case LogsUploaded(attempt=None):
-                status = replace(
-                    status,
-                    logs_uploaded=result.uploaded,
-                    logs_missing=result.missing,
-                    logs_error=result.error,
-                )
-                status = replace(status, logs_truncated=_truncation(result))
-            case LogsUploaded() if not result.uploaded:  # a failed world's logs: best effort, said once
-                reason = result.error or "unknown error"
-                events.append(Event("Warning", "LogsNotUploaded", f"logs of {result.folder}: {reason}"))
-            case SasSecretsDeleted():
-                status = replace(status, sas_secrets_deleted=True)
-            case PodForceDeleted(name=name, overdue_s=overdue):
-                events.append(Event(
-                    "Warning", "PodForceDeleted",
-                    f"{name} was still terminating {overdue:.0f}s after its grace period (its node lost?): "
-                    "deleted without waiting for its kubelet",
-                ))  # fmt: skip
-        if isinstance(result, LogsUploaded) and result.uploaded:
-            text = f"pod logs uploaded to {result.folder}"
-            if result.missing:
-                text += f" (not readable: {', '.join(result.missing)})"
-            if result.truncated:
-                text += f" (cut to the {result.cap_bytes}-byte cap: {', '.join(result.truncated)})"
-            events.append(Event("Normal", "LogsUploaded", text))
-    return status, events
-
-
-def _truncation(result: LogsUploaded) -> dict[str, Any] | None:
-    """status.output.logsTruncated: the pods whose log was cut to the cap, and the cap."""
-    return {"pods": list(result.truncated), "capBytes": result.cap_bytes} if result.truncated else None

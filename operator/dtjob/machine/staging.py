@@ -14,7 +14,8 @@ from dtjob.state.decision import (
     CreateStagingJob,
     Event,
 )
-from dtjob.state.observed import Observed, StagingOutcome
+from dtjob.state.observed import Observed
+from dtjob.state.staging import StagingOutcome
 from dtjob.state.status import (
     FAILED,
     STAGING,

@@ -231,16 +231,7 @@ def advance_world(
     size: int,
 ) -> None:
     """Toward a world of `size` workers (spec.workers, or the running world's own size)."""
-    # Children of older attempts (or beyond the world's size) go first; their names are reused.
-    blocked: set[str] = set()
-    for pod in observed.workers():
-        stale = pod.attempt != attempt or (pod.index is not None and pod.index >= size)
-        if stale or pod.deleting:
-            blocked.add(pod.name)
-            if not pod.deleting:
-                b.actions.append(DeletePod(pod.name))
-            elif not release_when_ended(b, pod):
-                _force_delete_when_stuck(b, pod)
+    blocked = _clear_stale(b, observed, attempt, size)
     stale_launcher = observed.launcher is not None and launcher is None
     if stale_launcher and observed.launcher and not observed.launcher.deleting:
         b.actions.append(DeleteLauncher())
@@ -284,6 +275,21 @@ def advance_world(
         phase = STARTING if scheduled else PENDING
         message = waiting
     b.phase(RESTARTING if restarting else phase, message)
+
+
+def _clear_stale(b: Builder, observed: Observed, attempt: int, size: int) -> set[str]:
+    """Children of older attempts (or beyond the world's size) go first: their names are reused. Returns the
+    names still held (going, or just told to go)."""
+    blocked: set[str] = set()
+    for pod in observed.workers():
+        stale = pod.attempt != attempt or (pod.index is not None and pod.index >= size)
+        if stale or pod.deleting:
+            blocked.add(pod.name)
+            if not pod.deleting:
+                b.actions.append(DeletePod(pod.name))
+            elif not release_when_ended(b, pod):
+                _force_delete_when_stuck(b, pod)
+    return blocked
 
 
 def _force_delete_when_stuck(b: Builder, pod: PodState) -> None:

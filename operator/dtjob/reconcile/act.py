@@ -1,15 +1,17 @@
 """act(): carry out a Decision's actions in order, against the API server and Blob Storage.
 
 Every action is idempotent (create-if-absent, delete-if-present), so a crash halfway and a rerun converge.
-Returns what the status must record: the log upload's outcome, the SAS Secrets' deletion, a pod force-deleted.
-Raises Rejected, Forbidden or StorageRefused when the API server or Azure refuses something the spec asked
-for, and NotOurs when a child's name is held by another owner's object.
+Returns what the status must record: the log upload's outcome, the SAS Secrets' deletion, a pod force-deleted,
+and a refusal: the first action the API server or Azure refuses (Rejected, Forbidden, a name another owner
+holds, the PodGroup API not served, credentials refused for good) ends the run with a Refused result, which
+dtjob.machine.refusals turns into a condition. What is no outcome of the job propagates: a lost leadership, a
+conflict, an API error, and credentials that vanished since they were observed (the retry observes them).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,10 +20,11 @@ from dtjob.config import OperatorConfig
 from dtjob.desired.sshkeys import generate_keypair
 from dtjob.gang import kueue
 from dtjob.gang.pod_groups import POD_GROUP_KIND
-from dtjob.kube.client import Kube, NotOurs
+from dtjob.kube.client import ApiNotServed, Forbidden, Kube, NotOurs, Rejected
 from dtjob.names import Access
-from dtjob.reconcile import deletes, storage
+from dtjob.reconcile import deletes, storage_act
 from dtjob.reconcile.ensure import Applied, ensure_all
+from dtjob.reconcile.storage_observe import StorageRefused
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     Action,
@@ -33,20 +36,31 @@ from dtjob.state.decision import (
     DeletePod,
     DeletePodGroup,
     DeleteSasSecrets,
+    DeleteWorld,
     EnsureWorld,
     ForceDeletePod,
     LogsUploaded,
     MintSas,
     PodForceDeleted,
+    RefusalKind,
+    Refused,
     ReleasePod,
     Result,
     SasSecretsDeleted,
     UploadLogs,
 )
-from dtjob.state.observed import pod_state
+from dtjob.state.observed import PodState
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+# The Kubernetes client's refusals, and what kind of refusal each is.
+_REFUSALS: tuple[tuple[type[Exception], RefusalKind], ...] = (
+    (Rejected, RefusalKind.REJECTED),
+    (Forbidden, RefusalKind.FORBIDDEN),
+    (NotOurs, RefusalKind.NOT_OURS),
+    (ApiNotServed, RefusalKind.API_NOT_SERVED),
+)
+_REFUSED = tuple(cls for cls, _ in _REFUSALS)
 
 
 def act(
@@ -55,20 +69,49 @@ def act(
     spec: JobSpec,
     owner: Json,
     actions: Sequence[Action],
-    pods: Iterable[Mapping[str, Any]],
+    pods: Sequence[PodState],
     output_url: str | None,
     now: datetime,
 ) -> list[Result]:
-    """`pods` are the job's pods as observed (whose logs UploadLogs reads); `output_url` the run's folder."""
+    """`pods`: every pod of the job as observed (whose logs UploadLogs reads); `output_url`: the run's folder.
+    Stops at the first refused action: its Refused is the last result."""
     results: list[Result] = []
     for step in _steps(actions):
-        if isinstance(step, list):  # a world's worker pods: created at once
-            _ensure_all(kube, [desired.worker_pod(spec, owner, w.index, w.attempt) for w in step])
-            continue
-        result = _run(kube, config, spec, owner, step, pods, output_url, now)
+        try:
+            result = _run_step(kube, config, spec, owner, step, pods, output_url, now)
+        except StorageRefused as refused:
+            if not refused.blocker.fatal:
+                raise  # credentials that vanished since observe(): the retry sees them missing and waits
+            blocker = refused.blocker
+            result = Refused(RefusalKind.STORAGE, _first(step), blocker.message, blocker.reason)
+        except _REFUSED as err:
+            kind = next(kind for cls, kind in _REFUSALS if isinstance(err, cls))
+            result = Refused(kind, _first(step), str(err))
         if result is not None:
             results.append(result)
+        if isinstance(result, Refused):
+            break
     return results
+
+
+def _run_step(
+    kube: Kube,
+    config: OperatorConfig,
+    spec: JobSpec,
+    owner: Json,
+    step: Action | list[CreateWorker],
+    pods: Sequence[PodState],
+    output_url: str | None,
+    now: datetime,
+) -> Result | None:
+    if isinstance(step, list):  # a world's worker pods: created at once
+        _ensure_all(kube, [desired.worker_pod(spec, owner, w.index, w.attempt) for w in step])
+        return None
+    return _run(kube, config, spec, owner, step, pods, output_url, now)
+
+
+def _first(step: Action | list[CreateWorker]) -> Action:
+    return step[0] if isinstance(step, list) else step
 
 
 def _steps(actions: Sequence[Action]) -> list[Action | list[CreateWorker]]:
@@ -91,14 +134,14 @@ def _run(
     spec: JobSpec,
     owner: Json,
     action: Action,
-    pods: Iterable[Mapping[str, Any]],
+    pods: Sequence[PodState],
     output_url: str | None,
     now: datetime,
 ) -> Result | None:
     ns = spec.namespace
     match action:
         case MintSas(access=access, not_after=not_after):
-            storage.mint_sas(kube, spec, Access(access), not_after, owner, now, config)
+            storage_act.mint_sas(kube, spec, Access(access), not_after, owner, now, config)
         case EnsureWorld():
             if gang.pod_group_api(spec) is not None:
                 # Before anything else: a cluster without the gang scheduler's API gets nothing of the world.
@@ -135,12 +178,23 @@ def _run(
         case UploadLogs(attempt=attempt):
             return _upload_logs(kube, spec, str(owner["uid"]), pods, attempt, output_url, config, now)
         case DeleteSasSecrets():
-            storage.delete_sas_secrets(kube, ns, spec.name, str(owner["uid"]))
+            storage_act.delete_sas_secrets(kube, ns, spec.name, str(owner["uid"]))
             return SasSecretsDeleted()
+        case DeleteWorld(launcher=launcher):
+            delete_world(kube, ns, spec.name, str(owner["uid"]), launcher)
         case DeleteJob():
             log.info("ttlSecondsAfterFinished elapsed: deleting %s/%s", ns, spec.name)
             deletes.delete_training_job(kube, ns, spec.name)
     return None
+
+
+def delete_world(kube: Kube, namespace: str, name: str, uid: str, launcher: bool = True) -> None:
+    """The pods and the launcher Job of the job `uid`: pods by owner, never by label alone (those created a
+    moment ago too); the launcher Job when `launcher` (it is ours: a create never takes a name another owner
+    holds)."""
+    deletes.delete_pods(kube, namespace, f"{names.JOB_NAME_LABEL}={name}", uid)
+    if launcher:
+        deletes.delete_batch_job(kube, namespace, names.launcher_name(name))
 
 
 def _ensure(kube: Kube, obj: Json) -> None:
@@ -158,7 +212,7 @@ def _upload_logs(
     kube: Kube,
     spec: JobSpec,
     uid: str,
-    pods: Iterable[Mapping[str, Any]],
+    pods: Iterable[PodState],
     attempt: int | None,
     output_url: str | None,
     config: OperatorConfig,
@@ -167,8 +221,8 @@ def _upload_logs(
     """At the end every pod's log; before a restart (best effort, once) the failed attempt's."""
     folder = names.logs_folder(output_url or "", attempt)
     if attempt is not None:
-        pods = [p for p in pods if pod_state(p).attempt == attempt]
-    upload = storage.upload_pod_logs(
+        pods = [p for p in pods if p.attempt == attempt]
+    upload = storage_act.upload_pod_logs(
         kube, spec, uid, pods, attempt=attempt, cap_bytes=config.log_cap_bytes, config=config, now=now
     )
     metrics.logs_uploaded(upload.uploaded, len(upload.missing))

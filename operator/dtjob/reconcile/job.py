@@ -1,9 +1,9 @@
 """One reconcile of one job, one way: read it, parse, observe, decide, record, act, record the results.
 
 The status is written before the actions (it records intent, e.g. restarts+1, that the actions then carry
-out); what the actions produce (the log upload, the SAS revocation) is written after them, so the status never
-claims what has not happened. Blocking (the Kubernetes client is synchronous); the controller runs it in a
-worker thread.
+out); what the actions produce (the log upload, the SAS revocation, a refusal) is written after them, so the
+status never claims what has not happened. A refusal that fails the job then deletes its world. Blocking (the
+Kubernetes client is synchronous); the controller runs it in a worker thread.
 """
 
 from __future__ import annotations
@@ -13,20 +13,17 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dtjob import metrics, names
+from dtjob import metrics
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
 from dtjob.desired.owned import owner_uids
-from dtjob.kube.client import ApiNotServed, Forbidden, Kube, NotOurs, Rejected
-from dtjob.machine import decide, invalid_spec, with_results
-from dtjob.reconcile import storage
-from dtjob.reconcile.act import act
-from dtjob.reconcile.deletes import delete_batch_job, delete_pods
+from dtjob.kube.client import Kube
+from dtjob.machine import decide, invalid_spec, settle, with_results
+from dtjob.reconcile import reads
+from dtjob.reconcile.act import act, delete_world
 from dtjob.reconcile.observe import observe
-from dtjob.reconcile.reads import get_job, patch_status
-from dtjob.reconcile.refusals import child_not_ours, create_forbidden, gang_api_missing
-from dtjob.reconcile.storage import StorageRefused
-from dtjob.spec.parse import JobSpec, SpecError, parse_spec
+from dtjob.reconcile.storage_act import delete_sas_secrets
+from dtjob.spec.parse import SpecError, parse_spec
 from dtjob.state.decision import Event, SasSecretsDeleted
 from dtjob.state.observed import Children
 from dtjob.state.status import FINISHED, JobStatus, status_from_dict
@@ -45,7 +42,7 @@ def reconcile(
 ) -> float | None:
     """Returns seconds until this job needs another look without any event (deadline, TTL), or None."""
     now = now or datetime.now(UTC)
-    job = get_job(kube, namespace, name)
+    job = reads.get_job(kube, namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         return None  # gone or going: ownerReferences let the garbage collector remove the children
     meta = job["metadata"]
@@ -57,8 +54,9 @@ def reconcile(
         version = _record(kube, job, decision.status, decision.events, now)
         if prev.phase not in FINISHED:
             # An edit the operator rejects mid-run: nothing of the old world may go on holding GPUs or tokens.
-            _delete_world(kube, namespace, name, str(meta["uid"]), _owns(children.launcher, str(meta["uid"])))
-            storage.delete_sas_secrets(kube, namespace, name, str(meta["uid"]))
+            uid = str(meta["uid"])
+            delete_world(kube, namespace, name, uid, _owns(children.launcher, uid))
+            delete_sas_secrets(kube, namespace, name, uid)
             status, events = with_results(decision.status, [SasSecretsDeleted()])
             _record(kube, {**job, "status": decision.status.to_dict()}, status, events, now, version)
         return decision.requeue_after
@@ -71,28 +69,14 @@ def reconcile(
         restarting = decision.status.condition("Restarting")
         metrics.world_restarted(restarting.reason if restarting is not None else "")
     owner = owner_reference(name, meta["uid"])
-    try:
-        results = act(
-            kube, config, spec, owner, decision.actions, children.pods, decision.status.output_url, now
-        )
-    except Rejected as err:
-        _fail(kube, namespace, name, "spec", str(err), "ChildRejected", now)
-        return None
-    except Forbidden as err:
-        return _forbidden(kube, namespace, name, str(err), now)
-    except NotOurs as err:
-        return _wait_for_name(kube, namespace, name, str(err), now)
-    except ApiNotServed as err:
-        return _wait_for_api(kube, spec, str(err), now)
-    except StorageRefused as refused:
-        if not refused.blocker.fatal:
-            raise  # credentials that vanished since observe(): the retry sees them missing and waits
-        _fail(kube, namespace, name, "spec", refused.blocker.message, refused.blocker.reason, now)
-        return None
-    if results:
-        status, events = with_results(decision.status, results)
-        _record(kube, {**job, "status": decision.status.to_dict()}, status, events, now, version)
-    return decision.requeue_after
+    output = decision.status.output_url
+    results = act(kube, config, spec, owner, decision.actions, observed.children, output, now)
+    if not results:
+        return decision.requeue_after
+    after = settle(decision, results, spec, now)
+    _record(kube, {**job, "status": decision.status.to_dict()}, after.status, after.events, now, version)
+    act(kube, config, spec, owner, after.actions, observed.children, output, now)  # a failed job's world goes
+    return after.requeue_after
 
 
 def _record(
@@ -109,65 +93,10 @@ def _record(
     version = resource_version or str(meta["resourceVersion"])
     new = status.to_dict()
     if _changed(job.get("status") or {}, new):
-        version = patch_status(kube, meta["namespace"], meta["name"], new, version)
+        version = reads.patch_status(kube, meta["namespace"], meta["name"], new, version)
     for event in events:
         kube.emit_event(job, event.type, event.reason, event.message, now)
     return version
-
-
-def _fail(kube: Kube, namespace: str, name: str, path: str, message: str, reason: str, now: datetime) -> None:
-    """Something the schema let through but the API server or Azure refused: Failed with its message, and no
-    half world left."""
-    job = get_job(kube, namespace, name)
-    if job is None:
-        return
-    prev = status_from_dict(job.get("status"))
-    decision = invalid_spec(prev, path, message, now, job["metadata"].get("generation"), reason=reason)
-    _record(kube, job, decision.status, decision.events, now)
-    _delete_world(kube, namespace, name, str(job["metadata"]["uid"]))
-
-
-def _forbidden(kube: Kube, namespace: str, name: str, message: str, now: datetime) -> float | None:
-    """A child refused with 403: Failed naming the field (Pod Security admission) and no world left, or a
-    waiting condition quoting the API server (a quota, RBAC) and another try later."""
-    job = get_job(kube, namespace, name)
-    if job is None:
-        return None
-    meta = job["metadata"]
-    decision = create_forbidden(status_from_dict(job.get("status")), message, now, meta.get("generation"))
-    _record(kube, job, decision.status, decision.events, now)
-    if decision.status.phase in FINISHED:
-        _delete_world(kube, namespace, name, str(meta["uid"]))
-    return decision.requeue_after
-
-
-def _wait_for_name(kube: Kube, namespace: str, name: str, child: str, now: datetime) -> float | None:
-    job = get_job(kube, namespace, name)
-    if job is None:
-        return None
-    decision = child_not_ours(
-        status_from_dict(job.get("status")), child, now, job["metadata"].get("generation")
-    )
-    _record(kube, job, decision.status, decision.events, now)
-    return decision.requeue_after
-
-
-def _wait_for_api(kube: Kube, spec: JobSpec, api: str, now: datetime) -> float | None:
-    job = get_job(kube, spec.namespace, spec.name)
-    if job is None:
-        return None
-    prev = status_from_dict(job.get("status"))
-    decision = gang_api_missing(prev, spec, api, now, job["metadata"].get("generation"))
-    _record(kube, job, decision.status, decision.events, now)
-    return decision.requeue_after
-
-
-def _delete_world(kube: Kube, namespace: str, name: str, uid: str, launcher_ours: bool = True) -> None:
-    """The pods and the launcher Job of the job `uid`: pods by owner, never by label alone; the launcher Job
-    when it is ours (after this pass's creates it is: a create never takes a name another owner holds)."""
-    delete_pods(kube, namespace, f"{names.JOB_NAME_LABEL}={name}", uid)
-    if launcher_ours:
-        delete_batch_job(kube, namespace, names.launcher_name(name))
 
 
 def _owns(child: Mapping[str, Any] | None, uid: str) -> bool:

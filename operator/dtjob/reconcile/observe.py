@@ -22,9 +22,9 @@ from dtjob.gang import PoolRoom, pool_room
 from dtjob.kube.client import Kube, LogUnavailable
 from dtjob.machine import world_started
 from dtjob.machine.gang import wants_pool_room
-from dtjob.reconcile import storage
+from dtjob.reconcile import reads
 from dtjob.reconcile.preflight import preflight
-from dtjob.reconcile.reads import failed_create, list_node_pods, list_nodes, poll_pod_log
+from dtjob.reconcile.storage_observe import observe_sas, observe_staging
 from dtjob.spec.parse import JobSpec
 from dtjob.state.observed import (
     Blocker,
@@ -65,12 +65,13 @@ def observe(
     seen = observe_children(children.pods, children.launcher, uid)
     active = prev.phase not in FINISHED and not spec.run_policy.suspend
     blocker = preflight(kube, spec, uid) if active and not world_started(prev, seen) else None
-    sas = storage.observe_sas(kube, spec, prev, uid, now, config) if active else {}
+    sas = observe_sas(kube, spec, prev, uid, now, config) if active else {}
     sas_blockers = [s.blocked for s in sas.values() if s.blocked is not None]
     blocker = _worst(blocker, *sas_blockers)
     staging = None
     if active and spec.dataset.staging is not None and not prev.is_true("Staged"):
-        staging = storage.observe_staging(kube, spec.namespace, children.staging, children.pods)
+        parsed = list(zip(children.pods, seen.children, strict=True))
+        staging = observe_staging(kube, spec.namespace, children.staging, parsed)
     log_text = _launcher_log(kube, spec.namespace, prev, seen, config.progress_seconds)
     progress = None if log_text is None else latest_progress(log_text)
     results = None if log_text is None else latest_report(log_text)
@@ -92,6 +93,7 @@ def observe(
     return Observed(
         pods=seen.pods,
         launcher=launcher,
+        children=seen.children,
         generation=meta.get("generation"),
         uid=uid,
         blocker=blocker,
@@ -112,7 +114,7 @@ def _refusal(kube: Kube, namespace: str, job: Mapping[str, Any] | None) -> Creat
     meta = (job or {}).get("metadata") or {}
     if not meta.get("uid"):
         return None
-    message = failed_create(kube, namespace, str(meta["uid"]))
+    message = reads.failed_create(kube, namespace, str(meta["uid"]))
     if message is None:
         return None
     created = meta.get("creationTimestamp")
@@ -123,13 +125,13 @@ def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:
     """The free GPUs of the workers' pool, for a gang past its schedule timeout to name what it lacks. None
     when the operator may not read nodes or pods cluster-wide (a namespace-scoped install)."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
-    nodes = list_nodes(kube, selector)
+    nodes = reads.list_nodes(kube, selector)
     if not nodes:
         return None
     by_node = {}
     for node in nodes:
         name = str(node["metadata"]["name"])
-        pods = list_node_pods(kube, name)
+        pods = reads.list_node_pods(kube, name)
         if pods is None:
             return None
         by_node[name] = pods
@@ -174,7 +176,7 @@ def _launcher_log(kube: Kube, namespace: str, prev: JobStatus, seen: Observed, e
             return kube.read_log(
                 namespace, pod, container, tail_lines=PROGRESS_TAIL_LINES, limit_bytes=PROGRESS_TAIL_BYTES
             )
-        return poll_pod_log(
+        return reads.poll_pod_log(
             kube, namespace, pod, container, PROGRESS_TAIL_LINES, PROGRESS_TAIL_BYTES, every_s / 2
         )
     except LogUnavailable:

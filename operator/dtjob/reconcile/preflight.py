@@ -15,7 +15,7 @@ from dtjob import API_GROUP, KIND
 from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube.client import Kube, Rejected
 from dtjob.reconcile.reads import list_nodes
-from dtjob.reconcile.storage import STORAGE_KEY_LABEL
+from dtjob.reconcile.storage_observe import STORAGE_KEY_LABEL
 from dtjob.spec.parse import JobSpec, pod_secret_references
 from dtjob.state.observed import Blocker
 

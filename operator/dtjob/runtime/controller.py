@@ -33,12 +33,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dtjob import metrics, names
-from dtjob.azure.sas import redact
 from dtjob.config import OperatorConfig
 from dtjob.fence import NotLeader
 from dtjob.kube.client import Conflict, Kube
 from dtjob.reconcile.job import Children, reconcile
 from dtjob.reconcile.reads import get_job
+from dtjob.redaction import redact
 from dtjob.runtime import heap
 from dtjob.runtime.cached_kube import ControllerKube
 from dtjob.runtime.child_cache import PODS, ChildCache

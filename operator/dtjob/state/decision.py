@@ -2,13 +2,15 @@
 
 decide() (dtjob.machine) returns a Decision: the status to write, the actions to run in order, the events to
 post and when to look again. dtjob.reconcile.act runs every action (all idempotent: create-if-absent,
-delete-if-present) and returns a Result for those whose outcome the status records.
+delete-if-present) and returns a Result for those whose outcome the status records, a refusal included: act
+stops at the first action the API server or Azure refuses, and says which and why (Refused).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from dtjob.state.status import JobStatus
 
@@ -98,9 +100,18 @@ class DeleteSasSecrets:
     """The job ended: revoke what pods could read by deleting `<job>-sas-in` and `<job>-sas-out`."""
 
 
+@dataclass(frozen=True)
+class DeleteWorld:
+    """A refusal failed the job: its pods (by label, only those it owns, also those created a moment ago) and,
+    when `launcher`, its launcher Job go, so that no half world keeps holding GPUs."""
+
+    launcher: bool = True
+
+
 Action = (
     MintSas | EnsureWorld | CreateWorker | CreateLauncher | DeletePod | ForceDeletePod | ReleasePod
     | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets | DeletePodGroup
+    | DeleteWorld
 )  # fmt: skip
 
 
@@ -130,7 +141,31 @@ class PodForceDeleted:
     overdue_s: float  # how long past its grace period it was still terminating
 
 
-Result = LogsUploaded | SasSecretsDeleted | PodForceDeleted
+class RefusalKind(StrEnum):
+    """Who refused an action, and how."""
+
+    REJECTED = "Rejected"  # the API server found a child invalid (422, 400): the spec asked for it
+    FORBIDDEN = "Forbidden"  # 403: Pod Security admission, a ResourceQuota, the operator's RBAC
+    NOT_OURS = "NotOurs"  # a child's name is held by another owner's object
+    API_NOT_SERVED = "ApiNotServed"  # the cluster does not serve the gang scheduler's PodGroup API
+    STORAGE = "Storage"  # Azure refused the credentials for good (no user delegation key)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The outcome of an action the API server or Azure refused; the actions after it did not run.
+
+    `message` is the refuser's own words naming the object (`Pod rn50-worker-0 refused by the API server:
+    ...`), for NOT_OURS the object (`ConfigMap rn50-hostfile`), for API_NOT_SERVED the API; `reason` is a
+    storage refusal's condition reason (StorageCredentialsDenied)."""
+
+    kind: RefusalKind
+    action: Action
+    message: str
+    reason: str = ""
+
+
+Result = LogsUploaded | SasSecretsDeleted | PodForceDeleted | Refused
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,17 @@ dtjob.reconcile.observe; pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from dtjob import names
 from dtjob.contract.results_upload import UploadReport
-from dtjob.contract.transfer_report import ExitCode, ProgressSnapshot, parse_progress
 from dtjob.gang import kueue
 from dtjob.gang.pool_room import PoolRoom
 from dtjob.state.rank_error import RankError
+from dtjob.state.staging import StagingOutcome as StagingOutcome
 from dtjob.timefmt import parse_time
 
 Json = Mapping[str, Any]
@@ -125,8 +125,11 @@ class CreateRefusal:
 class Observed:
     """Every read of one reconcile, gathered before anything is decided."""
 
-    pods: tuple[PodState, ...] = ()
+    pods: tuple[PodState, ...] = ()  # the job's own pods, and its launcher Job's
     launcher: LauncherState | None = None
+    # Every pod the watch cache holds for the job's name, parsed once: also the staging Job's (and, until the
+    # garbage collector takes them, an older job's of the same name). Their logs are what UploadLogs uploads.
+    children: tuple[PodState, ...] = ()
     generation: int | None = None  # metadata.generation of the job
     uid: str = ""  # metadata.uid of the job
     # Preflight and storage facts that stop the first world (missing PVC, credentials, storage policy).
@@ -306,76 +309,21 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
 
 
 def observe_children(pods: Iterable[Json], launcher_job: Json | None, job_uid: str = "") -> Observed:
-    """The children's facts alone; dtjob.reconcile.observe adds the rest. With `job_uid`, what another owner
-    holds (an
-    older job of the same name, not yet garbage collected) is left out: it is never taken for ours."""
+    """The children's facts alone, each pod parsed once; dtjob.reconcile.observe adds the rest. With
+    `job_uid`, what another owner holds (an older job of the same name, not yet garbage collected) is left
+    out of `pods` and `launcher`: it is never taken for ours."""
     if job_uid and launcher_job is not None and not _owned_by(launcher_job, {job_uid}):
         launcher_job = None
+    found = [(pod, pod_state(pod)) for pod in pods]
+    states = tuple(state for _, state in found)
     if job_uid:
         owners = {job_uid} | ({str(launcher_job["metadata"].get("uid"))} if launcher_job else set())
-        pods = [p for p in pods if _owned_by(p, owners)]
-    states = tuple(pod_state(p) for p in pods)
-    return Observed(pods=states, launcher=launcher_state(launcher_job, states) if launcher_job else None)
+        states = tuple(state for pod, state in found if _owned_by(pod, owners))
+    launcher = launcher_state(launcher_job, states) if launcher_job else None
+    return Observed(pods=states, launcher=launcher, children=tuple(state for _, state in found))
 
 
 def _owned_by(obj: Json, uids: set[str]) -> bool:
     """Whether an ownerReference names one of `uids`; a copy without ownerReferences is taken as ours."""
     refs = (obj.get("metadata") or {}).get("ownerReferences")
     return refs is None or any(str(ref.get("uid")) in uids for ref in refs)
-
-
-# The staging Job's outcome: read from the Job, its pods' termination messages and the running pod's log.
-# Why a stager exited, by its exit status, for a Failed outcome whose pod left no reason of its own.
-EXIT_REASONS = {
-    ExitCode.USAGE: "the stager could not read its SAS Secret files",
-    ExitCode.DENIED: "the input SAS was denied (403)",
-    ExitCode.NOT_FOUND: "the input container or prefix does not exist",
-    ExitCode.LOCAL_IO: "the stager could not write to the data volume",
-    ExitCode.STORAGE: "Blob Storage returned an error",
-    ExitCode.INTEGRITY: "a downloaded file did not match its Content-MD5",
-}
-
-
-@dataclass(frozen=True)
-class StagingOutcome:
-    phase: str  # Running | Succeeded | Failed
-    progress: ProgressSnapshot | None
-    reason: str = ""  # for Failed: one line naming what to fix
-
-
-def _terminated(pod: Json) -> Json | None:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == names.STAGER_CONTAINER:
-            state = status.get("state") or {}
-            terminated = state.get("terminated")
-            return terminated if isinstance(terminated, dict) else None
-    return None
-
-
-def _snapshot(message: str) -> ProgressSnapshot | None:
-    try:
-        return ProgressSnapshot.from_json(message)
-    except (ValueError, TypeError):
-        return None
-
-
-def staging_outcome(job: Json, pods: Sequence[Json], log_tail: str = "") -> StagingOutcome:
-    """Where staging stands, from the staging Job, its pods (newest last) and optionally the running pod's
-    log tail (for live progress). A failure's reason comes from the stager's termination message."""
-    conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []}
-    last_terminated = next((t for t in (_terminated(p) for p in reversed(pods)) if t is not None), None)
-    snap = _snapshot(str(last_terminated.get("message") or "")) if last_terminated else None
-    if (conditions.get("Complete") or {}).get("status") == "True":
-        return StagingOutcome("Succeeded", snap)
-    if (conditions.get("Failed") or {}).get("status") == "True":
-        reason = snap.reason if snap is not None and snap.reason else ""
-        if not reason and last_terminated is not None:
-            code = last_terminated.get("exitCode")
-            known = {int(c): text for c, text in EXIT_REASONS.items()}
-            reason = known.get(code, "") if isinstance(code, int) else ""
-            reason = reason or f"the stager exited with status {code}"
-        if not reason:
-            failed = conditions["Failed"]
-            reason = f"staging Job failed: {failed.get('reason', '')} {failed.get('message', '')}".strip()
-        return StagingOutcome("Failed", snap, reason)
-    return StagingOutcome("Running", parse_progress(log_tail) if log_tail else snap)

@@ -56,14 +56,14 @@ FINISHED = (SUCCEEDED, FAILED)
 CONDITION_TYPES = tuple(ConditionType)
 
 # Condition Created=False with this reason: the API server refused a create with 403
-# (dtjob.reconcile.refusals); the job waits and tries again, and keeps saying why instead of "creating N
+# (dtjob.machine.refusals); the job waits and tries again, and keeps saying why instead of "creating N
 # worker pod(s)".
 CREATE_FORBIDDEN = "CreateForbidden"
 # Condition Created=False with this reason: a child's name is held by another owner's object
-# (dtjob.reconcile.refusals).
+# (dtjob.machine.refusals).
 CHILD_NOT_OURS = "ChildNotOwned"
 # Condition Created=False with this reason: the cluster does not serve the PodGroup API of the job's gang
-# scheduler (its CRD is not installed; dtjob.reconcile.refusals).
+# scheduler (its CRD is not installed; dtjob.machine.refusals).
 GANG_API_MISSING = "GangSchedulerMissing"
 
 

@@ -1,5 +1,4 @@
-"""What a refused create means for the job: 403 Forbidden from the API server, or a name another owner holds.
-Pure.
+"""What an action the API server or Azure refused means for the job (act's Refused results). Pure.
 
 Admission refuses creates with 403 for two kinds of cause:
 - Pod Security admission: the namespace enforces a level the pod does not meet. The operator's own settings
@@ -11,7 +10,8 @@ Admission refuses creates with 403 for two kinds of cause:
 A child whose name an object of another owner holds (an older job of the same name) is never adopted: the job
 waits the same way (reason ChildNotOwned) until the garbage collector removes it. So does a gang-scheduled job
 on a cluster that does not serve its scheduler's PodGroup API (reason GangSchedulerMissing) until the
-scheduler is installed; nothing of its world is created meanwhile.
+scheduler is installed; nothing of its world is created meanwhile. A child the API server rejects as invalid,
+or credentials Azure refuses for good, fail the job and leave no half world.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from dataclasses import replace
 from datetime import datetime
 
 from dtjob.gang import gang_scheduler
-from dtjob.machine import invalid_spec
+from dtjob.machine.finish import invalid_spec
 from dtjob.spec.parse import JobSpec
 from dtjob.state.conditions import with_kstatus_conditions
-from dtjob.state.decision import Decision, Event
+from dtjob.state.decision import Decision, DeleteWorld, Event, RefusalKind, Refused
 from dtjob.state.status import (
     CHILD_NOT_OURS,
     CREATE_FORBIDDEN,
+    FINISHED,
     GANG_API_MISSING,
     PENDING,
     RESTARTING,
@@ -35,11 +36,33 @@ from dtjob.state.status import (
 )
 
 POD_SECURITY_VIOLATION = "PodSecurityViolation"
+CHILD_REJECTED = "ChildRejected"
 RETRY_SECONDS = 30.0
 # Pod volumes built from the spec (dtjob.desired.pods), by name.
 _VOLUME_FIELDS = {"data": "spec.dataset.volume", "checkpoints": "spec.checkpoints"}
 # The template behind a refused object (`Pod <job>-worker-<i>`, `Job <job>-launcher`).
 _TEMPLATE_FIELDS = {"Pod": "spec.worker.template", "Job": "spec.launcher.template"}
+
+
+def refused(prev: JobStatus, refusal: Refused, spec: JobSpec | None, now: datetime) -> Decision:
+    """The decision after `refusal`, from the status recorded before the actions ran (`prev`): a wait that
+    tries again, or Failed with a DeleteWorld. `spec` is needed only when the gang's API is not served."""
+    generation, message = prev.observed_generation, refusal.message
+    match refusal.kind:
+        case RefusalKind.FORBIDDEN:
+            decision = create_forbidden(prev, message, now, generation)
+        case RefusalKind.NOT_OURS:
+            return child_not_ours(prev, message, now, generation)
+        case RefusalKind.API_NOT_SERVED:
+            assert spec is not None, "only a parsed spec's gang creates a PodGroup"
+            return gang_api_missing(prev, spec, message, now, generation)
+        case RefusalKind.REJECTED:
+            decision = invalid_spec(prev, "spec", message, now, generation, reason=CHILD_REJECTED)
+        case RefusalKind.STORAGE:
+            decision = invalid_spec(prev, "spec", message, now, generation, reason=refusal.reason)
+    if refusal.kind is not RefusalKind.FORBIDDEN or decision.status.phase in FINISHED:
+        decision.actions.append(DeleteWorld())  # something the spec asked for: no half world is left
+    return decision
 
 
 def is_pod_security(message: str) -> bool:

@@ -1,69 +1,50 @@
-"""Blob Storage I/O of one reconcile: the per-job SAS Secrets (mint, rotate, delete), the staging Job's
-progress, and the upload of pod logs before cleanup.
+"""Blob Storage reads of one reconcile: the per-job SAS Secrets (fresh, due for rotation, altered), what
+stops a mint (the namespace's storage policy, the credentials, a missing results container), and the staging
+Job's progress.
 
 Kubernetes I/O goes through dtjob.kube.client and Azure I/O through dtjob.azure; this module only sequences
 them. No token, key or signed URL is ever logged, put into an event or into status: errors pass through
-redact().
+redact(). dtjob.reconcile.storage_act mints, revokes and uploads.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from dtjob import metrics, names
+from dtjob import names
 from dtjob.azure.clients import Deadlines
 from dtjob.azure.sas import (
     ANNOTATION_EXPIRES,
     ANNOTATION_ISSUED,
-    ContainerSas,
-    mint_with_account_key,
-    mint_with_user_delegation,
-    redact,
     rotation_time,
-    sas_secret,
     secret_rotation_due,
-    validity_window,
     workload_identity_credential,
 )
 from dtjob.config import OperatorConfig
-from dtjob.desired.owned import is_ours, owner_uids
-from dtjob.fence import NotLeader
-from dtjob.kube.client import Kube, LogUnavailable, NotOurs
-from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, log_blob_name, run_prefix, sas_secret_name
-from dtjob.reconcile.deletes import delete_owned
-from dtjob.reconcile.ensure import Applied, ensure
+from dtjob.desired.owned import owner_uids
+from dtjob.kube.client import Kube, LogUnavailable
+from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, run_prefix, sas_secret_name
+from dtjob.redaction import redact
 from dtjob.spec.parse import JobSpec
 from dtjob.spec.storage import AuthMode, BlobLocation
 from dtjob.spec.tenancy import Use, check_locations, namespace_policy
-from dtjob.state.observed import Blocker, SasObservation, StagingOutcome, pod_state, staging_outcome
+from dtjob.state.observed import Blocker, PodState, SasObservation
+from dtjob.state.staging import StagingOutcome, staging_outcome
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import parse_time
 
 log = logging.getLogger(__name__)
-Json = dict[str, Any]
 
 STAGING_LOG_TAIL_LINES = 20
-# The life of the operator's own log-upload token: the upload's retries fit in it many times over.
-LOG_UPLOAD_TOKEN_LIFETIME = timedelta(minutes=30)
 # The output container's check before the first output token: one quick try, never a reconcile held long.
 CONTAINER_CHECK_DEADLINES = Deadlines(connect_s=5.0, read_s=5.0, retries=0, backoff_s=1)
 # accountKey mode: the operator reads only Secrets that carry this label, so a job cannot point it at another
 # system's key in its namespace that its author may not read.
 STORAGE_KEY_LABEL = "dtjob.io/storage-key"
-
-
-@dataclass(frozen=True)
-class LogUpload:
-    uploaded: bool
-    missing: tuple[str, ...] = ()
-    error: str | None = None
-    truncated: tuple[str, ...] = ()  # pods whose log was longer than the cap: head and tail kept
-    cap_bytes: int = 0  # the cap they were cut to
 
 
 class StorageRefused(Exception):
@@ -165,44 +146,6 @@ def _altered(secret: Mapping[str, Any], location: BlobLocation) -> str | None:
     return None
 
 
-def mint_sas(
-    kube: Kube,
-    spec: JobSpec,
-    access: Access,
-    not_after: datetime | None,
-    owner: Json,
-    now: datetime,
-    config: OperatorConfig,
-) -> None:
-    """Create `<job>-sas-<access>` with a fresh token, or replace the token of the one there (rotation).
-    StorageRefused when the credentials do not allow it; NotLeader, before anything is signed, on a replica
-    that does not hold the leader Lease."""
-    kube.check_leader()
-    wanted = {a: (location, path) for a, location, path in sas_locations(spec, JobStatus())}
-    location, path = wanted[access]
-    try:
-        start, expiry = validity_window(now, location.sas_lifetime, not_after)
-    except ValueError:
-        return  # the deadline has passed: the state machine fails the job
-    directory = output_directory(spec, location, str(owner.get("uid", "")), config, access)
-    sas = _mint(kube, spec.namespace, location, path, access, start, expiry, directory)
-    secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
-    existing = kube.get("Secret", spec.namespace, sas_secret_name(spec.name, access))
-    if existing is None:
-        applied = ensure(kube, secret)
-        if applied is Applied.NOT_OURS:
-            raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
-        if applied is Applied.CREATED:
-            metrics.sas_minted(access.value, rotation=False)
-        return
-    if not is_ours(existing, secret):
-        raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
-    kube.replace(secret, existing["metadata"]["resourceVersion"])
-    metrics.sas_minted(access.value, rotation=True)
-    log.info("rotated the SAS in %s/%s; it now expires at %s", spec.namespace,
-             sas_secret_name(spec.name, access), sas.expiry.isoformat())  # fmt: skip
-
-
 def output_directory(
     spec: JobSpec, location: BlobLocation, uid: str, config: OperatorConfig, access: Access
 ) -> str | None:
@@ -226,7 +169,7 @@ def _missing_output_container(
 
     creds = location.credentials
     if creds.auth_mode is AuthMode.ACCOUNT_KEY:
-        key = _account_key(kube, namespace, location, path)
+        key = account_key(kube, namespace, location, path)
         credential: Any = {"account_name": location.account_name, "account_key": key}
     else:
         credential = workload_identity_credential(creds.client_id)
@@ -254,13 +197,14 @@ def _credentials_blocker(kube: Kube, namespace: str, location: BlobLocation, pat
     if location.credentials.auth_mode is not AuthMode.ACCOUNT_KEY:
         return None
     try:
-        _account_key(kube, namespace, location, path)
+        account_key(kube, namespace, location, path)
     except StorageRefused as refused:
         return refused.blocker
     return None
 
 
-def _account_key(kube: Kube, namespace: str, location: BlobLocation, path: str) -> str:
+def account_key(kube: Kube, namespace: str, location: BlobLocation, path: str) -> str:
+    """The account key of an accountKey location, read and checked; StorageRefused naming what is wrong."""
     ref = location.credentials.secret_ref
     assert ref is not None
     secret = kube.get("Secret", namespace, ref.name)
@@ -304,168 +248,27 @@ def _decoded_key(encoded: object, secret: str, key: str, path: str) -> str:
     return account_key
 
 
-def _mint(
+def observe_staging(
     kube: Kube,
     namespace: str,
-    location: BlobLocation,
-    path: str,
-    access: Access,
-    start: datetime,
-    expiry: datetime,
-    directory: str | None = None,
-) -> ContainerSas:
-    creds = location.credentials
-    if creds.auth_mode is AuthMode.ACCOUNT_KEY:
-        key = _account_key(kube, namespace, location, path)
-        return mint_with_account_key(
-            location.endpoint, location.account_name, key, location.container, access, start, expiry,
-            directory,
-        )  # fmt: skip
-    from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
-
-    try:
-        credential = workload_identity_credential(creds.client_id)
-        return mint_with_user_delegation(
-            location.endpoint,
-            location.account_name,
-            credential,
-            location.container,
-            access,
-            start,
-            expiry,
-            directory,
-        )
-    except (ClientAuthenticationError, HttpResponseError) as err:
-        if isinstance(err, HttpResponseError) and err.status_code not in (401, 403):
-            raise
-        first_line = redact(str(err)).splitlines()[0] if str(err) else type(err).__name__
-        raise StorageRefused(Blocker(
-            "StorageCredentialsDenied",
-            f"{path}: the operator's workload identity could not get a user delegation key: {first_line}",
-            fatal=True,
-        )) from None  # fmt: skip
-
-
-def log_upload_sas(
-    kube: Kube, spec: JobSpec, uid: str, now: datetime, config: OperatorConfig
-) -> ContainerSas:
-    """A token for the operator's own upload of pod logs, minted now from the spec's output location and kept
-    in memory only. Not the pods' `<job>-sas-out` token: that one expires at activeDeadlineSeconds (the logs
-    of a job that hit its deadline would be refused), and a namespace editor can rewrite its URL. Scoped like
-    the pods' token (the run's directory on hierarchical-namespace accounts). StorageRefused when the
-    credentials do not allow it."""
-    assert spec.output is not None
-    location = spec.output.target
-    start, expiry = validity_window(now, LOG_UPLOAD_TOKEN_LIFETIME)
-    directory = output_directory(spec, location, uid, config, Access.OUTPUT)
-    return _mint(kube, spec.namespace, location, "spec.output.credentials", Access.OUTPUT, start, expiry,
-                 directory)  # fmt: skip
-
-
-def delete_sas_secrets(kube: Kube, namespace: str, job: str, uid: str) -> None:
-    """Revoke the job's SAS Secrets: those the job `uid` owns, never another owner's of the same name."""
-    for access in Access:
-        delete_owned(kube, "Secret", namespace, sas_secret_name(job, access), uid)
-
-
-def observe_staging(
-    kube: Kube, namespace: str, staging_job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]
+    staging_job: Mapping[str, Any] | None,
+    pods: Sequence[tuple[Mapping[str, Any], PodState]],
 ) -> StagingOutcome | None:
-    """The staging Job's outcome, with live progress from the running stager's log tail."""
+    """The staging Job's outcome, with live progress from the running stager's log tail. `pods`: each child
+    pod with its parsed state (the outcome reads the stagers' termination messages from the pods)."""
     if staging_job is None:
         return None
     stagers = sorted(
-        (p for p in pods if pod_state(p).role == names.ROLE_STAGER),
-        key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""),
+        ((p, state) for p, state in pods if state.role == names.ROLE_STAGER),
+        key=lambda found: str((found[0].get("metadata") or {}).get("creationTimestamp") or ""),
     )
-    outcome = staging_outcome(dict(staging_job), [dict(p) for p in stagers])
-    running = [p for p in stagers if (p.get("status") or {}).get("phase") == "Running"]
+    raw = [dict(p) for p, _ in stagers]
+    outcome = staging_outcome(dict(staging_job), raw)
+    running = [state for _, state in stagers if state.phase == "Running"]
     if outcome.phase != "Running" or not running:
         return outcome
     try:
-        tail = kube.read_log(
-            namespace, pod_state(running[-1]).name, names.STAGER_CONTAINER, STAGING_LOG_TAIL_LINES
-        )
+        tail = kube.read_log(namespace, running[-1].name, names.STAGER_CONTAINER, STAGING_LOG_TAIL_LINES)
     except LogUnavailable:
         return outcome  # progress is a nicety; the outcome does not depend on it
-    return staging_outcome(dict(staging_job), [dict(p) for p in stagers], tail)
-
-
-def upload_pod_logs(
-    kube: Kube,
-    spec: JobSpec,
-    uid: str,
-    pods: Iterable[Mapping[str, Any]],
-    attempt: int | None = None,
-    *,
-    cap_bytes: int,
-    config: OperatorConfig,
-    now: datetime | None = None,
-) -> LogUpload:
-    """Stream every pod's log from the API server into `<run prefix>/logs/<pod>.log`, a few pods at a time and
-    never a whole log in memory; a log longer than `cap_bytes` keeps its head and tail (dtjob.azure.logs).
-    With a token of its own (log_upload_sas), so the logs reach storage after the job's deadline too.
-    Pods whose log cannot be read are listed, not waited for. NotLeader, before any blob is written or the
-    next pod's started, once this replica does not hold the leader Lease."""
-    import threading
-    from contextlib import closing
-
-    from dtjob.azure.clients import container_client
-    from dtjob.azure.logs import LOG_UPLOAD_CONCURRENCY, LogCap, stop_when, upload_log
-    from dtjob.azure.parallel import run_bounded
-
-    assert spec.output is not None
-    prefix = spec.output.target.prefix
-    sources: list[tuple[str, str]] = []
-    for pod in pods:
-        state = pod_state(pod)
-        name, container = state.name, names.CONTAINER_OF_ROLE.get(state.role)
-        if name and container is not None:
-            sources.append((name, container))
-    kube.check_leader()
-    try:
-        sas = log_upload_sas(kube, spec, uid, now or datetime.now(UTC), config)
-    except StorageRefused as refused:
-        return LogUpload(False, error=refused.blocker.message[:300])
-    client = container_client(sas.container_url, sas.token, LOG_UPLOAD_CONCURRENCY)
-    cap = LogCap(cap_bytes)
-    missing: list[str] = []
-    truncated: list[str] = []
-
-    def upload_one(source: tuple[str, str], cancel: threading.Event) -> None:
-        name, container = source
-        blob = log_blob_name(prefix, spec.namespace, spec.name, uid, name, attempt)
-        kube.check_leader()
-        with closing(kube.stream_log(spec.namespace, name, container)) as chunks:
-            try:
-                summary = upload_log(client, blob, stop_when(cancel, _while_leading(kube, chunks)), cap)
-            except LogUnavailable as err:
-                log.info("log unavailable: %s", err)
-                missing.append(name)
-                return
-        if summary.truncated:
-            log.info("the log of %s/%s is %d bytes, over the %d-byte cap: kept the first %d and last %d",
-                     spec.namespace, name, summary.total_bytes, cap_bytes, summary.head_bytes,
-                     summary.tail_bytes)  # fmt: skip
-            truncated.append(name)
-
-    try:
-        with client:  # closes its connections after
-            run_bounded(sources, upload_one, LOG_UPLOAD_CONCURRENCY, "log-upload")
-    except NotLeader:
-        raise  # not a failed upload: the new leader uploads them all
-    except Exception as err:  # any Azure or network failure: retried until the grace period ends
-        text = redact(f"{type(err).__name__}: {err}").splitlines()[0]
-        log.warning("uploading logs of %s/%s failed: %s", spec.namespace, spec.name, text)
-        # No missing pods with a failure: the retry reads every log again and says which are missing then.
-        return LogUpload(False, error=text[:300])
-    log.info("uploaded %d pod logs of %s/%s", len(sources) - len(missing), spec.namespace, spec.name)
-    return LogUpload(True, tuple(sorted(missing)), truncated=tuple(sorted(truncated)), cap_bytes=cap_bytes)
-
-
-def _while_leading(kube: Kube, chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """`chunks`, until this replica loses the leader Lease: then NotLeader, and the half-read log is never
-    committed (the new leader uploads it whole)."""
-    for chunk in chunks:
-        kube.check_leader()
-        yield chunk
+    return staging_outcome(dict(staging_job), raw, tail)
