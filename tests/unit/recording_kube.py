@@ -97,7 +97,7 @@ class RecordingKube:
 
     # --- Kube ----------------------------------------------------------------------------------------
 
-    def create(self, obj: Json) -> bool:
+    def create(self, obj: Json) -> Json | None:
         self.check_leader()
         kind, meta = obj["kind"], obj["metadata"]
         _permitted("create", kind, obj.get("apiVersion"))
@@ -107,9 +107,9 @@ class RecordingKube:
         if obj.get("apiVersion") in self.not_served:
             raise ApiNotServed(f"{kind} ({obj['apiVersion']})")
         if (kind, meta["namespace"], meta["name"]) in self.objects:
-            return False
+            return None
         self.put(obj)
-        return True
+        return copy.deepcopy(self.objects[(kind, meta["namespace"], meta["name"])])
 
     def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Json | None:
         _permitted("get", kind, api_version)

@@ -54,9 +54,9 @@ class Kube(Protocol):
     """The Kubernetes API as the operator uses it. KubeClient talks to a real API server; unit tests use an
     in-memory recording implementation (tests/unit/recording_kube.py) with the same contract."""
 
-    def create(self, obj: Json) -> bool:
-        """Create `obj`; False when an object of its name exists. Rejected (400, 422), Forbidden (403),
-        ApiNotServed (404 for a kind no CRD serves)."""
+    def create(self, obj: Json) -> Json | None:
+        """Create `obj`; the object as created, None when an object of its name exists. Rejected (400, 422),
+        Forbidden (403), ApiNotServed (404 for a kind no CRD serves)."""
 
     def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Json | None:
         """The object, or None when there is none (nor any API serving its kind)."""
@@ -107,16 +107,16 @@ class KubeClient:
         self.api_client = api_client
         self.fence: Fence = fence or Unfenced()
 
-    def create(self, obj: Json) -> bool:
+    def create(self, obj: Json) -> Json | None:
         self.fence.check()
         kind, meta, version = obj["kind"], obj["metadata"], obj.get("apiVersion")
         try:
-            discard(
-                api_call(self.api_client, "create", kind, meta["namespace"], body=obj, api_version=version)
+            answer = api_call(
+                self.api_client, "create", kind, meta["namespace"], body=obj, api_version=version
             )
         except ApiException as err:
             if err.status == 409:
-                return False
+                return None
             api_version = api_version_of(kind, version)
             if err.status == 404 and api_version.rpartition("/")[0] not in BUILT_IN_GROUPS:
                 raise ApiNotServed(f"{kind} ({api_version})") from err
@@ -125,7 +125,7 @@ class KubeClient:
                 raise
             raise refused from err
         log.info("created %s %s/%s", kind, meta["namespace"], meta["name"])
-        return True
+        return read_json(answer)
 
     def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Json | None:
         return json_or_none(

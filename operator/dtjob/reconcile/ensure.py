@@ -38,7 +38,7 @@ class Applied(StrEnum):
 
 def create_if_absent(kube: Kube, obj: Json) -> bool:
     """Create obj; False when it already exists (whoever's it is)."""
-    return kube.create(obj)
+    return kube.create(obj) is not None
 
 
 def ensure(kube: Kube, obj: Json) -> Applied:
@@ -46,7 +46,7 @@ def ensure(kube: Kube, obj: Json) -> Applied:
     line. A create answered 409 for an object that is gone again, or on its way out, raises Conflict: the
     world that needs it must not go on without it, so the job is retried shortly instead of at the next
     event."""
-    if kube.create(obj):
+    if kube.create(obj) is not None:
         return Applied.CREATED
     kind, meta, version = obj["kind"], obj["metadata"], obj.get("apiVersion")
     existing = kube.get(kind, meta["namespace"], meta["name"], version)

@@ -5,7 +5,10 @@ children's cache. The client itself keeps nothing; these caches are the runtime'
   status patch goes in at once (write-through);
 - the node lists (a TtlCache by selector): every new job's preflight reads its pool, and a burst of jobs
   would list (and decode) the same nodes once each;
-- the log polls' memory (dtjob.runtime.log_polls).
+- the log polls' memory (dtjob.runtime.log_polls);
+- the children it creates, pods and batch Jobs, handed at once to `children_created` (the controller puts
+  them in its children cache): the next reconcile of their job sees them even when their watch events are
+  still on the way, so it neither creates them again nor reports them missing.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import builtins
 import threading
 import zlib
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -34,6 +37,8 @@ NODE_LIST_LOCK_STRIPES = 64
 # How long a job's cached copy serves without a watch event or a write confirming it.
 JOB_COPY_MAX_AGE_S = 60.0
 NodeList = builtins.list[Json] | Forbidden  # a forbidden list is remembered too: asking again would not help
+# The children cache's kinds, by the kind of the object created.
+CHILD_KINDS = {"Pod": "pods", "Job": "jobs"}
 
 
 class ControllerKube(Kube, Protocol):
@@ -45,6 +50,8 @@ class ControllerKube(Kube, Protocol):
         """A job as a watch event showed it: a reconcile's read of it may be answered with it."""
 
     def forget_job(self, namespace: str, name: str) -> None: ...
+
+    children_created: Callable[[str, Json], None] | None
 
 
 class CachedKube:
@@ -66,6 +73,8 @@ class CachedKube:
             TtlCache(NODE_LIST_TTL_S) if node_lists is None else node_lists
         )
         self.polls = LogPolls() if polls is None else polls
+        # (the cache's kind, the object as created): set by the controller, called in the reconcile's thread.
+        self.children_created: Callable[[str, Json], None] | None = None
         # One lock per stripe of selectors, not per selector: selectors come from jobs' specs, and a lock
         # kept for every selector ever seen would grow without end.
         self._node_list_locks = tuple(threading.Lock() for _ in range(NODE_LIST_LOCK_STRIPES))
@@ -138,8 +147,12 @@ class CachedKube:
 
     # --- passed through ------------------------------------------------------------------------------
 
-    def create(self, obj: Json) -> bool:
-        return self.kube.create(obj)
+    def create(self, obj: Json) -> Json | None:
+        created = self.kube.create(obj)
+        kind = CHILD_KINDS.get(obj["kind"])
+        if created is not None and kind is not None and self.children_created is not None:
+            self.children_created(kind, created)
+        return created
 
     def replace(self, obj: Json, resource_version: str) -> None:
         self.kube.replace(obj, resource_version)

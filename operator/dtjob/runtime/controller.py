@@ -87,6 +87,8 @@ class Controller:
         self.summaries: dict[Key, metrics.JobSummary] = {}
         self.cache = ChildCache()
         self.children_of: ChildrenOf = self.cache.children
+        self._loop: asyncio.AbstractEventLoop | None = None
+        kube.children_created = self.child_created
         self._listed: set[str] = set()  # namespaces whose children were listed at least once
         self._list_locks: dict[str, asyncio.Lock] = {}
         self._queue: Lanes[Key] = Lanes()
@@ -218,7 +220,14 @@ class Controller:
 
     # --- running -------------------------------------------------------------------------------------
 
+    def child_created(self, kind: str, body: Mapping[str, Any]) -> None:
+        """A child a reconcile has just created, from its thread: into the cache on the event loop, where the
+        watch events go, without enqueueing anything (its watch event will, when it changes something)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.cache.observe, kind, dict(body), False)
+
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.config.reconcile_workers)]
         self._tasks.append(asyncio.create_task(self._resync()))
         if self.config.heap_trim_seconds > 0:
