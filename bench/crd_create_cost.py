@@ -52,7 +52,7 @@ from bench.operator_scale import kubeconfig_path, proc_usage
 from bench.versus_mpi_operator import MPI_OPERATOR_VERSION, RUN_FOREVER, mpi_job, percentile
 from testbed.cache import cache_root
 from testbed.kube_wait import wait_for
-from testbed.operator_harness import CRD_FILE, install_crd, kubectl
+from testbed.operator_harness import CRD_FILE, install_crd, kubectl, wait_established
 
 GROUP_SUFFIX = "bench.dtjob.io"
 BASELINE = "minimal"
@@ -131,12 +131,7 @@ def install(kubeconfig: str, crd: Crd) -> None:
     )
     assert done.returncode == 0, done.stderr
 
-    def established() -> bool:
-        found = kubectl(kubeconfig, "get", f"crd/{name}", "-o", "json")
-        conditions = json.loads(found.stdout or "{}").get("status", {}).get("conditions") or []
-        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
-
-    wait_for(established, timeout=60, interval=0.25, what=f"CRD {name} Established")
+    wait_established(kubeconfig, name)
 
 
 def kinds_under_test(kubeconfig: str, template: bool, with_mpi: bool) -> list[Kind]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from testbed.cache import cache_root
 from testbed.kube_wait import wait_for
-from testbed.operator_harness import free_port, kubectl, terminate
+from testbed.operator_harness import free_port, kubectl, terminate, wait_established
 
 REPO = Path(__file__).resolve().parents[1]
 # The name scheduler-plugins' Helm chart gives its second scheduler, and the operator's default for
@@ -57,12 +57,7 @@ def install_crd_file(kubeconfig: str, path: Path, name: str) -> None:
     done = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(path))
     assert done.returncode == 0, done.stderr
 
-    def established() -> bool:
-        found = kubectl(kubeconfig, "get", f"crd/{name}", "-o", "json")
-        conditions = json.loads(found.stdout or "{}").get("status", {}).get("conditions") or []
-        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
-
-    wait_for(established, timeout=60, interval=0.25, what=f"CRD {name} Established")
+    wait_established(kubeconfig, name)
 
 
 def delete_crd(kubeconfig: str, name: str) -> None:

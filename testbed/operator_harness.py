@@ -37,14 +37,20 @@ def install_crd(kubeconfig: str) -> None:
     done = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     assert done.returncode == 0, done.stderr
 
-    # Polled, not `kubectl wait --for=condition=Established`: that fails at once on a CRD whose status the
-    # API server has not written yet (".status.conditions accessor error: <nil>").
+    wait_established(kubeconfig, "distributedtrainingjobs.dtjob.io")
+
+
+def wait_established(kubeconfig: str, crd: str) -> None:
+    """Until the API server serves the CRD named `crd`. Polled, not `kubectl wait
+    --for=condition=Established`: that fails at once on a CRD whose status the API server has not written yet
+    (".status.conditions accessor error: <nil>")."""
+
     def established() -> bool:
-        found = kubectl(kubeconfig, "get", "crd/distributedtrainingjobs.dtjob.io", "-o", "json")
+        found = kubectl(kubeconfig, "get", f"crd/{crd}", "-o", "json")
         conditions = json.loads(found.stdout or "{}").get("status", {}).get("conditions") or []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
-    wait_for(established, timeout=60, interval=0.25, what="the DistributedTrainingJob CRD Established")
+    wait_for(established, timeout=60, interval=0.25, what=f"CRD {crd} Established")
 
 
 _handed_out: set[int] = set()

@@ -18,6 +18,17 @@ from dtjob.azure.progress import Progress
 from dtjob.contract.transfer_report import ExitCode
 
 
+def parallelism(text: str) -> int:
+    """--concurrency's type: a whole number of at least 1, refused by argparse (exit 2) naming the flag."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def add_credential_args(parser: argparse.ArgumentParser, sas_needs: str = "", key_use: str = "") -> None:
     """--account-key-file / --sas-file (a file, or `-` for stdin), and --account-key / --sas for the secret
     itself, which shows in shell history and `ps`. Either form of a secret lands in the same attribute

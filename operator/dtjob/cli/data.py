@@ -39,7 +39,9 @@ def register(subparsers: Any) -> None:
     upload = commands.add_parser("upload", help="upload a local directory tree (parallel, resumable)")
     upload.add_argument("local_dir", type=Path, metavar="LOCAL_DIR")
     _location_args(upload)
-    upload.add_argument("--concurrency", type=int, default=16, help="parallel uploads (default 16)")
+    upload.add_argument(
+        "--concurrency", type=blob_cli.parallelism, default=16, help="parallel uploads (default 16)"
+    )
     upload.add_argument("--create-container", action="store_true", help="create the container if missing")
     upload.add_argument("--no-progress", action="store_true", help="no progress bar")
     upload.set_defaults(func=run_upload)
@@ -57,7 +59,9 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _location_args(hash_)
-    hash_.add_argument("--concurrency", type=int, default=16, help="blobs hashed in parallel (default 16)")
+    hash_.add_argument(
+        "--concurrency", type=blob_cli.parallelism, default=16, help="blobs hashed in parallel (default 16)"
+    )
     hash_.add_argument("--no-progress", action="store_true", help="no progress bar")
     hash_.set_defaults(func=run_hash)
 
@@ -100,9 +104,6 @@ def _client(args: argparse.Namespace, concurrency: int) -> tuple[ContainerClient
 def run_upload(args: argparse.Namespace) -> int:
     from dtjob.azure.upload import Uploader
 
-    if args.concurrency < 1:
-        print("dtjob data: --concurrency must be at least 1", file=sys.stderr)
-        return int(ExitCode.USAGE)
     subject = f"container {args.container}"
     hint = "the credentials"
     progress = Progress()
@@ -168,9 +169,6 @@ CHANGED_SHOWN = 10
 def run_hash(args: argparse.Namespace) -> int:
     from dtjob.azure.hashing import Hasher
 
-    if args.concurrency < 1:
-        print("dtjob data: --concurrency must be at least 1", file=sys.stderr)
-        return int(ExitCode.USAGE)
     subject = f"container {args.container}"
     hint = "the credentials"
     progress = Progress()
@@ -234,7 +232,9 @@ def _register_prepare(commands: Any) -> None:
         "--val-labels-format", choices=[f.value for f in LabelFormat], help="default: detected from the file"
     )
     _location_args(prepare, local_dir=True)
-    prepare.add_argument("--concurrency", type=int, default=16, help="parallel writes (default 16)")
+    prepare.add_argument(
+        "--concurrency", type=blob_cli.parallelism, default=16, help="parallel writes (default 16)"
+    )
     prepare.add_argument("--create-container", action="store_true", help="create the container if missing")
     for flag, default, what in (
         ("--expect-classes", EXPECTED_CLASSES, "classes"),
@@ -252,8 +252,6 @@ def _register_prepare(commands: Any) -> None:
 
 
 def _prepare_usage(args: argparse.Namespace) -> str | None:
-    if args.concurrency < 1:
-        return "--concurrency must be at least 1"
     if args.to is not None and (args.container or args.prefix):
         return "--to writes a local directory: --container and --prefix are for Blob Storage"
     if args.to is None and not args.container:

@@ -48,7 +48,9 @@ def register(subparsers: Any) -> None:
     kube_cli.add_kube_args(download)
     download.add_argument("--with-logs", action="store_true", help=f"also the pods' logs (under {LOGS_DIR}/)")
     blob_cli.add_credential_args(download, sas_needs=" with read and list")
-    download.add_argument("--concurrency", type=int, default=8, help="parallel downloads (default 8)")
+    download.add_argument(
+        "--concurrency", type=blob_cli.parallelism, default=8, help="parallel downloads (default 8)"
+    )
     download.add_argument("--no-progress", action="store_true", help="no progress bar")
     download.set_defaults(func=run_download)
 
@@ -96,9 +98,6 @@ def run_download(args: argparse.Namespace) -> int:
     from dtjob.azure.download import Stager
     from dtjob.azure.progress import Progress
 
-    if args.concurrency < 1:
-        print("dtjob results: --concurrency must be at least 1", file=sys.stderr)
-        return int(ExitCode.USAGE)
     try:
         job = kube_cli.connect(args).read_job(args.job)
         output, prefix = run_location(job)
