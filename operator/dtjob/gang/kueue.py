@@ -70,6 +70,11 @@ def waiting_message(queue_name: str | None, old_pods_left: bool) -> str:
     return f"preempted by Kueue; {waiting}"
 
 
+def gated_message(count: int) -> str:
+    """What a world says while Kueue's admission gate holds `count` of its worker pods."""
+    return f"{count} worker pod(s) wait for admission by Kueue"
+
+
 def worker_labels(queue_name: str | None, group: str) -> dict[str, str]:
     """The labels that put a worker in its job's pod group on `queue_name`; none without a queue."""
     if not queue_name:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from dtjob import names
+from dtjob.gang import kueue
 from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import delete_world_pods, finish
@@ -317,7 +318,7 @@ def _waiting_message(
         return f"{text}; creating {len(missing)} worker pod(s)"
     gated = sum(1 for p in workers.values() if p.gated)
     if gated:
-        return f"{text}; {gated} worker pod(s) wait for admission by Kueue"
+        return f"{text}; {kueue.gated_message(gated)}"
     for index in sorted(workers):
         pod = workers[index]
         if not pod.ready and pod.reason:
