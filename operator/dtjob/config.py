@@ -100,7 +100,7 @@ class OperatorConfig:
     # stays locked until it ends), so that a few hung jobs never hold up the others.
     reconcile_slow_seconds: float = 10.0
     # Leader election among the operator's replicas (when on: dtjob operator --leader-elect): the Lease's
-    # name in the operator's namespace, and its timings (dtjob.runtime.lease.ElectionTimings).
+    # name in the operator's namespace, and its timings (ElectionTimings above).
     lease_name: str = "dtjob-operator"
     # Where the operator runs and as whom (POD_NAMESPACE, DTJOB_SERVICE_ACCOUNT from the downward API): a job
     # in that namespace may not run its pods as that ServiceAccount.

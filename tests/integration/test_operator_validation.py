@@ -192,7 +192,7 @@ def test_kubectl_explain_documents_fields(crd: str) -> None:
     # kubectl wraps descriptions: compare with the whitespace folded.
     assert "0 makes a CPU job" in " ".join(explained("dtj.spec.gpusPerWorker").split())
     assert "MPI ranks per worker" in " ".join(explained("dtj.spec.slotsPerWorker").split())
-    assert "cleanPodPolicy" in explained("dtjob.spec.parse.runPolicy")
+    assert "cleanPodPolicy" in explained("dtjob.spec.runPolicy")
     # Status, and a field inside a list of a schema the YAML shares between two places.
     assert "counted against runPolicy.backoffLimit" in " ".join(explained("dtj.status.restarts").split())
     tolerance = explained("dtj.spec.placement.launcher.tolerations.tolerationSeconds")

@@ -10,8 +10,7 @@ One thread per kind and namespace (one per kind when the operator serves the who
 - LISTs the children (server-side label selector), delivers every item, and watches from the list's
   resourceVersion with bookmarks, so that an idle watch restarts where it was;
 - when the API server answers 410 Gone (the version is too old), LISTs again. Objects deleted meanwhile send
-  no event, so the controller's own periodic LIST of each namespace (dtjob.runtime.child_cache.replace) heals
-  that;
+  no event, so the controller's own periodic LIST of each namespace (ChildCache.replace) heals that;
 - on any other failure (connection lost, the API server down) waits, backing off up to MAX_BACKOFF_S, and
   watches again from the last version it saw.
 """
