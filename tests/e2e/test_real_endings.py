@@ -121,10 +121,14 @@ def test_results_that_storage_refused_for_good_are_uploaded_later_from_the_pod_t
     assert (
         status["output"]["results"]["state"] == "Uploaded" and "keptOnPod" not in status["output"]["results"]
     )
-    deadline = time.monotonic() + 120
+    # The pod's sshd ends at SIGTERM; on a real node busy with other runs the kubelet may take minutes.
+    deadline = time.monotonic() + 300
     while any(p.metadata.name == kept for p in real_jobs.pods(name)) and time.monotonic() < deadline:
         time.sleep(2)
-    assert all(p.metadata.name != kept for p in real_jobs.pods(name)), "cleanPodPolicy frees the pod now"
+    left = [(p.metadata.name, p.metadata.deletion_timestamp, p.status.phase) for p in real_jobs.pods(name)]
+    # Whether the operator asked (a deletionTimestamp) tells the operator's fault from the kubelet's pace.
+    still = f"{left}, status {real_jobs.status(name)}"
+    assert all(n != kept for n, _, _ in left), f"cleanPodPolicy frees the pod now: {still}"
     assert main(argv) == 0 and "already uploaded" in capsys.readouterr().err
 
 
