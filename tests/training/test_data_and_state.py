@@ -173,10 +173,38 @@ def test_throughput_counts_training_steps_only_and_gives_a_spread() -> None:
             meter.mark()
         clock.now += 500.0  # validation and checkpointing, between epochs
     # Counted: the non-warm-up intervals of both epochs, 20, 20, 10 and 30 images/sec.
-    assert meter.rates == pytest.approx([20, 20, 10, 30])
+    assert [i.rate for i in meter.intervals] == pytest.approx([20, 20, 10, 30])
     mean, spread = meter.per_worker()
     assert mean == pytest.approx(20.0)
     assert spread == pytest.approx(1.96 * math.sqrt(50))
+
+
+def test_a_starved_pipeline_is_reported_at_its_images_over_time_not_at_its_prefetched_bursts() -> None:
+    """A loader that keeps up with a third of the GPU: every full interval of 10 steps waits 30 s for its
+    data, and each epoch ends with one step whose batch was prefetched long before, at the GPU's own speed.
+    A mean of interval rates would weigh that 0.1-s tail like a 30-s interval, and read 8 times too high."""
+    clock = FakeClock()
+    meter = Throughput(clock=clock)
+    batch = 256
+    for _ in range(3):
+        meter.new_epoch()
+        for _ in range(4):  # the warm-up interval, then three starved ones
+            meter.add(10 * batch)
+            clock.now += 30.0
+            meter.mark()
+        meter.add(batch)  # the tail: one step, its batch already there
+        clock.now += 0.1
+        tail_rate = meter.mark()
+        clock.now += 60.0  # validation
+    assert tail_rate == pytest.approx(2560.0)
+    mean, spread = meter.per_worker()
+    starved, tail = 10 * batch / 30.0, batch / 0.1
+    # Three epochs of three starved intervals and a tail each, over their seconds.
+    assert mean == pytest.approx((9 * 10 * batch + 3 * batch) / (9 * 30.0 + 3 * 0.1))
+    assert mean < 1.05 * starved
+    unweighted = (9 * starved + 3 * tail) / 12
+    assert unweighted > 7 * mean  # what the mean of interval rates said
+    assert 0 < spread < tail - mean
 
 
 def test_a_run_too_short_for_a_timed_interval_reports_its_overall_rate() -> None:

@@ -158,7 +158,8 @@ def metrics_record(
         "finalLoss": final_loss,
         "valTop1": val_top1,
         "skippedImages": skipped_images,
-        # Training steps only, mean +- 1.96 std over timed_intervals log intervals (see progress.Throughput).
+        # Training steps only: images over the time of timed_intervals log intervals, +- 1.96 time-weighted
+        # standard deviations of their rates (see progress.Throughput).
         "imagesPerSecPerWorker": per_worker[0],
         "imagesPerSecConfidence": per_worker[1],
         "timedIntervals": timed_intervals,

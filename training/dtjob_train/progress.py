@@ -7,8 +7,8 @@ calls it unconditionally after the collective (loss averaging) it needs.
 from __future__ import annotations
 
 import json
+import math
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -36,13 +36,29 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
         raise
 
 
-# Horovod's synthetic benchmark reports mean +- 1.96 standard deviations of its intervals' rates.
+# The spread, as Horovod's synthetic benchmark gives it: 1.96 standard deviations of the intervals' rates.
 CONFIDENCE_Z = 1.96
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One closed log interval: the images its steps trained on and the seconds they took."""
+
+    images: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.images / max(self.seconds, 1e-9)
 
 
 @dataclass
 class Throughput:
-    """Images/sec per worker over training steps only, as the mean of the log intervals' rates.
+    """Images/sec per worker over training steps only: the counted intervals' images over their time.
+
+    Images over time, not a mean of interval rates: an epoch's short tail interval (one step whose batch the
+    loader had already prefetched) then weighs by its seconds, not like a full interval, and a starved
+    pipeline's stalls count for as long as they lasted.
 
     Every epoch's first interval is a warm-up and not counted: the first epoch's builds the graph, autotunes
     cuDNN and fills the pipeline; every later one's restarts the loader. Validation and checkpointing happen
@@ -51,7 +67,7 @@ class Throughput:
     """
 
     clock: Callable[[], float] = time.perf_counter
-    rates: list[float] = field(default_factory=list)
+    intervals: list[Interval] = field(default_factory=list)
     started: float = field(init=False)
     last_mark: float = field(init=False)
     images_since_mark: int = 0
@@ -72,20 +88,23 @@ class Throughput:
     def mark(self) -> float:
         """Close an interval and return its images/sec per worker."""
         now = self.clock()
-        rate = self.images_since_mark / max(now - self.last_mark, 1e-9)
+        interval = Interval(self.images_since_mark, now - self.last_mark)
         if self.warm:
-            self.rates.append(rate)
+            self.intervals.append(interval)
         self.warm = True
         self.last_mark, self.images_since_mark = now, 0
-        return rate
+        return interval.rate
 
     def per_worker(self) -> tuple[float, float]:
-        """(mean, 1.96 x standard deviation) of the counted intervals' rates; a run too short to count any
-        interval falls back to all images over the whole time, with no spread."""
-        if not self.rates:
+        """(images over time, 1.96 x the time-weighted standard deviation of the interval rates) of the
+        counted intervals; a run too short to count any interval falls back to all images over the whole
+        time, with no spread."""
+        seconds = sum(i.seconds for i in self.intervals)
+        if not self.intervals or seconds <= 0:
             return self.all_images / max(self.clock() - self.started, 1e-9), 0.0
-        mean = statistics.fmean(self.rates)
-        return mean, CONFIDENCE_Z * statistics.pstdev(self.rates, mean)
+        rate = sum(i.images for i in self.intervals) / seconds
+        variance = sum(i.seconds * (i.rate - rate) ** 2 for i in self.intervals) / seconds
+        return rate, CONFIDENCE_Z * math.sqrt(variance)
 
 
 class Reporter:

@@ -162,7 +162,7 @@ class TrainingRun:
             framework=self.framework,
             world_size=self.size,
             per_worker=self.meter.per_worker(),
-            timed_intervals=len(self.meter.rates),
+            timed_intervals=len(self.meter.intervals),
             epochs_done=self.cfg.epochs,
             start_epoch=self.start_epoch,
             global_step=self.global_step,
