@@ -127,6 +127,8 @@ APPLY_REJECTS = [
      "spec.hyperparameters.xla applies to frameworks tensorflow and keras"),
     ({"framework": "keras", "hyperparameters": {"dataLoader": "dali"}},
      "spec.hyperparameters.dataLoader dali applies to framework pytorch"),
+    ({"framework": "tensorflow", "hyperparameters": {"compile": "max-autotune"}},
+     "spec.hyperparameters.compile applies to framework pytorch"),
     ({"dataset": {**imagenet(), "dataDir": "/imagenet"}},
      "spec.dataset.dataDir must lie inside spec.dataset.volume.mountPath"),
     ({"dataset": {**imagenet(), "stageFrom": {**STAGE, "destination": "/scratch"}}},

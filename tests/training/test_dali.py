@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 from dtjob_train.data.folder import epoch_shard, scan
 
-from tests.training.training_helpers import launch, make_tree, tiny_args
+from tests.training.training_helpers import launch, make_tree, run_env, tiny_args
 
 pytestmark = pytest.mark.training
 
@@ -24,13 +25,50 @@ needs_dali = pytest.mark.skipif(
 )
 
 
-@pytest.mark.skipif(HAVE_DALI, reason="DALI is installed here")
+def without_dali(tmp_path: Path) -> dict[str, str]:
+    """An environment where `import nvidia.dali` fails as in an image without DALI, whether or not it is
+    installed here: a package of that name ahead on the path that refuses to import."""
+    hidden = tmp_path / "no-dali" / "nvidia" / "dali"
+    hidden.mkdir(parents=True)
+    # nvidia is a regular package in site-packages: this one extends its path, so its other modules import.
+    (hidden.parent / "__init__.py").write_text(
+        "__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n"
+    )
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'nvidia.dali'\")\n")
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path / "no-dali"), run_env()["PYTHONPATH"]])}
+
+
 def test_without_dali_the_trainer_says_how_to_get_it(tmp_path: Path) -> None:
     data = make_tree(tmp_path / "data", per_class_train=4, per_class_val=2)
-    run = launch("pytorch", tiny_args(data, "--data-loader", "dali"), launcher="single")
+    run = launch(
+        "pytorch", tiny_args(data, "--data-loader", "dali"), launcher="single", env=without_dali(tmp_path)
+    )
     assert run.proc.returncode == 2, run.out
     assert "error: --data-loader dali: NVIDIA DALI is not installed" in run.out
     assert "pip install nvidia-dali-cuda130" in run.out and "Traceback" not in run.out
+
+
+def test_auto_takes_dali_on_a_gpu_where_it_is_installed_and_the_dataloader_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dtjob_train import pytorch
+    from dtjob_train.data import dali_data
+
+    for installed in (True, False):
+        monkeypatch.setattr(dali_data, "installed", lambda installed=installed: installed)
+        assert pytorch.data_loader("auto", torch.device("cpu")) == "pytorch"
+        assert pytorch.data_loader("auto", torch.device("cuda", 0)) == ("dali" if installed else "pytorch")
+        assert pytorch.data_loader("pytorch", torch.device("cuda", 0)) == "pytorch"
+        assert pytorch.data_loader("dali", torch.device("cpu")) == "dali"
+
+
+def test_auto_on_cpu_trains_with_the_dataloader(tmp_path: Path) -> None:
+    data = make_tree(tmp_path / "data", per_class_train=4, per_class_val=2)
+    args = tiny_args(data, "--epochs", "1", "--output-dir", str(tmp_path / "out"))
+    run = launch("pytorch", args, launcher="single")
+    assert run.proc.returncode == 0, run.out
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["dataLoader"] == "pytorch" and metrics["compile"] is None, metrics
 
 
 def _loaders(root: Path, *, rank: int = 0, size: int = 1, steps: int = 3) -> object:

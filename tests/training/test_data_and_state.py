@@ -280,3 +280,22 @@ def test_the_tf_pipeline_follows_the_epoch_order() -> None:
     assert uninterrupted[2:] == resumed
     assert uninterrupted[0] == epoch_shard(50, epoch=0, rank=1, size=3, seed=5).tolist()
     assert uninterrupted[0] != uninterrupted[1]
+
+
+def test_step_time_percentiles_are_per_step_over_the_counted_intervals() -> None:
+    clock = FakeClock()
+    meter = Throughput(clock=clock)
+    assert meter.step_ms() is None
+    meter.new_epoch()
+    clock.now += 5.0  # start-up and compilation, inside the first step
+    meter.add(8)
+    assert meter.first_step_seconds == 5.0
+    meter.mark()  # the warm-up interval: not counted
+    for seconds_per_step in [0.1] * 98 + [0.2, 1.0]:
+        for _ in range(10):
+            meter.add(8)
+            clock.now += seconds_per_step
+        meter.mark()
+    ms = meter.step_ms()
+    assert ms is not None
+    assert (ms["p50"], ms["p90"], ms["p99"]) == pytest.approx((100.0, 100.0, 200.0))

@@ -22,7 +22,8 @@ SPECS: list[dict[str, Any]] = [
     {},
     {"dataset": IMAGENET, "checkpoints": {"persistentVolumeClaim": {"claimName": "ckpt"}}},
     {"hyperparameters": {"amp": False, "fp16Allreduce": False, "channelsLast": False, "stepsPerEpoch": 3}},
-    {"hyperparameters": {"ampDtype": "bf16", "dataLoader": "dali"}},
+    {"hyperparameters": {"ampDtype": "bf16", "dataLoader": "dali", "compile": "max-autotune"}},
+    {"framework": "keras", "hyperparameters": {"dataLoader": "pytorch"}},
     {"framework": "tensorflow", "hyperparameters": {"xla": True, "amp": False, "ampDtype": "bf16"}},
     {"hyperparameters": {"batchSizePerGpu": 1, "epochs": 1, "stepsPerEpoch": 1, "learningRate": 0,
                          "warmupEpochs": 0, "momentum": 0, "weightDecay": 0, "labelSmoothing": 0,
@@ -52,7 +53,7 @@ def test_the_trainers_parser_reads_every_flag_the_operator_passes(changes: dict[
     )
     assert (cfg.amp, cfg.fp16_allreduce, cfg.channels_last) == (hp.amp, hp.fp16_allreduce, hp.channels_last)
     assert cfg.amp_dtype == (hp.amp_dtype if hp.amp else "fp16")  # the type of amp; without amp not passed
-    assert (cfg.xla, cfg.data_loader) == (hp.xla, hp.data_loader)
+    assert (cfg.xla, cfg.data_loader, cfg.compile) == (hp.xla, hp.data_loader, hp.compile)
     assert (cfg.image_size, cfg.log_interval, cfg.seed) == (hp.image_size, hp.log_interval, hp.seed)
     assert cfg.checkpoint_dir is not None and cfg.output_dir is not None and cfg.progress_file is not None
 
@@ -115,7 +116,11 @@ def test_the_trainers_defaults_are_the_operators(hyperparameters: dict[str, Any]
 
 @pytest.mark.parametrize(
     ("framework", "hyperparameters", "flag"),
-    [("tensorflow", {"dataLoader": "dali"}, "--data-loader"), ("pytorch", {"xla": True}, "--xla")],
+    [
+        ("tensorflow", {"dataLoader": "dali"}, "--data-loader"),
+        ("pytorch", {"xla": True}, "--xla"),
+        ("keras", {"compile": "eager"}, "--compile"),
+    ],
 )
 def test_one_frameworks_options_are_refused_for_another(
     framework: str, hyperparameters: dict[str, Any], flag: str, capsys: pytest.CaptureFixture[str]
@@ -124,7 +129,7 @@ def test_one_frameworks_options_are_refused_for_another(
         job_spec(framework=framework, hyperparameters=hyperparameters)
     assert refused.value.path == f"spec.hyperparameters.{next(iter(hyperparameters))}"
     # The trainer refuses it too, when the flag is given by hand.
-    flags = [flag, "dali"] if flag == "--data-loader" else [flag]
+    flags = {"--data-loader": [flag, "dali"], "--compile": [flag, "eager"]}.get(flag, [flag])
     with pytest.raises(SystemExit) as exited:
         parse_args(f"dtjob_train.{framework}", flags, framework=framework)
     assert exited.value.code == 2 and f"{flag}" in capsys.readouterr().err

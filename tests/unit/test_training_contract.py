@@ -28,7 +28,8 @@ FIELDS = {
     "epochs": "epochs", "learning_rate": "learningRate", "warmup_epochs": "warmupEpochs",
     "momentum": "momentum", "weight_decay": "weightDecay", "label_smoothing": "labelSmoothing", "amp": "amp",
     "amp_dtype": "ampDtype", "fp16_allreduce": "fp16Allreduce", "channels_last": "channelsLast", "xla": "xla",
-    "data_loader": "dataLoader", "image_size": "imageSize", "log_interval": "logInterval", "seed": "seed",
+    "data_loader": "dataLoader", "compile": "compile", "image_size": "imageSize",
+    "log_interval": "logInterval", "seed": "seed",
 }  # fmt: skip
 
 
@@ -60,6 +61,7 @@ def test_the_crds_frameworks_and_choices_are_the_contracts() -> None:
     assert tuple(SPEC["properties"]["framework"]["enum"]) == FRAMEWORKS == (*training.FRAMEWORKS, CUSTOM)
     assert tuple(HYPERPARAMETERS["ampDtype"]["enum"]) == training.AMP_DTYPES
     assert tuple(HYPERPARAMETERS["dataLoader"]["enum"]) == training.DATA_LOADERS
+    assert tuple(HYPERPARAMETERS["compile"]["enum"]) == training.COMPILE_MODES
     assert (HYPERPARAMETERS["seed"]["minimum"], HYPERPARAMETERS["seed"]["maximum"]) == (0, training.MAX_SEED)
     smoothing = HYPERPARAMETERS["labelSmoothing"]
     assert (smoothing["maximum"], smoothing["exclusiveMaximum"]) == (training.LABEL_SMOOTHING_BELOW, True)
@@ -107,9 +109,13 @@ def test_the_crds_rules_give_each_frameworks_options_to_the_contracts_frameworks
     refused = {f for f in FRAMEWORKS if f"self.framework != '{f}'" in xla}
     assert refused == set(training.FRAMEWORKS) - set(training.XLA_FRAMEWORKS), xla
     loader = _rule("dataLoader")
-    default, *taking = _quoted(loader)
-    assert default == training.DEFAULT_DATA_LOADER
-    assert set(taking) == {*training.DALI_FRAMEWORKS, CUSTOM}, loader
+    *any_framework, pytorch, custom = _quoted(loader)
+    assert tuple(any_framework) == training.ANY_FRAMEWORK_DATA_LOADERS, loader
+    assert {pytorch, custom} == {*training.DALI_FRAMEWORKS, CUSTOM}, loader
+    compile_rule = _rule("compile")
+    default, *taking = _quoted(compile_rule)
+    assert default == training.DEFAULT_COMPILE
+    assert set(taking) == {*training.COMPILE_FRAMEWORKS, CUSTOM}, compile_rule
 
 
 def test_the_trainers_defaults_are_the_contracts() -> None:
@@ -127,6 +133,7 @@ def test_the_trainers_defaults_are_the_contracts() -> None:
         training.DEFAULT_XLA,
         training.DEFAULT_DATA_LOADER,
     )
+    assert by_hand.compile == training.DEFAULT_COMPILE
     assert (by_hand.image_size, by_hand.log_interval, by_hand.seed, by_hand.batch_size) == (
         training.DEFAULT_IMAGE_SIZE,
         training.DEFAULT_LOG_INTERVAL,

@@ -32,6 +32,7 @@ class TrainConfig:
     fp16_allreduce: bool
     channels_last: bool
     xla: bool
+    compile: str
     data_loader: str
     checkpoint_dir: Path | None
     output_dir: Path | None
@@ -143,10 +144,18 @@ def _performance_flags(f: argparse._ArgumentGroup) -> None:
         help="XLA-compile the forward and backward pass (TensorFlow/Keras; the allreduce stays outside)",
     )
     f.add_argument(
+        "--compile",
+        choices=contract.COMPILE_MODES,
+        default=contract.DEFAULT_COMPILE,
+        help=f"torch.compile the model in this mode (PyTorch); auto: {contract.GPU_COMPILE_MODE} on a GPU, "
+        "eager on CPU",
+    )
+    f.add_argument(
         "--data-loader",
         choices=contract.DATA_LOADERS,
         default=contract.DEFAULT_DATA_LOADER,
-        help="PyTorch's ImageNet input: DataLoader workers (PIL) or NVIDIA DALI (GPU JPEG decode)",
+        help="PyTorch's ImageNet input: DataLoader workers (PIL), NVIDIA DALI (GPU JPEG decode), or auto: "
+        "DALI on a GPU where it is installed, else the DataLoader",
     )
 
 
@@ -156,6 +165,10 @@ def parse_args(prog: str, argv: Sequence[str] | None = None, *, framework: str |
     ns = parser.parse_args(argv)
     if framework is not None and ns.xla and not contract.takes_xla(framework):
         parser.error("--xla applies to the TensorFlow and Keras trainers")
+    if framework is not None and not contract.takes_compile(framework, ns.compile):
+        parser.error(
+            f"--compile {ns.compile} applies to the PyTorch trainer (TensorFlow compiles with --xla)"
+        )
     if framework is not None and not contract.takes_data_loader(framework, ns.data_loader):
         parser.error(
             f"--data-loader {ns.data_loader} applies to the PyTorch trainer (TensorFlow reads tf.data)"

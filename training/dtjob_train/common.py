@@ -150,6 +150,7 @@ def metrics_record(
         "ampDtype": cfg.amp_dtype if cfg.amp else None,
         "xla": cfg.xla,
         "dataLoader": cfg.data_loader if framework == "pytorch" else "tf.data",
+        "compile": None,  # the PyTorch trainer sets the mode it compiled with
         "fp16Allreduce": cfg.fp16_allreduce,
         "epochs": cfg.epochs,
         "epochsDone": epochs_done,

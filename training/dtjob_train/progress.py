@@ -46,6 +46,7 @@ class Interval:
 
     images: int
     seconds: float
+    steps: int = 1
 
     @property
     def rate(self) -> float:
@@ -71,29 +72,46 @@ class Throughput:
     started: float = field(init=False)
     last_mark: float = field(init=False)
     images_since_mark: int = 0
+    steps_since_mark: int = 0
     all_images: int = 0
     warm: bool = False
+    # Seconds from the clock's start to the end of the first step: start-up, cuDNN autotuning, compilation.
+    first_step_seconds: float | None = None
 
     def __post_init__(self) -> None:
         self.started = self.last_mark = self.clock()
 
     def new_epoch(self) -> None:
         """The epoch's first step is about to start: its interval starts now, and is a warm-up."""
-        self.last_mark, self.images_since_mark, self.warm = self.clock(), 0, False
+        self.last_mark, self.images_since_mark, self.steps_since_mark, self.warm = self.clock(), 0, 0, False
 
     def add(self, images: int) -> None:
+        """A step is done (its loss or a later collective has waited for the device)."""
+        if self.first_step_seconds is None:
+            self.first_step_seconds = self.clock() - self.started
         self.images_since_mark += images
+        self.steps_since_mark += 1
         self.all_images += images
 
     def mark(self) -> float:
         """Close an interval and return its images/sec per worker."""
         now = self.clock()
-        interval = Interval(self.images_since_mark, now - self.last_mark)
+        interval = Interval(self.images_since_mark, now - self.last_mark, max(self.steps_since_mark, 1))
         if self.warm:
             self.intervals.append(interval)
         self.warm = True
-        self.last_mark, self.images_since_mark = now, 0
+        self.last_mark, self.images_since_mark, self.steps_since_mark = now, 0, 0
         return interval.rate
+
+    def step_ms(self) -> dict[str, float] | None:
+        """Percentiles (p50, p90, p99) of the counted intervals' mean step times, in milliseconds; None
+        before any interval is counted. A log interval averages its steps: a spike shorter than an
+        interval shows diluted."""
+        per_step = sorted(1000 * i.seconds / i.steps for i in self.intervals)
+        if not per_step:
+            return None
+        last = len(per_step) - 1
+        return {f"p{round(q * 100)}": per_step[round(q * last)] for q in (0.5, 0.9, 0.99)}
 
     def per_worker(self) -> tuple[float, float]:
         """(images over time, 1.96 x the time-weighted standard deviation of the interval rates) of the

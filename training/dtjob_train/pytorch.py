@@ -23,6 +23,7 @@ from .data.folder import MEAN_RGB, STD_RGB
 from .models.resnet_torch import build
 from .progress import write_json_atomic
 from .run import TrainingRun
+from .torch_compile import Forward, compile_mode, compiled
 
 Batch = tuple[Tensor, Tensor, int]
 Batches = Callable[[], Iterator[Batch]]
@@ -130,6 +131,14 @@ class Prefetcher:
             return None if batch is None else self.normalize(batch)
 
 
+def data_loader(requested: str, device: torch.device) -> str:
+    """--data-loader auto: DALI's GPU decode on a GPU where DALI is installed (the GPU image ships it: the
+    DataLoader's PIL decode cannot feed an H100 from 12 cores, docs/benchmarks.md), else the DataLoader."""
+    if requested != "auto":
+        return requested
+    return "dali" if device.type == "cuda" and dali_data.installed() else "pytorch"
+
+
 def make_inputs(
     cfg: TrainConfig, run: TrainingRun, device: torch.device
 ) -> tuple[EpochBatches, Batches | None]:
@@ -141,7 +150,7 @@ def make_inputs(
     if run.train_split is None:
         return (lambda epoch: synthetic_batches(cfg, device, fmt)), None
     prefetch = Prefetcher(Normalize(device, fmt))
-    if cfg.data_loader == "dali":
+    if data_loader(cfg.data_loader, device) == "dali":
         dali = dali_data.DaliLoaders(
             run.train_split,
             run.val_split,
@@ -189,15 +198,15 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
 
 
 def train_step(
-    model: nn.Module, optimizer: Any, amp: Amp, loss_fn: nn.Module, batch: Batch, lr: float
+    forward: Forward, optimizer: Any, amp: Amp, loss_fn: nn.Module, batch: Batch, lr: float
 ) -> Any:
-    """One optimizer step at learning rate lr; the batch's loss."""
+    """One optimizer step at learning rate lr; the batch's loss. forward: the model, or its compiled twin."""
     images, labels, _ = batch
     for group in optimizer.param_groups:
         group["lr"] = lr
     optimizer.zero_grad()  # torch >= 2 sets grads to None
     with amp.autocast():
-        loss = loss_fn(model(images), labels)
+        loss = loss_fn(forward(images), labels)
     if amp.scaler is None:
         loss.backward()
         optimizer.step()  # Horovod: waits for the gradients' allreduce (started during backward) first
@@ -244,10 +253,11 @@ def train(
     train_batches: EpochBatches,
     val_batches: Batches | None,
 ) -> None:
-    """The epochs: training steps, validation and a checkpoint after each."""
+    """The epochs: training steps (compiled with --compile), validation and a checkpoint after each."""
+    forward = compiled(model, run.resolved["compile"])
     for epoch in run.epochs():
         for step, lr, batch in run.steps(epoch, train_batches(epoch)):
-            loss = train_step(model, optimizer, amp, loss_fn, batch, lr)
+            loss = train_step(forward, optimizer, amp, loss_fn, batch, lr)
             if run.step_done(step, images=batch[0].shape[0], skipped=batch[2]):
                 # Horovod: the logged loss is averaged over the ranks.
                 loss_avg = hvd.allreduce(loss.detach().float(), name="loss").item()
@@ -258,20 +268,28 @@ def train(
             torch_checkpoint.save(run.checkpoint_dir, epoch + 1, model, optimizer, amp.scaler)
 
 
+def refuse_what_the_device_lacks(cfg: TrainConfig, device: torch.device) -> None:
+    """bf16 without bf16 tensor cores, and --data-loader dali without DALI, exit with a message."""
+    if cfg.amp and cfg.amp_dtype == "bf16" and (problem := bf16_unsupported(device)) is not None:
+        fail(problem, rank=hvd.rank())
+    if cfg.data == "imagenet" and data_loader(cfg.data_loader, device) == "dali":
+        try:
+            dali_data.require()
+        except dali_data.DaliMissing as e:
+            fail(str(e), rank=hvd.rank())
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = parse_args("python -m dtjob_train.pytorch", argv, framework="pytorch")
     # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
     hvd.init()
     device = set_up_device()
-    if cfg.amp and cfg.amp_dtype == "bf16" and (problem := bf16_unsupported(device)) is not None:
-        fail(problem, rank=hvd.rank())
-    if cfg.data == "imagenet" and cfg.data_loader == "dali":
-        try:
-            dali_data.require()
-        except dali_data.DaliMissing as e:
-            fail(str(e), rank=hvd.rank())
+    refuse_what_the_device_lacks(cfg, device)
     torch.manual_seed(cfg.seed)
     run = TrainingRun("pytorch", cfg, hvd)
+    run.resolved["compile"] = compile_mode(cfg.compile, device)
+    if cfg.data == "imagenet":
+        run.resolved["dataLoader"] = data_loader(cfg.data_loader, device)
     train_batches, val_batches = make_inputs(cfg, run, device)
 
     # The parameters stay NCHW with --channels-last: Horovod 0.28.1 allreduces and broadcasts only tensors
@@ -297,7 +315,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     broadcast_scaler(amp.scaler)
-    run.begin(f"pytorch {torch.__version__}", f"device {device}")
+    run.begin(
+        f"pytorch {torch.__version__}", f"device {device}, compile {run.resolved['compile'] or 'eager'}"
+    )
 
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     model.train()
@@ -308,6 +328,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"error: rank {run.rank}: {e}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_BAD_INPUT) from None
 
+    if device.type == "cuda":
+        run.resolved["peakMemoryBytes"] = torch.cuda.max_memory_allocated(device)
     # Horovod: finish gathers every rank's skipped images and weight digest (equal: the ranks kept in step).
     weights = (p.detach().cpu().numpy().tobytes() for p in model.parameters())
     run.finish(weights=weights, save=lambda out: save_model(model, run.num_classes, out))

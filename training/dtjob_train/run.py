@@ -61,6 +61,8 @@ class TrainingRun:
         self.final_loss = math.nan  # the last logged loss, averaged over the ranks
         self.val_top1: float | None = None
         self.meter = Throughput()
+        # Into the metrics: what the trainer made of its "auto" flags (compile, data loader), peak memory.
+        self.resolved: dict[str, Any] = {}
 
     @property
     def train_split(self) -> Split | None:
@@ -157,19 +159,23 @@ class TrainingRun:
         total_skipped = sum(int(n) for n, _ in gathered)
         if total_skipped:
             self.reporter.say(f"warning: skipped {total_skipped} unreadable images")
-        metrics = metrics_record(
-            self.cfg,
-            framework=self.framework,
-            world_size=self.size,
-            per_worker=self.meter.per_worker(),
-            timed_intervals=len(self.meter.intervals),
-            epochs_done=self.cfg.epochs,
-            start_epoch=self.start_epoch,
-            global_step=self.global_step,
-            final_loss=self.final_loss,
-            val_top1=self.val_top1,
-            skipped_images=total_skipped,
-            weight_digests=[str(d) for _, d in gathered],
+        metrics = (
+            metrics_record(
+                self.cfg,
+                framework=self.framework,
+                world_size=self.size,
+                per_worker=self.meter.per_worker(),
+                timed_intervals=len(self.meter.intervals),
+                epochs_done=self.cfg.epochs,
+                start_epoch=self.start_epoch,
+                global_step=self.global_step,
+                final_loss=self.final_loss,
+                val_top1=self.val_top1,
+                skipped_images=total_skipped,
+                weight_digests=[str(d) for _, d in gathered],
+            )
+            | {"firstStepSeconds": self.meter.first_step_seconds, "stepTimeMs": self.meter.step_ms()}
+            | self.resolved
         )
         if self.rank == 0 and self.cfg.output_dir is not None:
             self.cfg.output_dir.mkdir(parents=True, exist_ok=True)

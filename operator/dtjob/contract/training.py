@@ -15,11 +15,19 @@ FRAMEWORKS = ("pytorch", "tensorflow", "keras")
 DATA_SOURCES = ("synthetic", "imagenet")
 DEFAULT_DATA_SOURCE = "synthetic"
 AMP_DTYPES = ("fp16", "bf16")
-DATA_LOADERS = ("pytorch", "dali")
+# auto: DALI (GPU JPEG decode) on a GPU where DALI is installed, as in the GPU PyTorch image; else pytorch.
+DATA_LOADERS = ("auto", "pytorch", "dali")
+# torch.compile's modes, plus auto (GPU_COMPILE_MODE on a GPU, eager on CPU) and eager (no compile; not
+# "off", which YAML reads as false).
+COMPILE_MODES = ("auto", "eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 
 # Which trainers take an option; the others refuse it rather than ignore it.
 XLA_FRAMEWORKS = ("tensorflow", "keras")  # XLA compiles TensorFlow graphs
 DALI_FRAMEWORKS = ("pytorch",)  # the TensorFlow trainers read tf.data
+# Loaders every trainer takes: auto, and pytorch (the default before auto), which the TensorFlow trainers
+# read as their tf.data pipeline.
+ANY_FRAMEWORK_DATA_LOADERS = ("auto", "pytorch")
+COMPILE_FRAMEWORKS = ("pytorch",)  # TensorFlow and Keras compile with --xla
 
 # The per-GPU (per-rank) batch when none is given: NVIDIA DeepLearningExamples' ResNet-50 batch with mixed
 # precision, which fits a 16 GB GPU (V100, T4); fp32 activations take twice the memory.
@@ -41,7 +49,11 @@ DEFAULT_AMP_DTYPE = "fp16"  # bf16: no loss scaling (Ampere and newer GPUs)
 DEFAULT_FP16_ALLREDUCE = True
 DEFAULT_CHANNELS_LAST = True
 DEFAULT_XLA = False
-DEFAULT_DATA_LOADER = "pytorch"
+DEFAULT_DATA_LOADER = "auto"
+DEFAULT_COMPILE = "auto"
+# What --compile auto means on a GPU: the mode measured to pay for its compile time within a job's first
+# minutes (docs/benchmarks.md, "Compiled training steps").
+GPU_COMPILE_MODE = "default"
 DEFAULT_IMAGE_SIZE = 224
 DEFAULT_LOG_INTERVAL = 10  # steps between progress lines
 DEFAULT_SEED = 42
@@ -64,5 +76,10 @@ def takes_xla(framework: str) -> bool:
 
 
 def takes_data_loader(framework: str, data_loader: str) -> bool:
-    """The default loader goes with every trainer; another only with the trainers that have it."""
-    return data_loader == DEFAULT_DATA_LOADER or framework in DALI_FRAMEWORKS
+    """auto and pytorch go with every trainer; dali only with the trainers that have it."""
+    return data_loader in ANY_FRAMEWORK_DATA_LOADERS or framework in DALI_FRAMEWORKS
+
+
+def takes_compile(framework: str, mode: str) -> bool:
+    """auto goes with every trainer (TensorFlow's is eager unless --xla); a mode only with PyTorch's."""
+    return mode == DEFAULT_COMPILE or framework in COMPILE_FRAMEWORKS

@@ -7,7 +7,7 @@ import shlex
 
 from dtjob import names
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
-from dtjob.contract.training import DEFAULT_DATA_LOADER, EXPECT_GPU_ENV
+from dtjob.contract.training import DEFAULT_COMPILE, DEFAULT_DATA_LOADER, EXPECT_GPU_ENV
 from dtjob.desired.common import (
     HOSTFILE,
     OUTPUT_DIR,
@@ -133,6 +133,8 @@ def training_flags(spec: JobSpec) -> list[str]:
         flags.append("--xla")
     if hp.data_loader != DEFAULT_DATA_LOADER:
         flags += ["--data-loader", hp.data_loader]
+    if hp.compile != DEFAULT_COMPILE:
+        flags += ["--compile", hp.compile]
     return flags
 
 

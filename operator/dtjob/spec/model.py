@@ -74,7 +74,8 @@ class Hyperparameters:
     fp16_allreduce: bool = training.DEFAULT_FP16_ALLREDUCE
     channels_last: bool = training.DEFAULT_CHANNELS_LAST
     xla: bool = training.DEFAULT_XLA  # TensorFlow and Keras
-    data_loader: str = training.DEFAULT_DATA_LOADER  # PyTorch's input pipeline: DataLoader or DALI
+    data_loader: str = training.DEFAULT_DATA_LOADER  # PyTorch's input pipeline: auto, DataLoader or DALI
+    compile: str = training.DEFAULT_COMPILE  # PyTorch: torch.compile's mode, auto or eager
     image_size: int = training.DEFAULT_IMAGE_SIZE
     log_interval: int = training.DEFAULT_LOG_INTERVAL
     seed: int = training.DEFAULT_SEED

@@ -75,11 +75,18 @@ def parse_hyperparameters(r: Reader, framework: str) -> Hyperparameters:
     amp = r.boolean("amp", d.amp)
     data_loader = r.choice("dataLoader", training.DATA_LOADERS, d.data_loader)
     xla = r.boolean("xla", d.xla)
+    compile_mode = r.choice("compile", training.COMPILE_MODES, d.compile)
     # Options of one framework's trainer, which the others refuse (a custom command gets them as given).
     if framework != CUSTOM and not training.takes_data_loader(framework, data_loader):
         raise SpecError(
             r.at("dataLoader"),
             f"{data_loader} applies to framework {' and '.join(training.DALI_FRAMEWORKS)} (not {framework})",
+        )
+    if framework != CUSTOM and not training.takes_compile(framework, compile_mode):
+        raise SpecError(
+            r.at("compile"),
+            f"{compile_mode} applies to framework {' and '.join(training.COMPILE_FRAMEWORKS)} "
+            f"(not {framework}, which compiles with xla)",
         )
     if xla and framework != CUSTOM and not training.takes_xla(framework):
         raise SpecError(
@@ -100,6 +107,7 @@ def parse_hyperparameters(r: Reader, framework: str) -> Hyperparameters:
         channels_last=r.boolean("channelsLast", d.channels_last),
         xla=xla,
         data_loader=data_loader,
+        compile=compile_mode,
         image_size=r.integer("imageSize", d.image_size, minimum=8) or d.image_size,
         log_interval=r.integer("logInterval", d.log_interval, minimum=1) or d.log_interval,
         seed=r.integer("seed", d.seed, minimum=0, maximum=training.MAX_SEED) or 0,

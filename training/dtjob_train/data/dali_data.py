@@ -50,6 +50,14 @@ def _decodable(path: str) -> bool:
     return True
 
 
+def installed() -> bool:
+    try:
+        require()
+    except DaliMissing:
+        return False
+    return True
+
+
 def require() -> Any:
     """The nvidia.dali module, or DaliMissing saying how to get it."""
     try:
@@ -155,7 +163,8 @@ class DaliLoaders:
         return self._batches(files, labels, train=False, seed=self.seed + self.rank)
 
     def _batches(self, files: list[str], labels: list[int], *, train: bool, seed: int) -> Iterator[Batch]:
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+        from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
         self._live = None
         pipe = build_pipeline(files, labels, train=train, seed=seed, device_id=self.device_id, **self.options)
