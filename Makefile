@@ -82,9 +82,10 @@ venv: deps
 	@$(PHASE) venv $(MAKE) --no-print-directory $(VENV)/.ready $(UPLOADER_WHEELS)/.ready
 
 # PyTorch, TensorFlow and Horovod (built from its sdist with the project's patch) in the same venv: for the
-# training tests, mypy over the training code and the benchmarks. The demo does without them.
+# training tests, mypy over the training code and the benchmarks; with DALI, whose CPU decoder the tests run.
+# The demo does without them.
 venv-training: venv
-	@$(PHASE) venv-training training/install.sh $(PY)
+	@DTJOB_WITH_DALI=1 $(PHASE) venv-training training/install.sh $(PY)
 
 # The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy,
 # kwok, helm, CoreDNS): what the demo and every cluster of the tests run.

@@ -14,6 +14,8 @@
 #                     torch runs on CUDA 13, TensorFlow on CUDA 12.
 #   DTJOB_CACHE       cache root (default ~/.cache/dtjob); the built wheel lives in $DTJOB_CACHE/wheels/.
 #   DTJOB_DOWNLOAD_ONLY  1: only fill the wheelhouse ($DTJOB_CACHE/wheels/pypi) for this selection.
+#   DTJOB_WITH_DALI   with torch: 1 installs NVIDIA DALI (requirements-dali.txt), 0 leaves it out; by default
+#                     the GPU build has it (the trainer's GPU input pipeline) and the CPU build does not.
 #   HOROVOD_*         passed to Horovod's build as usual. HOROVOD_CUDA_HOME: the CUDA toolkit to compile
 #                     with (a CUDA devel image's /usr/local/cuda); unset, nvcc and the CUDA headers come from
 #                     PyPI (requirements-cuda-build.txt) into the build directory only.
@@ -72,6 +74,12 @@ if [[ $with_tf == 1 ]]; then
   if [[ $device == gpu ]]; then tf_spec="tensorflow[and-cuda]==$tf_version"; else reqs+=("$here/requirements-tensorflow.txt"); fi
 fi
 
+# DALI goes beside torch, not into the Horovod build key: adding it builds nothing again.
+with_dali=${DTJOB_WITH_DALI:-$([[ $device == gpu ]] && echo 1 || echo 0)}
+case $with_dali in 0 | 1) ;; *) die "DTJOB_WITH_DALI must be 0 or 1, got '$with_dali'" ;; esac
+extra_reqs=()
+[[ $with_torch$with_dali == 11 ]] && extra_reqs+=("$here/requirements-dali.txt")
+
 horovod_env=$(env | grep '^HOROVOD_' | sort || true)
 # The wheel depends on what goes into the build; the stamp also on this script and the other pins.
 # Bump build_recipe when a change here alters how Horovod is built.
@@ -82,13 +90,14 @@ python_version=$("$PY" -c 'import sys; print(sys.version)')
 build_key=$(cat "${reqs[@]:1}" "$patch_file" "$constraints" "$cuda_build_reqs" \
   <(echo "$build_recipe|$horovod_version|$frameworks|$device|$tf_spec|$horovod_env|$python_version") |
   sha256sum | cut -c1-16)
-key=$(cat "$0" "${reqs[@]}" "$here/requirements-tf-keras.txt" <(echo "$build_key") | sha256sum | cut -c1-16)
+key=$(cat "$0" "${reqs[@]}" ${extra_reqs[@]+"${extra_reqs[@]}"} "$here/requirements-tf-keras.txt" <(echo "$build_key") |
+  sha256sum | cut -c1-16)
 # Every downloaded wheel is kept in a wheelhouse (torch's CUDA build alone is several GB), so the next venv
 # installs from disk, and an install with PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheelhouse> needs no network.
 wheelhouse=$cache/wheels/pypi
 mkdir -p "$wheelhouse"
 req_args=()
-for r in "${reqs[@]}"; do req_args+=(-r "$r"); done
+for r in "${reqs[@]}" ${extra_reqs[@]+"${extra_reqs[@]}"}; do req_args+=(-r "$r"); done
 req_args+=(-c "$constraints")
 # PyPI's CUDA toolkit for the GPU build, unless a toolkit is given.
 cuda_from_pypi=0
