@@ -1,6 +1,7 @@
 """Input pipeline images/sec against a naive single-process PIL loader, on the same JPEGs in one run.
 
     python -m bench.input_pipeline [--images 1024] [--width 500 --height 375] [--workers N] [--no-tf]
+    python -m bench.input_pipeline --stages [--images 512]
 
 The files are generated at ImageNet's typical size (500x375 JPEG, quality 90). The naive loader is what a
 first version would do: open, convert, resize the short side, random-crop 224, flip, in the main process.
@@ -12,11 +13,14 @@ reason, where DALI is not installed) and the tf.data pipeline of the TensorFlow/
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from dtjob_train.data.folder import scan
@@ -144,6 +148,64 @@ def tf_pipeline(root: Path, size: int, threads: int, batch: int) -> float:
     return steps * batch / (time.perf_counter() - start)
 
 
+def stage_costs(paths: list[str], size: int) -> dict[str, float]:
+    """Milliseconds per image of each step of the DataLoader's training transform (torch_data.load_train), on
+    one core: the header probe, the JPEG decode (at reduced DCT scale where the crop allows), the random
+    resized crop (one bilinear resize of the crop box), the flip of half the images, and the copy to a numpy
+    array. Each stage is timed over every image in turn, on the outputs of the stage before."""
+    from dtjob_train.data.torch_data import _open_scaled, _random_resized_crop_box
+
+    rng = random.Random(0)
+    ms: dict[str, float] = {}
+
+    def timed(name: str, items: list[Any], work: Callable[[Any], Any]) -> list[Any]:
+        started = time.perf_counter()
+        out = [work(item) for item in items]
+        ms[name] = 1000 * (time.perf_counter() - started) / len(items)
+        return out
+
+    def probe(path: str) -> tuple[str, tuple[int, int, int, int], tuple[int, int]]:
+        with Image.open(path) as img:
+            w, h = img.size
+        x0, y0, x1, y1 = _random_resized_crop_box(w, h, rng)
+        return path, (x0, y0, x1, y1), (math.ceil(w * size / (x1 - x0)), math.ceil(h * size / (y1 - y0)))
+
+    def decode(item: tuple[str, tuple[int, int, int, int], tuple[int, int]]) -> tuple[Any, tuple[float, ...]]:
+        path, box, need = item
+        img, scale = _open_scaled(path, need)
+        img.load()
+        return img, tuple(v * scale for v in box)
+
+    def crop(item: tuple[Any, tuple[float, ...]]) -> Any:
+        img, box = item
+        return img.resize((size, size), Image.Resampling.BILINEAR, box=box)
+
+    probed = timed("header and crop box", paths, probe)
+    decoded = timed("decode (reduced scale where possible)", probed, decode)
+    cropped = timed("random resized crop (bilinear)", decoded, crop)
+    flipped = timed(
+        "flip (half the images)",
+        cropped,
+        lambda im: im.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else im,
+    )
+    timed("to a uint8 array", flipped, lambda im: np.asarray(im, dtype=np.uint8))
+    return ms
+
+
+def print_stages(ms: dict[str, float], shape: str) -> None:
+    total = sum(ms.values())
+    print(f"\nThe DataLoader's training transform on one core, {shape}")
+    for name, cost in ms.items():
+        print(f"  {name:40s}: {cost:6.2f} ms/image  {100 * cost / total:5.1f}%")
+    per_core = 1000 / total
+    print(f"  {'all':40s}: {total:6.2f} ms/image  = {per_core:.0f} images/sec per core")
+    for cores in (12, 6):
+        # The rank's own process drives the GPU: cores - 1 decode workers (torch_data.default_workers).
+        print(
+            f"  {cores} vCPUs per GPU ({cores - 1} workers): at most {per_core * (cores - 1):,.0f} images/sec"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", type=int, default=1024)
@@ -153,12 +215,16 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--tf", action=argparse.BooleanOptionalAction, default=True, help="the tf.data pipeline")
+    p.add_argument("--stages", action="store_true", help="only the cost of each step of the transform")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         print(f"[bench] writing {a.images} JPEGs of {a.width}x{a.height} ...", flush=True)
         make_images(root, a.images, a.width, a.height)
         paths = [p for p, _ in scan(root, need_val=False).train.samples]
+        if a.stages:
+            print_stages(stage_costs(paths, a.image_size), f"{a.width}x{a.height} JPEGs -> {a.image_size}px")
+            return
         base = naive(paths, a.image_size)
         rows = [("dtjob_train (PyTorch)", torch_pipeline(root, a.image_size, a.workers, a.batch_size), "")]
         missing = dali_missing()

@@ -1,0 +1,43 @@
+"""bench.gpu_throughput, the trainer against a plain PyTorch loop: without a GPU it says so and measures
+nothing; with --cpu both sides run end to end (the trainer through its command line, the baseline in its own
+process) and every figure the README's table quotes comes back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.training.training_helpers import REPO, run_env
+
+pytestmark = pytest.mark.training
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "bench.gpu_throughput", *args]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=run_env(), cwd=REPO, timeout=600, check=False
+    )
+
+
+def test_without_a_gpu_it_says_so_and_measures_nothing() -> None:
+    done = bench()
+    assert done.returncode == 0, done.stderr
+    assert "no GPU here" in done.stdout and "img/s" not in done.stdout
+
+
+def test_both_sides_run_and_report_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    done = bench("--cpu", "--batch-size", "2", "--steps", "14", "--compile", "eager", "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    [result] = json.loads(out.read_text())
+    trainer, baseline = result["trainer"], result["baseline"]
+    for side in (trainer, baseline):
+        assert side["imagesPerSec"] > 0 and side["firstStepSeconds"] > 0, side
+        assert set(side["stepTimeMs"]) == {"p50", "p90", "p99"}, side
+        assert side["stepTimeMs"]["p50"] <= side["stepTimeMs"]["p99"], side
+    assert trainer["compile"] is None and baseline["model"] in {"torchvision", "dtjob_train"}
+    assert "plain PyTorch" in done.stdout and "dtjob trainer" in done.stdout and "1.00x" in done.stdout
