@@ -34,6 +34,7 @@ from dtjob.runtime.child_watch import CHILD_KINDS, ChildWatch
 from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
 from dtjob.runtime.election import Elector
 from dtjob.runtime.lease import Leadership
+from dtjob.spec.managed_by import managed_by, reconciled_here
 
 WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
 WATCH_CLIENT_TIMEOUT = 330
@@ -178,7 +179,15 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 async def job_event(
     type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
-    if namespace and name:
-        memo["controller"].observe_job(
-            (namespace, name), deleted=type == "DELETED", status=body.get("status"), body=body
+    if not (namespace and name):
+        return
+    # A job another controller manages (spec.managedBy, immutable) is, to this operator, one that is not
+    # there: never queued, never written, nothing created for it.
+    foreign = not reconciled_here(body)
+    if foreign and type != "DELETED":
+        logging.getLogger(__name__).debug(
+            "%s/%s is managed by %s: left alone", namespace, name, managed_by(body)
         )
+    memo["controller"].observe_job(
+        (namespace, name), deleted=type == "DELETED" or foreign, status=body.get("status"), body=body
+    )
