@@ -4,6 +4,7 @@ launcher's log read and followed to the job's end, results downloaded from Azuri
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import threading
@@ -151,3 +152,19 @@ def test_results_download_the_runs_results(
 
     with pytest.raises(JobNotFound):
         dtjob.results("absent").download(tmp_path / "none", account_key=azurite.account_key)
+
+
+def test_the_example_runs_its_job_to_the_end(
+    jobs: Jobs, operator: OperatorProcess, kubeconfig: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "python_client.py"
+    spec = importlib.util.spec_from_file_location("python_client_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+
+    argv = ["--kubeconfig", kubeconfig, "--namespace", jobs.ns, "--name", "demo", "--timeout", "120"]
+    assert example.main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"created demo in namespace {jobs.ns}" in out and "demo: Succeeded, workers" in out
+    assert jobs.get("demo") is None, "the example deletes its job"

@@ -5,12 +5,15 @@ clock of the test's own."""
 from __future__ import annotations
 
 import importlib.util
+import queue
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dtjob.client import InvalidJob, JobStatus, WaitTimeout, progress_line
 from dtjob.client.job_input import manifest, validate
+from dtjob.client.log_lines import Closed, LineSink
 from dtjob.client.waiting import Waiter
 
 SPEC = {"framework": "pytorch", "workers": 2, "gpusPerWorker": 4, "dataset": {"source": "synthetic"}}
@@ -160,3 +163,22 @@ def test_the_python_example_job_passes_the_operators_checks() -> None:
     args = example.parse_args(["--gpus", "0", "--namespace", "ml"])
     job = validate(manifest({**example.JOB, "gpusPerWorker": args.gpus}, name=args.name, namespace="ml"))
     assert (job.workers, job.gpus_per_worker, job.dataset.source) == (2, 0, "synthetic")
+
+
+def test_the_log_sink_hands_over_whole_lines_and_stops_the_follower_once_the_reader_has() -> None:
+    lines: queue.Queue[Any] = queue.Queue(maxsize=2)
+    closed = threading.Event()
+    sink = LineSink(lines, closed)
+    sink.write(b"rank 0: ep")
+    assert lines.empty(), "half a line waits for its end"
+    sink.write(b"och 1\nrank 1: \xff\n")
+    sink.finish()
+    assert [lines.get_nowait(), lines.get_nowait()] == ["rank 0: epoch 1", "rank 1: \ufffd"]
+    sink.write(b"no newline at the end")
+    sink.finish()
+    assert lines.get_nowait() == "no newline at the end"
+
+    sink.writelines([b"a\n", b"b\n"])  # the queue is full now: the reader is behind
+    closed.set()  # and stops reading
+    with pytest.raises(Closed):
+        sink.write(b"c\n")

@@ -43,7 +43,7 @@ class LogOptions:
         )  # fmt: skip
 
 
-class _LineSink:
+class LineSink:
     """The follower's binary output: whole lines go to the queue, decoded (bad UTF-8 replaced)."""
 
     def __init__(self, lines: queue.Queue[Any], closed: threading.Event) -> None:
@@ -88,7 +88,7 @@ def log_lines(cluster: Cluster, job: str, options: LogOptions) -> Iterator[str]:
         raise ValueError("worker, attempt and tail are 0 or more")
     lines: queue.Queue[Any] = queue.Queue(maxsize=10000)
     closed = threading.Event()
-    sink = _LineSink(lines, closed)
+    sink = LineSink(lines, closed)
     failure: list[BaseException] = []
 
     def follow() -> None:
