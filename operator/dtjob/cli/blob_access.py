@@ -93,6 +93,13 @@ def credential(sas: str | None, account_key: str | None, account: str | None) ->
 
 def fail(command: str, err: Exception, subject: str, hint: str) -> int:
     """Print one clear line for any failure and return its exit status."""
+    failure = storage_failure(err, subject, hint)
+    print(f"{command}: {failure.reason}", file=sys.stderr)
+    return int(failure.code)
+
+
+def storage_failure(err: Exception, subject: str, hint: str) -> StorageFailure:
+    """The StorageFailure of any failure of a transfer, its reason one clear line."""
     from azure.core.exceptions import ClientAuthenticationError
 
     if isinstance(err, ClientAuthenticationError) and err.status_code is None:
@@ -102,11 +109,9 @@ def fail(command: str, err: Exception, subject: str, hint: str) -> int:
         )
     else:
         failure = describe_storage_error(err, subject, hint)
-    reason = failure.reason
-    if failure.code == ExitCode.NOT_FOUND and "ContainerNotFound" in reason:
-        reason += " (create it, or pass --create-container)"
-    print(f"{command}: {reason}", file=sys.stderr)
-    return int(failure.code)
+    if failure.code == ExitCode.NOT_FOUND and "ContainerNotFound" in failure.reason:
+        return StorageFailure(failure.code, failure.reason + " (create it, or pass --create-container)")
+    return failure
 
 
 @contextmanager

@@ -46,6 +46,30 @@ class Cluster:
         )
         return cast(dict[str, Any], job)
 
+    def create_job(self, body: dict[str, Any]) -> dict[str, Any]:
+        from kubernetes import client
+
+        name = (body.get("metadata") or {}).get("name")
+        job = self.call(
+            f"creating job {name}",
+            lambda: client.CustomObjectsApi(self.api).create_namespaced_custom_object(
+                API_GROUP, API_VERSION, self.namespace, PLURAL, body
+            ),
+        )
+        return cast(dict[str, Any], job)
+
+    def delete_job(self, name: str) -> None:
+        """Delete the job; its children go with it (they are owned by it: garbage collection)."""
+        from kubernetes import client
+
+        self.call(
+            f"deleting job {name}",
+            lambda: client.CustomObjectsApi(self.api).delete_namespaced_custom_object(
+                API_GROUP, API_VERSION, self.namespace, PLURAL, name
+            ),
+            missing=f"no DistributedTrainingJob {name!r} in namespace {self.namespace}",
+        )
+
     def job_events(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """The events about this job (this UID: not those of an earlier job with the same name)."""
         from kubernetes import client
@@ -161,14 +185,21 @@ def unreachable(err: Exception, what: str) -> KubeFailure | None:
 
 def connect(args: argparse.Namespace) -> Cluster:
     """An API client and the namespace to use, picked as kubectl picks them."""
+    return connect_to(args.kubeconfig, args.context, args.namespace)
+
+
+def connect_to(kubeconfig: str | None, context: str | None, namespace_name: str | None) -> Cluster:
+    """connect() without argparse: the kubeconfig file ($KUBECONFIG, then ~/.kube/config when None), its
+    context (the current one when None) and the namespace (the context's, else default, when None)."""
     from kubernetes import config
     from kubernetes.config.config_exception import ConfigException
 
     try:
-        api = config.new_client_from_config(config_file=args.kubeconfig, context=args.context)
+        api = config.new_client_from_config(config_file=kubeconfig, context=context)
     except (ConfigException, OSError) as err:
         raise KubeFailure(ExitCode.USAGE, f"cannot load the kubeconfig: {err}") from None
-    return Cluster(api, namespace(args))
+    chosen = argparse.Namespace(kubeconfig=kubeconfig, context=context, namespace=namespace_name)
+    return Cluster(api, namespace(chosen))
 
 
 def namespace(args: argparse.Namespace) -> str:

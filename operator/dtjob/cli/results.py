@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -94,50 +95,85 @@ def run_location(job: dict[str, Any]) -> tuple[Output, str]:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    from dtjob.azure.clients import container_client
-    from dtjob.azure.download import Stager
-    from dtjob.azure.progress import Progress
-
     try:
         job = kube_cli.connect(args).read_job(args.job)
-        output, prefix = run_location(job)
+        run_location(job)
     except (StorageFailure, kube_cli.KubeFailure) as err:
         print(f"dtjob results: {err}", file=sys.stderr)
         return int(err.code)
-    target = output.target
     phase = (job.get("status") or {}).get("phase") or "Pending"
     if phase not in FINISHED_PHASES:
         print(
             f"dtjob results: job {args.job} is {phase}; its results may not be complete yet", file=sys.stderr
         )
-    subject = f"container {target.container}"
-    hint = "the credentials"
-    progress = Progress()
-    skip = () if args.with_logs else (f"{LOGS_DIR}/",)
     try:
-        credential, hint = blob_cli.credential(args.sas, args.account_key, target.account_name)
-        client = container_client(target.container_url, credential, args.concurrency)
-        with blob_cli.progress_bar(progress, "download", enabled=not args.no_progress):
-            snap = Stager(
-                lambda: client,
-                lambda: None,
-                args.dest,
-                progress,
-                subject,
-                hint,
-                concurrency=args.concurrency,
-                skip_prefixes=skip,
-            ).run(prefix)
+        done = download_results(
+            job, args.dest, args.sas, args.account_key, args.concurrency, args.with_logs, not args.no_progress
+        )
     except KeyboardInterrupt:
         print("dtjob results: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
-    except Exception as err:
-        return blob_cli.fail("dtjob results", err, subject, hint)
+    except StorageFailure as err:
+        print(f"dtjob results: {err}", file=sys.stderr)
+        return int(err.code)
     print(
-        f"downloaded {snap.files_done} file(s), {snap.bytes_done} bytes in {snap.elapsed_s:.1f}s "
-        f"({snap.files_skipped} already there) from {target.container_url}/{prefix} to {args.dest}"
+        f"downloaded {done.files} file(s), {done.bytes} bytes in {done.elapsed_s:.1f}s "
+        f"({done.skipped} already there) from {done.source} to {args.dest}"
     )
     return int(ExitCode.OK)
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """What one download of a run's results did."""
+
+    files: int  # downloaded now
+    bytes: int
+    skipped: int  # already there, unchanged
+    elapsed_s: float
+    source: str  # the run's folder: <container URL>/<prefix>
+    dest: Path
+
+
+def download_results(
+    job: dict[str, Any],
+    dest: Path,
+    sas: str | None = None,
+    account_key: str | None = None,
+    concurrency: int = 8,
+    with_logs: bool = False,
+    show_progress: bool = True,
+) -> Downloaded:
+    """Download the job's run (its results; the pods' logs too `with_logs`) into `dest`, resumable, with the
+    caller's credentials (a SAS, an account key, their environment variables, or the Entra ID identity).
+    StorageFailure naming the cause (a job without spec.output: USAGE)."""
+    from dtjob.azure.clients import container_client
+    from dtjob.azure.download import Stager
+    from dtjob.azure.progress import Progress
+
+    output, prefix = run_location(job)
+    target = output.target
+    subject, hint = f"container {target.container}", "the credentials"
+    progress = Progress()
+    skip = () if with_logs else (f"{LOGS_DIR}/",)
+    try:
+        credential, hint = blob_cli.credential(sas, account_key, target.account_name)
+        client = container_client(target.container_url, credential, concurrency)
+        with blob_cli.progress_bar(progress, "download", enabled=show_progress):
+            snap = Stager(
+                lambda: client,
+                lambda: None,
+                dest,
+                progress,
+                subject,
+                hint,
+                concurrency=concurrency,
+                skip_prefixes=skip,
+            ).run(prefix)
+    except Exception as err:
+        raise blob_cli.storage_failure(err, subject, hint) from None
+    source = f"{target.container_url}/{prefix}"
+    return Downloaded(snap.files_done, snap.bytes_done, snap.files_skipped, snap.elapsed_s, source, dest)
 
 
 # A SAS for one upload: long enough for a slow one, short enough to be worthless soon after.

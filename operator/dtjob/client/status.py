@@ -1,0 +1,138 @@
+"""A job's status as a typed, frozen view, and the one line that reports it while a job is followed. Pure: it
+reads the job object as the API server returns it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Rank 0's training progress (status.progress), read from the launcher's log every 30 s."""
+
+    epoch: int
+    epochs: int
+    step: int
+    steps_per_epoch: int
+    images_per_sec: float | None  # left out by the operator when rank 0 reported no finite rate
+    loss: float | None  # likewise for a NaN or infinite loss
+    updated_at: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    name: str
+    namespace: str
+    uid: str
+    phase: str  # Pending until the operator first records one
+    message: str
+    workers_ready: int
+    workers: int
+    gpus: int
+    restarts: int
+    launcher: str  # the launcher's state: Absent, Running, Succeeded...
+    progress: Progress | None
+    conditions: tuple[Condition, ...]
+    output_url: str | None  # where the run's results and logs go (spec.output), None without one
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED_PHASES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == "Succeeded"
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    @classmethod
+    def from_job(cls, job: Mapping[str, Any]) -> JobStatus:
+        meta = job.get("metadata") or {}
+        status = job.get("status") or {}
+        ready, total = _ready_of(status.get("workersReady"))
+        return cls(
+            name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace", "")),
+            uid=str(meta.get("uid", "")),
+            phase=str(status.get("phase") or "Pending"),
+            message=str(status.get("message") or ""),
+            workers_ready=ready,
+            workers=total,
+            gpus=_int(status.get("gpus")),
+            restarts=_int(status.get("restarts")),
+            launcher=str((status.get("launcher") or {}).get("state") or "Absent"),
+            progress=_progress(status.get("progress")),
+            conditions=tuple(_condition(c) for c in status.get("conditions") or () if isinstance(c, Mapping)),
+            output_url=(status.get("output") or {}).get("url"),
+        )
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _ready_of(text: Any) -> tuple[int, int]:
+    """status.workersReady, `ready/total`; (0, 0) before the operator first writes it."""
+    ready, _, total = str(text or "0/0").partition("/")
+    return _int(ready), _int(total)
+
+
+def _progress(raw: Any) -> Progress | None:
+    if not isinstance(raw, Mapping):
+        return None
+    return Progress(
+        epoch=_int(raw.get("epoch")),
+        epochs=_int(raw.get("epochs")),
+        step=_int(raw.get("step")),
+        steps_per_epoch=_int(raw.get("stepsPerEpoch")),
+        images_per_sec=_float(raw.get("imagesPerSec")),
+        loss=_float(raw.get("loss")),
+        updated_at=str(raw.get("updatedAt") or ""),
+        summary=str(raw.get("summary") or ""),
+    )
+
+
+def _condition(raw: Mapping[str, Any]) -> Condition:
+    return Condition(
+        type=str(raw.get("type", "")),
+        status=str(raw.get("status", "")),
+        reason=str(raw.get("reason") or ""),
+        message=str(raw.get("message") or ""),
+        last_transition_time=str(raw.get("lastTransitionTime") or ""),
+    )
+
+
+def progress_line(status: JobStatus) -> str:
+    """One line about the job, the facts `kubectl get dtj -o wide` shows: phase, workers, restarts, progress
+    and the operator's message."""
+    line = f"{status.name}: {status.phase}, workers {status.workers_ready}/{status.workers} ready"
+    if status.restarts:
+        line += f", {status.restarts} restart(s)"
+    if status.progress is not None and status.progress.summary:
+        line += f", {status.progress.summary}"
+    return f"{line} ({status.message})" if status.message else line
