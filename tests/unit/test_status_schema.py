@@ -41,7 +41,8 @@ def pruned(value: Any, schema: dict[str, Any]) -> Any:
 def fullest_status() -> dict[str, Any]:
     """A status with every optional part the operator writes set."""
     record = {"epoch": 2, "epochs": 90, "step": 120, "stepsPerEpoch": 1251, "imagesPerSec": 28.0,
-              "loss": 5.1, "updatedAt": "2026-11-22T03:00:00Z"}  # fmt: skip
+              "loss": 5.1, "updatedAt": "2026-11-22T03:00:00Z", "worldSize": 2, "globalBatch": 64,
+              "stepsPerSec": 0.4375}  # fmt: skip
     status = replace(
         JobStatus(
             phase="Succeeded", message="done", restarts=1, launcher_state="Succeeded", launcher_pod="p"
@@ -67,4 +68,7 @@ def fullest_status() -> dict[str, Any]:
 def test_every_status_field_the_operator_writes_is_kept_by_the_api_server() -> None:
     written = fullest_status()
     assert written["output"]["logsError"] and written["output"]["logsMissing"] and written["progress"]
+    assert {"percent", "etaSeconds", "eta", "stepsPerSec", "worldSize", "globalBatch"} <= set(
+        written["progress"]
+    )
     assert pruned(written, status_schema()) == written
