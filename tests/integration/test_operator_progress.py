@@ -84,6 +84,10 @@ def test_progress_follows_the_launcher_log(
     wait_for(lambda: (p := progress()) and p["step"] == 20, timeout=60, what="progress to follow the log")
     wide = kubectl(kubeconfig, "get", "dtj", "progress", "-n", namespace, "-o", "wide")
     assert "epoch 1/2 step 20/50 2500 img/s" in wide.stdout, wide.stdout
+    # kubectl aligns its columns: each is read between its heading and the next one's.
+    header, row = wide.stdout.splitlines()[:2]
+    percent, eta, message = (header.index(f" {name} ") + 1 for name in ("PERCENT", "ETA", "MESSAGE"))
+    assert row[percent:eta].split() == ["20"] and row[eta:message].split() == ["13m20s"], wide.stdout
 
     # After the job ends the last progress stays: it is the run's final word on throughput.
     core_v1.patch_namespaced_pod(
