@@ -271,7 +271,7 @@ JOB_GAUGES = (
     ("dtjob_training_progress_percent", "Percent of the planned training steps done, as rank 0 last "
      "reported (status.progress.percent).", "progress", "percent"),
     ("dtjob_training_eta_seconds", "Seconds of training left at this world's measured pace, as of rank 0's "
-     "last report (status.progress.etaSeconds); absent until a pace is known and after a restart.",
+     "last report (status.progress.etaSeconds); absent until a pace is known and while no world runs.",
      "progress", "etaSeconds"),
     ("dtjob_staging_completed_bytes", "Bytes of the dataset on the volume, copied or already there "
      "(status.staging).", "staging", "bytesCompleted"),

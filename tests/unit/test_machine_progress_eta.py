@@ -1,5 +1,6 @@
-"""An ETA in status belongs to the world that measured it: a restart takes it out (percent done stays), and an
-older world's launcher, still read as it goes, does not put it back."""
+"""An ETA in status belongs to the world that measured it, while it trains: a restart, a suspend or a failure
+takes it out (percent done stays), and an older world's launcher, still read as it goes, does not put it
+back."""
 
 from __future__ import annotations
 
@@ -71,6 +72,30 @@ def test_the_old_worlds_launcher_read_again_after_the_restart_brings_no_eta_back
     old = Observed(
         pods=(), launcher=replace(launcher(0, failed=True), deleting=True), training_progress=PROGRESS
     )
-    d = decide(job_spec(), old, status(1, progress=None), NOW)
+    restarting = replace(status(1, progress=None), phase="Restarting")
+    d = decide(job_spec(), old, restarting, NOW)
+    assert d.status.phase != "Running"
     kept = d.status.to_dict()["progress"]
     assert "etaSeconds" not in kept and kept["percent"] == PROGRESS["percent"]
+
+
+def test_a_suspended_job_has_no_eta() -> None:
+    assert PROGRESS is not None
+    observed = Observed(pods=(worker(0), worker(1)), launcher=launcher(0, failed=False))
+    d = decide(job_spec(runPolicy={"suspend": True}), observed, status(0, progress=PROGRESS), NOW)
+    assert d.status.phase == "Suspended"
+    kept = d.status.to_dict()["progress"]
+    assert "etaSeconds" not in kept and kept["percent"] == PROGRESS["percent"]
+
+
+def test_a_failed_job_has_no_eta_a_succeeded_one_keeps_its_zero() -> None:
+    assert PROGRESS is not None
+    spec = job_spec(runPolicy={"backoffLimit": 0})
+    failed = Observed(
+        pods=(worker(0), worker(1)), launcher=launcher(0, failed=True), training_progress=PROGRESS
+    )
+    d = decide(spec, failed, status(0), NOW)
+    assert d.status.phase == "Failed" and "etaSeconds" not in d.status.to_dict()["progress"]
+    done = {**PROGRESS, "percent": 100.0, "etaSeconds": 0, "eta": "0s"}
+    succeeded = replace(status(0, progress=done), phase="Succeeded", completion_time=format_time(NOW))
+    assert decide(spec, Observed(), succeeded, NOW).status.to_dict()["progress"] == done

@@ -28,7 +28,7 @@ def _age(stamp: str | None, now: datetime) -> str:
 
 def _done_line(progress: Mapping[str, Any], now: datetime) -> str:
     """`42.3%, ETA 1h12m (as of 2m ago, 8 ranks at 3.1 steps/s)`; `ETA unknown` until a pace is measured
-    and from a world restart until the new world reports."""
+    and while no world trains (restarting, suspended, failed)."""
     text = f"{progress['percent']:.1f}%"
     if not isinstance(progress.get("etaSeconds"), int):
         return f"{text}, ETA unknown"

@@ -135,8 +135,8 @@ def estimate(
 
 
 def without_eta(progress: Mapping[str, Any]) -> dict[str, Any]:
-    """The progress with its ETA taken out (field and summary): kept across a world restart, it would be the
-    old world's, timed before the restart. Percent done stays true."""
+    """The progress with its ETA taken out (field and summary), for when no world trains at the pace it was
+    timed at (a restart, a suspend, a failure). Percent done stays true."""
     kept = {k: v for k, v in progress.items() if k not in ("etaSeconds", "eta")}
     if isinstance(kept.get("summary"), str):
         kept["summary"] = ETA_SUFFIX.sub("", kept["summary"])

@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 
 from dtjob import gang, names
 from dtjob.contract.results_upload import UPLOADED
-from dtjob.contract.training_progress import without_eta
 from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import (
@@ -226,12 +225,8 @@ def _observations(b: Builder, spec: JobSpec, observed: Observed) -> None:
         target = spec.output.target
         url = output_url(target.container_url, target.prefix, spec.namespace, spec.name, observed.uid)
         b.status = replace(b.status, output_url=url)
-    progress = observed.training_progress
-    if progress is not None:
-        launcher = observed.launcher
-        if launcher is not None and launcher.attempt != b.prev.restarts:
-            progress = without_eta(progress)  # an older world's last words: its pace is not this world's
-        b.status = replace(b.status, training_progress=progress)
+    if observed.training_progress is not None:
+        b.status = replace(b.status, training_progress=observed.training_progress)
     report = observed.results_upload
     if report is not None and b.prev.phase not in FINISHED:
         b.status = replace(b.status, results_state=report.state, results_message=report.message)

@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from dtjob import names
-from dtjob.contract.training_progress import without_eta
 from dtjob.gang import kueue
 from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
@@ -209,15 +208,8 @@ def fail_world(b: Builder, spec: JobSpec, observed: Observed, failure: WorldFail
         )  # fmt: skip
         return
     restarts = b.prev.restarts + 1
-    # The next world resumes from a checkpoint, maybe at another size: until it reports, no ETA is known.
-    progress = b.status.training_progress
     b.status = replace(
-        b.status,
-        restarts=restarts,
-        launcher_state="Absent",
-        launcher_pod=None,
-        workers_ready=0,
-        training_progress=None if progress is None else without_eta(progress),
+        b.status, restarts=restarts, launcher_state="Absent", launcher_pod=None, workers_ready=0
     )
     text = f"{message}; restarting the world (restart {restarts} of {limit})"
     b.cond("Restarting", True, reason, text)
