@@ -2,7 +2,7 @@
 
 One format everywhere: UTC with `Z`, whole seconds (the API's metav1.Time); an event's eventTime is the one
 place with microseconds (metav1.MicroTime). Reading accepts any RFC 3339 offset, but never a time without
-one. Also durations as kubectl reads them (`--since 5m`). Pure.
+one. Also durations as kubectl reads them (`--since 5m`), and spans as a person reads them (an ETA). Pure.
 """
 
 from __future__ import annotations
