@@ -72,13 +72,17 @@ def simulate_training_log(manifest: dict[str, Any], log_path: Path, done: thread
     api_client = kube_config.new_client_from_config(kubeconfig())
     serve_pod_log(api_client, NAMESPACE, pod.split("/")[1], "launcher", log_path)
     intervals = 10
+    wait = float(RUN_SECONDS) / (intervals + 1)
     for i in range(1, intervals + 1):
-        if done.wait(float(RUN_SECONDS) / (intervals + 1)):
+        if done.wait(wait):
             return
         step = steps * i // intervals
+        # The trainers' pace: none in the first record, then an interval's steps over its seconds.
+        pace = None if i == 1 else round(steps / intervals / wait, 6)
         record = {"epoch": 1, "epochs": int(hyper["epochs"]), "step": step, "stepsPerEpoch": steps,
                   "imagesPerSec": 1300.0 * ranks, "loss": round(6.9 - 0.02 * step, 4),
-                  "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+                  "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "worldSize": ranks,
+                  "stepsPerSec": pace}  # fmt: skip
         append_log(log_path, f"[0]<stdout>:DTJOB_PROGRESS {json.dumps(record)}")
 
 

@@ -215,13 +215,13 @@ class JobSummary:
     """The part of a job's status that its metrics show: kept per job by the controller from watch events."""
 
     phase: str
-    progress: Mapping[str, float] = field(default_factory=dict)  # imagesPerSec, epoch, step, loss
+    progress: Mapping[str, float] = field(default_factory=dict)  # PROGRESS_FIELDS
     staging: Mapping[str, float] = field(default_factory=dict)  # bytesCompleted, bytesTotal, bytesPerSecond
 
 
 PHASES = tuple(Phase)
 UNKNOWN_PHASE = "Unknown"  # a job without a status yet, or with a phase this operator does not know
-PROGRESS_FIELDS = ("imagesPerSec", "epoch", "step", "loss")
+PROGRESS_FIELDS = ("imagesPerSec", "epoch", "step", "loss", "percent", "etaSeconds")
 STAGING_FIELDS = ("bytesCompleted", "bytesTotal", "bytesPerSecond")
 
 
@@ -268,6 +268,11 @@ JOB_GAUGES = (
     ("dtjob_training_step", "Step within the epoch rank 0 last reported (status.progress).", "progress",
      "step"),
     ("dtjob_training_loss", "Loss rank 0 last reported (status.progress).", "progress", "loss"),
+    ("dtjob_training_progress_percent", "Percent of the planned training steps done, as rank 0 last "
+     "reported (status.progress.percent).", "progress", "percent"),
+    ("dtjob_training_eta_seconds", "Seconds of training left at this world's measured pace, as of rank 0's "
+     "last report (status.progress.etaSeconds); absent until a pace is known and while no world runs.",
+     "progress", "etaSeconds"),
     ("dtjob_staging_completed_bytes", "Bytes of the dataset on the volume, copied or already there "
      "(status.staging).", "staging", "bytesCompleted"),
     ("dtjob_staging_size_bytes", "Bytes of the dataset to stage (status.staging).", "staging", "bytesTotal"),

@@ -2,7 +2,7 @@
 
 One format everywhere: UTC with `Z`, whole seconds (the API's metav1.Time); an event's eventTime is the one
 place with microseconds (metav1.MicroTime). Reading accepts any RFC 3339 offset, but never a time without
-one. Also durations as kubectl reads them (`--since 5m`). Pure.
+one. Also durations as kubectl reads them (`--since 5m`), and spans as a person reads them (an ETA). Pure.
 """
 
 from __future__ import annotations
@@ -54,3 +54,15 @@ def parse_duration(text: str) -> int:
     if seconds <= 0:
         raise ValueError(f"a duration longer than zero, not {text!r}")
     return math.ceil(round(seconds, 9))
+
+
+def format_span(seconds: int) -> str:
+    """A span a person plans with, its two largest units: `45s`, `12m30s`, `1h12m`, `3d4h`."""
+    seconds = max(0, int(seconds))
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    for i, (unit, size) in enumerate(units[:-1]):
+        if seconds >= size:
+            small_unit, small_size = units[i + 1]
+            rest = (seconds % size) // small_size
+            return f"{seconds // size}{unit}" + (f"{rest}{small_unit}" if rest else "")
+    return f"{seconds}s"

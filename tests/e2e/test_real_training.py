@@ -5,10 +5,13 @@ Azurite, all through the operator; `dtjob logs -f` follows one live.
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +37,37 @@ from tests.e2e.real_jobs import (
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 
+class ProgressSampler:
+    """status.progress read once a second while a job runs, to report how far its ETA was off."""
+
+    def __init__(self, jobs: Jobs, name: str) -> None:
+        self.samples: list[tuple[float, dict[str, Any]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(jobs, name), daemon=True)
+        self._thread.start()
+
+    def _run(self, jobs: Jobs, name: str) -> None:
+        while not self._stop.wait(1.0):
+            self.samples.append((time.monotonic(), dict(jobs.status(name).get("progress") or {})))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def eta_report(self, ended: float) -> str:
+        """Each ETA seen before the end against when training really ended (`ended`, monotonic)."""
+        errors = [(t + p["etaSeconds"] - ended, ended - t) for t, p in self.samples if p.get("etaSeconds")]
+        if not errors:
+            return "no ETA was published before the run ended (too few steps for a rate)"
+        first_error, first_left = errors[0]
+        median = statistics.median(abs(e) for e, _ in errors)
+        return (
+            f"{len(errors)} ETA(s); the first, {first_left:.0f}s before the end, was off by "
+            f"{first_error:+.0f}s ({first_error / max(first_left, 1):+.0%}); "
+            f"median absolute error {median:.0f}s"
+        )
+
+
 def test_the_demo_job_trains_pytorch_for_real_and_uploads_results_and_logs(
     real_cluster: RealCluster,
     real_jobs: Jobs,
@@ -48,6 +82,7 @@ def test_the_demo_job_trains_pytorch_for_real_and_uploads_results_and_logs(
     started = time.monotonic()
     storage_key_secret(real_jobs, node_azurite)
     real_jobs.create(name, **manifest["spec"])
+    sampler = ProgressSampler(real_jobs, name)
     # A user following the job live from the start, as `dtjob logs -f` does, until it ends by itself.
     followed = tmp_path / "followed.log"
     argv = [sys.executable, "-m", "dtjob", "logs", name, "-f", "-n", real_jobs.ns]
@@ -61,7 +96,11 @@ def test_the_demo_job_trains_pytorch_for_real_and_uploads_results_and_logs(
         _, follower_err = follower.communicate(timeout=90)
     finally:
         follower.kill()
+        sampler.stop()
     assert follower.returncode == 0, follower_err
+    # When training ended: the first sample at 100%, else the end of the wait.
+    ended = next((t for t, p in sampler.samples if p.get("percent") == 100.0), time.monotonic())
+    print(f"[e2e] ETA error: {sampler.eta_report(ended)}")
 
     # Real progress: rank 0's DTJOB_PROGRESS lines, read from the launcher's log through the API server.
     progress = status.get("progress")
@@ -69,6 +108,10 @@ def test_the_demo_job_trains_pytorch_for_real_and_uploads_results_and_logs(
     assert progress["stepsPerEpoch"] == STEPS
     assert 1 <= progress["step"] <= STEPS
     assert progress["imagesPerSec"] > 0
+    # The last record read (every few seconds) may precede the last step; at the last: 100%, nothing left.
+    assert 0 < progress["percent"] <= 100.0, progress
+    if progress["step"] == STEPS:
+        assert (progress["percent"], progress["etaSeconds"]) == (100.0, 0), progress
 
     uid = real_jobs.get(name)["metadata"]["uid"]
     run = f"runs/{real_jobs.ns}/{name}/{uid}/"

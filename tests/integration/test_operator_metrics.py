@@ -24,6 +24,8 @@ PER_JOB = (
     "dtjob_training_epoch",
     "dtjob_training_step",
     "dtjob_training_loss",
+    "dtjob_training_progress_percent",
+    "dtjob_training_eta_seconds",
 )
 
 
@@ -79,9 +81,10 @@ def scrape_until(operator: OperatorProcess, holds: Callable[[Samples], bool], wh
     return wait_for(scraped, timeout=60, interval=0.5, what=what)
 
 
-def progress_line(step: int, images_per_sec: float) -> str:
+def progress_line(step: int, images_per_sec: float, steps_per_sec: float | None = None) -> str:
     record = {"epoch": 1, "epochs": 2, "step": step, "stepsPerEpoch": 50, "imagesPerSec": images_per_sec,
-              "loss": 6.5 - step / 100, "updatedAt": "2026-11-22T03:00:00Z"}  # fmt: skip
+              "loss": 6.5 - step / 100, "updatedAt": "2026-11-22T03:00:00Z",
+              "stepsPerSec": steps_per_sec}  # fmt: skip
     return f"[0]<stdout>:DTJOB_PROGRESS {json.dumps(record)}"
 
 
@@ -113,6 +116,7 @@ def test_metrics_follow_a_job_and_its_series_end_with_it(
         "dtjob_training_epoch": 1.0,
         "dtjob_training_step": 10.0,
         "dtjob_training_loss": 6.4,
+        "dtjob_training_progress_percent": 10.0,  # no pace measured yet: no ETA series
     }
     # The calls this job cost, each timed under its verb and resource.
     assert {
@@ -132,12 +136,15 @@ def test_metrics_follow_a_job_and_its_series_end_with_it(
                 dict(labels).get("resource") == "other"]  # fmt: skip
 
     # More progress: another status write, more reconciles, the gauges follow.
-    append_log(log, progress_line(20, 2500.0))
+    append_log(log, progress_line(20, 2500.0, steps_per_sec=0.1))
     later = scrape_until(
         operator, lambda s: job_series(s, namespace).get("dtjob_training_step") == 20, "progress to follow"
     )
     assert reconciles(later) > reconciles(running)
-    assert job_series(later, namespace)["dtjob_training_images_per_second"] == 2500.0
+    series = job_series(later, namespace)
+    assert series["dtjob_training_images_per_second"] == 2500.0
+    # 80 of 100 steps left at 0.1 steps/sec.
+    assert (series["dtjob_training_progress_percent"], series["dtjob_training_eta_seconds"]) == (20.0, 800.0)
 
     # Finished: counted as Succeeded, and its per-job series are gone.
     jobs.annotate_pod(launcher, {"sim.dtjob.io/outcome": "Succeeded"})

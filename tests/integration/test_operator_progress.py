@@ -19,9 +19,10 @@ pytestmark = pytest.mark.integration
 GROUP, VERSION, PLURAL = "dtjob.io", "v1alpha1", "distributedtrainingjobs"
 
 
-def progress_line(step: int, images_per_sec: float) -> str:
+def progress_line(step: int, images_per_sec: float, steps_per_sec: float | None = None) -> str:
     record = {"epoch": 1, "epochs": 2, "step": step, "stepsPerEpoch": 50, "imagesPerSec": images_per_sec,
-              "loss": 6.5 - step / 100, "updatedAt": "2026-11-22T03:00:00Z"}  # fmt: skip
+              "loss": 6.5 - step / 100, "updatedAt": "2026-11-22T03:00:00Z", "worldSize": 8,
+              "globalBatch": 256, "stepsPerSec": steps_per_sec}  # fmt: skip
     return f"[0]<stdout>:DTJOB_PROGRESS {json.dumps(record)}"
 
 
@@ -74,20 +75,29 @@ def test_progress_follows_the_launcher_log(
 
     first = wait_for(lambda: (p := progress()) and p["step"] == 10 and p, timeout=60, what="first progress")
     assert first["imagesPerSec"] == 2400.0
-    assert first["summary"] == "epoch 1/2 step 10/50 2400 img/s loss 6.400"
+    # The trainer's first record has no pace yet: percent done, no ETA.
+    assert first["summary"] == "epoch 1/2 step 10/50 2400 img/s loss 6.400 10.0%"
+    assert first["percent"] == 10.0 and "etaSeconds" not in first
 
-    append_log(log, progress_line(20, 2500.0), "epoch 1/2 step 20/50 loss 6.3000")
+    # 80 of 100 steps left at 0.1 steps/sec.
+    append_log(log, progress_line(20, 2500.0, 0.1), "epoch 1/2 step 20/50 loss 6.3000")
     wait_for(lambda: (p := progress()) and p["step"] == 20, timeout=60, what="progress to follow the log")
     wide = kubectl(kubeconfig, "get", "dtj", "progress", "-n", namespace, "-o", "wide")
     assert "epoch 1/2 step 20/50 2500 img/s" in wide.stdout, wide.stdout
+    # kubectl aligns its columns: each is read between its heading and the next one's.
+    header, row = wide.stdout.splitlines()[:2]
+    percent, eta, message = (header.index(f" {name} ") + 1 for name in ("PERCENT", "ETA", "MESSAGE"))
+    assert row[percent:eta].split() == ["20"] and row[eta:message].split() == ["13m20s"], wide.stdout
 
     # After the job ends the last progress stays: it is the run's final word on throughput.
     core_v1.patch_namespaced_pod(
         pod, namespace, {"metadata": {"annotations": {"sim.dtjob.io/outcome": "Succeeded"}}}
     )
     wait_for(lambda: status().get("phase") == "Succeeded", timeout=60, what="job Succeeded")
-    assert progress() == {**first, "step": 20, "imagesPerSec": 2500.0, "loss": 6.3,
-                          "summary": "epoch 1/2 step 20/50 2500 img/s loss 6.300"}  # fmt: skip
+    summary = "epoch 1/2 step 20/50 2500 img/s loss 6.300 20.0% ETA 13m20s"
+    assert progress() == {**first, "step": 20, "imagesPerSec": 2500.0, "loss": 6.3, "percent": 20.0,
+                          "stepsPerSec": 0.1, "etaSeconds": 800, "eta": "13m20s",
+                          "summary": summary}  # fmt: skip
 
 
 def test_a_failed_launcher_quotes_the_ranks_error_line(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from tests.training.training_helpers import FRAMEWORKS, launch, make_tree, tiny_
 
 pytestmark = pytest.mark.training
 
-PROGRESS_KEYS = {"epoch", "epochs", "step", "stepsPerEpoch", "imagesPerSec", "loss", "updatedAt"}
+PROGRESS_KEYS = {"epoch", "epochs", "step", "stepsPerEpoch", "imagesPerSec", "loss", "updatedAt", "worldSize",
+                 "globalBatch", "stepsPerSec"}  # fmt: skip
 
 
 def files_under(path: Path) -> list[Path]:
@@ -32,6 +34,9 @@ def test_synthetic_resnet50_on_two_ranks(framework: str, tmp_path: Path) -> None
     progress = run.progress_lines()
     assert [p["step"] for p in progress] == [1, 2]
     assert all(set(p) == PROGRESS_KEYS for p in progress)
+    assert [(p["worldSize"], p["globalBatch"]) for p in progress] == [(2, 4), (2, 4)]
+    # No pace after the first step (start-up is in it); one after the second.
+    assert progress[0]["stepsPerSec"] is None and progress[1]["stepsPerSec"] > 0
     on_disk = json.loads((tmp_path / "rank-0" / "progress.json").read_text())
     assert on_disk == progress[-1]
     # The operator reads the launcher's log as it is (rank tags and all) into status.progress.
@@ -43,6 +48,7 @@ def test_synthetic_resnet50_on_two_ranks(framework: str, tmp_path: Path) -> None
     assert status["imagesPerSec"] == round(progress[-1]["imagesPerSec"], 1)
     assert status["loss"] == round(progress[-1]["loss"], 4)
     assert status["summary"].startswith("epoch 1/1 step 2/2 ")
+    assert (status["percent"], status["etaSeconds"]) == (100.0, 0), status
     metrics = json.loads((tmp_path / "rank-0" / "out" / "metrics.json").read_text())
     assert metrics["worldSize"] == 2 and metrics["arch"] == "resnet50"
     # Step 1 is the warm-up; step 2 is the one timed interval.
@@ -82,6 +88,12 @@ def test_imagenet_training_learns_checkpoints_and_resumes(framework: str, tmp_pa
     assert "resuming from" in again.out and "3 epochs done" in again.out
     assert len(again.losses()) == steps, again.out  # only epoch 4 ran
     assert {p["epoch"] for p in again.progress_lines()} == {4}
+    # Its pace starts over (none after its first step), and percent done counts from the checkpoint.
+    records = again.progress_lines()
+    assert records[0]["stepsPerSec"] is None and records[1]["stepsPerSec"] > 0
+    second = latest_progress(f"DTJOB_PROGRESS {json.dumps(records[1])}")
+    assert second is not None and second["percent"] == 87.5  # (3 x 4 + 2) of 4 x 4 steps
+    assert second["etaSeconds"] == math.ceil(2 / records[1]["stepsPerSec"])
     resumed = json.loads((runs / "rank-0" / "out" / "metrics.json").read_text())
     assert resumed["resumedFromEpoch"] == 3 and resumed["globalStep"] == 4 * steps
     assert resumed["weightsConsistent"], resumed

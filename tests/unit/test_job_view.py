@@ -89,3 +89,22 @@ def test_only_the_last_events_are_shown_oldest_first() -> None:
         if "Step" in line
     ]
     assert shown == [f"Step{i:02d}" for i in range(20 - LAST_EVENTS, 20)]
+
+
+def test_percent_done_and_the_eta_are_shown_with_what_they_rest_on() -> None:
+    progress = {
+        "summary": "epoch 31/90 step 200/1251 2048 img/s loss 3.200 33.5% ETA 14h56m",
+        "percent": 33.5, "etaSeconds": 53770, "eta": "14h56m", "stepsPerSec": 1.5, "worldSize": 8,
+        "updatedAt": "2026-11-23T11:58:00Z",
+    }  # fmt: skip
+    lines = render(job({"phase": "Running", "progress": progress}), [], NOW).splitlines()
+    assert "Progress:   epoch 31/90 step 200/1251 2048 img/s loss 3.200 33.5% ETA 14h56m" in lines
+    assert "Done:       33.5%, ETA 14h56m (as of 2m ago, 8 ranks at 1.5 steps/s)" in lines
+    no_eta = {k: v for k, v in progress.items() if k not in ("etaSeconds", "eta")}
+    lines = render(job({"phase": "Restarting", "progress": no_eta}), [], NOW).splitlines()
+    assert "Done:       33.5%, ETA unknown" in lines
+    finished = {"percent": 100.0, "etaSeconds": 0, "summary": "s"}
+    assert "Done:       100.0%, ETA 0s" in render(job({"progress": finished}), [], NOW).splitlines()
+    assert not any(
+        line.startswith("Done:") for line in render(job({"progress": {"summary": "s"}}), [], NOW).splitlines()
+    )

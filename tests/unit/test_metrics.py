@@ -147,7 +147,14 @@ def test_a_job_summary_keeps_the_numbers_the_metrics_show() -> None:
 
 RUNNING = {
     "phase": "Running",
-    "progress": {"epoch": 1, "step": 20, "imagesPerSec": 2500.0, "loss": 6.3},
+    "progress": {
+        "epoch": 1,
+        "step": 20,
+        "imagesPerSec": 2500.0,
+        "loss": 6.3,
+        "percent": 20.0,
+        "etaSeconds": 96,
+    },
     "staging": {"bytesCompleted": 100, "bytesTotal": 100, "bytesPerSecond": 50},
 }
 PER_JOB = tuple(name for name, *_ in metrics.JOB_GAUGES)
@@ -167,6 +174,7 @@ def test_per_job_series_end_when_the_job_finishes_or_is_deleted() -> None:
         assert job_series(samples, "a") == {
             "dtjob_training_images_per_second": 2500.0, "dtjob_training_epoch": 1.0,
             "dtjob_training_step": 20.0, "dtjob_training_loss": 6.3,
+            "dtjob_training_progress_percent": 20.0, "dtjob_training_eta_seconds": 96.0,
             "dtjob_staging_completed_bytes": 100.0, "dtjob_staging_size_bytes": 100.0,
             "dtjob_staging_bytes_per_second": 50.0,
         }  # fmt: skip

@@ -33,7 +33,8 @@ def test_the_newest_record_wins_and_gets_a_summary() -> None:
         "imagesPerSec": 2874.5,
         "loss": 5.1235,
         "updatedAt": "2026-11-22T03:00:00Z",
-        "summary": "epoch 2/90 step 120/1251 2874 img/s loss 5.123",
+        "percent": 1.2,  # (1 x 1251 + 120) / (90 x 1251) steps, floored to 0.1
+        "summary": "epoch 2/90 step 120/1251 2874 img/s loss 5.123 1.2%",
     }
 
 
@@ -69,7 +70,7 @@ def test_a_diverged_loss_never_reaches_status_as_a_number_json_cannot_hold() -> 
     progress = latest_progress(line({**RECORD, "loss": float("nan")}))
     assert progress is not None
     assert "loss" not in progress
-    assert progress["summary"].endswith("loss nan")
+    assert progress["summary"].endswith("loss nan 1.2%")
     json.dumps(progress, allow_nan=False)  # raises on any NaN or Infinity left
 
 

@@ -41,7 +41,8 @@ def pruned(value: Any, schema: dict[str, Any]) -> Any:
 def fullest_status() -> dict[str, Any]:
     """A status with every optional part the operator writes set."""
     record = {"epoch": 2, "epochs": 90, "step": 120, "stepsPerEpoch": 1251, "imagesPerSec": 28.0,
-              "loss": 5.1, "updatedAt": "2026-11-22T03:00:00Z"}  # fmt: skip
+              "loss": 5.1, "updatedAt": "2026-11-22T03:00:00Z", "worldSize": 2, "globalBatch": 64,
+              "stepsPerSec": 0.4375}  # fmt: skip
     status = replace(
         JobStatus(
             phase="Succeeded", message="done", restarts=1, launcher_state="Succeeded", launcher_pod="p"
@@ -67,4 +68,37 @@ def fullest_status() -> dict[str, Any]:
 def test_every_status_field_the_operator_writes_is_kept_by_the_api_server() -> None:
     written = fullest_status()
     assert written["output"]["logsError"] and written["output"]["logsMissing"] and written["progress"]
+    assert {"percent", "etaSeconds", "eta", "stepsPerSec", "worldSize", "globalBatch"} <= set(
+        written["progress"]
+    )
     assert pruned(written, status_schema()) == written
+
+
+def printer_columns() -> dict[str, dict[str, Any]]:
+    crd = yaml.safe_load(CRD.read_text())
+    return {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+
+
+def test_every_status_printer_column_shows_a_declared_field_of_its_type() -> None:
+    # A column whose path the schema lacks shows <none> forever, without an error anywhere.
+    schema, checked = status_schema(), 0
+    for column in printer_columns().values():
+        path = column["jsonPath"].split(".")[1:]
+        if path[0] != "status":
+            continue
+        field = schema
+        for key in path[1:]:
+            field = field["properties"][key]
+        assert field["type"] == column["type"], column
+        checked += 1
+    assert checked >= 6
+
+
+def test_wide_output_has_percent_done_and_the_eta() -> None:
+    columns = printer_columns()
+    assert columns["Percent"]["jsonPath"] == ".status.progress.percent"
+    assert columns["ETA"]["jsonPath"] == ".status.progress.eta"
+    assert columns["Percent"]["priority"] == columns["ETA"]["priority"] == 1
+    # The wide columns read left to right: the summary, then what a person plans with, then the message.
+    names = list(columns)
+    assert names.index("Progress") + 1 == names.index("Percent") == names.index("ETA") - 1

@@ -16,7 +16,7 @@ from dtjob.contract import training
 from dtjob.contract.training_progress import latest_progress
 from dtjob.spec.model import CUSTOM, FRAMEWORKS, Hyperparameters
 from dtjob_train.cli import DEFAULT_EPOCHS, parse_args
-from dtjob_train.progress import Reporter
+from dtjob_train.progress import Reporter, Throughput
 
 from tests.crd_contract import spec_schema
 
@@ -173,3 +173,48 @@ def test_the_operator_reads_the_progress_line_the_trainers_print(capsys: pytest.
     reporter.interval(epoch=1, step=5, loss=1.5, lr=0.1, per_worker=100.0)
     progress = latest_progress(capsys.readouterr().out)
     assert progress is not None and (progress["epoch"], progress["step"]) == (2, 5), progress
+
+
+def test_the_trainers_pace_and_world_reach_the_operators_eta(capsys: pytest.CaptureFixture[str]) -> None:
+    reporter = Reporter(
+        enabled=True, world_size=2, epochs=3, steps_per_epoch=10, progress_file=None, output_dir=None,
+        batch_size=32,
+    )  # fmt: skip
+    reporter.interval(epoch=1, step=5, loss=1.5, lr=0.1, per_worker=100.0, steps_per_sec=0.5)
+    progress = latest_progress(capsys.readouterr().out)
+    assert progress is not None
+    assert (progress["worldSize"], progress["globalBatch"], progress["stepsPerSec"]) == (2, 64, 0.5)
+    # 15 of 30 steps done, 15 left at 0.5 steps/sec.
+    assert (progress["percent"], progress["etaSeconds"]) == (50.0, 30)
+    reporter.interval(epoch=0, step=1, loss=1.5, lr=0.1, per_worker=100.0, steps_per_sec=None)
+    first = latest_progress(capsys.readouterr().out)
+    assert first is not None and "stepsPerSec" not in first and "etaSeconds" not in first
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_pace_is_this_launchs_wall_clock_steps_after_the_first() -> None:
+    clock = Clock()
+    meter = Throughput(clock=clock)
+    meter.new_epoch()
+    clock.now += 30.0  # start-up and compilation, inside the first step: not the pace of what is left
+    meter.add(64)
+    assert meter.steps_per_sec is None  # one step: nothing to time yet
+    for _ in range(10):
+        clock.now += 0.5
+        meter.add(64)
+    meter.mark()
+    clock.now += 5.0  # validation and a checkpoint between epochs: every later epoch has them too
+    meter.new_epoch()
+    for _ in range(10):
+        clock.now += 0.5
+        meter.add(64)
+    assert meter.steps_per_sec == pytest.approx(20 / 15.0)
+    # A restart's new trainer makes a new meter: its pace starts over, whatever the old one measured.
+    assert Throughput(clock=clock).steps_per_sec is None

@@ -77,6 +77,17 @@ class Throughput:
     warm: bool = False
     # Seconds from the clock's start to the end of the first step: start-up, cuDNN autotuning, compilation.
     first_step_seconds: float | None = None
+    steps_done: int = 0  # steps this launch trained, all epochs
+
+    @property
+    def steps_per_sec(self) -> float | None:
+        """This launch's pace for an ETA: steps after the first over the wall-clock time since it ended, so
+        validation, checkpoints and loader restarts count as they will again, and start-up does not. None
+        until a step after the first is done."""
+        if self.first_step_seconds is None or self.steps_done < 2:
+            return None
+        elapsed = self.clock() - self.started - self.first_step_seconds
+        return (self.steps_done - 1) / elapsed if elapsed > 0 else None
 
     def __post_init__(self) -> None:
         self.started = self.last_mark = self.clock()
@@ -91,6 +102,7 @@ class Throughput:
             self.first_step_seconds = self.clock() - self.started
         self.images_since_mark += images
         self.steps_since_mark += 1
+        self.steps_done += 1
         self.all_images += images
 
     def mark(self) -> float:
@@ -135,9 +147,11 @@ class Reporter:
         steps_per_epoch: int,
         progress_file: Path | None,
         output_dir: Path | None,
+        batch_size: int | None = None,
     ) -> None:
         self.enabled = enabled
         self.world_size = world_size
+        self.batch_size = batch_size  # per worker: a step trains batch_size x world_size images
         self.epochs = epochs
         self.steps_per_epoch = steps_per_epoch
         self.progress_file = progress_file
@@ -153,14 +167,25 @@ class Reporter:
             steps_per_epoch=steps_per_epoch,
             progress_file=cfg.progress_file,
             output_dir=cfg.output_dir,
+            batch_size=cfg.batch_size,
         )
 
     def say(self, message: str) -> None:
         if self.enabled:
             print(message, flush=True)
 
-    def interval(self, *, epoch: int, step: int, loss: float, lr: float, per_worker: float) -> None:
-        """epoch and step are 0-based counters of what has completed; printed 1-based."""
+    def interval(
+        self,
+        *,
+        epoch: int,
+        step: int,
+        loss: float,
+        lr: float,
+        per_worker: float,
+        steps_per_sec: float | None = None,
+    ) -> None:
+        """epoch and step are 0-based counters of what has completed; printed 1-based. steps_per_sec: this
+        launch's pace (Throughput.steps_per_sec), for the operator's ETA."""
         if not self.enabled:
             return
         print(
@@ -168,12 +193,14 @@ class Reporter:
             f"lr {lr:.5f} images/sec/worker {per_worker:.1f}",
             flush=True,
         )
-        self.progress(epoch=epoch, step=step, loss=loss, per_worker=per_worker)
+        self.progress(epoch=epoch, step=step, loss=loss, per_worker=per_worker, steps_per_sec=steps_per_sec)
 
-    def progress(self, *, epoch: int, step: int, loss: float, per_worker: float) -> None:
+    def progress(
+        self, *, epoch: int, step: int, loss: float, per_worker: float, steps_per_sec: float | None = None
+    ) -> None:
         if not self.enabled:
             return
-        record = {
+        record: dict[str, Any] = {
             "epoch": epoch + 1,
             "epochs": self.epochs,
             "step": step,
@@ -181,7 +208,14 @@ class Reporter:
             "imagesPerSec": round(per_worker * self.world_size, 2),
             "loss": round(loss, 6),
             "updatedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "worldSize": self.world_size,
         }
+        if self.batch_size is not None:
+            record["globalBatch"] = self.batch_size * self.world_size
+        # Always present, null until measured: the operator then never times this trainer by imagesPerSec.
+        record["stepsPerSec"] = None
+        if steps_per_sec is not None and math.isfinite(steps_per_sec):
+            record["stepsPerSec"] = round(steps_per_sec, 6)
         print(f"{PROGRESS_PREFIX} {json.dumps(record, separators=(',', ':'))}", flush=True)
         if self.progress_file is not None:
             write_json_atomic(self.progress_file, record)

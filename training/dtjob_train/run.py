@@ -144,7 +144,10 @@ class TrainingRun:
     def log(self, *, epoch: int, step: int, lr: float, loss: float) -> None:
         """The interval line and progress record (rank 0) with the loss already averaged over the ranks."""
         self.final_loss = loss
-        self.reporter.interval(epoch=epoch, step=step, loss=loss, lr=lr, per_worker=self.meter.mark())
+        per_worker, pace = self.meter.mark(), self.meter.steps_per_sec
+        self.reporter.interval(
+            epoch=epoch, step=step, loss=loss, lr=lr, per_worker=per_worker, steps_per_sec=pace
+        )
 
     def validated(self, top1: float, epoch: int | None = None) -> None:
         self.val_top1 = top1

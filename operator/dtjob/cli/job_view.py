@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dtjob.timefmt import parse_time
+from dtjob.timefmt import format_span, parse_time
 
 LAST_EVENTS = 8
 
@@ -24,6 +24,22 @@ def _age(stamp: str | None, now: datetime) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def _done_line(progress: Mapping[str, Any], now: datetime) -> str:
+    """`42.3%, ETA 1h12m (as of 2m ago, 8 ranks at 3.1 steps/s)`; `ETA unknown` until a pace is measured
+    and while no world trains (restarting, suspended, failed)."""
+    text = f"{progress['percent']:.1f}%"
+    if not isinstance(progress.get("etaSeconds"), int):
+        return f"{text}, ETA unknown"
+    age = _age(progress.get("updatedAt"), now)
+    basis = [] if age == "-" else [f"as of {age} ago"]
+    pace = progress.get("stepsPerSec")
+    if isinstance(pace, int | float):
+        ranks = progress.get("worldSize")
+        basis.append((f"{ranks} ranks at " if isinstance(ranks, int) else "") + f"{pace:g} steps/s")
+    eta = f"{text}, ETA {format_span(progress['etaSeconds'])}"
+    return f"{eta} ({', '.join(basis)})" if basis else eta
 
 
 def _mib(n: Any) -> str:
@@ -76,6 +92,8 @@ def render(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: dat
     ]
     progress = status.get("progress")
     lines.append(f"Progress:   {progress.get('summary', '-') if progress else '-'}")
+    if progress and isinstance(progress.get("percent"), int | float):
+        lines.append(f"Done:       {_done_line(progress, now)}")
     if status.get("staging"):
         lines.append(f"Staging:    {_staging_line(status['staging'])}")
     if status.get("output"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from dtjob.contract.training_progress import without_eta
 from dtjob.state.conditions import with_kstatus_conditions
 from dtjob.state.decision import (
     Action,
@@ -12,6 +13,8 @@ from dtjob.state.decision import (
     Event,
 )
 from dtjob.state.status import (
+    RUNNING,
+    SUCCEEDED,
     JobStatus,
     set_condition,
 )
@@ -48,5 +51,16 @@ class Builder:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
     def decision(self) -> Decision:
-        status = with_kstatus_conditions(self.status, self.now)
+        status = with_kstatus_conditions(eta_while_training(self.status), self.now)
         return Decision(status, self.actions, self.events, self.requeue_after)
+
+
+def eta_while_training(status: JobStatus) -> JobStatus:
+    """status.progress's ETA belongs to the world that measured it, while it trains (and stays at 0 once the
+    job succeeded): restarting, suspended or preempted, no world trains and the next one, resumed from a
+    checkpoint and maybe of another size, has a pace of its own; failed, nothing will finish. Percent done
+    stays, true in every phase."""
+    progress = status.training_progress
+    if progress is None or status.phase in (RUNNING, SUCCEEDED) or "etaSeconds" not in progress:
+        return status
+    return replace(status, training_progress=without_eta(progress))
