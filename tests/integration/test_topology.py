@@ -67,9 +67,13 @@ def test_a_required_rack_holds_every_worker_of_the_world(
     jobs: Jobs, operator: OperatorProcess, racks: dict[str, str]
 ) -> None:
     jobs.create("onerack", workers=4, gpusPerWorker=2, runPolicy=REQUIRED, launcher=LAUNCHER)
+
+    def all_bound() -> dict[str, str] | None:
+        placed = bound(jobs, "onerack")
+        return placed if len(placed) == 4 else None
+
     try:
-        placed = wait_for(lambda: (b := bound(jobs, "onerack")) and len(b) == 4 and b, timeout=90,
-                          what="4 workers bound")  # fmt: skip
+        placed = wait_for(all_bound, timeout=90, what="4 workers bound")
     except AssertionError as err:
         raise AssertionError(f"{err}\n{explain(jobs, 'onerack', operator)}") from None
     assert len({racks[node] for node in placed.values()}) == 1, placed
