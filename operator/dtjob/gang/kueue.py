@@ -5,7 +5,8 @@ stops). Names follow sigs.k8s.io/kueue pkg/controller/jobs/pod and pkg/controlle
 A job joins Kueue by runPolicy.scheduling.queueName, beside or without a gang scheduler: Kueue admits the
 world (its quota) and leaves placing it to the pods' scheduler. It creates the group's Workload itself, so
 the operator creates no PodGroup for it and reports no GangScheduled; an evicted Workload is the state
-machine's (dtjob.machine.admission), read from the pods (eviction() below).
+machine's (dtjob.machine.admission), read from the pods (eviction() below). With runPolicy.scheduling.topology
+the workers also carry Kueue's Topology-Aware Scheduling request, and Kueue picks the domain.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ POD_FINALIZER = "kueue.x-k8s.io/managed"
 # its admission check rejected), Kueue marks each with this condition; its reason is the stop reason,
 # "WorkloadEvictedDueTo<Evicted reason>" (e.g. WorkloadEvictedDueToPreempted), its message the eviction's.
 TERMINATION_TARGET = "TerminationTarget"
+EVICTED_REASON_PREFIX = "WorkloadEvicted"
 # Topology-Aware Scheduling: Kueue reads these from the pods of a PodSet (a pod group's pods) and admits the
 # group only where one domain of the named level (a node label of its Topology) has room for all of them
 # (required), or as few domains as it can (preferred); it then pins each pod there by its node selector.
 # Kueue acts on them only for a ClusterQueue whose ResourceFlavor names a Topology (spec.topologyName).
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
-EVICTED_REASON_PREFIX = "WorkloadEvicted"
 
 
 class Kueue(GangScheduler):
