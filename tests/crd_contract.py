@@ -64,7 +64,8 @@ _COMMON: Json = {
     "runPolicy": {"backoffLimit": 1, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60,
                   "cleanPodPolicy": "Running", "suspend": False, "startupDeadlineSeconds": 600,
                   "restartPolicy": "ExitCode", "permanentExitCodes": "1-127,255",
-                  "scheduling": {"schedulerName": "sched", "queueName": "queue", "podGroup": "group"}},
+                  "scheduling": {"schedulerName": "sched", "queueName": "queue", "podGroup": "group",
+                                 "topology": {"key": "team.example/rack", "mode": "required"}}},
 }  # fmt: skip
 _NFS = {"server": "files.example.net", "path": "/share"}
 _IDENTITY = {"authMode": "workloadIdentity", "clientId": UUID}

@@ -6,6 +6,9 @@ from typing import Any
 
 import pytest
 from dtjob.spec.managed_by import MULTIKUEUE, THIS_OPERATOR, managed_by, reconciled_here
+from dtjob.spec.parse import SpecError
+
+from tests.unit.operator_fixtures import job_spec
 
 
 @pytest.mark.parametrize(
@@ -37,3 +40,11 @@ def test_this_operators_name_is_a_domain_prefixed_path_the_crd_accepts() -> None
         assert re.fullmatch(field["pattern"], value) and len(value) <= field["maxLength"], value
     for bad in ("multikueue", "/x", "Kueue.x-k8s.io/multikueue", "a/b/c", "a" * 60 + ".io/x"):
         assert not (re.fullmatch(field["pattern"], bad) and len(bad) <= field["maxLength"]), bad
+
+
+@pytest.mark.parametrize("value", ["operator", "Example.com/x", "example.com/", "/x", "a.b/" + "x" * 60])
+def test_the_parser_refuses_a_controller_name_the_crd_refuses_naming_the_field(value: str) -> None:
+    with pytest.raises(SpecError) as err:
+        job_spec(managedBy=value)
+    assert err.value.path == "spec.managedBy" and "is not a controller name" in err.value.message
+    assert job_spec(managedBy=THIS_OPERATOR).name == "rn50"

@@ -20,6 +20,7 @@ from dtjob.desired.common import (
     sas_mount_path,
 )
 from dtjob.desired.template import merge_pod_spec, template_annotations
+from dtjob.desired.topology import with_topology, worker_with_topology
 from dtjob.names import Access
 from dtjob.spec import validators as rules
 from dtjob.spec.parse import DataVolume, JobSpec, PodOverrides
@@ -79,6 +80,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
     }
     _common_pod_spec(spec, pod_spec, gpu_placement=True)
     pod_spec, annotations = _with_template(spec.worker, pod_spec, names.WORKER_CONTAINER)
+    pod_spec = worker_with_topology(spec, pod_spec)
     annotations = {**annotations, **gang.pod_annotations(spec, names.ROLE_WORKER)}
     return {
         "apiVersion": "v1",
@@ -120,6 +122,9 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     _place_launcher(spec, pod_spec, name)
     _common_pod_spec(spec, pod_spec, gpu_placement=on_gpu)
     pod_spec, annotations = _with_template(spec.launcher.pod, pod_spec, names.LAUNCHER_CONTAINER)
+    if on_gpu:
+        # One of the world's hosts (created once every worker is placed): it joins the workers' domain.
+        pod_spec = with_topology(spec, pod_spec)
     job_labels = {
         **_pod_labels(spec, names.ROLE_LAUNCHER, attempt),
         names.WORLD_SIZE_LABEL: str(spec.workers),

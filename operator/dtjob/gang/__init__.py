@@ -3,7 +3,7 @@ Volcano). One module per scheduler behind one interface (base.GangScheduler); th
 them a job's spec asks for. Pure."""
 
 from dtjob.gang.base import ConditionView, GangReport, GangScheduler, PodView
-from dtjob.gang.placement import wants_pool_room
+from dtjob.gang.placement import domain_wait, wants_pool_room
 from dtjob.gang.pool_room import PoolRoom, pool_room
 from dtjob.gang.registry import (
     gang_scheduler,
@@ -12,6 +12,7 @@ from dtjob.gang.registry import (
     pod_labels,
     scheduler_name,
     schedulers,
+    topology_by_affinity,
 )
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "GangScheduler",
     "PodView",
     "PoolRoom",
+    "domain_wait",
     "gang_scheduler",
     "pod_annotations",
     "pod_group_api",
@@ -27,5 +29,6 @@ __all__ = [
     "pool_room",
     "scheduler_name",
     "schedulers",
+    "topology_by_affinity",
     "wants_pool_room",
 ]

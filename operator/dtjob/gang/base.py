@@ -73,6 +73,9 @@ class GangScheduler(ABC):
     pod_group_api: ClassVar[str | None] = None
     # What a cluster lacking that API should install, for the job's condition.
     installed_by: ClassVar[str] = ""
+    # It places the world by runPolicy.scheduling.topology itself (from its pods' annotations), so the
+    # workers need no pod affinity for it.
+    places_by_topology: ClassVar[bool] = False
 
     def pod_labels(self, spec: JobSpec, role: str) -> dict[str, str]:
         """The labels that tie a pod of `role` (worker, launcher) to the job's group."""

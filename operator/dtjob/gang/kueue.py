@@ -5,7 +5,8 @@ stops). Names follow sigs.k8s.io/kueue pkg/controller/jobs/pod and pkg/controlle
 A job joins Kueue by runPolicy.scheduling.queueName, beside or without a gang scheduler: Kueue admits the
 world (its quota) and leaves placing it to the pods' scheduler. It creates the group's Workload itself, so
 the operator creates no PodGroup for it and reports no GangScheduled; an evicted Workload is the state
-machine's (dtjob.machine.admission), read from the pods (eviction() below).
+machine's (dtjob.machine.admission), read from the pods (eviction() below). With runPolicy.scheduling.topology
+the workers also carry Kueue's Topology-Aware Scheduling request, and Kueue picks the domain.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from dtjob import names
 from dtjob.gang.base import GangScheduler
+from dtjob.spec.model import Topology
 from dtjob.spec.parse import JobSpec
 
 Json = Mapping[str, Any]
@@ -34,12 +36,19 @@ POD_FINALIZER = "kueue.x-k8s.io/managed"
 # "WorkloadEvictedDueTo<Evicted reason>" (e.g. WorkloadEvictedDueToPreempted), its message the eviction's.
 TERMINATION_TARGET = "TerminationTarget"
 EVICTED_REASON_PREFIX = "WorkloadEvicted"
+# Topology-Aware Scheduling: Kueue reads these from the pods of a PodSet (a pod group's pods) and admits the
+# group only where one domain of the named level (a node label of its Topology) has room for all of them
+# (required), or as few domains as it can (preferred); it then pins each pod there by its node selector.
+# Kueue acts on them only for a ClusterQueue whose ResourceFlavor names a Topology (spec.topologyName).
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 
 
 class Kueue(GangScheduler):
     """Kueue's admission of the world: its workers are one pod group on the job's LocalQueue."""
 
     name = "kueue"
+    places_by_topology = True
 
     def pod_labels(self, spec: JobSpec, role: str) -> dict[str, str]:
         if role != names.ROLE_WORKER:
@@ -49,7 +58,11 @@ class Kueue(GangScheduler):
     def pod_annotations(self, spec: JobSpec, role: str) -> dict[str, str]:
         if role != names.ROLE_WORKER:
             return {}
-        return worker_annotations(spec.run_policy.scheduling.queue_name, spec.workers)
+        scheduling = spec.run_policy.scheduling
+        return {
+            **worker_annotations(scheduling.queue_name, spec.workers),
+            **topology_annotations(scheduling.topology),
+        }
 
 
 def evicted_message(eviction: str) -> str:
@@ -88,6 +101,13 @@ def worker_annotations(queue_name: str | None, workers: int) -> dict[str, str]:
     if not queue_name:
         return {}
     return {POD_GROUP_TOTAL_COUNT: str(workers)}
+
+
+def topology_annotations(topology: Topology | None) -> dict[str, str]:
+    """Kueue's TAS request for the workers: one domain of `topology.key`, required or preferred."""
+    if topology is None:
+        return {}
+    return {REQUIRED_TOPOLOGY if topology.required else PREFERRED_TOPOLOGY: topology.key}
 
 
 def evicted_reason(reason: str) -> str:

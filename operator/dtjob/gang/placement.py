@@ -22,6 +22,18 @@ WAITING = "GangWaiting"
 TIMED_OUT = "GangScheduleTimeout"
 
 
+def domain_wait(spec: JobSpec, size: int) -> str | None:
+    """What the workers wait for under runPolicy.scheduling.topology required (None without it): one domain
+    of its key with room for all of them, never a world split across domains."""
+    topology = spec.run_policy.scheduling.topology
+    if topology is None or not topology.required:
+        return None
+    return (
+        f"the {size} workers wait for one {topology.key} domain with room for all of them "
+        "(runPolicy.scheduling.topology required)"
+    )
+
+
 def seconds_left(spec: JobSpec, workers: Iterable[PodView], now: datetime) -> float | None:
     """Seconds until the gang's schedule timeout (zero or less: passed), or None when nothing waits for
     placement (no gang, no worker yet, or every worker placed)."""
@@ -107,6 +119,9 @@ def shortfall(
         f"; not placed together within runPolicy.scheduling.gang.scheduleTimeoutSeconds "
         f"({gang.schedule_timeout_seconds}s), still waiting"
     )
+    domain = domain_wait(spec, size)
+    if domain is not None:
+        text += f"; {domain}"
     if fit is None or fit >= size:
         # The GPUs are there (or unknown): the pods' own verdicts say what else is missing.
         verdict = next((p for p in pods if not p.scheduled and p.reason), None)

@@ -57,6 +57,14 @@ def pod_annotations(spec: JobSpec, role: str) -> dict[str, str]:
     return annotations
 
 
+def topology_by_affinity(spec: JobSpec) -> bool:
+    """Whether runPolicy.scheduling.topology is the workers' pod affinity: it is, unless a scheduler of
+    the world places by topology itself (Kueue, from its annotations)."""
+    if spec.run_policy.scheduling.topology is None:
+        return False
+    return not any(s.places_by_topology for s in schedulers(spec))
+
+
 def pod_group_api(spec: JobSpec) -> str | None:
     """The apiVersion of the PodGroup the operator keeps for the job's world, or None when it keeps none."""
     found = gang_scheduler(spec)

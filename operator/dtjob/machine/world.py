@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from dtjob import names
-from dtjob.gang import kueue
+from dtjob.gang import kueue, placement
 from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import delete_world_pods, finish
@@ -316,9 +316,14 @@ def _waiting_message(
         return f"{text}; waiting for {len(blocked)} old pod(s) to terminate"
     if missing:
         return f"{text}; creating {len(missing)} worker pod(s)"
+    # Required topology: a worker no node can take waits for the domain (Kueue's gate: for its admission).
+    domain = placement.domain_wait(spec, spec.workers)
     gated = sum(1 for p in workers.values() if p.gated)
     if gated:
-        return f"{text}; {kueue.gated_message(gated)}"
+        return f"{text}; {kueue.gated_message(gated)}" + (f"; {domain}" if domain else "")
+    if domain and any(p.unschedulable for p in workers.values()):
+        placed = sum(1 for p in workers.values() if p.scheduled)
+        text = f"{text}; {placed} placed; {domain}"
     for index in sorted(workers):
         pod = workers[index]
         if not pod.ready and pod.reason:

@@ -12,10 +12,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from dtjob import API_GROUP
+from dtjob.spec import validators as rules
 
 # The value that names this operator (setting it is the same as leaving the field out).
 THIS_OPERATOR = f"{API_GROUP}/operator"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+# The CRD's own check: a domain-prefixed path of at most 63 characters (as batch/v1 Job's managedBy).
+MANAGED_BY = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"  # the domain
+    r"/[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$"  # its path
+)
+MANAGED_BY_MAX = 63
 
 
 def managed_by(job: Mapping[str, Any]) -> str:
@@ -27,3 +34,13 @@ def managed_by(job: Mapping[str, Any]) -> str:
 
 def reconciled_here(job: Mapping[str, Any]) -> bool:
     return managed_by(job) == THIS_OPERATOR
+
+
+def managed_by_problem(value: str) -> str | None:
+    """Why `value` names no controller, or None."""
+    if len(value) <= MANAGED_BY_MAX and rules.matches(MANAGED_BY, value):
+        return None
+    return (
+        f"{value!r} is not a controller name: a domain-prefixed path of at most {MANAGED_BY_MAX} characters, "
+        f"e.g. {MULTIKUEUE}"
+    )

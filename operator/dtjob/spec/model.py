@@ -146,12 +146,31 @@ class Gang:
     queue: str | None = None  # a Volcano Queue
 
 
+TOPOLOGY_REQUIRED = "required"
+TOPOLOGY_PREFERRED = "preferred"
+TOPOLOGY_MODES = (TOPOLOGY_REQUIRED, TOPOLOGY_PREFERRED)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """runPolicy.scheduling.topology: the workers share one domain of a node label (a rack, a placement
+    group), so the world's all-reduce stays on one switch."""
+
+    key: str  # the node label key whose value names the domain
+    mode: str = TOPOLOGY_REQUIRED  # required: wait for one domain; preferred: split when none has room
+
+    @property
+    def required(self) -> bool:
+        return self.mode == TOPOLOGY_REQUIRED
+
+
 @dataclass(frozen=True)
 class Scheduling:
     scheduler_name: str | None = None
     queue_name: str | None = None
     pod_group: str | None = None
     gang: Gang | None = None
+    topology: Topology | None = None
 
 
 @dataclass(frozen=True)

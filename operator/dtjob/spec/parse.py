@@ -20,6 +20,7 @@ from typing import Any
 from dtjob import names
 from dtjob.config import OperatorConfig
 from dtjob.spec import validators as rules
+from dtjob.spec.managed_by import managed_by_problem
 from dtjob.spec.model import (
     CUSTOM,
     FRAMEWORKS,
@@ -87,6 +88,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     workers, gpus, slots = _world(spec)
     command = spec.string_list("command")
     image = spec.checked("image", rules.image_problem)
+    spec.checked("managedBy", managed_by_problem)
     if framework == CUSTOM and not command:
         raise SpecError("spec.command", "is required with framework custom (the program each rank runs)")
     if framework == CUSTOM and image is None:

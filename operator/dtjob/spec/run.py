@@ -12,6 +12,8 @@ from dtjob.spec import validators as rules
 from dtjob.spec.model import (
     CUSTOM,
     DEFAULT_GANG_TIMEOUT_SECONDS,
+    TOPOLOGY_MODES,
+    TOPOLOGY_REQUIRED,
     Gang,
     Hyperparameters,
     Json,
@@ -20,6 +22,7 @@ from dtjob.spec.model import (
     PodOverrides,
     RunPolicy,
     Scheduling,
+    Topology,
 )
 from dtjob.spec.reader import Reader, SpecError
 from dtjob.spec.template import parse_template
@@ -186,6 +189,7 @@ def _scheduling(s: Reader) -> Scheduling:
         queue_name=s.checked("queueName", lambda n: rules.name_problem(n, subdomain=False)),
         pod_group=s.checked("podGroup", lambda n: rules.name_problem(n, subdomain=False)),
         gang=_gang(s.child("gang")) if s.has("gang") else None,
+        topology=_topology(s.child("topology")) if s.has("topology") else None,
     )
     if scheduling.gang is not None and scheduling.pod_group is not None:
         raise SpecError(
@@ -206,6 +210,14 @@ def _gang(g: Reader) -> Gang:
         "scheduleTimeoutSeconds", DEFAULT_GANG_TIMEOUT_SECONDS, minimum=1, maximum=MAX_GANG_TIMEOUT_SECONDS
     )
     return Gang(scheduler, timeout or DEFAULT_GANG_TIMEOUT_SECONDS, queue)
+
+
+def _topology(t: Reader) -> Topology:
+    if not t.has("key"):
+        raise SpecError(t.at("key"), "is required: the node label key of the domain, e.g. a rack label")
+    key = t.checked("key", rules.label_key_problem)
+    assert key is not None
+    return Topology(key=key, mode=t.choice("mode", TOPOLOGY_MODES, TOPOLOGY_REQUIRED))
 
 
 def _exit_code_ranges(r: Reader, key: str) -> tuple[tuple[int, int], ...] | None:
