@@ -92,7 +92,7 @@ def test_the_status_view_reads_every_field_and_defaults_a_new_job() -> None:
     assert fresh.progress is None and fresh.conditions == () and not fresh.finished
 
     progress = {"epoch": 1, "epochs": 3, "step": 7, "stepsPerEpoch": 20, "imagesPerSec": 41.2,
-                "loss": 6.9021, "updatedAt": "2026-01-01T00:00:00Z",
+                "loss": 6.9021, "updatedAt": "2026-01-01T00:00:00Z", "percent": 11.6, "etaSeconds": 310,
                 "summary": "epoch 1/3 step 7/20 41 img/s loss 6.902"}  # fmt: skip
     condition = {"type": "Ready", "status": "False", "reason": "Running", "message": "training"}
     running = JobStatus.from_job(
@@ -102,12 +102,15 @@ def test_the_status_view_reads_every_field_and_defaults_a_new_job() -> None:
     assert (running.workers_ready, running.workers, running.gpus, running.restarts) == (2, 2, 8, 1)
     assert running.progress is not None and running.progress.steps_per_epoch == 20
     assert running.progress.images_per_sec == 41.2 and running.progress.loss == 6.9021
+    assert (running.progress.percent, running.progress.eta_seconds) == (11.6, 310)
     assert running.condition("Ready") is not None and running.condition("Ready").reason == "Running"
     assert running.launcher == "Running" and running.output_url == "https://a.blob/x"
     assert progress_line(running) == (
         "r50: Running, workers 2/2 ready, 1 restart(s), epoch 1/3 step 7/20 41 img/s loss 6.902 (2 ranks)"
     )
     assert JobStatus.from_job(job("Succeeded")).succeeded
+    no_eta = JobStatus.from_job(job("Restarting", progress={**progress, "etaSeconds": None}))
+    assert no_eta.progress is not None and no_eta.progress.eta_seconds is None
     with pytest.raises(AttributeError):
         running.phase = "Failed"  # type: ignore[misc]
 

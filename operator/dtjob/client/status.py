@@ -31,6 +31,8 @@ class Progress:
     loss: float | None  # likewise for a NaN or infinite loss
     updated_at: str
     summary: str
+    percent: float | None = None  # of the planned steps, floored to 0.1 (100.0 only when finished)
+    eta_seconds: int | None = None  # training left at the current world's pace; None while none trains
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,8 @@ def _progress(raw: Any) -> Progress | None:
         loss=_float(raw.get("loss")),
         updated_at=str(raw.get("updatedAt") or ""),
         summary=str(raw.get("summary") or ""),
+        percent=_float(raw.get("percent")),
+        eta_seconds=None if raw.get("etaSeconds") is None else _int(raw.get("etaSeconds")),
     )
 
 
