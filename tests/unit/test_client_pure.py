@@ -96,8 +96,9 @@ def test_the_status_view_reads_every_field_and_defaults_a_new_job() -> None:
                 "summary": "epoch 1/3 step 7/20 41 img/s loss 6.902"}  # fmt: skip
     condition = {"type": "Ready", "status": "False", "reason": "Running", "message": "training"}
     running = JobStatus.from_job(
-        job("Running", workersReady="2/2", gpus=8, restarts=1, progress=progress, conditions=[condition],
-            launcher={"state": "Running"}, output={"url": "https://a.blob/x"}, message="2 ranks")
+        job("Running", workers={"total": 2, "ready": 2}, workersReady="2/2", gpus=8, restarts=1,
+            progress=progress, conditions=[condition], launcher={"state": "Running"},
+            output={"url": "https://a.blob/x"}, message="2 ranks")
     )  # fmt: skip
     assert (running.workers_ready, running.workers, running.gpus, running.restarts) == (2, 2, 8, 1)
     assert running.progress is not None and running.progress.steps_per_epoch == 20

@@ -3,7 +3,8 @@
 from dtjob.cli.results import Downloaded
 from dtjob.client.client import Client, JobRef, Results
 from dtjob.client.errors import AccessDenied, DtjobError, InvalidJob, JobNotFound, WaitTimeout
-from dtjob.client.status import Condition, JobStatus, Progress, progress_line
+from dtjob.client.status import JobStatus, Progress, progress_line
+from dtjob.state.status import Condition
 
 __all__ = [
     "AccessDenied",

@@ -1,5 +1,5 @@
 """A job's status as a typed, frozen view, and the one line that reports it while a job is followed. Pure: it
-reads the job object as the API server returns it."""
+reads the job object as the API server returns it, through the operator's own lenient status reader."""
 
 from __future__ import annotations
 
@@ -7,16 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dtjob.state.status import Condition, status_from_dict
+
 FINISHED_PHASES = ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str  # "True" | "False" | "Unknown"
-    reason: str = ""
-    message: str = ""
-    last_transition_time: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,22 +58,21 @@ class JobStatus:
     @classmethod
     def from_job(cls, job: Mapping[str, Any]) -> JobStatus:
         meta = job.get("metadata") or {}
-        status = job.get("status") or {}
-        ready, total = _ready_of(status.get("workersReady"))
+        recorded = status_from_dict(job.get("status"))
         return cls(
             name=str(meta.get("name", "")),
             namespace=str(meta.get("namespace", "")),
             uid=str(meta.get("uid", "")),
-            phase=str(status.get("phase") or "Pending"),
-            message=str(status.get("message") or ""),
-            workers_ready=ready,
-            workers=total,
-            gpus=_int(status.get("gpus")),
-            restarts=_int(status.get("restarts")),
-            launcher=str((status.get("launcher") or {}).get("state") or "Absent"),
-            progress=_progress(status.get("progress")),
-            conditions=tuple(_condition(c) for c in status.get("conditions") or () if isinstance(c, Mapping)),
-            output_url=(status.get("output") or {}).get("url"),
+            phase=recorded.phase or "Pending",
+            message=str(recorded.message or ""),
+            workers_ready=recorded.workers_ready,
+            workers=recorded.workers_total,
+            gpus=recorded.total_gpus,
+            restarts=recorded.restarts,
+            launcher=recorded.launcher_state,
+            progress=_progress(recorded.training_progress),
+            conditions=recorded.conditions,
+            output_url=recorded.output_url,
         )
 
 
@@ -98,12 +90,6 @@ def _float(value: Any) -> float | None:
         return None
 
 
-def _ready_of(text: Any) -> tuple[int, int]:
-    """status.workersReady, `ready/total`; (0, 0) before the operator first writes it."""
-    ready, _, total = str(text or "0/0").partition("/")
-    return _int(ready), _int(total)
-
-
 def _progress(raw: Any) -> Progress | None:
     if not isinstance(raw, Mapping):
         return None
@@ -118,16 +104,6 @@ def _progress(raw: Any) -> Progress | None:
         summary=str(raw.get("summary") or ""),
         percent=_float(raw.get("percent")),
         eta_seconds=None if raw.get("etaSeconds") is None else _int(raw.get("etaSeconds")),
-    )
-
-
-def _condition(raw: Mapping[str, Any]) -> Condition:
-    return Condition(
-        type=str(raw.get("type", "")),
-        status=str(raw.get("status", "")),
-        reason=str(raw.get("reason") or ""),
-        message=str(raw.get("message") or ""),
-        last_transition_time=str(raw.get("lastTransitionTime") or ""),
     )
 
 
