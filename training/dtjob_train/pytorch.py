@@ -140,17 +140,17 @@ def data_loader(requested: str, device: torch.device) -> str:
 
 
 def make_inputs(
-    cfg: TrainConfig, run: TrainingRun, device: torch.device
+    cfg: TrainConfig, run: TrainingRun, device: torch.device, pipeline: str
 ) -> tuple[EpochBatches, Batches | None]:
     """An epoch's training batches on the device (a fresh iterator per call, in that epoch's order), and the
-    validation batches (None without validation). The loader (PyTorch's DataLoader, or DALI) hands over
-    uint8 NHWC; the prefetcher copies and normalises. --channels-last makes the inputs, and so every
-    activation, NHWC."""
+    validation batches (None without validation). `pipeline` (data_loader's choice: PyTorch's DataLoader, or
+    DALI) hands over uint8 NHWC; the prefetcher copies and normalises. --channels-last makes the inputs, and
+    so every activation, NHWC."""
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     if run.train_split is None:
         return (lambda epoch: synthetic_batches(cfg, device, fmt)), None
     prefetch = Prefetcher(Normalize(device, fmt))
-    if data_loader(cfg.data_loader, device) == "dali":
+    if pipeline == "dali":
         dali = dali_data.DaliLoaders(
             run.train_split,
             run.val_split,
@@ -268,11 +268,11 @@ def train(
             torch_checkpoint.save(run.checkpoint_dir, epoch + 1, model, optimizer, amp.scaler)
 
 
-def refuse_what_the_device_lacks(cfg: TrainConfig, device: torch.device) -> None:
+def refuse_what_the_device_lacks(cfg: TrainConfig, device: torch.device, pipeline: str) -> None:
     """bf16 without bf16 tensor cores, and --data-loader dali without DALI, exit with a message."""
     if cfg.amp and cfg.amp_dtype == "bf16" and (problem := bf16_unsupported(device)) is not None:
         fail(problem, rank=hvd.rank())
-    if cfg.data == "imagenet" and data_loader(cfg.data_loader, device) == "dali":
+    if cfg.data == "imagenet" and pipeline == "dali":
         try:
             dali_data.require()
         except dali_data.DaliMissing as e:
@@ -284,13 +284,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
     hvd.init()
     device = set_up_device()
-    refuse_what_the_device_lacks(cfg, device)
+    pipeline = data_loader(cfg.data_loader, device)
+    refuse_what_the_device_lacks(cfg, device, pipeline)
     torch.manual_seed(cfg.seed)
     run = TrainingRun("pytorch", cfg, hvd)
     run.resolved["compile"] = compile_mode(cfg.compile, device)
     if cfg.data == "imagenet":
-        run.resolved["dataLoader"] = data_loader(cfg.data_loader, device)
-    train_batches, val_batches = make_inputs(cfg, run, device)
+        run.resolved["dataLoader"] = pipeline
+    train_batches, val_batches = make_inputs(cfg, run, device, pipeline)
 
     # The parameters stay NCHW with --channels-last: Horovod 0.28.1 allreduces and broadcasts only tensors
     # contiguous in the default format.
