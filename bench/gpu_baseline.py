@@ -26,12 +26,6 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def dali_installed() -> bool:
-    return (
-        importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
-    )
-
-
 def describe(gpu: int) -> dict[str, str]:
     """The GPU's name, the driver, CUDA and torch versions: what the README's table quotes (gpu -1: CPU)."""
     import torch

@@ -115,7 +115,9 @@ def jpeg_runs(a: argparse.Namespace, gpu: int, work: Path) -> list[dict[str, Any
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(distinct[i % len(distinct)], target)
     cores = sorted(os.sched_getaffinity(0))[: a.cores]
-    loaders = ["pytorch"] + (["dali"] if gpu_baseline.dali_installed() else [])
+    from dtjob_train.data import dali_data
+
+    loaders = ["pytorch"] + (["dali"] if dali_data.installed() else [])
     rows = []
     for loader in loaders:
         data = ["--data", "imagenet", "--data-dir", str(root), "--data-loader", loader]
