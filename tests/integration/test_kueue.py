@@ -77,15 +77,7 @@ def queues(api_client: client.ApiClient, namespace: str, kueue: KueueProcess) ->
     local = {"apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": QUEUE},
              "spec": {"clusterQueue": made["cq"]}}  # fmt: skip
     custom.create_namespaced_custom_object(group, version, namespace, "localqueues", local)
-
-    def active() -> bool:
-        cq = cast(
-            dict[str, Any], custom.get_cluster_custom_object(group, version, "clusterqueues", made["cq"])
-        )
-        conds = (cq.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Active" and c["status"] == "True" for c in conds)
-
-    wait_for(active, timeout=60, what=f"ClusterQueue {made['cq']} Active ({kueue.log_path})")
+    wait_queues_active(custom, namespace, made["cq"], QUEUE, kueue)
     try:
         yield made
     finally:
@@ -95,6 +87,22 @@ def queues(api_client: client.ApiClient, namespace: str, kueue: KueueProcess) ->
             except ApiException as err:
                 if err.status != 404:
                     raise
+
+
+def wait_queues_active(
+    custom: client.CustomObjectsApi, namespace: str, cluster_queue: str, local_queue: str, kueue: KueueProcess
+) -> None:
+    """Waits until Kueue calls both queues Active. A workload that arrives before Kueue has seen the
+    LocalQueue is judged Inadmissible ("LocalQueue ... doesn't exist") until a later pass, so a test that
+    reads Kueue's first verdict must not start earlier."""
+
+    def active(get: Any) -> bool:
+        return bool(condition(cast(dict[str, Any], get()), "Active").get("status") == "True")
+
+    cq = partial(custom.get_cluster_custom_object, *KUEUE, "clusterqueues", cluster_queue)
+    wait_for(partial(active, cq), timeout=60, what=f"ClusterQueue {cluster_queue} Active ({kueue.log_path})")
+    lq = partial(custom.get_namespaced_custom_object, *KUEUE, namespace, "localqueues", local_queue)
+    wait_for(partial(active, lq), timeout=60, what=f"LocalQueue {local_queue} Active ({kueue.log_path})")
 
 
 def created(create: Any) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from testbed.kube_wait import wait_for
 from testbed.kueue import KueueProcess
 from testbed.operator_harness import Jobs, OperatorProcess
-from tests.integration.test_kueue import KUEUE, condition, created, gated, kueue, workload
+from tests.integration.test_kueue import KUEUE, condition, created, gated, kueue, wait_queues_active, workload
 
 pytestmark = pytest.mark.integration
 __all__ = ["kueue"]  # the fixture, shared with test_kueue
@@ -148,12 +148,7 @@ def tas_queue(
     local = {"apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "racks"},
              "spec": {"clusterQueue": names["cq"]}}  # fmt: skip
     custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", local)
-
-    def active() -> bool:
-        cq = cast(dict[str, Any], custom.get_cluster_custom_object(*KUEUE, "clusterqueues", names["cq"]))
-        return bool(condition(cq, "Active").get("status") == "True")
-
-    wait_for(active, timeout=60, what=f"ClusterQueue {names['cq']} Active ({kueue.log_path})")
+    wait_queues_active(custom, namespace, names["cq"], "racks", kueue)
     try:
         yield "racks"
     finally:
