@@ -67,7 +67,7 @@ DOCUMENTED = {
         "EmptyDirVolumeSource", "Affinity",
     )
 }  # fmt: skip
-SENTENCE_MAX = 160
+SENTENCE_MAX = 120
 
 Json = dict[str, Any]
 

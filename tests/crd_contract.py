@@ -102,6 +102,9 @@ BASES: tuple[Json, ...] = (
                    "scheduling": {"schedulerName": "sched", "queueName": "queue",
                                   "gang": {"scheduler": "volcano", "scheduleTimeoutSeconds": 120,
                                            "queue": "research"}}}},
+    # Horovod Elastic runs on horovodrun's Gloo: a launcher without MPI's settings.
+    {**_COMMON, "elastic": {"minWorkers": 1, "maxWorkers": 4, "timeoutSeconds": 300},
+     "launcher": {"runner": "horovodrun", "runAsWorker": False}},
 )  # fmt: skip
 
 # Decided by the operator's configuration, not by the schema: which emulator hosts may serve plain http.

@@ -273,6 +273,9 @@ JOB_GAUGES = (
     ("dtjob_training_eta_seconds", "Seconds of training left at this world's measured pace, as of rank 0's "
      "last report (status.progress.etaSeconds); absent until a pace is known and while no world runs.",
      "progress", "etaSeconds"),
+    ("dtjob_training_world_size", "Ranks of the world rank 0 last reported from (status.progress.worldSize); "
+     "an elastic world's changes as it loses and regains workers.", "progress", "worldSize"),
+    ("dtjob_workers_ready", "Worker pods Ready (status.workers.ready).", "workers", "ready"),
     ("dtjob_staging_completed_bytes", "Bytes of the dataset on the volume, copied or already there "
      "(status.staging).", "staging", "bytesCompleted"),
     ("dtjob_staging_size_bytes", "Bytes of the dataset to stage (status.staging).", "staging", "bytesTotal"),

@@ -9,6 +9,7 @@ from dtjob import names
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
 from dtjob.contract.training import DEFAULT_COMPILE, DEFAULT_DATA_LOADER, EXPECT_GPU_ENV
 from dtjob.desired.common import (
+    DISCOVER_HOSTS,
     HOSTFILE,
     OUTPUT_DIR,
     PROGRESS_FILE,
@@ -135,6 +136,8 @@ def training_flags(spec: JobSpec) -> list[str]:
         flags += ["--data-loader", hp.data_loader]
     if hp.compile != DEFAULT_COMPILE:
         flags += ["--compile", hp.compile]
+    if spec.elastic is not None:
+        flags.append("--elastic")
     return flags
 
 
@@ -166,8 +169,31 @@ HYDRA_LAUNCHERS = {"MPICH": "mpiexec.hydra", "IntelMPI": "mpirun"}
 POD_INTERFACE = "eth0"
 
 
+# Horovod gives up waiting for spec.elastic.minWorkers later than the operator restarts such a world, so the
+# restart is the operator's (counted, with the reason in status) rather than a launcher failure.
+ELASTIC_TIMEOUT_MARGIN_SECONDS = 60
+
+
+def elastic_command(spec: JobSpec) -> list[str]:
+    """horovodrun for Horovod Elastic: -np ranks aimed for, --min-np/--max-np from spec.elastic, the hosts
+    from the discovery script (the workers that are Ready) instead of the hostfile."""
+    assert spec.elastic is not None
+    slots = spec.slots_per_worker
+    return [
+        "horovodrun", "-np", str(spec.workers * slots),
+        "--min-np", str(spec.elastic.min_workers * slots),
+        "--max-np", str(spec.elastic.max_workers * slots),
+        "--host-discovery-script", DISCOVER_HOSTS,
+        "--elastic-timeout", str(spec.elastic.timeout_seconds + ELASTIC_TIMEOUT_MARGIN_SECONDS),
+        "--ssh-port", str(SSH_PORT), "--ssh-identity-file", SSH_KEY_PATH,
+        *training_command(spec),
+    ]  # fmt: skip
+
+
 def mpi_command(spec: JobSpec) -> list[str]:
     """horovodrun or mpirun with -np = every slot of every MPI host, hosts from the mounted hostfile."""
+    if spec.elastic is not None:
+        return elastic_command(spec)
     np = str(spec.total_slots)
     hydra = HYDRA_LAUNCHERS.get(spec.launcher.mpi_implementation)
     if spec.launcher.runner == "mpirun" and hydra is not None:
@@ -274,7 +300,8 @@ def results_upload_later_script(job: str, run_prefix: str, retry_seconds: int) -
 
 def results_upload_script(spec: JobSpec, uid: str) -> str | None:
     """With spec.output: upload rank 0's output directory to `<prefix>/<namespace>/<job>/<uid>/`, on the
-    pod that ran rank 0 (worker 0 over ssh, or the launcher itself when it runs ranks)."""
+    pod that ran rank 0 (worker 0 over ssh, the launcher itself when it runs ranks, or for an elastic job
+    the worker that holds the results)."""
     if spec.output is None:
         return None
     prefix = run_prefix(spec.output.target.prefix, spec.namespace, spec.name, uid)
@@ -282,14 +309,35 @@ def results_upload_script(spec: JobSpec, uid: str) -> str | None:
     upload = shlex.join(results_upload_command(spec.name, OUTPUT_DIR, prefix, retry))
     if spec.launcher.run_as_worker:
         return upload
+    if spec.elastic is not None:
+        return find_elastic_rank0() + f'ssh "$rank0" {shlex.quote(upload)}'
     rank0 = names.host_fqdn(names.worker_name(spec.name, 0), spec.name, spec.namespace)
     return f"ssh {shlex.quote(rank0)} {shlex.quote(upload)}"
+
+
+def find_elastic_rank0() -> str:
+    """Shell setting $rank0 to the worker holding the results. An elastic world's rank 0 moves when its host
+    is lost: the final rank 0 is the worker whose output directory holds metrics.json (the dtjob trainers
+    write it last), else, for a program of the user's, the first whose output directory is not empty.
+    Fails with the upload's own failure code when no Ready worker holds any."""
+    has_metrics = shlex.quote(f"test -e {OUTPUT_DIR}/metrics.json")
+    not_empty = shlex.quote(f'test -n "$(ls -A {OUTPUT_DIR})"')
+    nobody = f"dtjob: no Ready worker holds the results in {OUTPUT_DIR}"
+    return f"""rank0=
+for test in {has_metrics} {not_empty}; do
+  for host in $(sh {DISCOVER_HOSTS} | cut -d: -f1); do
+    if ssh "$host" "$test" 2>/dev/null; then rank0=$host; break 2; fi
+  done
+done
+if [ -z "$rank0" ]; then echo {shlex.quote(nobody)} >&2; exit {UPLOAD_FAILED_EXIT}; fi
+"""
 
 
 def launcher_script(spec: JobSpec, uid: str = "") -> str:
     training = shlex.join(mpi_command(spec))
     upload = results_upload_script(spec, uid)
-    setup = SSH_CLIENT_SETUP + WAIT_FOR_HOST_NAMES
+    # An elastic world trains on the hosts that are Ready (Horovod waits for --min-np of them by itself).
+    setup = SSH_CLIENT_SETUP + ("" if spec.elastic is not None else WAIT_FOR_HOST_NAMES)
     if upload is None:
         return setup + "exec " + training + "\n"
     # Not exec'd: after training, the results upload (which retries by itself while storage refuses). A

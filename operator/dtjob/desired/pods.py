@@ -186,7 +186,10 @@ def _worker_tolerations(spec: JobSpec) -> list[Json]:
 
 
 def _rank0_worker(spec: JobSpec, index: int) -> bool:
-    """Worker 0 runs rank 0 (which checkpoints and uploads results) unless the launcher runs ranks itself."""
+    """Worker 0 runs rank 0 (which checkpoints and uploads results) unless the launcher runs ranks itself;
+    in an elastic world rank 0 moves to another worker when its host is lost, so every worker may."""
+    if spec.elastic is not None:
+        return True
     return index == 0 and not spec.launcher.run_as_worker
 
 

@@ -16,6 +16,20 @@ exec awk '{ split($2, s, "="); print $1 ":" s[2] }' "$(dirname "$0")/hostfile"
 """
 
 
+def elastic_discovery_script(spec: JobSpec) -> str:
+    """Horovod Elastic's host discovery for an elastic job: the address of every worker that is Ready, from
+    the cluster DNS of the workers' headless Service, which publishes only Ready pods for an elastic job. A
+    pod being deleted leaves its records at once, and the launcher needs no Kubernetes credentials. Pods are
+    listed by address, so a replacement (same name, new address) is a new host to Horovod, never one it
+    remembers as failed."""
+    service = f"{names.service_name(spec.name)}.{spec.namespace}.svc"
+    return f"""#!/bin/sh
+# Prints address:slots for every Ready worker of this job (Horovod's --host-discovery-script format).
+getent ahostsv4 {service} 2>/dev/null | awk '!seen[$1]++ {{ print $1 ":{spec.slots_per_worker}" }}'
+exit 0
+"""
+
+
 def ssh_secret(spec: JobSpec, owner: Json, keys: SshKeyPair) -> Json:
     name = names.ssh_secret_name(spec.name)
     return {
@@ -50,13 +64,17 @@ def hostfile_text(spec: JobSpec) -> str:
     )
 
 
+def discovery_script(spec: JobSpec) -> str:
+    return DISCOVER_HOSTS_SCRIPT if spec.elastic is None else elastic_discovery_script(spec)
+
+
 def hostfile_config_map(spec: JobSpec, owner: Json) -> Json:
     name = names.hostfile_name(spec.name)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(name, spec.namespace, names.labels(spec.name, "hostfile"), owner),
-        "data": {"hostfile": hostfile_text(spec), "discover_hosts.sh": DISCOVER_HOSTS_SCRIPT},
+        "data": {"hostfile": hostfile_text(spec), "discover_hosts.sh": discovery_script(spec)},
     }
 
 
@@ -102,7 +120,8 @@ def workers_service(spec: JobSpec, owner: Json) -> Json:
     """Headless Service giving each MPI host a stable DNS name (`<pod>.<job>-workers.<ns>.svc`).
 
     publishNotReadyAddresses lets names resolve as soon as pods have IPs, so nothing waits on DNS
-    propagation after the workers turn Ready.
+    propagation after the workers turn Ready. An elastic job's Service publishes only Ready pods: its
+    records are the list of hosts Horovod Elastic trains on (elastic_discovery_script).
     """
     name = names.service_name(spec.name)
     return {
@@ -111,7 +130,7 @@ def workers_service(spec: JobSpec, owner: Json) -> Json:
         "metadata": metadata(name, spec.namespace, names.labels(spec.name, "workers"), owner),
         "spec": {
             "clusterIP": "None",
-            "publishNotReadyAddresses": True,
+            "publishNotReadyAddresses": spec.elastic is None,
             "selector": {names.JOB_NAME_LABEL: spec.name, names.MPI_HOST_LABEL: "true"},
             "ports": [{"name": "ssh", "port": SSH_PORT, "targetPort": SSH_PORT, "protocol": "TCP"}],
         },

@@ -15,6 +15,7 @@ from dtjob import gang, names
 from dtjob.contract.results_upload import UPLOADED
 from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
 from dtjob.machine.builder import Builder
+from dtjob.machine.elastic import BELOW_MINIMUM, elastic_world
 from dtjob.machine.finish import (
     cleanup,
     delete_world_pods,
@@ -27,7 +28,14 @@ from dtjob.machine.finish import (
 from dtjob.machine.gang import report_gang
 from dtjob.machine.refused_pods import refused_pod, wait_refused
 from dtjob.machine.staging import stage
-from dtjob.machine.world import advance_world, count_workers, fail_world, first_failure, startup_failure
+from dtjob.machine.world import (
+    WorldFailure,
+    advance_world,
+    count_workers,
+    fail_world,
+    first_failure,
+    startup_failure,
+)
 from dtjob.names import output_url
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
@@ -102,7 +110,8 @@ class _World:
     def of(spec: JobSpec, observed: Observed, attempt: int) -> _World:
         launcher = observed.launcher if observed.launcher and observed.launcher.attempt == attempt else None
         # A running world keeps the size it was created with; an edit of spec.workers applies at the next one.
-        size = (launcher.world_size if launcher else None) or spec.workers
+        # An elastic world takes the edit as it runs: Horovod's discovery finds the workers added or removed.
+        size = (launcher.world_size if launcher and spec.elastic is None else None) or spec.workers
         workers = {
             p.index: p
             for p in observed.workers()
@@ -137,6 +146,9 @@ def _ended(b: Builder, spec: JobSpec, observed: Observed, world: _World) -> bool
         results_not_uploaded(b, spec, observed)
         return True
     failure = first_failure(spec, world.size, world.workers, launcher, b.prev, world.leaving)
+    below = elastic_world(b, spec, world.workers, launcher) if failure is None else None
+    if below is not None:
+        failure = WorldFailure(BELOW_MINIMUM, below)
     if failure is not None:
         fail_world(b, spec, observed, failure)
         return True

@@ -12,6 +12,7 @@ from dtjob import names
 from dtjob.gang import kueue, placement
 from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
+from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
 from dtjob.machine.finish import delete_world_pods, finish
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
@@ -140,8 +141,11 @@ def _worker_failure(
     launcher: LauncherState | None,
     leaving: Mapping[int | None, PodState],
 ) -> WorldFailure | None:
+    elastic = replaces_lost_workers(spec, launcher)
     for index in sorted(workers):
         worker = workers[index]
+        if elastic and lost(worker):
+            continue  # replaced while the others train on (dtjob.machine.elastic)
         if worker.phase == "Failed" and worker.disruption:
             return WorldFailure("WorkerLost", f"worker pod {worker.name} was lost: {worker.disruption}")
         if worker.phase == "Failed":
@@ -149,7 +153,7 @@ def _worker_failure(
             return WorldFailure("WorkerFailed", f"worker pod {worker.name} failed: {reason}")
         if worker.phase == "Succeeded":  # sshd must never exit while the world lives
             return WorldFailure("WorkerFailed", f"worker pod {worker.name} exited")
-    if launcher is not None and not launcher.finished:
+    if launcher is not None and not launcher.finished and not elastic:
         # Once the launcher runs, every worker must stay: a vanished one (evicted, deleted) breaks the world.
         for index in range(size):
             if index not in workers:
@@ -232,7 +236,7 @@ def advance_world(
     size: int,
 ) -> None:
     """Toward a world of `size` workers (spec.workers, or the running world's own size)."""
-    blocked = _clear_stale(b, observed, attempt, size)
+    blocked = _clear_stale(b, observed, attempt, size, replaces_lost_workers(spec, launcher))
     stale_launcher = observed.launcher is not None and launcher is None
     if stale_launcher and observed.launcher and not observed.launcher.deleting:
         b.actions.append(DeleteLauncher())
@@ -259,7 +263,9 @@ def advance_world(
     restarting = b.prev.phase == RESTARTING or b.status.is_true("Restarting")
     if launcher is not None and launcher.running:
         ranks = f"{size * spec.total_slots // spec.workers} ranks on {size} workers"
-        if size != spec.workers:
+        if spec.elastic is not None:
+            ranks = elastic_ranks(spec, b.status.workers_ready, b.status.training_progress)
+        elif size != spec.workers:
             ranks += f" (spec.workers={spec.workers} applies at the next world)"
         b.cond("Running", True, "LauncherRunning", ranks)
         b.cond_false_if_present("Restarting", "Recovered", f"world running again after {attempt} restarts")
@@ -278,12 +284,16 @@ def advance_world(
     b.phase(RESTARTING if restarting else phase, message)
 
 
-def _clear_stale(b: Builder, observed: Observed, attempt: int, size: int) -> set[str]:
-    """Children of older attempts (or beyond the world's size) go first: their names are reused. Returns the
-    names still held (going, or just told to go)."""
+def _clear_stale(
+    b: Builder, observed: Observed, attempt: int, size: int, replace_lost: bool = False
+) -> set[str]:
+    """Children of older attempts (or beyond the world's size) go first: their names are reused; so do the
+    lost workers of an elastic world, whose replacements take their names. Returns the names still held
+    (going, or just told to go)."""
     blocked: set[str] = set()
     for pod in observed.workers():
         stale = pod.attempt != attempt or (pod.index is not None and pod.index >= size)
+        stale = stale or (replace_lost and lost(pod))
         if stale or pod.deleting:
             blocked.add(pod.name)
             if not pod.deleting:

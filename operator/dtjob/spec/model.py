@@ -135,6 +135,20 @@ class Launcher:
     mpi_implementation: str = "OpenMPI"
 
 
+# How long an elastic world may train below spec.elastic.minWorkers before the operator restarts it.
+DEFAULT_ELASTIC_TIMEOUT_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """spec.elastic: Horovod Elastic. A lost worker is replaced while the others train on; spec.workers is
+    the size the operator aims for, and the world trains with anything from min_workers to max_workers."""
+
+    min_workers: int
+    max_workers: int
+    timeout_seconds: int = DEFAULT_ELASTIC_TIMEOUT_SECONDS
+
+
 @dataclass(frozen=True)
 class Gang:
     """runPolicy.scheduling.gang: the operator creates the gang scheduler's PodGroup for the world."""
@@ -222,6 +236,7 @@ class JobSpec:
     automount_service_account_token: bool = False
     # With a user's command: also pass the flags built from dataset and hyperparameters (dtjob_train's).
     append_training_flags: bool = False
+    elastic: Elastic | None = None
     # The installer's pull Secrets for every job's pods, the stager's too (DTJOB_IMAGE_PULL_SECRETS): they
     # must exist in the job's namespace, as the spec's own must.
     cluster_pull_secrets: tuple[str, ...] = ()

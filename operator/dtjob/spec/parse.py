@@ -20,12 +20,14 @@ from typing import Any
 from dtjob import names
 from dtjob.config import OperatorConfig
 from dtjob.spec import validators as rules
+from dtjob.spec.elastic import check_elastic_launcher, parse_elastic
 from dtjob.spec.managed_by import managed_by_problem
 from dtjob.spec.model import (
     CUSTOM,
     FRAMEWORKS,
     Dataset,
     DataVolume,
+    Elastic,
     Gang,
     Hyperparameters,
     JobSpec,
@@ -54,6 +56,7 @@ from dtjob.spec.volumes import parse_checkpoints, parse_dataset
 __all__ = [
     "DataVolume",
     "Dataset",
+    "Elastic",
     "Gang",
     "Hyperparameters",
     "JobSpec",
@@ -105,6 +108,9 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     check_mount_paths(worker.template, names.WORKER_CONTAINER, "spec.worker.template", taken)
     check_mount_paths(launcher.pod.template, names.LAUNCHER_CONTAINER, "spec.launcher.template", taken)
     run_policy = parse_run_policy(spec.child("runPolicy"))
+    elastic = parse_elastic(spec.child("elastic"), workers, MAX_WORKERS) if spec.has("elastic") else None
+    if elastic is not None:
+        check_elastic_launcher(launcher)
     if run_policy.scheduling.gang is not None:
         _one_scheduler_for_the_gang(worker, launcher)
     job = JobSpec(
@@ -131,6 +137,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         checkpoints=checkpoints,
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
         append_training_flags=spec.boolean("appendTrainingFlags", False),
+        elastic=elastic,
     )
     _check_trust(job, config)
     return job

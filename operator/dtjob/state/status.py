@@ -34,6 +34,8 @@ class ConditionType(StrEnum):
     GANG_SCHEDULED = "GangScheduled"
     RUNNING = "Running"
     RESTARTING = "Restarting"
+    # An elastic world below spec.elastic.minWorkers: True since when (it restarts after timeoutSeconds).
+    WORKERS_BELOW_MINIMUM = "WorkersBelowMinimum"
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
@@ -53,6 +55,7 @@ SUSPENDED = Phase.SUSPENDED
 SUCCEEDED = Phase.SUCCEEDED
 FAILED = Phase.FAILED
 FINISHED = (SUCCEEDED, FAILED)
+WORKERS_BELOW_MINIMUM = ConditionType.WORKERS_BELOW_MINIMUM
 CONDITION_TYPES = tuple(ConditionType)
 
 # Condition Created=False with this reason: the API server refused a create with 403
