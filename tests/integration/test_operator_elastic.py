@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any, cast
 
 import pytest
@@ -151,7 +152,7 @@ def test_spot_nodes_taken_back_across_many_jobs_restart_nothing_and_are_refilled
     for name in names:
         elastic_job(jobs, name)
     for name in names:
-        wait_for(lambda n=name: all_ready(jobs, n, 3), timeout=180, what=f"{name} running with 3 workers")
+        wait_for(partial(all_ready, jobs, name, 3), timeout=180, what=f"{name} running with 3 workers")
     launchers = {n: launcher_pod_uid(jobs, n) for n in names}
     before = {n: worker_uids(jobs, n) for n in names}
     nodes_of = {str(p.metadata.name): str(p.spec.node_name) for n in names for p in jobs.live_workers(n)}
@@ -175,7 +176,7 @@ def test_spot_nodes_taken_back_across_many_jobs_restart_nothing_and_are_refilled
         assert status["restarts"] == 0 and status["phase"] == "Running", (name, status)
     spot_pool.add(range(9, 12))  # Azure has spot capacity again: the pool scales back up
     for name in names:
-        wait_for(lambda n=name: all_ready(jobs, n, 3), timeout=180, what=f"{name} refilled to 3 workers")
+        wait_for(partial(all_ready, jobs, name, 3), timeout=180, what=f"{name} refilled to 3 workers")
     refilled_after = time.monotonic() - evicted_at
     for name in names:
         status = jobs.status(name)
