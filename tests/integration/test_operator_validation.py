@@ -205,7 +205,7 @@ def test_printer_columns(crd: str, namespace: str) -> None:
     done = kubectl(crd, "apply", "-n", namespace, "-f", "-", stdin=manifest(name="cols"))
     assert done.returncode == 0, done.stderr
     header = kubectl(crd, "get", "dtj", "-n", namespace).stdout.splitlines()[0].split()
-    assert header[:6] == ["NAME", "PHASE", "WORKERS", "GPUS", "FRAMEWORK", "RESTARTS"]
+    assert header == ["NAME", "PHASE", "WORKERS", "GPUS", "FRAMEWORK", "RESTARTS", "RANKS", "AGE"]
     assert "PERCENT" not in header and "ETA" not in header  # priority 1: -o wide only
     wide = kubectl(crd, "get", "dtj", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
-    assert wide[6:] == ["PROGRESS", "PERCENT", "ETA", "MESSAGE", "AGE"]
+    assert wide[7:] == ["PROGRESS", "PERCENT", "ETA", "MESSAGE", "AGE"]
