@@ -108,3 +108,10 @@ def test_percent_done_and_the_eta_are_shown_with_what_they_rest_on() -> None:
     assert not any(
         line.startswith("Done:") for line in render(job({"progress": {"summary": "s"}}), [], NOW).splitlines()
     )
+
+
+def test_an_elastic_job_shows_the_ranks_training_and_its_bounds() -> None:
+    elastic = job({"workersReady": "2/3", "gpus": 3, "progress": {"summary": "s", "worldSize": 2}})
+    elastic["spec"]["elastic"] = {"minWorkers": 2, "maxWorkers": 4}
+    lines = render(elastic, [], NOW).splitlines()
+    assert "Workers:    2/3 ready, 3 GPUs; 2 ranks training; elastic 2..4 workers" in lines

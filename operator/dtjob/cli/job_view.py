@@ -73,6 +73,16 @@ def _event_time(event: Mapping[str, Any]) -> str:
     return str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or "")
 
 
+def _world_line(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
+    """The ranks training now (rank 0's last report) and, for an elastic job, its bounds."""
+    ranks = (status.get("progress") or {}).get("worldSize")
+    text = f"; {ranks} ranks training" if isinstance(ranks, int) else ""
+    elastic = spec.get("elastic")
+    if isinstance(elastic, Mapping):
+        text += f"; elastic {elastic.get('minWorkers')}..{elastic.get('maxWorkers')} workers"
+    return text
+
+
 def render(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: datetime) -> str:
     meta = job.get("metadata") or {}
     spec = job.get("spec") or {}
@@ -85,7 +95,8 @@ def render(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: dat
         f"Phase:      {status.get('phase') or 'Pending'}"
         + (f" ({status['message']})" if status.get("message") else ""),
         f"Age:        {_age(meta.get('creationTimestamp'), now)}",
-        f"Workers:    {status.get('workersReady', '0/0')} ready, {status.get('gpus', 0)} GPUs",
+        f"Workers:    {status.get('workersReady', '0/0')} ready, {status.get('gpus', 0)} GPUs"
+        + _world_line(spec, status),
         f"Launcher:   {launcher.get('state', 'Absent')}"
         + (f" (pod {launcher['pod']})" if launcher.get("pod") else ""),
         f"Restarts:   {status.get('restarts', 0)}",
