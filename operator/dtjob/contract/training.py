@@ -83,3 +83,12 @@ def takes_data_loader(framework: str, data_loader: str) -> bool:
 def takes_compile(framework: str, mode: str) -> bool:
     """auto goes with every trainer (TensorFlow's is eager unless --xla); a mode only with PyTorch's."""
     return mode == DEFAULT_COMPILE or framework in COMPILE_FRAMEWORKS
+
+
+# Elastic training (--elastic): each rank writes its pid to <dir>/<local rank>.pid while it runs, so the
+# worker's entrypoint can hand it the pod's SIGTERM (the ranks are children of ssh sessions, not of the
+# container's PID 1). A rank that leaves on SIGTERM exits with RANK_LEFT_EXIT: not 0, which Horovod's elastic
+# driver would take as the whole job done.
+RANK_PID_DIR_ENV = "DTJOB_RANK_PID_DIR"
+RANK_PID_DIR = "/tmp/dtjob-ranks"
+RANK_LEFT_EXIT = 75

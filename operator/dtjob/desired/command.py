@@ -7,7 +7,7 @@ import shlex
 
 from dtjob import names
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
-from dtjob.contract.training import DEFAULT_COMPILE, DEFAULT_DATA_LOADER, EXPECT_GPU_ENV
+from dtjob.contract.training import DEFAULT_COMPILE, DEFAULT_DATA_LOADER, EXPECT_GPU_ENV, RANK_PID_DIR
 from dtjob.desired.common import (
     DISCOVER_HOSTS,
     HOSTFILE,
@@ -40,6 +40,30 @@ mkdir -p {keys}
 exec /usr/sbin/sshd -D -e -p {port} -h {keys}/ssh_host_ed25519_key -o PidFile={keys}/sshd.pid \\
   -o AuthorizedKeysFile={shlex.quote(ssh_dir)}/authorized_keys -o StrictModes=no \\
   -o PasswordAuthentication=no -o PermitRootLogin=no -o UsePAM=no
+"""
+
+
+# An elastic world's worker: sshd as a child, and the pod's SIGTERM (a deletion with a grace period, a spot
+# eviction) handed to the ranks of this pod, which commit with the others and leave; the entrypoint waits for
+# them (the kubelet's SIGKILL ends the wait at the grace period), then stops sshd.
+def elastic_worker_script(pid_dir: str = RANK_PID_DIR) -> str:
+    sshd = worker_sshd_script().replace("exec /usr/sbin/sshd", "/usr/sbin/sshd", 1).rstrip("\n") + " &\n"
+    pids = shlex.quote(pid_dir)
+    return f"""{sshd}sshd=$!
+set +e
+leave() {{
+  for f in {pids}/*.pid; do [ -f "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null; done
+  while ls {pids}/*.pid >/dev/null 2>&1; do
+    alive=
+    for f in {pids}/*.pid; do kill -0 "$(cat "$f" 2>/dev/null)" 2>/dev/null && alive=1; done
+    [ -z "$alive" ] && break
+    sleep 0.2
+  done
+  kill -TERM "$sshd" 2>/dev/null
+}}
+trap leave TERM
+wait "$sshd"
+wait "$sshd"
 """
 
 

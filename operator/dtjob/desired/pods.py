@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob import gang, names
-from dtjob.desired.command import LAUNCHER_MPI_ENV, launcher_script, rank_env, worker_sshd_script
+from dtjob.desired.command import (
+    LAUNCHER_MPI_ENV,
+    elastic_worker_script,
+    launcher_script,
+    rank_env,
+    worker_sshd_script,
+)
 from dtjob.desired.common import (
     MPI_DIR,
     OUTPUT_DIR,
@@ -52,7 +58,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
     container: Json = {
         "name": names.WORKER_CONTAINER,
         "image": spec.image,
-        "command": ["/bin/sh", "-c", worker_sshd_script()],
+        "command": ["/bin/sh", "-c", elastic_worker_script() if spec.elastic else worker_sshd_script()],
         "ports": [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}],
         # Ready means sshd accepts connections: the launcher is created only after every worker is Ready.
         "readinessProbe": {
