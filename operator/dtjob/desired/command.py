@@ -196,6 +196,10 @@ POD_INTERFACE = "eth0"
 # Horovod gives up waiting for spec.elastic.minWorkers later than the operator restarts such a world, so the
 # restart is the operator's (counted, with the reason in status) rather than a launcher failure.
 ELASTIC_TIMEOUT_MARGIN_SECONDS = 60
+# Horovod blacklists the host of a rank that failed, and hosts are pod addresses here: a network plugin that
+# hands a deleted pod's address to a later pod would otherwise never see that pod used. A host is given
+# another try after this many seconds (Horovod picks one in the range).
+BLACKLIST_COOLDOWN_SECONDS = ("30", "120")
 
 
 def elastic_command(spec: JobSpec) -> list[str]:
@@ -209,6 +213,7 @@ def elastic_command(spec: JobSpec) -> list[str]:
         "--max-np", str(spec.elastic.max_workers * slots),
         "--host-discovery-script", DISCOVER_HOSTS,
         "--elastic-timeout", str(spec.elastic.timeout_seconds + ELASTIC_TIMEOUT_MARGIN_SECONDS),
+        "--blacklist-cooldown-range", *BLACKLIST_COOLDOWN_SECONDS,
         "--ssh-port", str(SSH_PORT), "--ssh-identity-file", SSH_KEY_PATH,
         *training_command(spec),
     ]  # fmt: skip
