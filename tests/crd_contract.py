@@ -103,7 +103,8 @@ BASES: tuple[Json, ...] = (
                                   "gang": {"scheduler": "volcano", "scheduleTimeoutSeconds": 120,
                                            "queue": "research"}}}},
     # Horovod Elastic runs on horovodrun's Gloo: a launcher without MPI's settings.
-    {**_COMMON, "elastic": {"minWorkers": 1, "maxWorkers": 4, "timeoutSeconds": 300},
+    {**_COMMON, "elastic": {"minWorkers": 1, "maxWorkers": 4, "timeoutSeconds": 300,
+                             "commitEverySteps": 50},
      "launcher": {"runner": "horovodrun", "runAsWorker": False}},
 )  # fmt: skip
 

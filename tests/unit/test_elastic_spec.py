@@ -61,6 +61,9 @@ def test_the_launcher_runs_horovodrun_elastic_on_the_discovered_hosts() -> None:
     assert cmd[cmd.index("--elastic-timeout") + 1] == "360"  # the operator's restart comes first
     assert "--hostfile" not in cmd and cmd[-1] == "--elastic"
     assert "--elastic" in training_flags(spec) and "--elastic" not in training_flags(job_spec())
+    assert "--commit-every" not in training_flags(spec)  # the trainers' default
+    every = elastic(elastic={**ELASTIC, "commitEverySteps": 5})
+    assert training_flags(every)[-3:] == ["--elastic", "--commit-every", "5"]
     script = launcher_job(spec, OWNER, 0)["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert "does not resolve" not in script  # no wait for every hostfile name: Horovod waits for --min-np
 

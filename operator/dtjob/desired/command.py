@@ -162,6 +162,8 @@ def training_flags(spec: JobSpec) -> list[str]:
         flags += ["--compile", hp.compile]
     if spec.elastic is not None:
         flags.append("--elastic")
+        if spec.elastic.commit_every_steps is not None:
+            flags += ["--commit-every", str(spec.elastic.commit_every_steps)]
     return flags
 
 

@@ -11,6 +11,7 @@ from dtjob.spec.model import DEFAULT_ELASTIC_TIMEOUT_SECONDS, Elastic, Launcher
 from dtjob.spec.reader import Reader, SpecError
 
 MAX_TIMEOUT_SECONDS = 86400
+MAX_COMMIT_EVERY_STEPS = 100000
 GLOO_ONLY = "Horovod Elastic runs on horovodrun's Gloo controller, not over mpirun"
 
 
@@ -29,7 +30,8 @@ def parse_elastic(r: Reader, workers: int, max_workers: int) -> Elastic:
     timeout = r.integer(
         "timeoutSeconds", DEFAULT_ELASTIC_TIMEOUT_SECONDS, minimum=1, maximum=MAX_TIMEOUT_SECONDS
     )
-    return Elastic(low, high, timeout or DEFAULT_ELASTIC_TIMEOUT_SECONDS)
+    commit = r.integer("commitEverySteps", None, minimum=1, maximum=MAX_COMMIT_EVERY_STEPS)
+    return Elastic(low, high, timeout or DEFAULT_ELASTIC_TIMEOUT_SECONDS, commit)
 
 
 def check_elastic_launcher(launcher: Launcher) -> None:

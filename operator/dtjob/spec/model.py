@@ -147,6 +147,8 @@ class Elastic:
     min_workers: int
     max_workers: int
     timeout_seconds: int = DEFAULT_ELASTIC_TIMEOUT_SECONDS
+    # Steps between the trainers' in-memory commits (--commit-every); None: the trainers' default.
+    commit_every_steps: int | None = None
 
 
 @dataclass(frozen=True)
