@@ -1,0 +1,107 @@
+"""--elastic on real Horovod worlds (horovodrun --min-np/--max-np/--host-discovery-script, Gloo, CPU ranks on
+loopback): a host leaves mid-training with SIGTERM, the others carry on at the smaller size without a restart,
+and a new host joins later."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.training.elastic_helpers import ElasticWorld, local_host_names, rank_pid, sigterm
+from tests.training.training_helpers import tiny_args
+
+pytestmark = pytest.mark.training
+
+# Enough steps for the survivors to be training when a host joins (the driver polls the discovery script
+# every second and the ranks hear of it at their next commit; then they wait for the new rank to start).
+STEPS = 150
+
+
+def sizes_in_order(progress: list[tuple[float, dict[str, Any]]]) -> list[int]:
+    return [size for size, _ in itertools.groupby(p["worldSize"] for _, p in progress)]
+
+
+def resize_lines(log: str) -> list[tuple[int, int, int]]:
+    """(world size, step resumed at, steps redone) of rank 0's 'world resized' lines."""
+    found = re.findall(r"elastic: world resized to (\d+) ranks .* step (\d+), (\d+) steps redone", log)
+    return [(int(a), int(b), int(c)) for a, b, c in found]
+
+
+def shrink_and_grow(
+    framework: str, tmp_path: Path, *, grow: bool, timeout: float, arch: str = "resnet-tiny"
+) -> tuple[ElasticWorld, dict[str, float]]:
+    """3 ranks (2 on one host, 1 on another); the single one gets SIGTERM and leaves the discovery; with grow,
+    a third host joins once the 2 have trained a few steps. The finished world, and seconds from the SIGTERM
+    to the first step of 2 ranks (and from the join to the first step of 3)."""
+    first, leaving, joining = local_host_names()
+    world = ElasticWorld(tmp_path, {first: 2, leaving: 1}, min_np=2, max_np=3)
+    args = tiny_args(None, "--arch", arch, "--epochs", "1", "--steps-per-epoch", str(STEPS))
+    args += ["--elastic", "--commit-every", "10"]
+    args += ["--output-dir", str(tmp_path / "out")]
+    # One compute thread per rank: 3 ranks share the 2 cores a CI runner has.
+    world.start([f"dtjob_train.{framework}", *args], tmp_path / "pids", {"DTJOB_THREADS_PER_RANK": "1"})
+    seconds: dict[str, float] = {}
+    try:
+        world.wait_for("3 ranks training", lambda: _trained(world, size=3, steps=3), timeout)
+        world.set_hosts({first: 2})
+        pid = rank_pid(leaving, tmp_path / "pids")
+        left = world.wait_for("the SIGTERM", lambda: True, timeout)
+        sigterm(pid)
+        at_2 = world.wait_for("2 ranks training", lambda: _trained(world, size=2, steps=1), timeout)
+        seconds["sigterm_to_training"] = at_2 - left
+        world.wait_for("2 ranks training on", lambda: _trained(world, size=2, steps=3), timeout)
+        if grow:
+            world.set_hosts({first: 2, joining: 1})
+            joined = world.wait_for("the join", lambda: True, timeout)
+            at_3 = world.wait_for("3 ranks again", lambda: _trained(world, size=3, steps=1, after=2), timeout)
+            seconds["join_to_training"] = at_3 - joined
+        assert world.finish(timeout) == 0, world.log()
+    finally:
+        world.stop()
+    return world, seconds
+
+
+def _trained(world: ElasticWorld, *, size: int, steps: int, after: int | None = None) -> bool:
+    """At least `steps` progress lines of a world of `size` (after the first of a world of `after`)."""
+    sizes = [p["worldSize"] for _, p in world.progress()]
+    if after is not None:
+        sizes = sizes[sizes.index(after) :] if after in sizes else []
+    return sizes.count(size) >= steps
+
+
+def test_pytorch_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> None:
+    world, seconds = shrink_and_grow("pytorch", tmp_path, grow=True, timeout=120)
+    print(f"elastic pytorch: {seconds}")  # the figures training/README.md quotes, with pytest -s
+    progress = world.progress()
+    assert sizes_in_order(progress) == [3, 2, 3], world.log()
+    assert [p["globalBatch"] for _, p in progress] == [4 * p["worldSize"] for _, p in progress]
+    # The SIGTERM commit: the 2 survivors resume at the step the world committed when the rank left.
+    resizes = resize_lines(world.log())
+    assert [(size, redone) for size, _, redone in resizes] == [(2, 0), (3, 0)], world.log()
+    steps = [p["step"] for _, p in progress]
+    # Steps count on from the commit: each step is logged once, the last is the planned last.
+    assert steps == list(range(1, STEPS + 1)), world.log()
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["worldSizes"] == [3, 2, 3] and metrics["stepsRedone"] == 0, metrics
+    assert metrics["worldSize"] == 3 and metrics["globalStep"] == STEPS
+    assert len(metrics["weightDigests"]) == 3 and metrics["weightsConsistent"], metrics
+    # The survivors do not wait out Gloo's 30 s timeout for the rank that left.
+    assert seconds["sigterm_to_training"] < 15, world.log()
+
+
+def test_tensorflow_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> None:
+    world, seconds = shrink_and_grow("tensorflow", tmp_path, grow=True, timeout=120)
+    print(f"elastic tensorflow: {seconds}")
+    progress = world.progress()
+    assert sizes_in_order(progress) == [3, 2, 3], world.log()
+    assert [(size, redone) for size, _, redone in resize_lines(world.log())] == [(2, 0), (3, 0)], world.log()
+    assert [p["step"] for _, p in progress] == list(range(1, STEPS + 1)), world.log()
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["worldSizes"] == [3, 2, 3] and metrics["stepsRedone"] == 0, metrics
+    assert len(metrics["weightDigests"]) == 3 and metrics["weightsConsistent"], metrics
+    assert seconds["sigterm_to_training"] < 15, world.log()
