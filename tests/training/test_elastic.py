@@ -105,3 +105,15 @@ def test_tensorflow_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> N
     assert metrics["worldSizes"] == [3, 2, 3] and metrics["stepsRedone"] == 0, metrics
     assert len(metrics["weightDigests"]) == 3 and metrics["weightsConsistent"], metrics
     assert seconds["sigterm_to_training"] < 15, world.log()
+
+
+def test_keras_world_shrinks_on_sigterm(tmp_path: Path) -> None:
+    world, seconds = shrink_and_grow("keras", tmp_path, grow=False, timeout=120)
+    print(f"elastic keras: {seconds}")
+    progress = world.progress()
+    assert sizes_in_order(progress) == [3, 2], world.log()
+    assert [(size, redone) for size, _, redone in resize_lines(world.log())] == [(2, 0)], world.log()
+    assert [p["step"] for _, p in progress] == list(range(1, STEPS + 1)), world.log()
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["worldSizes"] == [3, 2] and metrics["stepsRedone"] == 0, metrics
+    assert len(metrics["weightDigests"]) == 2 and metrics["weightsConsistent"], metrics
