@@ -11,17 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 # isort: off
-from .tf_env import tf  # selects Keras 2 before TF loads
+from . import tf_env  # noqa: F401  (selects Keras 2 before TF loads)
 import horovod.tensorflow as hvd_tf
 import horovod.tensorflow.keras as hvd
 # isort: on
 
 from . import tf_checkpoint
 from .data.tf_data import imagenet_datasets
-from .elastic import LeaveRequest, Position, commit_and_leave, commit_due
+from .elastic import LeaveRequest, Position, commit_and_leave, commit_due, vote_due
 from .keras import Checkpoint, Progress, make_inputs, without_log_sync
 from .run import TrainingRun
-from .tf_elastic import VariablesState
+from .tf_elastic import VariablesState, leave_vote
 
 
 class ElasticProgress(Progress):
@@ -33,10 +33,8 @@ class ElasticProgress(Progress):
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         run, state = self.training_run, self.state
-        # Horovod: does anyone leave? A max over the ranks' flags.
-        flag = tf.constant([int(self.leave.requested)], tf.int32)
-        leaving = bool(hvd_tf.allreduce(flag, op=hvd_tf.Max, name="leaving").numpy()[0])
         step = state.position.step + 1  # a fit after a resize counts its batches from 0 again
+        leaving = vote_due(step) and leave_vote(self.leave)
         state.position = state.position.advanced(run.global_batch)
         super().on_train_batch_end(step - 1, logs)
         if leaving:

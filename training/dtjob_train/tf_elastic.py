@@ -21,7 +21,7 @@ from horovod.common.elastic import ObjectState
 from . import tf_checkpoint
 from .cli import TrainConfig
 from .data.tf_data import imagenet_datasets, synthetic_batch
-from .elastic import LeaveRequest, Position, commit_and_leave, commit_due
+from .elastic import LeaveRequest, Position, commit_and_leave, commit_due, vote_due
 from .run import TrainingRun
 
 
@@ -58,6 +58,12 @@ def epoch_batches(run: TrainingRun, skipped: Any, epoch: int) -> Iterator[Any]:
     epochs = range(epoch, epoch + 1)
     train, _ = imagenet_datasets(run, skipped, one_hot=False, local_size=hvd.local_size(), epochs=epochs)
     return iter(train)
+
+
+def leave_vote(leave: LeaveRequest) -> bool:
+    """Horovod: does any rank leave? A max over the ranks' flags (a blocking allreduce of one integer)."""
+    flag = tf.constant([int(leave.requested)], tf.int32)
+    return bool(hvd.allreduce(flag, op=hvd.Max, name="leaving").numpy()[0])
 
 
 class TfElasticTrainer:
@@ -101,12 +107,9 @@ class TfElasticTrainer:
     def _epoch(self, state: Any, batches: Iterator[Any]) -> None:
         run, at = self.run, state.position
         for step, lr, (images, labels) in run.steps(at.epoch, batches, done=at.step):
-            # Horovod: does anyone leave? A max over the ranks' flags, issued before the step is.
-            flag = tf.constant([int(self.leave.requested)], tf.int32)
-            vote = hvd.allreduce(flag, op=hvd.Max, name="leaving")
             self.optimizer.learning_rate.assign(lr)
             loss = self.train_step(images, labels)
-            leaving = bool(vote.numpy()[0])
+            leaving = vote_due(step) and leave_vote(self.leave)
             state.position = state.position.advanced(run.global_batch)
             if run.step_done(step, images=self.cfg.batch_size):
                 # Horovod: the logged loss is averaged over the ranks.
