@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.training.elastic_helpers import ElasticWorld, local_host_names, rank_pid, sigterm
-from tests.training.training_helpers import tiny_args
+from tests.training.training_helpers import make_tree, tiny_args
 
 pytestmark = pytest.mark.training
 
@@ -117,3 +117,34 @@ def test_keras_world_shrinks_on_sigterm(tmp_path: Path) -> None:
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["worldSizes"] == [3, 2] and metrics["stepsRedone"] == 0, metrics
     assert len(metrics["weightDigests"]) == 2 and metrics["weightsConsistent"], metrics
+
+
+def test_elastic_imagenet_run_checkpoints_and_a_restarted_world_resumes(tmp_path: Path) -> None:
+    """--checkpoint-dir under --elastic: rank 0 of the world writes each epoch, and a whole new world (the
+    job restarted) resumes from the newest with rank 0's weights reaching every rank through the state's
+    sync; the ImageNet shards come from the DataLoader's elastic sampler."""
+    data = make_tree(tmp_path / "imagenet")
+    ckpt = tmp_path / "ckpt"
+
+    def launch_world(epochs: int, name: str) -> ElasticWorld:
+        world = ElasticWorld(tmp_path / name, {"localhost": 2}, min_np=2, max_np=2)
+        args = tiny_args(data, "--arch", "resnet-tiny", "--epochs", str(epochs), "--val-steps", "1")
+        args += ["--elastic", "--checkpoint-dir", str(ckpt), "--output-dir", str(tmp_path / name / "out")]
+        world.start(["dtjob_train.pytorch", *args], tmp_path / "pids", {"DTJOB_THREADS_PER_RANK": "1"})
+        try:
+            assert world.finish(120) == 0, world.log()
+        finally:
+            world.stop()
+        return world
+
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    first = launch_world(1, "first")
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-0001.pt"], first.log()
+    second = launch_world(2, "second")
+    assert "resuming from " in second.log() and "1 epochs done" in second.log(), second.log()
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-0001.pt", "epoch-0002.pt"]
+    assert {p["epoch"] for _, p in second.progress()} == {2}, second.log()
+    metrics = json.loads((tmp_path / "second" / "out" / "metrics.json").read_text())
+    assert metrics["resumedFromEpoch"] == 1 and metrics["weightsConsistent"], metrics
+    assert metrics["valTop1"] is not None
