@@ -19,9 +19,10 @@ from tests.training.training_helpers import make_tree, tiny_args
 
 pytestmark = pytest.mark.training
 
-# Enough steps for the survivors to be training when a host joins (the driver polls the discovery script
-# every second and the ranks hear of it at their next commit; then they wait for the new rank to start).
-STEPS = 150
+# Enough steps for the survivors to be training still when a host joins: the driver polls the discovery
+# script every second and the ranks hear of it at their next commit, which took up to 5 s on 2 busy cores,
+# while 2 ranks train some 35 steps a second. Once they hear of it they wait for the new rank to start.
+STEPS = 300
 
 
 def sizes_in_order(progress: list[tuple[float, dict[str, Any]]]) -> list[int]:
@@ -56,7 +57,6 @@ def shrink_and_grow(
         sigterm(pid)
         at_2 = world.wait_for("2 ranks training", lambda: _trained(world, size=2, steps=1), timeout)
         seconds["sigterm_to_training"] = at_2 - left
-        world.wait_for("2 ranks training on", lambda: _trained(world, size=2, steps=3), timeout)
         if grow:
             world.set_hosts({first: 2, joining: 1})
             joined = world.wait_for("the join", lambda: True, timeout)
@@ -78,7 +78,8 @@ def _trained(world: ElasticWorld, *, size: int, steps: int, after: int | None = 
 
 def test_pytorch_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> None:
     world, seconds = shrink_and_grow("pytorch", tmp_path, grow=True, timeout=120)
-    print(f"elastic pytorch: {seconds}")  # the figures training/README.md quotes, with pytest -s
+    # The figures training/README.md quotes (pytest -s shows them).
+    print(f"elastic pytorch: {seconds}, resized (size, step, redone): {resize_lines(world.log())}")
     progress = world.progress()
     assert sizes_in_order(progress) == [3, 2, 3], world.log()
     assert [p["globalBatch"] for _, p in progress] == [4 * p["worldSize"] for _, p in progress]
@@ -98,7 +99,7 @@ def test_pytorch_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> None
 
 def test_tensorflow_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> None:
     world, seconds = shrink_and_grow("tensorflow", tmp_path, grow=True, timeout=120)
-    print(f"elastic tensorflow: {seconds}")
+    print(f"elastic tensorflow: {seconds}, resized (size, step, redone): {resize_lines(world.log())}")
     progress = world.progress()
     assert sizes_in_order(progress) == [3, 2, 3], world.log()
     assert [(size, redone) for size, _, redone in resize_lines(world.log())] == [(2, 0), (3, 0)], world.log()
@@ -111,7 +112,7 @@ def test_tensorflow_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> N
 
 def test_keras_world_shrinks_on_sigterm(tmp_path: Path) -> None:
     world, seconds = shrink_and_grow("keras", tmp_path, grow=False, timeout=120)
-    print(f"elastic keras: {seconds}")
+    print(f"elastic keras: {seconds}, resized (size, step, redone): {resize_lines(world.log())}")
     progress = world.progress()
     assert sizes_in_order(progress) == [3, 2], world.log()
     assert [(size, redone) for size, _, redone in resize_lines(world.log())] == [(2, 0)], world.log()

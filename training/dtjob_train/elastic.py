@@ -102,6 +102,7 @@ class Position:
     epoch: int = 0
     step: int = 0
     epoch_images: int = 0
+    resumed_from: int = 0  # the epochs done in the checkpoint the job started from
     world_sizes: tuple[int, ...] = ()  # the world's size at every (re)start of the training function
     steps_redone: int = 0  # steps trained past a commit and lost when a rank failed, all resets together
 

@@ -1,6 +1,6 @@
 """--elastic for the Keras trainer: model.fit runs one epoch at a time (the rest of one after a resize)
 inside ``hvd.elastic.run``, with tf_elastic's VariablesState of the model's and optimizer's variables and the
-committed Position. A callback takes the leave vote every step and commits on the cadence.
+committed Position. A callback takes the leave vote (every 10th step) and commits on the cadence.
 
 Horovod's Keras elastic callbacks (UpdateBatchStateCallback) resume mid-epoch by rewriting the callbacks'
 view of the step count, which fit's own loop does not follow; a fit over the remaining steps does.
@@ -18,7 +18,7 @@ import horovod.tensorflow.keras as hvd
 
 from . import tf_checkpoint
 from .data.tf_data import imagenet_datasets
-from .elastic import LeaveRequest, Position, commit_and_leave, commit_due, vote_due
+from .elastic import LeaveRequest, commit_and_leave, commit_due, vote_due
 from .keras import Checkpoint, Progress, make_inputs, without_log_sync
 from .run import TrainingRun
 from .tf_elastic import VariablesState, leave_vote
@@ -54,7 +54,7 @@ class KerasElasticTrainer:
         self.leave = LeaveRequest()
         self.leave.install(hvd.local_rank())
         variables = model.variables + optimizer_variables(model.optimizer)
-        self.state = VariablesState(variables, position=Position(epoch=run.start_epoch))
+        self.state = VariablesState(variables, position=run.start_position())
 
     def train(self) -> None:
         try:

@@ -19,7 +19,7 @@ from torch import nn
 
 from . import torch_checkpoint
 from .cli import TrainConfig
-from .elastic import LeaveRequest, Position, commit_and_leave, commit_due
+from .elastic import LeaveRequest, commit_and_leave, commit_due
 from .pytorch import Amp, Batch, Normalize, Prefetcher, evaluate, synthetic_batches, train_step
 from .run import TrainingRun
 from .torch_compile import Forward, compiled
@@ -92,7 +92,7 @@ class ElasticTrainer:
         self.state = hvd.elastic.TorchState(
             sgd=optimizer,
             network=model,
-            position=Position(epoch=run.start_epoch),
+            position=run.start_position(),
             scaler=scaler_state(amp),
         )
 

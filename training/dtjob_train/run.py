@@ -151,6 +151,10 @@ class TrainingRun:
     def global_batch(self) -> int:
         return self.cfg.batch_size * self.size
 
+    def start_position(self) -> Position:
+        """--elastic: where the job starts, before any commit (rank 0's, after resume, is the one synced)."""
+        return Position(epoch=self.start_epoch, resumed_from=self.start_epoch)
+
     def rejoin(self, committed: Position) -> Position:
         """--elastic: the world as it is after a (re)start of the training function, and where it resumes.
 
@@ -165,6 +169,7 @@ class TrainingRun:
         )
         self.meter = Throughput()
         self.global_step = committed.epoch * self.steps_per_epoch + committed.step
+        self.start_epoch = committed.resumed_from  # for metrics.json, also on a rank 0 that joined later
         local_redone = 0 if first else max(0, reached - self.global_step)
         redone = max(int(n) for n in self.hvd.allgather_object(local_redone, name="steps_redone"))
         position = dataclasses.replace(

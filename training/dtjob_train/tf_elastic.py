@@ -21,7 +21,7 @@ from horovod.common.elastic import ObjectState
 from . import tf_checkpoint
 from .cli import TrainConfig
 from .data.tf_data import imagenet_datasets, synthetic_batch
-from .elastic import LeaveRequest, Position, commit_and_leave, commit_due, vote_due
+from .elastic import LeaveRequest, commit_and_leave, commit_due, vote_due
 from .run import TrainingRun
 
 
@@ -82,7 +82,7 @@ class TfElasticTrainer:
         self.leave = LeaveRequest()
         self.leave.install(hvd.local_rank())
         variables = model.variables + optimizer.variables + tf_checkpoint.loss_scale_variables(optimizer)
-        self.state = VariablesState(variables, position=Position(epoch=run.start_epoch))
+        self.state = VariablesState(variables, position=run.start_position())
 
     def train(self) -> None:
         try:
