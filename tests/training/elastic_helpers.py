@@ -29,14 +29,16 @@ _RANK_TAG = re.compile(r"^\[\d+\]<std(?:out|err)>:")
 
 def local_host_names() -> tuple[str, str, str]:
     """Three names of this machine the elastic driver treats as three hosts; skips where the machine's own
-    name does not resolve to a loopback address."""
+    name does not resolve to one of its addresses (Horovod's own test of a local host)."""
+    from horovod.runner.util.network import get_local_host_addresses, resolve_host_address
+
     own = socket.gethostname()
     try:
-        address = socket.gethostbyname(own)
+        address = resolve_host_address(own)
     except OSError:
         pytest.skip(f"this machine's name {own} does not resolve")
-    if not address.startswith("127.") or own in ("localhost", "127.0.0.1"):
-        pytest.skip(f"this machine's name {own} resolves to {address}, not a loopback address")
+    if address not in get_local_host_addresses() or own in ("localhost", "127.0.0.1"):
+        pytest.skip(f"this machine's name {own} resolves to {address}, not one of its own addresses")
     return "localhost", "127.0.0.1", own
 
 
