@@ -9,6 +9,8 @@ from pathlib import Path
 
 from dtjob.contract import training as contract
 
+from .elastic import DEFAULT_COMMIT_EVERY
+
 ARCHS = ("resnet50", "resnet-tiny")
 # The recipe's length when run by hand; a job passes its own (one epoch without spec.hyperparameters.epochs).
 DEFAULT_EPOCHS = 90
@@ -43,6 +45,8 @@ class TrainConfig:
     num_classes: int
     arch: str
     workers: int
+    elastic: bool = False
+    commit_every: int = DEFAULT_COMMIT_EVERY
 
 
 def _positive_int(text: str) -> int:
@@ -64,6 +68,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _data_flags(p.add_argument_group("data"))
     _training_flags(p.add_argument_group("training"))
     _performance_flags(p.add_argument_group("performance"))
+    _elastic_flags(p.add_argument_group("elastic (horovodrun --min-np/--max-np/--host-discovery-script)"))
     o = p.add_argument_group("output")
     o.add_argument("--checkpoint-dir", type=Path, help="rank 0 saves here each epoch; restarts resume")
     o.add_argument("--output-dir", type=Path, help="metrics.json and the final model go here")
@@ -108,6 +113,22 @@ def _training_flags(t: argparse._ArgumentGroup) -> None:
     t.add_argument("--weight-decay", type=_non_negative_float, default=contract.DEFAULT_WEIGHT_DECAY)
     t.add_argument("--label-smoothing", type=_non_negative_float, default=contract.DEFAULT_LABEL_SMOOTHING)
     t.add_argument("--seed", type=int, default=contract.DEFAULT_SEED)
+
+
+def _elastic_flags(e: argparse._ArgumentGroup) -> None:
+    e.add_argument(
+        "--elastic",
+        action="store_true",
+        help="train inside hvd.elastic.run: the world may shrink and grow; a rank that gets SIGTERM leaves "
+        "after every rank commits at the same step",
+    )
+    e.add_argument(
+        "--commit-every",
+        type=_positive_int,
+        default=DEFAULT_COMMIT_EVERY,
+        help="steps between in-memory commits of the training state under --elastic (at most this many "
+        "steps are redone when a rank dies without SIGTERM)",
+    )
 
 
 def _performance_flags(f: argparse._ArgumentGroup) -> None:

@@ -54,12 +54,17 @@ class StepSchedule(keras.optimizers.schedules.LearningRateSchedule):  # type: ig
 
     def __call__(self, step: Any) -> Any:
         epoch = (tf.cast(step, tf.float32) + 1.0) / self.steps_per_epoch
-        peak = scaled_lr(self.base_lr, batch_size=self.batch_size, world_size=self.world_size)
-        start, warmup = peak / self.world_size, self.warmup_epochs
+        peak, start = self.peak_and_start()
+        warmup = self.warmup_epochs
         warming = start + (peak - start) * epoch / max(warmup, 1e-9)
         progress = tf.clip_by_value((epoch - warmup) / max(self.epochs - warmup, 1e-9), 0.0, 1.0)
         decaying = peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
         return tf.where(epoch < warmup, warming, decaying)
+
+    def peak_and_start(self) -> tuple[Any, Any]:
+        """The scaled rate and the warmup's first rate (one worker's share)."""
+        peak = scaled_lr(self.base_lr, batch_size=self.batch_size, world_size=self.world_size)
+        return peak, peak / self.world_size
 
     def get_config(self) -> dict[str, Any]:
         return {
@@ -70,6 +75,20 @@ class StepSchedule(keras.optimizers.schedules.LearningRateSchedule):  # type: ig
             "epochs": self.epochs,
             "steps_per_epoch": self.steps_per_epoch,
         }
+
+
+@keras.utils.register_keras_serializable(package="dtjob_train")
+class ElasticStepSchedule(StepSchedule):
+    """--elastic: StepSchedule with the world size a variable the trainer sets after every resize, so the
+    rate follows the global batch without a new optimizer (the compiled step reads the variable)."""
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        self.world = tf.Variable(float(self.world_size), trainable=False, dtype=tf.float32, name="world_size")
+
+    def peak_and_start(self) -> tuple[Any, Any]:
+        start = scaled_lr(self.base_lr, batch_size=self.batch_size, world_size=1)
+        return start * self.world, start
 
 
 def without_log_sync(callback: Any) -> Any:
@@ -177,7 +196,7 @@ def compiled_model(cfg: TrainConfig, run: TrainingRun) -> tuple[Any, Any]:
     They are one model except with --xla, where the first wraps the second with its own step."""
     network = build(cfg.arch, run.num_classes, cfg.image_size)
     network.add_loss(lambda: l2_penalty(network, cfg.weight_decay))
-    schedule = StepSchedule(
+    schedule = (ElasticStepSchedule if cfg.elastic else StepSchedule)(
         base_lr=cfg.base_lr,
         batch_size=cfg.batch_size,
         world_size=run.size,
@@ -204,6 +223,23 @@ def compiled_model(cfg: TrainConfig, run: TrainingRun) -> tuple[Any, Any]:
     return model, network
 
 
+def fit(run: TrainingRun, model: Any, train_ds: Any, val_ds: Any) -> None:
+    """A fixed world's epochs: model.fit with the trainer's callbacks."""
+    history = model.fit(
+        train_ds,
+        steps_per_epoch=run.steps_per_epoch,
+        epochs=run.cfg.epochs,
+        initial_epoch=run.start_epoch,
+        validation_data=val_ds,
+        validation_steps=run.cfg.val_steps,
+        callbacks=callbacks(run),
+        verbose=0,
+    )
+    val_top1 = history.history.get("val_accuracy", [None])[-1]
+    if val_top1 is not None:
+        run.validated(float(val_top1))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = parse_args("python -m dtjob_train.keras", argv, framework="keras")
     # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
@@ -216,25 +252,19 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     # Horovod: rank 0 restores the newest checkpoint and broadcasts the epoch to start from.
     run.resume(lambda directory: tf_checkpoint.restore_latest(directory, model, model.optimizer))
-    broadcast_state(model)
-    # The inputs start at the epoch the run resumes at, in that epoch's order.
     skipped = tf.Variable(0, dtype=tf.int64, trainable=False)  # files the input pipeline dropped
-    train_ds, val_ds = make_inputs(run, skipped)
-    run.begin(f"tf_keras {metadata.version('tf-keras')} (tf {tf.__version__})", "GPU" if on_gpu else "CPU")
+    versions = f"tf_keras {metadata.version('tf-keras')} (tf {tf.__version__})"
+    if cfg.elastic:
+        from .keras_elastic import KerasElasticTrainer
 
-    history = model.fit(
-        train_ds,
-        steps_per_epoch=run.steps_per_epoch,
-        epochs=cfg.epochs,
-        initial_epoch=run.start_epoch,
-        validation_data=val_ds,
-        validation_steps=cfg.val_steps,
-        callbacks=callbacks(run),
-        verbose=0,
-    )
-    val_top1 = history.history.get("val_accuracy", [None])[-1]
-    if val_top1 is not None:
-        run.validated(float(val_top1))
+        run.begin(versions, "GPU" if on_gpu else "CPU")
+        KerasElasticTrainer(run, model, skipped).train()
+    else:
+        broadcast_state(model)
+        # The inputs start at the epoch the run resumes at, in that epoch's order.
+        train_ds, val_ds = make_inputs(run, skipped)
+        run.begin(versions, "GPU" if on_gpu else "CPU")
+        fit(run, model, train_ds, val_ds)
 
     # Horovod: finish gathers every rank's skipped images and weight digest (equal: the ranks kept in step).
     weights = (v.numpy().tobytes() for v in model.trainable_variables)

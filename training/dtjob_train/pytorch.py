@@ -131,12 +131,13 @@ class Prefetcher:
             return None if batch is None else self.normalize(batch)
 
 
-def data_loader(requested: str, device: torch.device) -> str:
+def data_loader(requested: str, device: torch.device, *, elastic: bool = False) -> str:
     """--data-loader auto: DALI's GPU decode on a GPU where DALI is installed (the GPU image ships it: the
-    DataLoader's PIL decode cannot feed an H100 from 12 cores, docs/benchmarks.md), else the DataLoader."""
+    DataLoader's PIL decode cannot feed an H100 from 12 cores, docs/benchmarks.md), else the DataLoader.
+    --elastic takes the DataLoader: only its sampler continues an epoch from an offset in a resized world."""
     if requested != "auto":
         return requested
-    return "dali" if device.type == "cuda" and dali_data.installed() else "pytorch"
+    return "dali" if device.type == "cuda" and dali_data.installed() and not elastic else "pytorch"
 
 
 def make_inputs(
@@ -268,10 +269,51 @@ def train(
             torch_checkpoint.save(run.checkpoint_dir, epoch + 1, model, optimizer, amp.scaler)
 
 
+def start_and_train(
+    cfg: TrainConfig,
+    run: TrainingRun,
+    model: nn.Module,
+    optimizer: Any,
+    amp: Amp,
+    train_batches: EpochBatches,
+    val_batches: Batches | None,
+) -> None:
+    """A fixed world: every rank starts from rank 0's state, then trains."""
+    # Horovod: rank 0's optimizer state first. Horovod initialises an empty state (every rank but 0 on a
+    # resume) with a zero-gradient step, which weight decay turns into a real update of those ranks' weights;
+    # broadcasting the parameters afterwards leaves every rank with rank 0's weights.
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    broadcast_scaler(amp.scaler)
+    begin(run, next(p.device for p in model.parameters()))
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    model.train()
+    train(cfg, run, model, optimizer, amp, loss_fn, train_batches, val_batches)
+
+
+def train_elastic(
+    cfg: TrainConfig, run: TrainingRun, model: nn.Module, optimizer: Any, amp: Amp, device: torch.device
+) -> None:
+    """--elastic: hvd.elastic.run's state sync starts every rank from rank 0's state (pytorch_elastic)."""
+    from .pytorch_elastic import ElasticTrainer
+
+    begin(run, device)
+    model.train()
+    ElasticTrainer(cfg, run, model, optimizer, amp, device).train()
+
+
+def begin(run: TrainingRun, device: torch.device) -> None:
+    run.begin(
+        f"pytorch {torch.__version__}", f"device {device}, compile {run.resolved['compile'] or 'eager'}"
+    )
+
+
 def refuse_what_the_device_lacks(cfg: TrainConfig, device: torch.device, pipeline: str) -> None:
     """bf16 without bf16 tensor cores, and --data-loader dali without DALI, exit with a message."""
     if cfg.amp and cfg.amp_dtype == "bf16" and (problem := bf16_unsupported(device)) is not None:
         fail(problem, rank=hvd.rank())
+    if cfg.data == "imagenet" and pipeline == "dali" and cfg.elastic:
+        fail("--elastic reads ImageNet with --data-loader pytorch (auto picks it)", rank=hvd.rank())
     if cfg.data == "imagenet" and pipeline == "dali":
         try:
             dali_data.require()
@@ -284,14 +326,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
     hvd.init()
     device = set_up_device()
-    pipeline = data_loader(cfg.data_loader, device)
+    pipeline = data_loader(cfg.data_loader, device, elastic=cfg.elastic)
     refuse_what_the_device_lacks(cfg, device, pipeline)
     torch.manual_seed(cfg.seed)
     run = TrainingRun("pytorch", cfg, hvd)
     run.resolved["compile"] = compile_mode(cfg.compile, device)
     if cfg.data == "imagenet":
         run.resolved["dataLoader"] = pipeline
-    train_batches, val_batches = make_inputs(cfg, run, device, pipeline)
+    # --elastic builds its inputs anew for every world (pytorch_elastic).
+    inputs = None if cfg.elastic else make_inputs(cfg, run, device, pipeline)
 
     # The parameters stay NCHW with --channels-last: Horovod 0.28.1 allreduces and broadcasts only tensors
     # contiguous in the default format.
@@ -310,20 +353,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.resume(
         lambda directory: torch_checkpoint.restore_latest(directory, model, optimizer, amp.scaler, device)
     )
-    # Horovod: rank 0's optimizer state first. Horovod initialises an empty state (every rank but 0 on a
-    # resume) with a zero-gradient step, which weight decay turns into a real update of those ranks' weights;
-    # broadcasting the parameters afterwards leaves every rank with rank 0's weights.
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    broadcast_scaler(amp.scaler)
-    run.begin(
-        f"pytorch {torch.__version__}", f"device {device}, compile {run.resolved['compile'] or 'eager'}"
-    )
-
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-    model.train()
     try:
-        train(cfg, run, model, optimizer, amp, loss_fn, train_batches, val_batches)
+        if inputs is None:
+            train_elastic(cfg, run, model, optimizer, amp, device)
+        else:
+            start_and_train(cfg, run, model, optimizer, amp, *inputs)
     except dali_data.UndecodableImage as e:
         # The rank that met the file says so (it may not be rank 0); Horovod stops the others.
         print(f"error: rank {run.rank}: {e}", file=sys.stderr, flush=True)

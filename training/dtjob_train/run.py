@@ -8,6 +8,7 @@ A trainer makes one TrainingRun after ``hvd.init()`` and passes it its Horovod m
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -20,6 +21,7 @@ import horovod
 from .cli import TrainConfig
 from .common import digest, metrics_record, scan_imagenet
 from .data.folder import ImageFolderDataset, Split
+from .elastic import Position
 from .progress import Reporter, Throughput
 from .schedule import learning_rate, scaled_lr
 
@@ -27,6 +29,10 @@ T = TypeVar("T")
 # Rank 0's restore: the checkpoint directory (None: no checkpoints) -> (epochs done, path) of the checkpoint
 # it loaded into the model and optimizer, or None.
 Restore = Callable[[Path | None], tuple[int, Path] | None]
+
+
+def _own_listing(listing: Any) -> Any:
+    return listing
 
 
 class Horovod(Protocol):
@@ -48,8 +54,15 @@ class TrainingRun:
         if cfg.data == "synthetic":
             self.num_classes, available = cfg.num_classes, cfg.steps_per_epoch or 100
         else:
-            broadcast = functools.partial(hvd.broadcast_object, root_rank=0, name="imagenet_listing")
-            self.dataset, available = scan_imagenet(cfg, rank=self.rank, size=self.size, broadcast=broadcast)
+            broadcast: Callable[[Any], Any] = functools.partial(
+                hvd.broadcast_object, root_rank=0, name="imagenet_listing"
+            )
+            scan_rank = self.rank
+            if cfg.elastic:
+                # Every rank lists the folder itself: one that joins a running world would wait alone in a
+                # broadcast the others are not in.
+                broadcast, scan_rank = _own_listing, 0
+            self.dataset, available = scan_imagenet(cfg, rank=scan_rank, size=self.size, broadcast=broadcast)
             self.num_classes = len(self.dataset.train.classes)
         # Every rank must run the same number of steps (each is an allreduce): sized by the smallest shard.
         self.steps_per_epoch = min(available, cfg.steps_per_epoch or available)
@@ -87,7 +100,12 @@ class TrainingRun:
         found = restore(self.cfg.checkpoint_dir) if self.rank == 0 else None
         self.resumed_from = None if found is None else found[1]
         epochs_done = 0 if found is None else found[0]
-        self.start_epoch = int(self.hvd.broadcast_object(epochs_done, root_rank=0, name="start_epoch"))
+        if self.cfg.elastic:
+            # No collective before hvd.elastic.run (a joining rank would wait in it alone): the state's sync
+            # hands rank 0's epoch, weights and optimizer state to every rank.
+            self.start_epoch = epochs_done
+        else:
+            self.start_epoch = int(self.hvd.broadcast_object(epochs_done, root_rank=0, name="start_epoch"))
         self.global_step = self.start_epoch * self.steps_per_epoch
         return self.start_epoch
 
@@ -122,11 +140,50 @@ class TrainingRun:
             epochs=cfg.epochs,
         )
 
-    def steps(self, epoch: int, batches: Iterable[T]) -> Iterator[tuple[int, float, T]]:
-        """(step from 1, learning rate, batch) for the epoch's steps_per_epoch batches."""
+    def steps(self, epoch: int, batches: Iterable[T], done: int = 0) -> Iterator[tuple[int, float, T]]:
+        """(step from done + 1, learning rate, batch) for the rest of the epoch's steps_per_epoch batches
+        (done: steps of this epoch already trained, when an elastic world resumes mid-epoch)."""
         self.epoch_started()
-        for step, batch in enumerate(itertools.islice(batches, self.steps_per_epoch), 1):
+        for step, batch in enumerate(itertools.islice(batches, self.steps_per_epoch - done), done + 1):
             yield step, self.learning_rate(epoch + step / self.steps_per_epoch), batch
+
+    @property
+    def global_batch(self) -> int:
+        return self.cfg.batch_size * self.size
+
+    def start_position(self) -> Position:
+        """--elastic: where the job starts, before any commit (rank 0's, after resume, is the one synced)."""
+        return Position(epoch=self.start_epoch, resumed_from=self.start_epoch)
+
+    def rejoin(self, committed: Position) -> Position:
+        """--elastic: the world as it is after a (re)start of the training function, and where it resumes.
+
+        Rank, size and the rank-0 reporter follow the new world (the learning rate, scaled by the world size,
+        follows with them). The throughput clock restarts: the time of the resize is not training, and a rate
+        of the old world is not mixed with one of the new. Steps this rank trained past the commit are redone
+        (one collective: every rank agrees on the count). Returns the position with the world recorded."""
+        reached, first = self.global_step, not committed.world_sizes
+        self.rank, self.size = self.hvd.rank(), self.hvd.size()
+        self.reporter = Reporter.for_run(
+            self.cfg, rank=self.rank, world_size=self.size, steps_per_epoch=self.steps_per_epoch
+        )
+        self.meter = Throughput()
+        self.global_step = committed.epoch * self.steps_per_epoch + committed.step
+        self.start_epoch = committed.resumed_from  # for metrics.json, also on a rank 0 that joined later
+        local_redone = 0 if first else max(0, reached - self.global_step)
+        redone = max(int(n) for n in self.hvd.allgather_object(local_redone, name="steps_redone"))
+        position = dataclasses.replace(
+            committed,
+            world_sizes=(*committed.world_sizes, self.size),
+            steps_redone=committed.steps_redone + redone,
+        )
+        if not first:
+            self.reporter.say(
+                f"elastic: world resized to {self.size} ranks (global batch {self.global_batch}), "
+                f"resuming at epoch {committed.epoch + 1} step {committed.step}, {redone} steps redone"
+            )
+        self.resolved |= {"worldSizes": list(position.world_sizes), "stepsRedone": position.steps_redone}
+        return position
 
     def epoch_started(self) -> None:
         """The throughput clock's epoch boundary: what ran since the last step (validation, checkpointing) is

@@ -97,6 +97,40 @@ def broadcast_state(model: Any, optimizer: Any) -> None:
     hvd.broadcast_variables(optimizer.variables + tf_checkpoint.loss_scale_variables(optimizer), root_rank=0)
 
 
+def train(
+    run: TrainingRun, model: Any, optimizer: Any, train_step: Any, eval_step: Any, batches: Any, val_ds: Any
+) -> None:
+    """A fixed world's epochs: training steps, validation and a checkpoint after each."""
+    cfg = run.cfg
+    for epoch in run.epochs():
+        for step, lr, (images, labels) in run.steps(epoch, batches):
+            optimizer.learning_rate.assign(lr)
+            loss = train_step(images, labels)
+            if run.step_done(step, images=cfg.batch_size):
+                # Horovod: the logged loss is averaged over the ranks.
+                run.log(epoch=epoch, step=step, lr=lr, loss=float(hvd.allreduce(loss, name="loss")))
+        if val_ds is not None:
+            run.validated(evaluate(eval_step, val_ds, cfg.val_steps), epoch)
+        if run.checkpoint_dir is not None:
+            tf_checkpoint.save(run.checkpoint_dir, epoch + 1, model, optimizer)
+
+
+def train_elastic(
+    run: TrainingRun, model: Any, optimizer: Any, train_step: Any, eval_step: Any, skipped: Any, on_gpu: bool
+) -> None:
+    """--elastic: hvd.elastic.run's state sync starts every rank from rank 0's state (tf_elastic)."""
+    from .tf_elastic import TfElasticTrainer
+
+    def validate() -> float:
+        # This world's shards of val/, built anew: the ranks may have changed since the last epoch.
+        _, val_ds = make_inputs(run, skipped)
+        return evaluate(eval_step, val_ds, run.cfg.val_steps)
+
+    run.begin(f"tensorflow {tf.__version__}", "GPU" if on_gpu else "CPU")
+    validation = validate if run.val_split is not None else None
+    TfElasticTrainer(run.cfg, run, model, optimizer, train_step, validation, skipped).train()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = parse_args("python -m dtjob_train.tensorflow", argv, framework="tensorflow")
     # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
@@ -116,23 +150,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     # Horovod: rank 0 restores the newest checkpoint and broadcasts the epoch to start from.
     run.resume(lambda directory: tf_checkpoint.restore_latest(directory, model, optimizer))
-    broadcast_state(model, optimizer)
-    # The inputs start at the epoch the run resumes at, in that epoch's order.
     skipped = tf.Variable(0, dtype=tf.int64, trainable=False)  # files the input pipeline dropped
-    batches, val_ds = make_inputs(run, skipped)
-    run.begin(f"tensorflow {tf.__version__}", "GPU" if on_gpu else "CPU")
-
-    for epoch in run.epochs():
-        for step, lr, (images, labels) in run.steps(epoch, batches):
-            optimizer.learning_rate.assign(lr)
-            loss = train_step(images, labels)
-            if run.step_done(step, images=cfg.batch_size):
-                # Horovod: the logged loss is averaged over the ranks.
-                run.log(epoch=epoch, step=step, lr=lr, loss=float(hvd.allreduce(loss, name="loss")))
-        if val_ds is not None:
-            run.validated(evaluate(eval_step, val_ds, cfg.val_steps), epoch)
-        if run.checkpoint_dir is not None:
-            tf_checkpoint.save(run.checkpoint_dir, epoch + 1, model, optimizer)
+    if cfg.elastic:
+        train_elastic(run, model, optimizer, train_step, eval_step, skipped, on_gpu)
+    else:
+        broadcast_state(model, optimizer)
+        # The inputs start at the epoch the run resumes at, in that epoch's order.
+        batches, val_ds = make_inputs(run, skipped)
+        run.begin(f"tensorflow {tf.__version__}", "GPU" if on_gpu else "CPU")
+        train(run, model, optimizer, train_step, eval_step, batches, val_ds)
 
     # Horovod: finish gathers every rank's skipped images and weight digest (equal: the ranks kept in step).
     weights = (v.numpy().tobytes() for v in model.trainable_variables)

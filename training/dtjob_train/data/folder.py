@@ -47,6 +47,18 @@ def epoch_shard(total: int, *, epoch: int, rank: int, size: int, seed: int) -> n
     return order[rank::size].astype(np.int64)
 
 
+def elastic_shard(
+    total: int, *, epoch: int, rank: int, size: int, seed: int, offset: int, batch_size: int
+) -> npt.NDArray[np.int64]:
+    """This rank's indices for the rest of an epoch under --elastic, from `offset` images into the epoch's
+    order (the images that earlier worlds, of any size, trained on: every step of a world of W ranks takes the
+    next W x batch_size images of the order). The rest is cut to whole global batches, so every rank of the
+    new world has the same number of steps; the images cut are at most one global batch less one."""
+    order = np.random.default_rng([seed, epoch]).permutation(total)[offset:]
+    whole = len(order) // (size * batch_size) * size * batch_size
+    return order[:whole][rank::size].astype(np.int64)
+
+
 @dataclass(frozen=True)
 class ImageFolderDataset:
     train: Split

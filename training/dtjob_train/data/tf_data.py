@@ -166,10 +166,12 @@ def synthetic_batch(cfg: TrainConfig, rank: int) -> tuple[Any, Any]:
     return images, labels
 
 
-def imagenet_datasets(run: TrainingRun, skipped: Any, *, one_hot: bool, local_size: int) -> tuple[Any, Any]:
+def imagenet_datasets(
+    run: TrainingRun, skipped: Any, *, one_hot: bool, local_size: int, epochs: range | None = None
+) -> tuple[Any, Any]:
     """This rank's training dataset of an ImageNet run and its validation dataset (None without one);
     one-hot labels for Keras's fit, class indices otherwise. `local_size`: the ranks on this host, which
-    share its cores."""
+    share its cores. `epochs`: the epochs the training dataset covers (default: the rest of the run)."""
     cfg = run.cfg
     assert run.train_split is not None
     num_classes = run.num_classes if one_hot else None
@@ -185,7 +187,7 @@ def imagenet_datasets(run: TrainingRun, skipped: Any, *, one_hot: bool, local_si
         threads=cores_per_rank(local_size),
     )
     # From the epoch the run resumes at: call after TrainingRun.resume.
-    epochs = run.epochs()
+    epochs = run.epochs() if epochs is None else epochs
     train = dataset(run.train_split, train=True, epochs=epochs, steps_per_epoch=run.steps_per_epoch)
     val = None if run.val_split is None else dataset(run.val_split, train=False)
     return train, val

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from dtjob_train.common import cores_per_rank
 
-from .folder import Split, epoch_shard
+from .folder import Split, elastic_shard, epoch_shard
 
 # Attempts at neighbouring files before giving up on a sample; keeps every batch full so ranks stay in step.
 _MAX_SUBSTITUTES = 16
@@ -129,6 +129,35 @@ class EpochShardSampler(Sampler[int]):
         return len(range(self.rank, self.total, self.size))
 
 
+class ElasticShardSampler(EpochShardSampler):
+    """--elastic: this rank's indices for the rest of an epoch from an offset (folder.elastic_shard), so a
+    world of another size continues the epoch where the last one committed."""
+
+    def __init__(self, total: int, *, rank: int, size: int, seed: int, batch_size: int) -> None:
+        super().__init__(total, rank=rank, size=size, seed=seed)
+        self.batch_size, self.offset = batch_size, 0
+
+    def set_position(self, epoch: int, offset: int) -> None:
+        self.epoch, self.offset = epoch, offset
+
+    def _shard(self) -> npt.NDArray[np.int64]:
+        return elastic_shard(
+            self.total,
+            epoch=self.epoch,
+            rank=self.rank,
+            size=self.size,
+            seed=self.seed,
+            offset=self.offset,
+            batch_size=self.batch_size,
+        )
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._shard().tolist())
+
+    def __len__(self) -> int:
+        return len(self._shard())
+
+
 def set_epoch(loader: DataLoader[Sample], epoch: int) -> None:
     """The training loader's next iterator yields this epoch's order (a no-op for a validation loader)."""
     if isinstance(loader.sampler, EpochShardSampler):
@@ -153,13 +182,16 @@ def make_loader(
     workers: int,
     seed: int,
     pin_memory: bool,
+    elastic: bool = False,
 ) -> DataLoader[Sample]:
-    """Training: the whole set through an EpochShardSampler (call set_epoch before each epoch). Validation:
-    this rank's fixed shard, in order."""
+    """Training: the whole set through an EpochShardSampler (call set_epoch before each epoch), or with
+    elastic an ElasticShardSampler (call set_position). Validation: this rank's fixed shard, in order."""
     if train:
         dataset = ImageFolder(split.samples, image_size, train=True, seed=seed + rank)
-        sampler: EpochShardSampler | None = EpochShardSampler(
-            len(split.samples), rank=rank, size=size, seed=seed
+        sampler: EpochShardSampler | None = (
+            ElasticShardSampler(len(split.samples), rank=rank, size=size, seed=seed, batch_size=batch_size)
+            if elastic
+            else EpochShardSampler(len(split.samples), rank=rank, size=size, seed=seed)
         )
     else:
         dataset, sampler = (
