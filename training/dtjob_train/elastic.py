@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from dtjob.contract import training as contract
 from horovod.common.exceptions import HorovodInternalError
 
 if TYPE_CHECKING:  # progress imports cli, which takes its default from here
@@ -42,10 +43,10 @@ DEFAULT_COMMIT_EVERY = 50
 # the vote's step, so the survivors lose no step. PyTorch overlaps its vote with the step and votes on each.
 BLOCKING_VOTE_EVERY = 10
 # EX_TEMPFAIL: "try again later"; any non-zero code makes the driver drop this host and keep the others.
-LEAVE_EXIT_CODE = 75
+LEAVE_EXIT_CODE = contract.RANK_LEFT_EXIT
 # The worker pod signals the rank processes it hosts through these files: <dir>/<local rank>.pid.
-RANK_PID_DIR_ENV = "DTJOB_RANK_PID_DIR"
-DEFAULT_RANK_PID_DIR = Path("/tmp/dtjob-ranks")
+RANK_PID_DIR_ENV = contract.RANK_PID_DIR_ENV
+DEFAULT_RANK_PID_DIR = Path(contract.RANK_PID_DIR)
 
 
 class LeaveRequest:
