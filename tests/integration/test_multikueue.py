@@ -6,8 +6,10 @@ real Kueue and a dtjob operator.
   the launcher, on the job's LocalQueue); MultiKueue copies it to the worker, and once the worker reserves
   quota, copies the job there (managedBy removed).
 - The copy runs on the worker's simulated GPU pool, outside Kueue's pod groups (its Workload admitted it);
-  nothing runs on the manager. The manager's job shows the copy's status, Running then Succeeded, and its
-  Workload finishes once the worker's operator marks the copy's Workload Finished.
+  nothing runs on the manager. The manager's job shows the copy's status, Running then Succeeded (or Failed),
+  and its Workload finishes once the worker's operator marks the copy's Workload Finished (without that, the
+  manager's Workload would hold its quota for good).
+- A dispatched job deleted on the manager takes its Workload with it, and Kueue deletes the copy.
 - A dispatched job that names no LocalQueue gets a Warning Event, no Workload and no status.
 """
 
@@ -159,11 +161,19 @@ def _nothing_on_the_manager(jobs: Jobs, name: str) -> None:
     assert _names(jobs.core.list_namespaced_secret(jobs.ns, label_selector=selector).items) == []
 
 
-def _dispatch(jobs: Jobs, name: str, run_s: int) -> dict[str, Any]:
+def _dispatch(jobs: Jobs, name: str, launcher_cues: dict[str, str]) -> dict[str, Any]:
     return jobs.create(
         name, managedBy=MULTIKUEUE, workers=2, gpusPerWorker=1,
-        runPolicy={"scheduling": {"queueName": QUEUE}},
-        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": f"{run_s}s"}},
+        runPolicy={"scheduling": {"queueName": QUEUE}, "backoffLimit": 0},
+        launcher={"podAnnotations": launcher_cues},
+    )  # fmt: skip
+
+
+def _finished(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """The Finished condition of the manager's Workload of job `name`, once there."""
+    return wait_for(
+        lambda: condition(get(api, "workloads", f"dtjob-{name}", namespace), "Finished") or None,
+        timeout=60, what=f"the manager's Workload of {name} Finished",
     )  # fmt: skip
 
 
@@ -201,8 +211,9 @@ def test_a_dispatched_job_runs_on_the_worker_and_reports_on_the_manager(
     api_client: client.ApiClient,
     namespace: str,
 ) -> None:
-    remote = _dispatch(jobs, "remote", 15)
-    gone = _dispatch(jobs, "gone", 600)
+    remote = _dispatch(jobs, "remote", {"sim.dtjob.io/run-duration": "15s"})
+    gone = _dispatch(jobs, "gone", {"sim.dtjob.io/run-duration": "600s"})
+    _dispatch(jobs, "broken", {"sim.dtjob.io/outcome": "Failed", "sim.dtjob.io/exit-code": "3"})
     _check_the_workload(api_client, remote, operator.log_path)
     _check_the_copy(worker, "remote")
     admitted = get(api_client, "workloads", "dtjob-remote", namespace) or {}
@@ -223,12 +234,16 @@ def test_a_dispatched_job_runs_on_the_worker_and_reports_on_the_manager(
     status = jobs.wait_phase("remote", "Succeeded", timeout=120)
     assert condition({"status": status}, "Succeeded").get("status") == "True", status
     assert status.get("restarts", 0) == 0 and status.get("completionTime"), status
-    finished = wait_for(
-        lambda: condition(get(api_client, "workloads", "dtjob-remote", namespace), "Finished") or None,
-        timeout=60, what="the manager's Workload Finished",
-    )  # fmt: skip
+    finished = _finished(api_client, namespace, "remote")
     assert finished["status"] == "True" and finished["reason"] == "Succeeded", finished
     _nothing_on_the_manager(jobs, "remote")
+
+    # A copy that fails on the worker fails on the manager, with the worker's reason.
+    status = jobs.wait_phase("broken", "Failed", timeout=60)
+    assert condition({"status": status}, "Failed").get("status") == "True", status
+    finished = _finished(api_client, namespace, "broken")
+    assert finished["status"] == "True" and finished["reason"] == "Failed", finished
+    _nothing_on_the_manager(jobs, "broken")
 
 
 def test_a_dispatched_job_without_a_queue_is_told_so(jobs: Jobs, operator: OperatorProcess) -> None:
