@@ -5,6 +5,7 @@ tests/integration/test_multikueue.py runs both ends against real API servers and
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from dtjob import names
 from dtjob.desired.common import owner_reference
 from dtjob.desired.workload import dispatch_queue, dispatch_workload, finished_conditions, workload_name
 from dtjob.gang import registry
+from dtjob.machine import wound_down
 from dtjob.reconcile.dispatch import INVALID_SPEC, NO_QUEUE, WORKLOAD_CREATED, finish_prebuilt
 from dtjob.reconcile.job import reconcile
 from dtjob.spec.managed_by import (
@@ -172,3 +174,38 @@ def test_finished_conditions_replace_a_false_finished() -> None:
     assert [(c["type"], c["status"], c["reason"]) for c in conditions] == [("Finished", "True", "Failed")]
     assert conditions[0]["message"] == "the job failed"
     assert finished_conditions({"status": {"conditions": conditions}}, "Failed", "", NOW) is None
+
+
+OUTPUT = {
+    "endpoint": "http://127.0.0.1:1/acct1",
+    "container": "results",
+    "credentials": {"authMode": "accountKey", "secretRef": {"name": "storage-key"}},
+}
+ENDED = JobStatus(phase="Succeeded", completion_time="2026-05-01T11:59:00Z")
+
+
+@pytest.mark.parametrize(
+    ("status", "done"),
+    [
+        (JobStatus(phase="Running"), False),
+        (ENDED, False),  # its logs are still to be uploaded
+        (replace(ENDED, logs_uploaded=True), False),  # its SAS Secrets are still there
+        (replace(ENDED, logs_uploaded=True, sas_secrets_deleted=True), True),
+        (replace(ENDED, completion_time="2026-05-01T11:50:00Z", sas_secrets_deleted=True), True),  # gave up
+        (replace(ENDED, logs_uploaded=True, sas_secrets_deleted=True, results_pod="rn50-worker-0"), False),
+    ],
+)
+def test_a_copy_is_done_only_once_its_logs_secrets_and_results_are_seen_to(
+    status: JobStatus, done: bool
+) -> None:
+    spec = parse_spec(job_body(output=OUTPUT), CONFIG)
+    assert wound_down(spec, status, NOW) == done
+    kube = RecordingKube()
+    _prebuilt(kube)
+    finish_prebuilt(kube, _copy(), status, NOW, wound_down(spec, status, NOW))
+    assert bool(kube.writes()) == done
+
+
+def test_a_copy_without_output_is_done_as_it_ends() -> None:
+    assert wound_down(job_spec(), ENDED, NOW)
+    assert not wound_down(job_spec(), replace(ENDED, phase="Pending"), NOW)

@@ -5,8 +5,8 @@ Kueue creates the Workloads of the jobs it knows; for a kind of its `externalFra
 own controller's part (sigs.k8s.io/kueue pkg/controller/admissionchecks/multikueue: the adapter is found
 through the Workload's controller ownerReference). Its podSets are what the world asks for: the workers,
 and the launcher. On the worker cluster nothing of Kueue's marks the copy of that Workload Finished for a
-custom kind either: the operator does when the copy of the job ends, which is how the manager's Workload
-finishes and the manager's job gets the last status.
+custom kind either: the operator does once the copy has ended and wound down; only then does Kueue finish the
+manager's Workload (and free its quota), copy the status a last time and delete the copy.
 """
 
 from __future__ import annotations

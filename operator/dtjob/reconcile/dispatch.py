@@ -60,11 +60,15 @@ def dispatch(kube: Kube, config: OperatorConfig, job: Mapping[str, Any], now: da
         ), now)  # fmt: skip
 
 
-def finish_prebuilt(kube: Kube, job: Mapping[str, Any], status: JobStatus, now: datetime) -> None:
+def finish_prebuilt(
+    kube: Kube, job: Mapping[str, Any], status: JobStatus, now: datetime, wound_down: bool = True
+) -> None:
     """On a worker cluster: the Workload that admitted Kueue's copy of a job, marked Finished once the job
-    has ended. A JSON patch guarded by the resourceVersion it was read with (Kueue writes it too)."""
+    has ended and `wound_down` (dtjob.machine.wound_down: Kueue then deletes the copy, pods and all, and
+    copies its status to the manager one last time). A JSON patch guarded by the resourceVersion it was read
+    with (Kueue writes it too)."""
     name = prebuilt_workload(job)
-    if name is None or status.phase not in FINISHED:
+    if name is None or status.phase not in FINISHED or not wound_down:
         return
     namespace = job["metadata"]["namespace"]
     workload = kube.get(WORKLOAD_KIND, namespace, name, WORKLOAD_API)

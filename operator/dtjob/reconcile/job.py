@@ -18,7 +18,7 @@ from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
 from dtjob.desired.owned import owner_uids
 from dtjob.kube.client import Kube
-from dtjob.machine import decide, invalid_spec, settle, with_results
+from dtjob.machine import decide, invalid_spec, settle, with_results, wound_down
 from dtjob.reconcile import reads
 from dtjob.reconcile.act import act, delete_world
 from dtjob.reconcile.dispatch import dispatch, finish_prebuilt
@@ -78,12 +78,13 @@ def reconcile(
     output = decision.status.output_url
     results = act(kube, config, spec, owner, decision.actions, observed.children, output, now)
     if not results:
-        finish_prebuilt(kube, job, decision.status, now)  # on a worker cluster, after the status it ends with
+        # On a worker cluster, after the status it ends with.
+        finish_prebuilt(kube, job, decision.status, now, wound_down(spec, decision.status, now))
         return decision.requeue_after
     after = settle(decision, results, spec, now)
     _record(kube, {**job, "status": decision.status.to_dict()}, after.status, after.events, now, version)
     act(kube, config, spec, owner, after.actions, observed.children, output, now)  # a failed job's world goes
-    finish_prebuilt(kube, job, after.status, now)
+    finish_prebuilt(kube, job, after.status, now, wound_down(spec, after.status, now))
     return after.requeue_after
 
 
