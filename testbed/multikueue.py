@@ -6,7 +6,7 @@ The manager's Kueue knows DistributedTrainingJob as an external framework of Mul
 (`multiKueue.externalFrameworks`), and reaches the worker through a kubeconfig in a Secret of its namespace;
 Kueue accepts only a kubeconfig that carries its certificates inline, so the worker's is flattened. The
 manager's ClusterQueue holds the MultiKueue admission check; the worker's, of the same LocalQueue name, only
-quota.
+quota. A worker left running by an interrupted test: `CLUSTER_NAME=<name>-worker hack/cluster.sh down`.
 """
 
 from __future__ import annotations

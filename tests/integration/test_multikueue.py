@@ -47,7 +47,8 @@ QUEUE = "team"
 
 
 @pytest.fixture(scope="module")
-def worker_cluster() -> Iterator[WorkerCluster]:
+def worker_cluster(local_control_plane: Path) -> Iterator[WorkerCluster]:
+    """A second local control plane beside the test's (skipped when the tests run against another cluster)."""
     cluster = WorkerCluster()
     cluster.start()
     try:
