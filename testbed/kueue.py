@@ -191,8 +191,16 @@ def _b64(data: bytes) -> str:
 class KueueProcess:
     """Kueue's manager as a process of the test, with its CRDs and webhooks registered while it runs."""
 
-    def __init__(self, kubeconfig: str, workdir: Path, namespace_labels: dict[str, str]) -> None:
+    def __init__(
+        self,
+        kubeconfig: str,
+        workdir: Path,
+        namespace_labels: dict[str, str],
+        extra_config: dict[str, Any] | None = None,
+    ) -> None:
+        """`extra_config`: more of Kueue's Configuration (e.g. `multiKueue`), over configuration()'s."""
         self.kubeconfig = kubeconfig
+        self.extra_config = dict(extra_config or {})
         self.workdir = workdir
         self.selector = dict(namespace_labels)
         self.webhook_port = free_port()
@@ -230,6 +238,7 @@ class KueueProcess:
         self._apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, secret])
         config_path = self.workdir / "kueue-config.yaml"
         config = configuration(self.webhook_port, self.health_port, cert_dir, self.selector)
+        config.update(self.extra_config)
         config_path.write_text(yaml.safe_dump(config))
         env = dict(os.environ, KUBECONFIG=self.kubeconfig)
         log = self.log_path.open("ab")

@@ -1,5 +1,6 @@
 """spec.managedBy against a real API server with the operator running: a job that names another controller
-(Kueue's MultiKueue) gets nothing from this operator, no children and no status, while a job beside it runs;
+(here Kueue's MultiKueue, with no queue to dispatch it on) gets no children and no status from this operator,
+while a job beside it runs (tests/integration/test_multikueue.py dispatches one);
 the CRD refuses a malformed value and any change of it."""
 
 from __future__ import annotations

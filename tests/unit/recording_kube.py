@@ -228,7 +228,8 @@ def _permitted(verb: str, kind: str, api_version: str | None = None) -> None:
 
 
 def _json_patch(obj: Json, ops: builtins.list[Json], what: str) -> Json:
-    """The `test` and `remove` operations of an RFC 6902 JSON patch; Conflict when a test fails."""
+    """The `test`, `remove`, `add` and `replace` operations of an RFC 6902 JSON patch (`add` of a member, not
+    into a list); Conflict when a test fails."""
     out = copy.deepcopy(obj)
     for op in ops:
         *parents, last = op["path"].strip("/").split("/")
@@ -242,4 +243,8 @@ def _json_patch(obj: Json, ops: builtins.list[Json], what: str) -> Json:
             raise Conflict(f"{what} changed; retrying")
         if op["op"] == "remove":
             del holder[key]
+        if op["op"] in ("add", "replace"):
+            if op["op"] == "replace" and not present:
+                raise ValueError(f"{what}: replace of {op['path']}, which is not there")
+            holder[key] = copy.deepcopy(op["value"])
     return out

@@ -120,6 +120,14 @@ them against the code). Pods and Jobs are watched and listed; every child is als
 - apiGroups: [scheduling.x-k8s.io, scheduling.volcano.sh]
   resources: [podgroups]
   verbs: [get, create, patch, delete]
+# Kueue's MultiKueue (spec.managedBy kueue.x-k8s.io/multikueue): on the manager cluster, the dispatched job's
+# Workload; on a worker, the Workload that admitted Kueue's copy of the job, marked Finished when it ends.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, create]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [patch]
 {{- if .Values.networkPolicy.enabled }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

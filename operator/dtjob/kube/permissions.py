@@ -10,6 +10,7 @@ Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 VOLCANO_GROUP = "scheduling.volcano.sh"
+KUEUE_GROUP = "kueue.x-k8s.io"
 _POD_GROUP = "a gang's PodGroup: created before its workers, its fields kept in line, deleted with its world"
 
 PERMISSIONS: dict[Permission, str] = {
@@ -54,6 +55,21 @@ PERMISSIONS: dict[Permission, str] = {
     (VOLCANO_GROUP, "podgroups", "get"): _POD_GROUP,
     (VOLCANO_GROUP, "podgroups", "patch"): _POD_GROUP,
     (VOLCANO_GROUP, "podgroups", "delete"): _POD_GROUP,
+    (
+        KUEUE_GROUP,
+        "workloads",
+        "create",
+    ): "the Workload of a job MultiKueue dispatches (managedBy), on the manager",
+    (
+        KUEUE_GROUP,
+        "workloads",
+        "get",
+    ): "on a worker, the Workload that admitted Kueue's copy of a job, once it ends",
+    (
+        KUEUE_GROUP,
+        "workloads/status",
+        "patch",
+    ): "on a worker, that Workload marked Finished when the job ends",
     ("coordination.k8s.io", "leases", "get"): "leader election: the Lease's holder",
     ("coordination.k8s.io", "leases", "create"): "leader election: the first replica creates the Lease",
     ("coordination.k8s.io", "leases", "update"): "leader election: renewals and takeovers",

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
-from dtjob.kube.permissions import COSCHEDULING_GROUP, PERMISSIONS, VOLCANO_GROUP
+from dtjob.kube.permissions import COSCHEDULING_GROUP, KUEUE_GROUP, PERMISSIONS, VOLCANO_GROUP
 
 Json = dict[str, Any]
 # (apiVersion, kind) -> resource: every kind the client knows. A "<kind>/<subresource>" uses its kind's.
@@ -37,6 +37,7 @@ RESOURCES: dict[tuple[str, str], str] = {
     (f"{API_GROUP}/{API_VERSION}", KIND): PLURAL,
     (f"{COSCHEDULING_GROUP}/v1alpha1", "PodGroup"): "podgroups",
     (f"{VOLCANO_GROUP}/v1beta1", "PodGroup"): "podgroups",
+    (f"{KUEUE_GROUP}/v1beta1", "Workload"): "workloads",
 }
 # kind -> the apiVersions it is known under (a PodGroup under each gang scheduler's).
 _VERSIONS: dict[str, tuple[str, ...]] = {

@@ -9,7 +9,7 @@ next world is not held up until the node returns (world.py).
 """
 
 from dtjob.machine.decide import decide, world_started
-from dtjob.machine.finish import invalid_spec
+from dtjob.machine.finish import invalid_spec, wound_down
 from dtjob.machine.results import settle, with_results
 
-__all__ = ["decide", "invalid_spec", "settle", "with_results", "world_started"]
+__all__ = ["decide", "invalid_spec", "settle", "with_results", "world_started", "wound_down"]

@@ -126,6 +126,18 @@ def cleanup(b: Builder, spec: JobSpec, observed: Observed) -> None:
         b.actions.append(DeleteLauncher())
 
 
+def wound_down(spec: JobSpec, status: JobStatus, now: datetime) -> bool:
+    """The job has ended and cleanup() has nothing left to do that needs its pods or its Secrets: the logs are
+    uploaded (or given up on), the SAS Secrets deleted, no pod kept for results never uploaded. Until then,
+    MultiKueue must not be told the job is done: it would delete the job's copy, and its pods, at once."""
+    if status.phase not in FINISHED or status.results_pod is not None:
+        return False
+    if spec.output is not None and not status.logs_uploaded and not _log_grace_over(status, now):
+        return False
+    has_sas = spec.output is not None or spec.dataset.staging is not None
+    return not has_sas or status.sas_secrets_deleted
+
+
 def _log_grace_over(status: JobStatus, now: datetime) -> bool:
     """Logs that cannot be uploaded must not keep GPUs busy forever: give up after LOG_UPLOAD_GRACE."""
     done = status.completion_time

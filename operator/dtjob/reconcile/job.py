@@ -18,11 +18,13 @@ from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
 from dtjob.desired.owned import owner_uids
 from dtjob.kube.client import Kube
-from dtjob.machine import decide, invalid_spec, settle, with_results
+from dtjob.machine import decide, invalid_spec, settle, with_results, wound_down
 from dtjob.reconcile import reads
 from dtjob.reconcile.act import act, delete_world
+from dtjob.reconcile.dispatch import dispatch, finish_prebuilt
 from dtjob.reconcile.observe import observe
 from dtjob.reconcile.storage_act import delete_sas_secrets
+from dtjob.spec.managed_by import dispatched
 from dtjob.spec.parse import SpecError, parse_spec
 from dtjob.state.decision import Event, SasSecretsDeleted
 from dtjob.state.observed import Children
@@ -45,6 +47,9 @@ def reconcile(
     job = reads.get_job(kube, namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         return None  # gone or going: ownerReferences let the garbage collector remove the children
+    if dispatched(job):
+        dispatch(kube, config, job, now)  # its Workload, and nothing else: it runs on a worker cluster
+        return None
     meta = job["metadata"]
     prev = status_from_dict(job.get("status"))
     try:
@@ -59,6 +64,7 @@ def reconcile(
             delete_sas_secrets(kube, namespace, name, uid)
             status, events = with_results(decision.status, [SasSecretsDeleted()])
             _record(kube, {**job, "status": decision.status.to_dict()}, status, events, now, version)
+        finish_prebuilt(kube, job, decision.status, now)
         return decision.requeue_after
 
     observed = observe(kube, config, spec, job, prev, children, now)
@@ -72,10 +78,13 @@ def reconcile(
     output = decision.status.output_url
     results = act(kube, config, spec, owner, decision.actions, observed.children, output, now)
     if not results:
+        # On a worker cluster, after the status it ends with.
+        finish_prebuilt(kube, job, decision.status, now, wound_down(spec, decision.status, now))
         return decision.requeue_after
     after = settle(decision, results, spec, now)
     _record(kube, {**job, "status": decision.status.to_dict()}, after.status, after.events, now, version)
     act(kube, config, spec, owner, after.actions, observed.children, output, now)  # a failed job's world goes
+    finish_prebuilt(kube, job, after.status, now, wound_down(spec, after.status, now))
     return after.requeue_after
 
 

@@ -34,7 +34,7 @@ from dtjob.runtime.child_watch import CHILD_KINDS, ChildWatch
 from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
 from dtjob.runtime.election import Elector
 from dtjob.runtime.lease import Leadership
-from dtjob.spec.managed_by import managed_by, reconciled_here
+from dtjob.spec.managed_by import handled_here, managed_by
 
 WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
 WATCH_CLIENT_TIMEOUT = 330
@@ -182,8 +182,9 @@ async def job_event(
     if not (namespace and name):
         return
     # A job another controller manages (spec.managedBy, immutable) is, to this operator, one that is not
-    # there: never queued, never written, nothing created for it.
-    foreign = not reconciled_here(body)
+    # there: never queued, never written, nothing created for it. MultiKueue's jobs are queued: their
+    # reconcile creates the Workload (dtjob.reconcile.dispatch).
+    foreign = not handled_here(body)
     if foreign and type != "DELETED":
         logging.getLogger(__name__).debug(
             "%s/%s is managed by %s: left alone", namespace, name, managed_by(body)

@@ -1,7 +1,11 @@
 """spec.managedBy: which controller reconciles a job. As batch/v1 Job's field of that name, and mpi-operator's
 and Kubeflow Trainer's: empty or this operator's name, this operator; any other value, another controller,
 and this operator leaves the job alone. Kueue's MultiKueue (`kueue.x-k8s.io/multikueue`) is that other
-controller on a manager cluster: it dispatches the job to a worker cluster and mirrors its status back.
+controller on a manager cluster: it dispatches the job to a worker cluster and mirrors its status back. There
+this operator does one thing for such a job, which Kueue leaves to the job's own controller: it creates the
+job's Workload (dtjob.reconcile.dispatch). On the worker, Kueue's copy of the job has no managedBy and names
+the Workload that holds its quota there (PREBUILT_WORKLOAD_LABEL): it runs as any job, outside Kueue's pod
+groups, since that Workload already admitted it.
 
 The CRD checks the value's format and keeps it immutable, so a job never changes hands. Pure.
 """
@@ -9,14 +13,19 @@ The CRD checks the value's format and keeps it immutable, so a job never changes
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from dtjob import API_GROUP
 from dtjob.spec import validators as rules
+from dtjob.spec.model import JobSpec
 
 # The value that names this operator (setting it is the same as leaving the field out).
 THIS_OPERATOR = f"{API_GROUP}/operator"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+# Kueue's label on the copy of a job that MultiKueue created on a worker cluster: the name of the Workload
+# (a copy of the manager's) that reserved the job's quota there.
+PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 # The CRD's own check: a domain-prefixed path of at most 63 characters (as batch/v1 Job's managedBy).
 MANAGED_BY = (
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"  # the domain
@@ -34,6 +43,30 @@ def managed_by(job: Mapping[str, Any]) -> str:
 
 def reconciled_here(job: Mapping[str, Any]) -> bool:
     return managed_by(job) == THIS_OPERATOR
+
+
+def dispatched(job: Mapping[str, Any]) -> bool:
+    """MultiKueue dispatches the job: this operator only creates its Workload."""
+    return managed_by(job) == MULTIKUEUE
+
+
+def handled_here(job: Mapping[str, Any]) -> bool:
+    """The operator has something to do for the job: reconcile it, or create its Workload."""
+    return reconciled_here(job) or dispatched(job)
+
+
+def prebuilt_workload(job: Mapping[str, Any]) -> str | None:
+    """The Workload that admitted this copy of a dispatched job on a worker cluster, or None."""
+    metadata = job.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    value = labels.get(PREBUILT_WORKLOAD_LABEL) if isinstance(labels, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def unqueued(spec: JobSpec) -> JobSpec:
+    """`spec` with no LocalQueue: its world joins no Kueue pod group (a Workload of its own admitted it)."""
+    scheduling = replace(spec.run_policy.scheduling, queue_name=None)
+    return replace(spec, run_policy=replace(spec.run_policy, scheduling=scheduling))
 
 
 def managed_by_problem(value: str) -> str | None:

@@ -21,7 +21,7 @@ from dtjob import names
 from dtjob.config import OperatorConfig
 from dtjob.spec import validators as rules
 from dtjob.spec.elastic import check_elastic_launcher, parse_elastic
-from dtjob.spec.managed_by import managed_by_problem
+from dtjob.spec.managed_by import managed_by_problem, prebuilt_workload, unqueued
 from dtjob.spec.model import (
     CUSTOM,
     FRAMEWORKS,
@@ -140,7 +140,8 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         elastic=elastic,
     )
     _check_trust(job, config)
-    return job
+    # MultiKueue's copy on a worker: the prebuilt Workload holds its quota; a pod group would ask twice.
+    return unqueued(job) if prebuilt_workload(body) else job
 
 
 def _name(metadata: Mapping[str, Any]) -> str:

@@ -1,0 +1,93 @@
+"""The Kueue Workload of a job that MultiKueue dispatches (spec.managedBy kueue.x-k8s.io/multikueue), and the
+Finished condition its copy on a worker cluster ends with. Pure.
+
+Kueue creates the Workloads of the jobs it knows; for a kind of its `externalFrameworks` that is the job's
+own controller's part (sigs.k8s.io/kueue pkg/controller/admissionchecks/multikueue: the adapter is found
+through the Workload's controller ownerReference). Its podSets are what the world asks for: the workers,
+and the launcher. On the worker cluster nothing of Kueue's marks the copy of that Workload Finished for a
+custom kind either: the operator does once the copy has ended and wound down; only then does Kueue finish the
+manager's Workload (and free its quota), copy the status a last time and delete the copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from dtjob import names
+from dtjob.desired.common import Json, metadata
+from dtjob.desired.pods import launcher_job, worker_pod
+from dtjob.gang.kueue import QUEUE_NAME_LABEL
+from dtjob.spec.managed_by import unqueued
+from dtjob.spec.parse import JobSpec
+from dtjob.state.status import SUCCEEDED
+from dtjob.timefmt import format_time
+
+WORKLOAD_API = "kueue.x-k8s.io/v1beta1"
+WORKLOAD_KIND = "Workload"
+# Kueue's condition of a Workload whose job has ended, and its reasons (kueue.WorkloadFinishedReason*).
+FINISHED = "Finished"
+FINISHED_SUCCEEDED = "Succeeded"
+FINISHED_FAILED = "Failed"
+WORKLOAD_PREFIX = "dtjob-"
+
+
+def workload_name(job_name: str) -> str:
+    """The Workload's name: short enough for a label value (Kueue's prebuilt-workload label on the copy)."""
+    return f"{WORKLOAD_PREFIX}{job_name}"
+
+
+def dispatch_queue(job: Mapping[str, Any]) -> str | None:
+    """The LocalQueue a dispatched job names: runPolicy.scheduling.queueName, else Kueue's queue label."""
+    spec = job.get("spec") or {}
+    scheduling = ((spec.get("runPolicy") or {}).get("scheduling") or {}) if isinstance(spec, Mapping) else {}
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    value = scheduling.get("queueName") or labels.get(QUEUE_NAME_LABEL)
+    return value if isinstance(value, str) and value else None
+
+
+def dispatch_workload(spec: JobSpec, owner: Json, queue: str) -> Json:
+    """The job's Workload on `queue`, owned by the job as its controller: its workers (each as
+    desired.worker_pod builds them) and its launcher, which the world needs once its workers are Ready."""
+    world = unqueued(spec)  # the pods' own Kueue labels belong to a pod group, which this Workload replaces
+    launcher = launcher_job(world, owner, 0)["spec"]["template"]
+    worker = worker_pod(world, owner, 0, 0)
+    labels = names.labels(spec.name, "workload")
+    return {
+        "apiVersion": WORKLOAD_API,
+        "kind": WORKLOAD_KIND,
+        "metadata": metadata(workload_name(spec.name), spec.namespace, labels, owner),
+        "spec": {
+            "queueName": queue,
+            "podSets": [
+                _pod_set(names.ROLE_WORKER, spec.workers, worker),
+                _pod_set(names.ROLE_LAUNCHER, 1, launcher),
+            ],
+        },
+    }
+
+
+def _pod_set(name: str, count: int, pod: Json) -> Json:
+    meta = pod.get("metadata") or {}
+    template_meta = {k: dict(meta[k]) for k in ("labels", "annotations") if meta.get(k)}
+    return {"name": name, "count": count, "template": {"metadata": template_meta, "spec": pod["spec"]}}
+
+
+def finished_conditions(
+    workload: Mapping[str, Any], phase: str, message: str, now: datetime
+) -> list[Json] | None:
+    """The Workload's conditions with Finished True for a job that ended in `phase`; None when it says so
+    already."""
+    conditions: Iterable[Json] = (workload.get("status") or {}).get("conditions") or ()
+    if any(c.get("type") == FINISHED and c.get("status") == "True" for c in conditions):
+        return None
+    finished = {
+        "type": FINISHED,
+        "status": "True",
+        "reason": FINISHED_SUCCEEDED if phase == SUCCEEDED else FINISHED_FAILED,
+        "message": message or f"the job {phase.lower()}",
+        "lastTransitionTime": format_time(now),
+        "observedGeneration": int((workload.get("metadata") or {}).get("generation") or 0),
+    }
+    return [*(c for c in conditions if c.get("type") != FINISHED), finished]

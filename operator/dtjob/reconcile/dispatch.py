@@ -1,0 +1,98 @@
+"""MultiKueue, both ends. On the manager cluster, a job whose spec.managedBy is kueue.x-k8s.io/multikueue gets
+its Kueue Workload from the operator and nothing else: no pods, no Secrets, no status (Kueue copies the status
+of the job's copy on the worker cluster that runs it). On a worker, the copy's Workload is marked Finished
+once the copy ends, so that Kueue finishes the manager's Workload and copies the last status over.
+
+What the operator cannot write to the status (a missing queue, an invalid spec) it says in a Warning Event,
+posted once per job and reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from dtjob.config import OperatorConfig
+from dtjob.desired.common import owner_reference
+from dtjob.desired.workload import (
+    WORKLOAD_API,
+    WORKLOAD_KIND,
+    dispatch_queue,
+    dispatch_workload,
+    finished_conditions,
+    workload_name,
+)
+from dtjob.kube.client import Kube
+from dtjob.spec.managed_by import MULTIKUEUE, prebuilt_workload
+from dtjob.spec.parse import SpecError, parse_spec
+from dtjob.state.status import FINISHED, JobStatus
+
+log = logging.getLogger(__name__)
+
+NO_QUEUE = "NoQueue"
+INVALID_SPEC = "InvalidSpec"
+WORKLOAD_CREATED = "WorkloadCreated"
+
+
+def dispatch(kube: Kube, config: OperatorConfig, job: Mapping[str, Any], now: datetime) -> None:
+    """The manager's part for a job MultiKueue dispatches: its Workload, created once."""
+    meta = job["metadata"]
+    name = meta["name"]
+    queue = dispatch_queue(job)
+    if queue is None:
+        _warn_once(kube, job, NO_QUEUE, (
+            f"spec.managedBy is {MULTIKUEUE}, but the job names no LocalQueue (runPolicy.scheduling."
+            "queueName or the label kueue.x-k8s.io/queue-name): no Workload, so it is never dispatched"
+        ), now)  # fmt: skip
+        return
+    try:
+        spec = parse_spec(job, config)
+    except SpecError as err:
+        _warn_once(kube, job, INVALID_SPEC, f"not dispatched: {err.path}: {err.message}", now)
+        return
+    created = kube.create(dispatch_workload(spec, owner_reference(name, str(meta["uid"])), queue))
+    if created is not None:
+        kube.emit_event(job, "Normal", WORKLOAD_CREATED, (
+            f"Workload {workload_name(name)} in LocalQueue {queue}: MultiKueue runs the job on a worker "
+            "cluster once one admits it; its status is copied here from there"
+        ), now)  # fmt: skip
+
+
+def finish_prebuilt(
+    kube: Kube, job: Mapping[str, Any], status: JobStatus, now: datetime, wound_down: bool = True
+) -> None:
+    """On a worker cluster: the Workload that admitted Kueue's copy of a job, marked Finished once the job
+    has ended and `wound_down` (dtjob.machine.wound_down: Kueue then deletes the copy, pods and all, and
+    copies its status to the manager one last time). A JSON patch guarded by the resourceVersion it was read
+    with (Kueue writes it too)."""
+    name = prebuilt_workload(job)
+    if name is None or status.phase not in FINISHED or not wound_down:
+        return
+    namespace = job["metadata"]["namespace"]
+    workload = kube.get(WORKLOAD_KIND, namespace, name, WORKLOAD_API)
+    if workload is None:
+        return
+    conditions = finished_conditions(workload, str(status.phase), status.message, now)
+    if conditions is None:
+        return
+    version = str(workload["metadata"]["resourceVersion"])
+    patch = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+        {"op": "add", "path": "/status/conditions", "value": conditions},
+    ]
+    if not (workload.get("status") or {}):
+        patch[1] = {"op": "add", "path": "/status", "value": {"conditions": conditions}}
+    kube.patch(f"{WORKLOAD_KIND}/status", namespace, name, patch, WORKLOAD_API)
+    log.info("Workload %s/%s marked Finished: the job %s", namespace, name, str(status.phase).lower())
+
+
+def _warn_once(kube: Kube, job: Mapping[str, Any], reason: str, message: str, now: datetime) -> None:
+    """A Warning Event, unless the job already has one of this reason: each resync would post it again."""
+    meta = job["metadata"]
+    fields = f"involvedObject.uid={meta['uid']},reason={reason}"
+    if kube.list("Event", meta["namespace"], fields=fields, limit=1):
+        return
+    log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
+    kube.emit_event(job, "Warning", reason, message, now)

@@ -1,0 +1,195 @@
+"""Elastic Horovod on the real node: a worker's pod deleted mid-training with a grace period, as a spot
+eviction or a drain does. The world trains on at the smaller size without a restart (`restarts` 0, the
+launcher pod the same), grows back once the replacement is Ready, finishes every planned step, and every
+rank ends with the same weights. Measured and printed: seconds from the deletion to training at the smaller
+size, from the replacement being Ready to it training, and the steps redone, beside a fixed-size job that
+loses the same worker and restarts from its last checkpoint.
+
+Timings come from the trainers' own progress records (`updatedAt`, one per step) in the launcher's log and
+the pods' conditions, all on this machine's clock.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from testbed.azurite import Azurite
+from testbed.kube_wait import wait_for
+from testbed.operator_harness import Jobs, OperatorProcess
+from tests.e2e.real_jobs import (
+    blob_names,
+    blob_text,
+    create_tiny_job,
+    new_container,
+    pod_logs,
+    run_metrics,
+    tiny_training,
+    wait_finished,
+)
+from tests.e2e.test_real_data import claims, host_path_claim
+
+__all__ = ["claims"]  # the fixture, shared with test_real_data
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
+
+STEPS = 120  # long enough on two CPU cores for a worker to leave and its replacement to join
+GRACE_SECONDS = 20
+RECORD = re.compile(r"DTJOB_PROGRESS (\{[^{}]*\})")
+
+
+def progress_records(
+    jobs: Jobs, azurite: Azurite, container: str, name: str, attempt: int | None = None
+) -> list[dict[str, Any]]:
+    """Every progress record rank 0 printed, in order, from the launcher's uploaded log: the final world's,
+    or that of the world a restart replaced (`logs/attempt-N/`)."""
+    uid = jobs.get(name)["metadata"]["uid"]
+    folder = f"runs/{jobs.ns}/{name}/{uid}/logs/" + (f"attempt-{attempt}/" if attempt is not None else "")
+    logs = [
+        n for n in blob_names(azurite, container, folder) if "/" not in n[len(folder) :] and "launcher" in n
+    ]
+    text = "".join(blob_text(azurite, container, n) for n in sorted(logs))
+    return [json.loads(m.group(1)) for m in RECORD.finditer(text)]
+
+
+def at(record: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(record["updatedAt"]).replace("Z", "+00:00")).timestamp()
+
+
+def ready_since(jobs: Jobs, pod: str) -> float | None:
+    """When the pod turned Ready (its condition's time), or None while it is not."""
+    try:
+        found = jobs.core.read_namespaced_pod(pod, jobs.ns)
+    except ApiException:  # gone between the list and the read
+        return None
+    for cond in found.status.conditions or []:
+        if cond.type == "Ready" and cond.status == "True":
+            return float(cond.last_transition_time.timestamp())
+    return None
+
+
+def training_at_step(jobs: Jobs, name: str, step: int) -> dict[str, Any] | None:
+    status = jobs.status(name)
+    assert status.get("phase") not in ("Succeeded", "Failed"), json.dumps(status, indent=1)
+    progress = status.get("progress") or {}
+    return status if progress.get("step", 0) >= step and status.get("restarts", 0) == 0 else None
+
+
+def evict_worker(jobs: Jobs, name: str) -> tuple[float, str]:
+    """Delete worker 1's pod with a grace period, as an eviction does; returns when, and the pod's UID."""
+    pod = f"{name}-worker-1"
+    uid = str(jobs.core.read_namespaced_pod(pod, jobs.ns).metadata.uid)
+    deleted_at = time.time()
+    jobs.core.delete_namespaced_pod(pod, jobs.ns, grace_period_seconds=GRACE_SECONDS)
+    return deleted_at, uid
+
+
+def replacement_ready(jobs: Jobs, name: str, old_uid: str) -> float | None:
+    pod = f"{name}-worker-1"
+    live = [p for p in jobs.live_workers(name) if p.metadata.name == pod and str(p.metadata.uid) != old_uid]
+    return ready_since(jobs, pod) if live else None
+
+
+def resize_times(
+    records: list[dict[str, Any]], deleted_at: float, joined_at: float, full: int
+) -> tuple[float, float, int]:
+    """(seconds from the deletion to the first step at the smaller size, seconds from the replacement's
+    Ready to the first step at full size again, steps redone: the last step numbered before the shrink
+    minus the step the smaller world resumed after)."""
+    before = [r for r in records if r["worldSize"] == full and at(r) <= deleted_at]
+    smaller = next(r for r in records if r["worldSize"] < full and at(r) > deleted_at)
+    regrown = next(r for r in records if r["worldSize"] == full and at(r) > at(smaller))
+    last_full = [r for r in records if r["worldSize"] == full and at(r) < at(smaller)][-1]
+    redone = max(0, int(last_full["step"]) - (int(smaller["step"]) - 1))
+    assert before, "no step at full size before the deletion"
+    return at(smaller) - deleted_at, at(regrown) - joined_at, redone
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "keras"])
+def test_an_elastic_world_loses_a_worker_trains_on_and_grows_back_without_a_restart(
+    real_jobs: Jobs, real_operator: OperatorProcess, node_azurite: Azurite, framework: str
+) -> None:
+    container = new_container(node_azurite)
+    name = f"elastic-{framework[:5]}"
+    create_tiny_job(
+        real_jobs, name, node_azurite, container, framework=framework, workers=3,
+        elastic={"minWorkers": 2, "maxWorkers": 3, "commitEverySteps": 5},
+        hyperparameters=tiny_training(stepsPerEpoch=STEPS),
+    )  # fmt: skip
+    wait_for(lambda: training_at_step(real_jobs, name, 5), timeout=600, interval=0.5, what=f"{name} training")
+    launcher = real_jobs.status(name)["launcher"]["pod"]
+    deleted_at, old_uid = evict_worker(real_jobs, name)
+    try:
+        joined_at = wait_for(
+            lambda: replacement_ready(real_jobs, name, old_uid),
+            timeout=180,
+            interval=0.5,
+            what="the replacement Ready",
+        )
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{pod_logs(real_jobs, name, None, '')}") from None
+    status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
+    assert status["restarts"] == 0 and status["launcher"]["pod"] == launcher, json.dumps(status, indent=1)
+    said = [str(e.reason) for e in real_jobs.events(name)]
+    assert "WorkerLost" in said and "Restarting" not in said, said
+    metrics = run_metrics(node_azurite, container, real_jobs, name)
+    assert metrics["worldSizes"][0] == 3 and 2 in metrics["worldSizes"] and metrics["worldSizes"][-1] == 3, (
+        metrics
+    )
+    assert metrics["globalStep"] == STEPS and metrics["weightsConsistent"] is True, metrics
+    records = progress_records(real_jobs, node_azurite, container, name)
+    shrink, grow, redone = resize_times(records, deleted_at, joined_at, full=3)
+    print(
+        f"[e2e] elastic {framework}: training at 2 workers {shrink:.1f}s after the pod's deletion; the "
+        f"replacement training {grow:.1f}s after it was Ready; {redone} step(s) redone "
+        f"(stepsRedone {metrics.get('stepsRedone')}); restarts 0"
+    )
+
+
+def test_a_fixed_world_losing_the_same_worker_restarts_from_its_checkpoint(
+    real_jobs: Jobs,
+    real_operator: OperatorProcess,
+    node_azurite: Azurite,
+    tmp_path: Path,
+    claims: list[str],
+) -> None:
+    """The restart path the elastic one is measured against: the same job without spec.elastic, checkpoints
+    on a claim (one per epoch), the same worker deleted the same way in its second epoch."""
+    container = new_container(node_azurite)
+    claim = host_path_claim(real_jobs, "fixedckpt", tmp_path / "checkpoints")
+    claims.append(f"{real_jobs.ns}-{claim}")
+    name = "fixed-pytorch"
+    per_epoch = STEPS // 2
+    create_tiny_job(
+        real_jobs, name, node_azurite, container, workers=3,
+        hyperparameters=tiny_training(stepsPerEpoch=per_epoch, epochs=2),
+        checkpoints={"persistentVolumeClaim": {"claimName": claim}, "mountPath": "/checkpoints"},
+        runPolicy={"backoffLimit": 2, "activeDeadlineSeconds": 1500, "cleanPodPolicy": "Running"},
+    )  # fmt: skip
+
+    def in_second_epoch() -> dict[str, Any] | None:
+        progress = (training_at_step(real_jobs, name, 1) or {}).get("progress") or {}
+        return progress if progress.get("epoch", 0) >= 2 and progress.get("step", 0) >= 5 else None
+
+    wait_for(in_second_epoch, timeout=900, interval=0.5, what=f"{name} in its second epoch")
+    deleted_at, _ = evict_worker(real_jobs, name)
+    status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
+    assert status["restarts"] == 1, json.dumps(status, indent=1)
+    metrics = run_metrics(node_azurite, container, real_jobs, name)
+    assert metrics["resumedFromEpoch"] >= 1 and metrics["weightsConsistent"] is True, metrics
+    before = progress_records(real_jobs, node_azurite, container, name, attempt=0)
+    after = progress_records(real_jobs, node_azurite, container, name)[0]
+    done = (int(before[-1]["epoch"]) - 1) * per_epoch + int(before[-1]["step"])
+    resumed = (int(after["epoch"]) - 1) * per_epoch + int(after["step"]) - 1
+    print(
+        f"[e2e] fixed-size pytorch: training again {at(after) - deleted_at:.1f}s after the pod's deletion, "
+        f"after a world restart from the epoch checkpoint; {max(0, done - resumed)} step(s) redone; "
+        "restarts 1"
+    )

@@ -1,0 +1,264 @@
+"""MultiKueue dispatch of DistributedTrainingJobs across two local control planes (testbed/multikueue.py): a
+manager, where the job is created with spec.managedBy kueue.x-k8s.io/multikueue, and a worker, each with a
+real Kueue and a dtjob operator.
+
+- On the manager the operator creates only the job's Workload (owned by the job, its podSets the workers and
+  the launcher, on the job's LocalQueue); MultiKueue copies it to the worker, and once the worker reserves
+  quota, copies the job there (managedBy removed).
+- The copy runs on the worker's simulated GPU pool, outside Kueue's pod groups (its Workload admitted it);
+  nothing runs on the manager. The manager's job shows the copy's status, Running then Succeeded (or Failed),
+  and its Workload finishes once the worker's operator marks the copy's Workload Finished (without that, the
+  manager's Workload would hold its quota for good).
+- A dispatched job deleted on the manager takes its Workload with it, and Kueue deletes the copy.
+- A dispatched job that names no LocalQueue gets a Warning Event, no Workload and no status.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from testbed.kube_wait import wait_for
+from testbed.kueue import KueueProcess
+from testbed.multikueue import (
+    KUEUE_NAMESPACE,
+    WORKER,
+    WorkerCluster,
+    manager_config,
+    manager_objects,
+    queue_objects,
+    workdir,
+)
+from testbed.operator_harness import Jobs, OperatorProcess, install_crd, kubectl
+
+pytestmark = pytest.mark.integration
+
+KUEUE = ("kueue.x-k8s.io", "v1beta1")
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+PREBUILT = "kueue.x-k8s.io/prebuilt-workload-name"
+QUEUE = "team"
+
+
+@pytest.fixture(scope="module")
+def worker_cluster(local_control_plane: Path) -> Iterator[WorkerCluster]:
+    """A second local control plane beside the test's (skipped when the tests run against another cluster)."""
+    cluster = WorkerCluster()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def apply(kubeconfig: str, objects: list[dict[str, Any]]) -> None:
+    """Applied, retried while the API server cannot reach Kueue's webhooks yet."""
+    text = "\n---\n".join(json.dumps(o) for o in objects)
+
+    def applied() -> bool:
+        done = kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=text)
+        return done.returncode == 0
+
+    wait_for(applied, timeout=60, interval=1, what="Kueue's objects applied")
+
+
+def delete(kubeconfig: str, objects: list[dict[str, Any]]) -> None:
+    text = "\n---\n".join(json.dumps(o) for o in reversed(objects))
+    kubectl(kubeconfig, "delete", "--ignore-not-found", "--wait=false", "-f", "-", stdin=text)
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    found = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in found if c["type"] == kind), {})
+
+
+def get(api: client.ApiClient, plural: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    custom = client.CustomObjectsApi(api)
+    try:
+        if namespace is None:
+            return cast(dict[str, Any], custom.get_cluster_custom_object(*KUEUE, plural, name))
+        return cast(dict[str, Any], custom.get_namespaced_custom_object(*KUEUE, namespace, plural, name))
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def active(api: client.ApiClient, plural: str, name: str, namespace: str | None = None) -> bool:
+    return condition(get(api, plural, name, namespace), "Active").get("status") == "True"
+
+
+@pytest.fixture
+def worker(worker_cluster: WorkerCluster, namespace: str, tmp_path: Path) -> Iterator[Jobs]:
+    """The worker: the CRD, the test's namespace, Kueue with the queue `team`, a dtjob operator."""
+    kubeconfig = worker_cluster.kubeconfig
+    install_crd(kubeconfig)
+    api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
+    core = client.CoreV1Api(api)
+    labels = {"dtjob.io/test": "true"}
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace, labels=labels)))
+    kueue = KueueProcess(kubeconfig, workdir(tmp_path, "worker"), {"kubernetes.io/metadata.name": namespace})
+    operator = OperatorProcess(kubeconfig, namespace, tmp_path / "worker-operator.log")
+    objects = queue_objects(namespace, QUEUE, [])
+    kueue.start()
+    try:
+        apply(kubeconfig, objects)
+        queue_active = partial(active, api, "localqueues", QUEUE, namespace)
+        wait_for(queue_active, timeout=60, what="the worker's LocalQueue Active")
+        operator.start()
+        yield Jobs(api, namespace)
+    finally:
+        operator.stop()
+        delete(kubeconfig, objects)
+        core.delete_namespace(namespace, propagation_policy="Background")
+        kueue.stop()
+
+
+@pytest.fixture
+def manager(
+    kubeconfig: str,
+    namespace: str,
+    tmp_path: Path,
+    worker_cluster: WorkerCluster,
+    worker: Jobs,
+    jobs: Jobs,
+) -> Iterator[KueueProcess]:
+    """The manager's Kueue with MultiKueue's adapter for the jobs, the worker (whose Kueue serves its kinds
+    first: MultiKueue connects only then) as its MultiKueueCluster, and the queue `team` behind the MultiKueue
+    admission check."""
+    kueue = KueueProcess(
+        kubeconfig, workdir(tmp_path, "manager"), {"kubernetes.io/metadata.name": namespace}, manager_config()
+    )
+    objects = manager_objects(namespace, QUEUE, worker_cluster.flat_kubeconfig())
+    kueue.start()
+    api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        apply(kubeconfig, objects)
+        what = f"MultiKueueCluster connected ({kueue.log_path})"
+        wait_for(partial(active, api, "multikueueclusters", WORKER), timeout=60, what=what)
+        check = objects[3]["metadata"]["name"]
+        wait_for(partial(active, api, "admissionchecks", check), timeout=60, what="admission check Active")
+        wait_for(partial(active, api, "localqueues", QUEUE, namespace), timeout=60, what="LocalQueue Active")
+        yield kueue
+    finally:
+        delete(kubeconfig, [o for o in objects if o["kind"] != "Secret"])
+        kubectl(kubeconfig, "delete", "secret", "-n", KUEUE_NAMESPACE, WORKER, "--ignore-not-found")
+        kueue.stop()
+
+
+def _names(items: list[Any]) -> list[str]:
+    return [str(i.metadata.name) for i in items]
+
+
+def _nothing_on_the_manager(jobs: Jobs, name: str) -> None:
+    selector = f"dtjob.io/job-name={name}"
+    assert _names(jobs.core.list_namespaced_pod(jobs.ns, label_selector=selector).items) == []
+    assert _names(jobs.core.list_namespaced_secret(jobs.ns, label_selector=selector).items) == []
+
+
+def _dispatch(jobs: Jobs, name: str, launcher_cues: dict[str, str]) -> dict[str, Any]:
+    return jobs.create(
+        name, managedBy=MULTIKUEUE, workers=2, gpusPerWorker=1,
+        runPolicy={"scheduling": {"queueName": QUEUE}, "backoffLimit": 0},
+        launcher={"podAnnotations": launcher_cues},
+    )  # fmt: skip
+
+
+def _finished(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """The Finished condition of the manager's Workload of job `name`, once there."""
+    return wait_for(
+        lambda: condition(get(api, "workloads", f"dtjob-{name}", namespace), "Finished") or None,
+        timeout=60, what=f"the manager's Workload of {name} Finished",
+    )  # fmt: skip
+
+
+def _check_the_workload(api: client.ApiClient, job: dict[str, Any], log: Path) -> None:
+    """The manager's Workload: the operator's only object, owned by the job, asking for its world."""
+    meta = job["metadata"]
+    found = partial(get, api, "workloads", f"dtjob-{meta['name']}", meta["namespace"])
+    workload = wait_for(found, timeout=30, what=f"the manager's Workload ({log})")
+    owner = workload["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("DistributedTrainingJob", meta["uid"], True)
+    assert workload["spec"]["queueName"] == QUEUE
+    pod_sets = {p["name"]: p for p in workload["spec"]["podSets"]}
+    assert {name: p["count"] for name, p in pod_sets.items()} == {"worker": 2, "launcher": 1}
+    worker_limits = pod_sets["worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert str(worker_limits["nvidia.com/gpu"]) == "1", worker_limits
+
+
+def _check_the_copy(remote_jobs: Jobs, name: str) -> None:
+    """Kueue's copy on the worker: no managedBy, the prebuilt Workload's name, its pods on the simulated pool
+    and in no pod group of Kueue's."""
+    remote_jobs.wait_phase(name, "Running", timeout=120)
+    copy = remote_jobs.get(name) or {}
+    assert "managedBy" not in copy["spec"]
+    assert copy["metadata"]["labels"][PREBUILT] == f"dtjob-{name}"
+    pods = remote_jobs.pods(name, "worker")
+    assert len(pods) == 2 and all(p.spec.node_name and not p.spec.scheduling_gates for p in pods)
+    assert not any("kueue.x-k8s.io/queue-name" in (p.metadata.labels or {}) for p in pods)
+
+
+def test_a_dispatched_job_runs_on_the_worker_and_reports_on_the_manager(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    manager: KueueProcess,
+    worker: Jobs,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    remote = _dispatch(jobs, "remote", {"sim.dtjob.io/run-duration": "15s"})
+    gone = _dispatch(jobs, "gone", {"sim.dtjob.io/run-duration": "600s"})
+    _dispatch(jobs, "broken", {"sim.dtjob.io/outcome": "Failed", "sim.dtjob.io/exit-code": "3"})
+    _check_the_workload(api_client, remote, operator.log_path)
+    _check_the_copy(worker, "remote")
+    admitted = get(api_client, "workloads", "dtjob-remote", namespace) or {}
+    assert admitted["status"]["clusterName"] == WORKER, admitted["status"]
+    assert [c["state"] for c in admitted["status"]["admissionChecks"]] == ["Ready"], admitted["status"]
+
+    # The manager's job shows the worker's status; nothing of it runs there.
+    jobs.wait_phase("remote", "Running", timeout=60)
+    _nothing_on_the_manager(jobs, "remote")
+
+    # A dispatched job deleted on the manager: its Workload goes with it, and Kueue deletes the copy.
+    _check_the_copy(worker, "gone")
+    jobs.delete(gone["metadata"]["name"])
+    wait_for(lambda: get(api_client, "workloads", "dtjob-gone", namespace) is None, timeout=60,
+             what="the deleted job's Workload gone (garbage collector)")  # fmt: skip
+    wait_for(lambda: worker.get("gone") is None, timeout=60, what="the deleted job's copy gone (Kueue)")
+
+    status = jobs.wait_phase("remote", "Succeeded", timeout=120)
+    assert condition({"status": status}, "Succeeded").get("status") == "True", status
+    assert status.get("restarts", 0) == 0 and status.get("completionTime"), status
+    finished = _finished(api_client, namespace, "remote")
+    assert finished["status"] == "True" and finished["reason"] == "Succeeded", finished
+    _nothing_on_the_manager(jobs, "remote")
+
+    # A copy that fails on the worker fails on the manager, with the worker's reason.
+    status = jobs.wait_phase("broken", "Failed", timeout=60)
+    assert condition({"status": status}, "Failed").get("status") == "True", status
+    finished = _finished(api_client, namespace, "broken")
+    assert finished["status"] == "True" and finished["reason"] == "Failed", finished
+    _nothing_on_the_manager(jobs, "broken")
+
+
+def test_a_dispatched_job_without_a_queue_is_told_so(jobs: Jobs, operator: OperatorProcess) -> None:
+    jobs.create("lost", managedBy=MULTIKUEUE)
+
+    def warned() -> list[str]:
+        return [str(e.message) for e in jobs.events("lost") if e.reason == "NoQueue" and e.type == "Warning"]
+
+    messages = wait_for(warned, timeout=30, what="the NoQueue Warning")
+    assert "names no LocalQueue" in messages[0]
+    assert jobs.status("lost") == {}
+    try:
+        workloads = jobs.custom.list_namespaced_custom_object(*KUEUE, jobs.ns, "workloads")["items"]
+    except ApiException as err:
+        assert err.status == 404, err  # Kueue's CRDs not installed: no Workload either
+        workloads = []
+    assert workloads == []
