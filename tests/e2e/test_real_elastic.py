@@ -40,7 +40,9 @@ __all__ = ["claims"]  # the fixture, shared with test_real_data
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
-STEPS = 120  # long enough on two CPU cores for a worker to leave and its replacement to join
+# About 3 s a step for three ranks on two CPU cores: long enough for a worker to leave (about 6-16 s) and its
+# replacement to be created, turn Ready and join (about 40 s), at the tenth step or so, with room to spare.
+STEPS = 48
 GRACE_SECONDS = 20
 RECORD = re.compile(r"DTJOB_PROGRESS (\{[^{}]*\})")
 
@@ -186,7 +188,7 @@ def test_a_fixed_world_losing_the_same_worker_restarts_from_its_checkpoint(
 
     def in_second_epoch() -> dict[str, Any] | None:
         progress = (training_at_step(real_jobs, name, 1) or {}).get("progress") or {}
-        return progress if progress.get("epoch", 0) >= 2 and progress.get("step", 0) >= 5 else None
+        return progress if progress.get("epoch", 0) >= 2 and progress.get("step", 0) >= 10 else None
 
     wait_for(in_second_epoch, timeout=900, interval=0.5, what=f"{name} in its second epoch")
     deleted_at, _ = evict_worker(real_jobs, name)
