@@ -91,6 +91,20 @@ class LeaveRequest:
         os._exit(LEAVE_EXIT_CODE)
 
 
+def run_elastic(
+    elastic_run: Callable[[Callable[[Any], None]], Callable[[Any], None]],
+    training: Callable[[Any], None],
+    state: Any,
+    leave: LeaveRequest,
+) -> None:
+    """The framework's hvd.elastic.run of `training` over `state`; the rank's pid file goes when it ends,
+    however it ends (the worker pod must not signal a pid that is no longer this rank)."""
+    try:
+        elastic_run(training)(state)
+    finally:
+        leave.remove_pid_file()
+
+
 @dataclass(frozen=True)
 class Position:
     """Where training is, as committed: the epoch, the steps done in it, and the images (all ranks together)

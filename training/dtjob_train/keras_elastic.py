@@ -18,7 +18,7 @@ import horovod.tensorflow.keras as hvd
 
 from . import tf_checkpoint
 from .data.tf_data import imagenet_datasets
-from .elastic import LeaveRequest, commit_and_leave, commit_due, vote_due
+from .elastic import LeaveRequest, commit_and_leave, commit_due, run_elastic, vote_due
 from .keras import Checkpoint, Progress, make_inputs, without_log_sync
 from .run import TrainingRun
 from .tf_elastic import VariablesState, leave_vote
@@ -57,10 +57,7 @@ class KerasElasticTrainer:
         self.state = VariablesState(variables, position=run.start_position())
 
     def train(self) -> None:
-        try:
-            hvd.elastic.run(self._epochs)(self.state)
-        finally:
-            self.leave.remove_pid_file()
+        run_elastic(hvd.elastic.run, self._epochs, self.state, self.leave)
 
     def _epochs(self, state: Any) -> None:
         """The training function hvd.elastic.run restarts after every resize, from the last commit."""

@@ -140,6 +140,27 @@ def data_loader(requested: str, device: torch.device, *, elastic: bool = False) 
     return "dali" if device.type == "cuda" and dali_data.installed() and not elastic else "pytorch"
 
 
+def folder_loader(
+    cfg: TrainConfig, run: TrainingRun, device: torch.device, elastic: bool = False
+) -> Callable[..., Any]:
+    """make_loader with this rank's place in the world and the run's settings; call it with a split and
+    train=True/False. elastic: each epoch's shard can start at an offset (a resized world)."""
+    from .data.torch_data import default_workers, make_loader
+
+    workers = cfg.workers if cfg.workers >= 0 else default_workers(hvd.local_size())
+    return functools.partial(
+        make_loader,
+        rank=run.rank,
+        size=run.size,
+        batch_size=cfg.batch_size,
+        image_size=cfg.image_size,
+        workers=workers,
+        seed=cfg.seed,
+        pin_memory=device.type == "cuda",
+        elastic=elastic,
+    )
+
+
 def make_inputs(
     cfg: TrainConfig, run: TrainingRun, device: torch.device, pipeline: str
 ) -> tuple[EpochBatches, Batches | None]:
@@ -166,19 +187,9 @@ def make_inputs(
         )
         val = None if run.val_split is None else (lambda: prefetch(dali.val()))
         return (lambda epoch: prefetch(dali.train(epoch))), val
-    from .data.torch_data import default_workers, make_loader, set_epoch
+    from .data.torch_data import set_epoch
 
-    workers = cfg.workers if cfg.workers >= 0 else default_workers(hvd.local_size())
-    loader = functools.partial(
-        make_loader,
-        rank=run.rank,
-        size=run.size,
-        batch_size=cfg.batch_size,
-        image_size=cfg.image_size,
-        workers=workers,
-        seed=cfg.seed,
-        pin_memory=device.type == "cuda",
-    )
+    loader = folder_loader(cfg, run, device)
     train_loader = loader(run.train_split, train=True)
 
     def train(epoch: int) -> Iterator[Batch]:

@@ -9,7 +9,6 @@ follows the new global batch (TrainingRun.rejoin).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,8 +18,17 @@ from torch import nn
 
 from . import torch_checkpoint
 from .cli import TrainConfig
-from .elastic import LeaveRequest, commit_and_leave, commit_due
-from .pytorch import Amp, Batch, Normalize, Prefetcher, evaluate, synthetic_batches, train_step
+from .elastic import LeaveRequest, commit_and_leave, commit_due, run_elastic
+from .pytorch import (
+    Amp,
+    Batch,
+    Normalize,
+    Prefetcher,
+    evaluate,
+    folder_loader,
+    synthetic_batches,
+    train_step,
+)
 from .run import TrainingRun
 from .torch_compile import Forward, compiled
 
@@ -36,25 +44,12 @@ def make_elastic_inputs(
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     if run.train_split is None:
         return (lambda epoch, offset: synthetic_batches(cfg, device, fmt)), None
-    from .data.torch_data import default_workers, make_loader
-
-    workers = cfg.workers if cfg.workers >= 0 else default_workers(hvd.local_size())
-    loader = functools.partial(
-        make_loader,
-        rank=run.rank,
-        size=run.size,
-        batch_size=cfg.batch_size,
-        image_size=cfg.image_size,
-        workers=workers,
-        seed=cfg.seed,
-        pin_memory=device.type == "cuda",
-        elastic=True,
-    )
+    loader = folder_loader(cfg, run, device, elastic=True)
     prefetch = Prefetcher(Normalize(device, fmt))
     train_loader = loader(run.train_split, train=True)
 
     def train(epoch: int, offset: int) -> Iterator[Batch]:
-        train_loader.sampler.set_position(epoch, offset)  # type: ignore[attr-defined]
+        train_loader.sampler.set_position(epoch, offset)
         return prefetch(iter(train_loader))
 
     if run.val_split is None:
@@ -97,10 +92,7 @@ class ElasticTrainer:
         )
 
     def train(self) -> None:
-        try:
-            hvd.elastic.run(self._epochs)(self.state)
-        finally:
-            self.leave.remove_pid_file()
+        run_elastic(hvd.elastic.run, self._epochs, self.state, self.leave)
 
     def _epochs(self, state: Any) -> None:
         """The training function hvd.elastic.run restarts after every resize, from the last commit."""

@@ -21,7 +21,7 @@ from horovod.common.elastic import ObjectState
 from . import tf_checkpoint
 from .cli import TrainConfig
 from .data.tf_data import imagenet_datasets, synthetic_batch
-from .elastic import LeaveRequest, commit_and_leave, commit_due, vote_due
+from .elastic import LeaveRequest, commit_and_leave, commit_due, run_elastic, vote_due
 from .run import TrainingRun
 
 
@@ -85,10 +85,7 @@ class TfElasticTrainer:
         self.state = VariablesState(variables, position=run.start_position())
 
     def train(self) -> None:
-        try:
-            hvd.elastic.run(self._epochs)(self.state)
-        finally:
-            self.leave.remove_pid_file()
+        run_elastic(hvd.elastic.run, self._epochs, self.state, self.leave)
 
     def _epochs(self, state: Any) -> None:
         """The training function hvd.elastic.run restarts after every resize, from the last commit."""
