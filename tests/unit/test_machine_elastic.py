@@ -117,3 +117,17 @@ def test_a_non_elastic_world_still_restarts_when_a_worker_vanishes() -> None:
     d = decide(job_spec(workers=3), Observed(pods=(worker(0), worker(2)), launcher=running_launcher()),
                trained(), NOW)  # fmt: skip
     assert d.status.restarts == 1
+
+
+def test_a_replacement_waiting_for_a_node_past_the_startup_deadline_does_not_fail_the_job() -> None:
+    spec = elastic(runPolicy={"startupDeadlineSeconds": 60})
+    waiting = worker(1, phase="Pending", ready=False, scheduled=False, unschedulable=True,
+                     created=NOW - timedelta(minutes=30), reason="0/3 nodes are available")  # fmt: skip
+    d = decide(spec, Observed(pods=three(waiting), launcher=running_launcher()), trained(ready=2), NOW)
+    assert d.status.phase == "Running" and d.status.restarts == 0
+    # The same pod before the world ever ran is a world that cannot start: the deadline fails the job.
+    d = decide(spec, Observed(pods=three(waiting)), running(phase="Starting"), NOW)
+    assert (
+        d.status.phase == "Failed"
+        and (d.status.condition("Failed") or d.status).reason == "StartupDeadlineExceeded"
+    )

@@ -15,7 +15,7 @@ from dtjob import gang, names
 from dtjob.contract.results_upload import UPLOADED
 from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
 from dtjob.machine.builder import Builder
-from dtjob.machine.elastic import BELOW_MINIMUM, elastic_world
+from dtjob.machine.elastic import BELOW_MINIMUM, elastic_world, replaces_lost_workers
 from dtjob.machine.finish import (
     cleanup,
     delete_world_pods,
@@ -166,8 +166,11 @@ def _stuck(b: Builder, spec: JobSpec, observed: Observed, world: _World, attempt
             return True
         wait_refused(b, "Created", STARTING, waiting, due, REFUSED_POLL_SECONDS)
         return True
+    # A running elastic world trains on while a replacement waits for a node (spot capacity may take long):
+    # only staying below spec.elastic.minWorkers ends that world (dtjob.machine.elastic).
+    waiting_workers = [] if replaces_lost_workers(spec, launcher) else list(world.workers.values())
     pods = [
-        *world.workers.values(),
+        *waiting_workers,
         *(p for p in observed.pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt),
     ]
     stuck, due = startup_failure(spec, pods, b.now)
