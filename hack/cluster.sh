@@ -19,6 +19,10 @@ export KWOK_WORKDIR=$cache/kwok
 export PATH=$k8s_bin:$PATH
 kubeconfig=$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml
 configs=("$here/kwok/kwokctl.yaml" "$here/kwok/stages.yaml")
+# shellcheck source=cache-lock.sh
+source "$here/cache-lock.sh"
+# shellcheck source=ports-lock.sh
+source "$here/ports-lock.sh"
 # A cluster remembers the hash of the configuration and binaries it was created from; `up` recreates it when
 # they change, so an edited Stage or a new pinned version takes effect.
 config_hash=$(cat "${configs[@]}" "$here/versions.env" | sha256sum | cut -c1-16)
@@ -67,8 +71,10 @@ up() {
       "$kwokctl" delete cluster --name "$name" >/dev/null 2>&1 || true
     fi
     log "starting cluster '$name' (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
+    ports_lock
     # --kubeconfig= keeps the user's ~/.kube/config untouched; the cluster's own kubeconfig is printed below.
-    "$kwokctl" create cluster --name "$name" --runtime binary \
+    # The lock's descriptor is closed for kwokctl, so the daemons it starts do not hold the lock.
+    "$kwokctl" create cluster --name "$name" --runtime binary {ports_fd}>&- \
       --kube-apiserver-binary "$k8s_bin/kube-apiserver" \
       --kube-controller-manager-binary "$k8s_bin/kube-controller-manager" \
       --kube-scheduler-binary "$k8s_bin/kube-scheduler" \
@@ -78,6 +84,7 @@ up() {
       --disable-qps-limits \
       --kubeconfig= \
       --wait 3m >&2
+    ports_unlock
     echo "$config_hash" >"$config_stamp"
   fi
   reconcile_nodes

@@ -54,6 +54,8 @@ log() { printf '[realnode] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 # shellcheck source=cache-lock.sh
 source "$here/cache-lock.sh"
+# shellcheck source=ports-lock.sh
+source "$here/ports-lock.sh"
 kctl() { kubectl --kubeconfig "$kubeconfig" "$@"; }
 
 node_name() { local n=$1; [[ $n == gpu ]] && echo "$gpu_node" || echo "$system_node"; }
@@ -273,7 +275,9 @@ componentsPatches:
     extraArgs:
       - {key: unsafe-no-fsync, value: "true"}
 EOF
-  "$kwokctl" create cluster --name "$name" --runtime binary \
+  ports_lock
+  # The lock's descriptor is closed for kwokctl, so the daemons it starts do not hold the lock.
+  "$kwokctl" create cluster --name "$name" --runtime binary {ports_fd}>&- \
     --kube-apiserver-binary "$k8s_bin/kube-apiserver" \
     --kube-controller-manager-binary "$k8s_bin/kube-controller-manager" \
     --kube-scheduler-binary "$k8s_bin/kube-scheduler" \
@@ -283,6 +287,7 @@ EOF
     --config "$config" \
     --kubeconfig= \
     --wait 3m >&2
+  ports_unlock
 }
 
 containerd_up() { # node

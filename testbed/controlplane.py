@@ -11,11 +11,13 @@ the outage out.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,9 +80,24 @@ CONTROL_PLANE = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", 
 
 
 def restart(cluster_dir: Path, names: Sequence[str] = CONTROL_PLANE, down_s: float = 5.0) -> dict[str, int]:
-    """Stop `names` in that order, wait `down_s`, start them in the reverse order; returns the new pids."""
+    """Stop `names` in that order, wait `down_s`, start them in the reverse order; returns the new pids.
+
+    Under the lock hack/ports-lock.sh takes around every cluster's creation: kwokctl picks a new cluster's
+    ports among those nothing listens on, and the stopped components' ports must not be taken meanwhile."""
     stopped = [component(cluster_dir, name) for name in names]
-    for running in stopped:
-        stop(running)
-    time.sleep(down_s)
-    return {c.name: start(cluster_dir, c) for c in reversed(stopped)}
+    with _ports_lock():
+        for running in stopped:
+            stop(running)
+        time.sleep(down_s)
+        return {c.name: start(cluster_dir, c) for c in reversed(stopped)}
+
+
+@contextmanager
+def _ports_lock() -> Iterator[None]:
+    cache = Path(os.environ.get("DTJOB_CACHE") or Path.home() / ".cache" / "dtjob")
+    lock = cache / "locks" / "cluster-ports.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    # Python opens it non-inheritable, so the components started under it do not hold the lock.
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield

@@ -125,7 +125,11 @@ def resize_times(
 
 @pytest.mark.parametrize("framework", ["pytorch", "keras"])
 def test_an_elastic_world_loses_a_worker_trains_on_and_grows_back_without_a_restart(
-    real_jobs: Jobs, real_operator: OperatorProcess, node_azurite: Azurite, framework: str
+    real_jobs: Jobs,
+    real_operator: OperatorProcess,
+    node_azurite: Azurite,
+    framework: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     container = new_container(node_azurite)
     name = f"elastic-{framework[:5]}"
@@ -147,7 +151,7 @@ def test_an_elastic_world_loses_a_worker_trains_on_and_grows_back_without_a_rest
     except AssertionError as err:
         raise AssertionError(f"{err}\n{pod_logs(real_jobs, name, None, '')}") from None
     status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
-    print(f"[e2e] elastic {framework}: finished {time.time() - deleted_at:.0f}s after the deletion")
+    finished_after = time.time() - deleted_at
     assert status["restarts"] == 0 and status["launcher"]["pod"] == launcher, json.dumps(status, indent=1)
     said = [str(e.reason) for e in real_jobs.events(name)]
     assert "WorkerLost" in said and "Restarting" not in said, said
@@ -158,11 +162,12 @@ def test_an_elastic_world_loses_a_worker_trains_on_and_grows_back_without_a_rest
     assert metrics["globalStep"] == STEPS and metrics["weightsConsistent"] is True, metrics
     records = progress_records(real_jobs, node_azurite, container, name)
     shrink, grow, redone = resize_times(records, deleted_at, joined_at, full=3)
-    print(
-        f"[e2e] elastic {framework}: training at 2 workers {shrink:.1f}s after the pod's deletion; the "
-        f"replacement training {grow:.1f}s after it was Ready; {redone} step(s) redone "
-        f"(stepsRedone {metrics.get('stepsRedone')}); restarts 0"
-    )
+    with capsys.disabled():  # in the run's output even when the test passes
+        print(
+            f"\n[e2e] elastic {framework}: training at 2 workers {shrink:.1f}s after the pod's deletion; the "
+            f"replacement training {grow:.1f}s after it was Ready; {redone} step(s) redone (stepsRedone "
+            f"{metrics.get('stepsRedone')}); restarts 0; finished {finished_after:.0f}s after the deletion"
+        )
 
 
 def test_a_fixed_world_losing_the_same_worker_restarts_from_its_checkpoint(
@@ -171,6 +176,7 @@ def test_a_fixed_world_losing_the_same_worker_restarts_from_its_checkpoint(
     node_azurite: Azurite,
     tmp_path: Path,
     claims: list[str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The restart path the elastic one is measured against: the same job without spec.elastic, checkpoints
     on a claim (one per epoch), the same worker deleted the same way in its second epoch."""
@@ -200,8 +206,9 @@ def test_a_fixed_world_losing_the_same_worker_restarts_from_its_checkpoint(
     after = progress_records(real_jobs, node_azurite, container, name)[0]
     done = (int(before[-1]["epoch"]) - 1) * per_epoch + int(before[-1]["step"])
     resumed = (int(after["epoch"]) - 1) * per_epoch + int(after["step"]) - 1
-    print(
-        f"[e2e] fixed-size pytorch: training again {at(after) - deleted_at:.1f}s after the pod's deletion, "
-        f"after a world restart from the epoch checkpoint; {max(0, done - resumed)} step(s) redone; "
-        "restarts 1"
-    )
+    with capsys.disabled():
+        print(
+            f"\n[e2e] fixed-size pytorch: training again {at(after) - deleted_at:.1f}s after the pod's "
+            f"deletion, after a world restart from the epoch checkpoint; {max(0, done - resumed)} step(s) "
+            "redone; restarts 1"
+        )
