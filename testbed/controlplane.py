@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -89,7 +90,34 @@ def restart(cluster_dir: Path, names: Sequence[str] = CONTROL_PLANE, down_s: flo
         for running in stopped:
             stop(running)
         time.sleep(down_s)
-        return {c.name: start(cluster_dir, c) for c in reversed(stopped)}
+        started = {c.name: start(cluster_dir, c) for c in reversed(stopped)}
+        # Until the API server listens again its port looks free to a cluster being created: hold the lock.
+        for c in stopped:
+            port = _flag(c.argv, "--secure-port")
+            if c.name == "kube-apiserver" and port is not None:
+                _wait_listening(int(port), timeout=120)
+        return started
+
+
+def _flag(argv: Sequence[str], name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _wait_listening(port: int, timeout: float) -> None:
+    """Returns once something accepts connections on 127.0.0.1:port, or after `timeout` (the caller's own
+    wait then says what never came back)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
 
 
 @contextmanager
