@@ -43,7 +43,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 # About 3 s a step for three ranks on two CPU cores: long enough for a worker to leave (about 6-16 s) and its
 # replacement to be created, turn Ready and join (about 40 s), at the tenth step or so, with room to spare.
 STEPS = 48
-GRACE_SECONDS = 20
+# Past a step: TensorFlow and Keras vote on leaving every 10th step, some 15-30 s on these CPU cores (on a GPU
+# about a second), and a rank killed before the vote is noticed only at Gloo's 30 s timeout.
+GRACE_SECONDS = 60
 RECORD = re.compile(r"DTJOB_PROGRESS (\{[^{}]*\})")
 
 
@@ -133,10 +135,11 @@ def test_an_elastic_world_loses_a_worker_trains_on_and_grows_back_without_a_rest
 ) -> None:
     container = new_container(node_azurite)
     name = f"elastic-{framework[:5]}"
+    steps = STEPS if framework == "pytorch" else 2 * STEPS  # Keras's faster steps, its later leave
     create_tiny_job(
         real_jobs, name, node_azurite, container, framework=framework, workers=3,
         elastic={"minWorkers": 2, "maxWorkers": 3, "commitEverySteps": 5},
-        hyperparameters=tiny_training(stepsPerEpoch=STEPS),
+        hyperparameters=tiny_training(stepsPerEpoch=steps),
     )  # fmt: skip
     wait_for(lambda: training_at_step(real_jobs, name, 5), timeout=600, interval=0.5, what=f"{name} training")
     launcher = real_jobs.status(name)["launcher"]["pod"]
@@ -159,7 +162,7 @@ def test_an_elastic_world_loses_a_worker_trains_on_and_grows_back_without_a_rest
     assert metrics["worldSizes"][0] == 3 and 2 in metrics["worldSizes"] and metrics["worldSizes"][-1] == 3, (
         metrics
     )
-    assert metrics["globalStep"] == STEPS and metrics["weightsConsistent"] is True, metrics
+    assert metrics["globalStep"] == steps and metrics["weightsConsistent"] is True, metrics
     records = progress_records(real_jobs, node_azurite, container, name)
     shrink, grow, redone = resize_times(records, deleted_at, joined_at, full=3)
     with capsys.disabled():  # in the run's output even when the test passes
