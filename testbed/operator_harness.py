@@ -86,7 +86,8 @@ class OperatorProcess:
 
     Without leader election by default (one operator per test, whatever the machine the tests run on); with
     `leader_elect`, one of several replicas named `name`, whose Lease lives in the watched namespace.
-    `verbose` False: logging as deployed (the chart's default), for benchmarks."""
+    `verbose` False: logging as deployed (the chart's default), for benchmarks. `extra_namespaces`: more
+    namespaces it watches."""
 
     def __init__(
         self,
@@ -98,6 +99,7 @@ class OperatorProcess:
         leader_elect: bool = False,
         name: str = "operator",
         verbose: bool = True,
+        extra_namespaces: list[str] | None = None,
     ) -> None:
         self.extra_env = dict(env or {})
         self.kubeconfig = kubeconfig
@@ -106,6 +108,7 @@ class OperatorProcess:
         self.leader_elect = leader_elect
         self.name = name
         self.verbose = verbose
+        self.extra_namespaces = list(extra_namespaces or [])
         self.port = free_port()
         self.metrics_port = free_port() if metrics else 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -121,6 +124,7 @@ class OperatorProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dtjob", "operator", "--watch-namespace", self.namespace,
+             *(arg for ns in self.extra_namespaces for arg in ("--watch-namespace", ns)),
              *(["--verbose"] if self.verbose else []),
              "--liveness", f"http://127.0.0.1:{self.port}/healthz",
              "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
