@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import make_wsgi_app, start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from dtjob.config import load_config
@@ -20,7 +20,7 @@ from dtjob.kube.access_reviews import AccessReviews
 from dtjob.kube.connect import connect
 from dtjob.metrics import REGISTRY
 from dtjob.runtime import serving_cert
-from dtjob.runtime.metrics_access import MetricsGuard
+from dtjob.runtime.metrics_access import MetricsGuard, metrics_path_only
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # A client that connects and then says nothing is dropped after this long, so it holds one thread at most.
@@ -40,14 +40,10 @@ def serve(
     guard: Callable[[WsgiApp], WsgiApp] | None = None,
     tls: tuple[Path, Path] | None = None,
 ) -> WSGIServer:
-    """Serve /metrics from REGISTRY on a daemon thread: plain HTTP, or with `tls` (certificate, key) HTTPS
-    and every request through `guard` (dtjob.runtime.metrics_access)."""
-    if guard is None and tls is None:
-        server, _ = start_http_server(port, addr=address, registry=REGISTRY)
-        return server
+    """Serve /metrics (that path only) from REGISTRY on a daemon thread: plain HTTP, or with `tls`
+    (certificate, key) HTTPS and every request through `guard` (dtjob.runtime.metrics_access)."""
     app: WsgiApp = make_wsgi_app(REGISTRY)
-    if guard is not None:
-        app = guard(app)
+    app = guard(app) if guard is not None else metrics_path_only(app)
 
     class Server(ThreadingWSGIServer):
         address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
