@@ -55,6 +55,16 @@ def test_running_staging_reports_progress() -> None:
     assert "4/10 files" in d.status.message and d.requeue_after is not None
 
 
+def test_a_stager_waiting_for_another_on_its_destination_says_so() -> None:
+    snap = ProgressSnapshot("waiting", 0, 0, 0, 0, 0, 0, 3.0, 0.0, "waiting for another stager writing /data")
+    d = decide(
+        staged_spec(), Observed(staging=StagingOutcome("Running", snap)), JobStatus(phase="Staging"), NOW
+    )
+    assert d.status.phase == "Staging" and d.actions == []
+    assert d.status.staging == {**snap.to_status(), "phase": "waiting"}
+    assert d.status.message.endswith(": waiting for another job's stager writing there to finish")
+
+
 def test_staged_creates_the_world_and_is_remembered() -> None:
     d = decide(
         staged_spec(), Observed(staging=StagingOutcome("Succeeded", None)), JobStatus(phase="Staging"), NOW
@@ -83,7 +93,12 @@ def test_failed_staging_fails_the_job_with_its_reason() -> None:
 def test_finished_job_uploads_logs_before_cleanup_then_revokes_sas() -> None:
     output = {"account": "acct1", "container": "results", "credentials": CREDS}
     spec = job_spec(output=output)
-    finished = JobStatus(phase="Succeeded", start_time=format_time(NOW), completion_time=format_time(NOW))
+    finished = JobStatus(
+        phase="Succeeded",
+        start_time=format_time(NOW),
+        completion_time=format_time(NOW),
+        output_url="https://acct1.blob.core.windows.net/results/ml/rn50/u-1/",
+    )
     first = decide(spec, Observed(), finished, NOW)
     assert first.actions == [UploadLogs()]
     uploaded = decide(spec, Observed(), JobStatus(**{**finished.__dict__, "logs_uploaded": True}), NOW)

@@ -1,11 +1,12 @@
 """Stage a container prefix onto a local (or NFS) directory: parallel, resumable, atomic per file.
 
 A file counts as present when it has the blob's size and either the manifest records the same blob version
-(ETag or MD5) or its content hashes to the blob's Content-MD5. Everything else is downloaded to a hidden temp
-name beside its destination, checked against Content-MD5 when the blob has one, and renamed into place, so a
-file under its final name is always complete. A blob without Content-MD5 can be checked by its length only;
+(ETag or MD5) or its content hashes to the blob's Content-MD5. Everything else is downloaded to a temp file of
+its own beside its destination, checked against Content-MD5 when the blob has one, and renamed into place, so
+a file under its final name is always complete. A blob without Content-MD5 can be checked by its length only;
 the run says how many it fetched so (`dtjob data hash` records one). A run that fails removes its temp files
-and never writes the completion marker.
+and never writes the completion marker. One stager writes a destination at a time (dtjob.azure.stage_lock),
+and none follows a link under it (dtjob.azure.local_tree).
 """
 
 from __future__ import annotations
@@ -23,17 +24,21 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO
 
 from dtjob.azure.errors import StorageFailure
+from dtjob.azure.leftovers import report_stale, sweep_partial_files
+from dtjob.azure.local_tree import Directory, LocalTree
 from dtjob.azure.manifest import (
     COMPLETE_NAME,
+    LOCK_NAME,
     MANIFEST_NAME,
     PART_SUFFIX,
     Entry,
     ManifestWriter,
-    load_manifest,
+    parse_manifest,
 )
 from dtjob.azure.parallel import retry_once_on_denial, run_bounded
 from dtjob.azure.progress import Progress
-from dtjob.contract.transfer_report import ExitCode, ProgressSnapshot
+from dtjob.azure.stage_lock import DEFAULT_LOCK_WAIT_S, destination_lock
+from dtjob.contract.transfer_report import WAITING_PHASE, ExitCode, ProgressSnapshot
 from dtjob.datasets.imagenet_layout import is_marker
 from dtjob.names import directory_prefix
 
@@ -42,6 +47,8 @@ if TYPE_CHECKING:
 
 ClientFactory = Callable[[], "ContainerClient"]
 HASH_BLOCK = 4 * 1024 * 1024
+# Without a lock (a volume that keeps none) the sweep spares temp files another live stager may be writing.
+UNLOCKED_SWEEP_AGE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -51,10 +58,6 @@ class RemoteFile:
     size: int
     etag: str
     md5: str | None  # base64 Content-MD5, when the blob has one
-
-
-# How many stale local paths the stager names in its report (the count covers all of them).
-STALE_SHOWN = 10
 
 
 def relative_path(blob_name: str, prefix: str) -> str | None:
@@ -71,12 +74,14 @@ def relative_path(blob_name: str, prefix: str) -> str | None:
 
 def refuse_bookkeeping_name(remote: RemoteFile) -> None:
     """Refuse a blob whose local path is one of the stager's own files: the manifest and the completion
-    marker at the destination's root, or a temp file (swept as a killed run's leftover)."""
-    if remote.rel in (MANIFEST_NAME, COMPLETE_NAME) or PurePosixPath(remote.rel).name.endswith(PART_SUFFIX):
+    marker at the destination's root, a lock file (it marks a destination) or a temp file (swept as a killed
+    run's leftover)."""
+    name = PurePosixPath(remote.rel).name
+    if remote.rel in (MANIFEST_NAME, COMPLETE_NAME) or name == LOCK_NAME or name.endswith(PART_SUFFIX):
         raise StorageFailure(
             ExitCode.USAGE,
             f"blob name {remote.name!r} collides with the stager's own bookkeeping files "
-            f"({MANIFEST_NAME}, {COMPLETE_NAME}, *{PART_SUFFIX}): rename or remove it",
+            f"({MANIFEST_NAME}, {COMPLETE_NAME}, {LOCK_NAME}, *{PART_SUFFIX}): rename or remove it",
         )
 
 
@@ -95,65 +100,38 @@ def list_remote(client: ContainerClient, prefix: str) -> list[RemoteFile]:
     return files
 
 
-def file_md5_b64(path: Path) -> str:
+def fd_md5_b64(fd: int) -> str:
+    """The MD5 of the whole file open at `fd` (read with pread: its offset stays where it was)."""
     digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as f:
-        while block := f.read(HASH_BLOCK):
-            digest.update(block)
+    offset = 0
+    while block := os.pread(fd, HASH_BLOCK, offset):
+        digest.update(block)
+        offset += len(block)
     return base64.b64encode(digest.digest()).decode()
 
 
-def is_present(local: Path, remote: RemoteFile, entry: Entry | None) -> bool:
-    try:
-        if local.stat().st_size != remote.size:
-            return False
-    except FileNotFoundError:
+def file_md5_b64(path: Path) -> str:
+    with path.open("rb") as f:
+        return fd_md5_b64(f.fileno())
+
+
+def is_present(directory: Directory, name: str, remote: RemoteFile, entry: Entry | None) -> bool:
+    """Whether `name` in `directory` is a regular file holding the blob (a link there never is)."""
+    if directory.regular_size(name) != remote.size:
         return False
     if entry is not None and entry.size == remote.size and _same_version(entry, remote):
         return True
-    return remote.md5 is not None and file_md5_b64(local) == remote.md5
+    if remote.md5 is None:
+        return False
+    fd = directory.open(name)
+    try:
+        return fd_md5_b64(fd) == remote.md5
+    finally:
+        os.close(fd)
 
 
 def _same_version(entry: Entry, remote: RemoteFile) -> bool:
     return entry.etag == remote.etag or (remote.md5 is not None and entry.md5 == remote.md5)
-
-
-def sweep_partial_files(dest: Path) -> int:
-    """Remove temp files a killed run left behind."""
-    removed = 0
-    for dirpath, _dirs, names in os.walk(dest):
-        for name in names:
-            if name.endswith(PART_SUFFIX):
-                (Path(dirpath) / name).unlink(missing_ok=True)
-                removed += 1
-    return removed
-
-
-def stale_files(dest: Path, listed: set[str]) -> list[str]:
-    """Files under dest that the listing no longer has (its own bookkeeping aside), sorted."""
-    stale = []
-    for dirpath, _dirs, names in os.walk(dest):
-        for name in names:
-            rel = (Path(dirpath) / name).relative_to(dest).as_posix()
-            if rel in (MANIFEST_NAME, COMPLETE_NAME) or name.endswith(PART_SUFFIX) or rel in listed:
-                continue
-            stale.append(rel)
-    return sorted(stale)
-
-
-def report_stale(dest: Path, listed: set[str], prefix: str, shown: int = STALE_SHOWN) -> list[str]:
-    """Stale files are kept, never deleted (the destination may hold what a job or a person put there), and
-    reported on stderr: how many, and the first few paths."""
-    stale = stale_files(dest, listed)
-    if stale:
-        more = f" and {len(stale) - shown} more" if len(stale) > shown else ""
-        print(
-            f"stager: kept {len(stale)} local file(s) under {dest} that are not under prefix {prefix!r}: "
-            f"{', '.join(stale[:shown])}{more}",
-            file=sys.stderr,
-            flush=True,
-        )
-    return stale
 
 
 def report_unhashed(count: int, prefix: str) -> None:
@@ -165,10 +143,6 @@ def report_unhashed(count: int, prefix: str) -> None:
             file=sys.stderr,
             flush=True,
         )
-
-
-def part_path(final: Path) -> Path:
-    return final.with_name(f".{final.name}{PART_SUFFIX}")
 
 
 @dataclass
@@ -187,6 +161,8 @@ class Stager:
     range_concurrency: int = 4
     # Paths under the prefix left out (e.g. a run's `logs/` when only its results are wanted).
     skip_prefixes: tuple[str, ...] = ()
+    # How long to wait for another stager writing the same destination.
+    lock_wait_s: float = DEFAULT_LOCK_WAIT_S
     # Blobs fetched in this run that had no Content-MD5 (checked by length only).
     unhashed: int = field(default=0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -194,57 +170,78 @@ class Stager:
     def run(self, prefix: str) -> ProgressSnapshot:
         prefix = directory_prefix(prefix)
         try:
-            self.dest.mkdir(parents=True, exist_ok=True)
-            marker = self.dest / COMPLETE_NAME
-            # Only a run that did not finish can have left temp files; a finished tree is not walked again.
-            finished_before = marker.exists()
-            marker.unlink(missing_ok=True)
-            listed = retry_once_on_denial(lambda: list_remote(self.client(), prefix), self.refresh)
-            # `dtjob data prepare-imagenet`'s completion markers are bookkeeping, not data.
-            remotes = [r for r in listed if not r.rel.startswith(self.skip_prefixes) and not is_marker(r.rel)]
-            if not remotes:
-                raise StorageFailure(ExitCode.NOT_FOUND, f"{self.subject}: no blobs under prefix {prefix!r}")
-            for remote in remotes:
-                refuse_bookkeeping_name(remote)
-            entries = load_manifest(self.dest / MANIFEST_NAME)
-            if not finished_before:
-                sweep_partial_files(self.dest)
-            self.progress.planned(len(remotes), sum(r.size for r in remotes))
-            self.progress.set_phase("transferring")
-            manifest = ManifestWriter(self.dest / MANIFEST_NAME)
-            try:
-                self._run_all(remotes, entries, manifest)
-            finally:
-                manifest.close()
-            report_unhashed(self.unhashed, prefix)
-            report_stale(self.dest, {r.rel for r in remotes}, prefix)
-            snapshot = self.progress.snapshot()
-            _write_marker(marker, prefix, snapshot)
+            with (
+                LocalTree(self.dest) as tree,
+                destination_lock(tree.top, self.lock_wait_s, self._waiting) as locked,
+            ):
+                self.progress.set_phase("listing")
+                self._stage(tree, prefix, locked)
         except Exception as err:
             raise self.progress.failed(err, self.subject, self.credentials_hint) from err
         self.progress.set_phase("done")
         return self.progress.snapshot()
 
+    def _waiting(self) -> None:
+        message = f"waiting for another stager writing {self.dest}"
+        print(f"stager: {message}", file=sys.stderr, flush=True)
+        self.progress.set_phase(WAITING_PHASE, message)
+
+    def _stage(self, tree: LocalTree, prefix: str, locked: bool) -> None:
+        # Only a run that did not finish can have left temp files; a finished tree is not walked again.
+        finished_before = tree.top.exists(COMPLETE_NAME)
+        tree.top.remove(COMPLETE_NAME)
+        remotes = self._listing(prefix)
+        entries = parse_manifest(tree.top.read_text(MANIFEST_NAME))
+        if not finished_before:
+            sweep_partial_files(tree, 0.0 if locked else UNLOCKED_SWEEP_AGE_S)
+        self.progress.planned(len(remotes), sum(r.size for r in remotes))
+        self.progress.set_phase("transferring")
+        manifest = ManifestWriter(tree.top.open(MANIFEST_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+        try:
+            self._run_all(tree, remotes, entries, manifest)
+        finally:
+            manifest.close()
+        report_unhashed(self.unhashed, prefix)
+        report_stale(tree, {r.rel for r in remotes}, prefix)
+        tree.top.write_text(COMPLETE_NAME, _marker_text(prefix, self.progress.snapshot()))
+
+    def _listing(self, prefix: str) -> list[RemoteFile]:
+        listed = retry_once_on_denial(lambda: list_remote(self.client(), prefix), self.refresh)
+        # `dtjob data prepare-imagenet`'s completion markers are bookkeeping, not data.
+        remotes = [r for r in listed if not r.rel.startswith(self.skip_prefixes) and not is_marker(r.rel)]
+        if not remotes:
+            raise StorageFailure(ExitCode.NOT_FOUND, f"{self.subject}: no blobs under prefix {prefix!r}")
+        for remote in remotes:
+            refuse_bookkeeping_name(remote)
+        return remotes
+
     def _run_all(
-        self, remotes: list[RemoteFile], entries: dict[str, Entry], manifest: ManifestWriter
+        self, tree: LocalTree, remotes: list[RemoteFile], entries: dict[str, Entry], manifest: ManifestWriter
     ) -> None:
         def work(remote: RemoteFile, cancel: threading.Event) -> None:
             if not cancel.is_set():
-                self._one(remote, entries.get(remote.rel), manifest, cancel)
+                self._one(tree, remote, entries.get(remote.rel), manifest, cancel)
 
         run_bounded(remotes, work, self.concurrency, "stage")
 
     def _one(
-        self, remote: RemoteFile, entry: Entry | None, manifest: ManifestWriter, cancel: threading.Event
+        self,
+        tree: LocalTree,
+        remote: RemoteFile,
+        entry: Entry | None,
+        manifest: ManifestWriter,
+        cancel: threading.Event,
     ) -> None:
-        final = self.dest / remote.rel
-        if is_present(final, remote, entry):
-            self.progress.skipped(remote.size)
-            if entry is None or entry.etag != remote.etag:
-                manifest.record(remote.rel, Entry(remote.size, remote.etag, remote.md5))
-            return
-        final.parent.mkdir(parents=True, exist_ok=True)
-        md5 = retry_once_on_denial(lambda: self._download_verified(remote, final, cancel), self.refresh)
+        rel = PurePosixPath(remote.rel)
+        with tree.directory(rel.parent.as_posix()) as directory:
+            if is_present(directory, rel.name, remote, entry):
+                self.progress.skipped(remote.size)
+                if entry is None or entry.etag != remote.etag:
+                    manifest.record(remote.rel, Entry(remote.size, remote.etag, remote.md5))
+                return
+            md5 = retry_once_on_denial(
+                lambda: self._download_verified(remote, directory, rel.name, cancel), self.refresh
+            )
         self.progress.file_done()
         if remote.md5 is None:
             with self._lock:
@@ -252,12 +249,13 @@ class Stager:
         # The MD5 computed for a blob without one lets a later run know it once `dtjob data hash` records it.
         manifest.record(remote.rel, Entry(remote.size, remote.etag, remote.md5 or md5))
 
-    def _download_verified(self, remote: RemoteFile, final: Path, cancel: threading.Event) -> str:
+    def _download_verified(
+        self, remote: RemoteFile, directory: Directory, name: str, cancel: threading.Event
+    ) -> str:
         for _attempt in range(2):
-            md5, size = self._download(remote, final, cancel)
+            md5, size = self._download(remote, directory, name, cancel)
             if _verified(remote, md5, size):
                 return md5
-        part_path(final).unlink(missing_ok=True)
         if size != remote.size:
             raise StorageFailure(
                 ExitCode.INTEGRITY,
@@ -269,11 +267,13 @@ class Stager:
             f"{self.subject}: {remote.name} does not match its Content-MD5 (2 attempts)",
         )
 
-    def _download(self, remote: RemoteFile, final: Path, cancel: threading.Event) -> tuple[str, int]:
-        """The blob into its temp file, moved into place only when verified; its MD5 and length."""
-        part = part_path(final)
+    def _download(
+        self, remote: RemoteFile, directory: Directory, name: str, cancel: threading.Event
+    ) -> tuple[str, int]:
+        """The blob into a temp file of its own, moved onto `name` only when verified; its MD5 and length."""
+        temp, fd = directory.new_temp()
         try:
-            with part.open("wb") as out:
+            with os.fdopen(fd, "wb") as out:
                 if remote.size >= self.large_file_bytes:
                     md5 = self._download_ranges(remote, out)
                 else:
@@ -283,10 +283,10 @@ class Stager:
                     os.fsync(out.fileno())
                 size = os.fstat(out.fileno()).st_size
             if _verified(remote, md5, size):
-                part.replace(final)
+                directory.replace(temp, name)
             return md5, size
         finally:
-            part.unlink(missing_ok=True)
+            directory.remove(temp)
 
     def _download_stream(self, remote: RemoteFile, out: BinaryIO, cancel: threading.Event) -> str:
         digest = hashlib.md5(usedforsecurity=False)
@@ -314,7 +314,7 @@ class Stager:
         stream.readinto(out)
         out.flush()
         self.progress.add_bytes(remote.size - sent)
-        return file_md5_b64(Path(out.name))
+        return fd_md5_b64(out.fileno())
 
 
 def _verified(remote: RemoteFile, md5: str, size: int) -> bool:
@@ -322,13 +322,11 @@ def _verified(remote: RemoteFile, md5: str, size: int) -> bool:
     return size == remote.size and (remote.md5 is None or md5 == remote.md5)
 
 
-def _write_marker(marker: Path, prefix: str, snapshot: ProgressSnapshot) -> None:
+def _marker_text(prefix: str, snapshot: ProgressSnapshot) -> str:
     body = {
         "prefix": prefix,
         "files": snapshot.files_total,
         "bytes": snapshot.bytes_total,
         "finishedAt": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    tmp = marker.with_name(marker.name + PART_SUFFIX)
-    tmp.write_text(json.dumps(body) + "\n")
-    tmp.replace(marker)
+    return json.dumps(body) + "\n"

@@ -11,12 +11,13 @@ import json
 import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO
 
 MANIFEST_NAME = ".dtjob-manifest.jsonl"
 COMPLETE_NAME = ".dtjob-staged.json"
 PART_SUFFIX = ".dtjob-part"
+# Locked by the stager writing the destination (dtjob.azure.stage_lock): a directory holding one is one.
+LOCK_NAME = ".dtjob-stage.lock"
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,9 @@ class Entry:
     md5: str | None  # base64, as Blob Storage reports Content-MD5
 
 
-def load_manifest(path: Path) -> dict[str, Entry]:
+def parse_manifest(text: str) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return entries
-    for line in lines:
+    for line in text.splitlines():
         try:
             raw = json.loads(line)
             entries[raw["path"]] = Entry(int(raw["size"]), str(raw["etag"]), raw.get("md5"))
@@ -42,10 +39,11 @@ def load_manifest(path: Path) -> dict[str, Entry]:
 
 
 class ManifestWriter:
-    """Appends entries from many threads; each line is written with one write() and flushed."""
+    """Appends entries from many threads to the file open at `fd` (for appending); each line is written with
+    one write() and flushed."""
 
-    def __init__(self, path: Path) -> None:
-        self._file: IO[str] = path.open("a")
+    def __init__(self, fd: int) -> None:
+        self._file: IO[str] = os.fdopen(fd, "a", encoding="utf-8")
         self._lock = threading.Lock()
 
     def record(self, rel_path: str, entry: Entry) -> None:

@@ -28,11 +28,13 @@ class ExitCode(IntEnum):
 
 
 PROGRESS_MARKER = "DTJOB_PROGRESS "
+# The phase of a stager waiting for another stager to finish writing the same destination.
+WAITING_PHASE = "waiting"
 
 
 @dataclass(frozen=True)
 class ProgressSnapshot:
-    phase: str  # listing | transferring | done | failed
+    phase: str  # waiting | listing | transferring | done | failed
     files_total: int
     files_done: int  # transferred in this run
     files_skipped: int  # already present and verified

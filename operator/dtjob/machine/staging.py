@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dtjob.contract.transfer_report import WAITING_PHASE
 from dtjob.machine.builder import Builder
 from dtjob.machine.finish import finish
 from dtjob.machine.refused_pods import refused_pod, wait_refused
@@ -66,6 +67,8 @@ def stage(b: Builder, spec: JobSpec, observed: Observed, outcome: StagingOutcome
 
 def _staging_text(outcome: StagingOutcome) -> str:
     p = outcome.progress
+    if p is not None and p.phase == WAITING_PHASE:
+        return ": waiting for another job's stager writing there to finish"
     if p is None or not p.files_total:
         return ""
     return (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit
 from dtjob.azure.clients import SasFileSource
 from dtjob.azure.errors import StorageFailure
 from dtjob.azure.progress import Progress
+from dtjob.azure.stage_lock import DEFAULT_LOCK_WAIT_S
 from dtjob.contract import results_upload
 from dtjob.contract.transfer_report import ExitCode
 from dtjob.stager.reporter import Reporter
@@ -53,6 +55,13 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--no-fsync", action="store_true", help="skip fsync before each rename (faster, less durable)"
         )
+        parser.add_argument(
+            "--lock-wait",
+            type=float,
+            default=DEFAULT_LOCK_WAIT_S,
+            help="seconds to wait for another stager writing the same destination "
+            f"(default {DEFAULT_LOCK_WAIT_S:.0f})",
+        )
     else:
         parser.add_argument("--src", type=Path, required=True, help="local directory to upload")
         parser.add_argument(
@@ -90,6 +99,7 @@ def _transfer(command: str, args: argparse.Namespace, source: SasFileSource, pro
             args.credentials_hint,
             concurrency=args.concurrency,
             fsync=not args.no_fsync,
+            lock_wait_s=args.lock_wait,
         ).run(args.prefix)
     else:
         from dtjob.azure.upload import Uploader
@@ -103,6 +113,7 @@ def _transfer(command: str, args: argparse.Namespace, source: SasFileSource, pro
             args.credentials_hint,
             concurrency=args.concurrency,
             skip_existing=not args.overwrite,
+            manifest=results_upload.MANIFEST_NAME,
         ).run(args.src, args.prefix)
 
 
@@ -115,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     termination = args.termination_file
     if termination is None and DEFAULT_TERMINATION_FILE.exists():
         termination = DEFAULT_TERMINATION_FILE
-    if command == "upload" and args.retry_for > 0:
+    if command == "upload":
         return _upload_with_retries(args, termination)
     source = SasFileSource(args.container_url_file, args.sas_file, concurrency=args.concurrency)
     progress = Progress()
@@ -151,10 +162,12 @@ def _attempt(
 def _upload_with_retries(args: argparse.Namespace, termination: Path | None) -> int:
     """The results upload: a try, and while storage refuses, more tries with backoff for --retry-for
     seconds, each with the token read again from its file (the operator rotates it). One line per try on
-    stderr, which the operator reads from the launcher's log (dtjob.contract.results_upload)."""
+    stderr, which the operator reads from the launcher's log (dtjob.contract.results_upload); the last names
+    this pod (its hostname, the pod's name), which holds the results."""
     started = time.monotonic()
     deadline = started + args.retry_for
-    print(results_upload.started_line(), file=sys.stderr, flush=True)
+    pod = socket.gethostname()
+    print(results_upload.started_line(pod), file=sys.stderr, flush=True)
     attempt = 0
     while True:
         attempt += 1
@@ -165,7 +178,7 @@ def _upload_with_retries(args: argparse.Namespace, termination: Path | None) -> 
         except StorageFailure as failure:
             left = deadline - time.monotonic()
             if failure.code not in RETRYABLE or left <= 0:
-                line = results_upload.failed_line(attempt, time.monotonic() - started, failure.reason)
+                line = results_upload.failed_line(attempt, time.monotonic() - started, failure.reason, pod)
                 print(line, file=sys.stderr, flush=True)
                 return failure.code
             wait = min(results_upload.backoff_seconds(attempt), left)
@@ -173,8 +186,8 @@ def _upload_with_retries(args: argparse.Namespace, termination: Path | None) -> 
             time.sleep(wait)
             continue
         snap = progress.snapshot()
-        print(results_upload.done_line(snap.files_done + snap.files_skipped, snap.bytes_total, attempt),
-              file=sys.stderr, flush=True)  # fmt: skip
+        done = results_upload.done_line(snap.files_done + snap.files_skipped, snap.bytes_total, attempt, pod)
+        print(done, file=sys.stderr, flush=True)
         return ExitCode.OK
 
 
