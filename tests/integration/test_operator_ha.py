@@ -233,7 +233,7 @@ def test_a_fenced_client_writes_nothing_to_the_api_server(jobs: Jobs, api_client
         lambda: ensure(kube, config_map),
         lambda: patch_status(kube, jobs.ns, "fenced", {"phase": "Running"}, version),
         lambda: kube.emit_event(job, "Normal", "Fenced", "must not be posted", datetime.now(UTC)),
-        lambda: delete_training_job(kube, jobs.ns, "fenced"),
+        lambda: delete_training_job(kube, jobs.ns, "fenced", job["metadata"]["uid"]),
         lambda: delete_pods(kube, jobs.ns, "dtjob.io/job-name=fenced", "uid"),
         lambda: delete_owned(kube, "Secret", jobs.ns, "fenced-ssh", "uid"),
         lambda: kube.delete("Pod", jobs.ns, "fenced-worker-0"),

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import pytest
 from dtjob.kube.client import KubeClient
-from dtjob.kube.connect import _DeadlineApiClient
+from dtjob.kube.connect import DeadlineApiClient
 from kubernetes import client
 
 
@@ -47,7 +47,7 @@ def kube() -> Iterator[KubeClient]:
     configuration = client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
     ApiServerStandIn.connections = set()
     try:
-        yield KubeClient(_DeadlineApiClient(configuration, (5, 5)))
+        yield KubeClient(DeadlineApiClient(configuration, (5, 5)))
     finally:
         server.shutdown()
 

@@ -48,7 +48,7 @@ def test_an_evicted_worker_is_deleted_then_replaced_not_restarted() -> None:
     evicted = worker(1, phase="Failed", ready=False, disruption=COLLECTED)
     d = decide(elastic(), Observed(pods=three(evicted), launcher=running_launcher()), trained(), NOW)
     assert d.status.restarts == 0 and d.status.phase == "Running"
-    assert d.actions == [DeletePod("rn50-worker-1")]
+    assert d.actions == [DeletePod("rn50-worker-1", "uid-w1-a0")]
     # One going away gracefully (as at a spot eviction's notice) holds its name until it is gone.
     going = worker(1, deleting=True, deletion_deadline=NOW + timedelta(seconds=30), disruption=EVICTED)
     d = decide(elastic(), Observed(pods=three(going), launcher=running_launcher()), trained(), NOW)
@@ -110,7 +110,7 @@ def test_an_edit_of_workers_resizes_the_running_elastic_world() -> None:
     assert CreateWorker(3, 0) in d.actions and d.status.restarts == 0
     shrunk = job_spec(workers=2, elastic=ELASTIC)
     d = decide(shrunk, Observed(pods=three(), launcher=running_launcher()), trained(), NOW)
-    assert DeletePod("rn50-worker-2") in d.actions and d.status.restarts == 0
+    assert DeletePod("rn50-worker-2", "uid-w2-a0") in d.actions and d.status.restarts == 0
 
 
 def test_a_non_elastic_world_still_restarts_when_a_worker_vanishes() -> None:

@@ -62,7 +62,10 @@ def test_a_users_exit_code_fails_the_job_without_a_restart() -> None:
         failed.message
     )
     # The world is freed (cleanPodPolicy Running): the workers still running go.
-    assert DeletePod("rn50-worker-0") in d.actions and DeletePod("rn50-worker-1") in d.actions
+    assert (
+        DeletePod("rn50-worker-0", "uid-rn50-worker-0") in d.actions
+        and DeletePod("rn50-worker-1", "uid-rn50-worker-1") in d.actions
+    )
 
 
 @pytest.mark.parametrize(
@@ -137,7 +140,7 @@ def test_an_image_that_never_pulls_fails_after_the_startup_deadline() -> None:
         f"worker pod rn50-worker-1 still cannot start 300s after it was created "
         f"(runPolicy.startupDeadlineSeconds): {PULL}"
     )
-    assert DeletePod("rn50-worker-1") in later.actions  # the GPUs it holds are freed
+    assert DeletePod("rn50-worker-1", "uid-rn50-worker-1") in later.actions  # the GPUs it holds are freed
 
 
 def test_without_a_deadline_a_stuck_pod_waits_and_an_invalid_image_fails_at_once() -> None:

@@ -3,24 +3,28 @@ of dtjob.kube.rest.RESOURCES, a container's log, and Events. It knows nothing of
 get-or-create, owner checks and drift live in dtjob.reconcile.ensure, the caches in dtjob.runtime.
 
 Every call has a deadline and bounded retries (dtjob.kube.connect), and is refused unless
-dtjob.kube.permissions grants it. Every write first checks the client's fence: with leader election, a replica
-that does not hold the Lease raises NotLeader (dtjob.runtime.lease) instead of writing, whatever asked.
+dtjob.kube.permissions grants it. Every write goes through the client's fence: with leader election, a replica
+that does not hold the Lease raises NotLeader (dtjob.runtime.lease) instead of writing, whatever asked; and a
+write's tries, retries included, start only while it holds the Lease and each is cut off when its hold runs
+out, so no write of a deposed leader is still being tried once another replica may lead.
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Generator, Mapping
+import time
+from collections.abc import Callable, Generator, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dtjob import API_GROUP, API_VERSION, KIND
-from dtjob.fence import Fence, Unfenced
+from dtjob.fence import Fence, NotLeader, Unfenced
+from dtjob.kube.connect import RETRIED_STATUSES, DeadlineApiClient, retries_of, single_try
 from dtjob.kube.errors import (
     ApiNotServed,
     Conflict,
@@ -47,7 +51,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 # API groups the API server itself serves: a create answered 404 there means the namespace is gone, while
 # for any other group it means the CRD behind the kind is not installed.
-BUILT_IN_GROUPS = frozenset({"", "batch", "networking.k8s.io", "coordination.k8s.io"})
+BUILT_IN_GROUPS = frozenset({"", "batch", "networking.k8s.io", "coordination.k8s.io", "discovery.k8s.io"})
 
 
 class Kube(Protocol):
@@ -100,19 +104,61 @@ class Kube(Protocol):
         """NotLeader unless this replica may write (Blob Storage writes ask before they start)."""
 
 
+T = TypeVar("T")
+# The pause before a write's next try: 0.2 s, 0.4 s, 0.8 s..., at most BACKOFF_MAX_S (as connect()'s retries).
+BACKOFF_S = 0.2
+BACKOFF_MAX_S = 5.0
+
+
+def _within(api_client: DeadlineApiClient, left_s: float) -> tuple[float, float]:
+    """The client's (connect, read) deadlines, each cut to the `left_s` seconds the fence still allows."""
+    connect_s, read_s = api_client.timeout
+    return min(connect_s, left_s), min(read_s, left_s)
+
+
 class KubeClient:
     """Kube over the official client's connection, against a real API server."""
 
     def __init__(self, api_client: client.ApiClient, fence: Fence | None = None) -> None:
         self.api_client = api_client
         self.fence: Fence = fence or Unfenced()
+        # Writes are tried by _write(), which retries them as `api_client` would, each try within the fence.
+        self.write_client = single_try(api_client)
+        self.write_retries = retries_of(api_client)
+
+    def _write(self, call: Callable[[client.ApiClient, tuple[float, float]], T]) -> T:
+        """`call(client, timeout)`, tried again as connect() retries a call (a 429 or 5xx answer, a broken
+        connection; a timed-out read once), but every try starts only while the fence allows a write and is
+        cut off when it no longer does: NotLeader instead of a try that could land after the Lease is lost."""
+        timed_out = False
+        for attempt in range(self.write_retries + 1):
+            timeout = _within(self.write_client, self.fence.remaining_s())
+            last = attempt == self.write_retries
+            try:
+                return call(self.write_client, timeout)
+            except ApiException as err:
+                if err.status not in RETRIED_STATUSES or last:
+                    raise
+            except urllib3.exceptions.ReadTimeoutError:
+                if last or timed_out:
+                    raise
+                timed_out = True
+            except (urllib3.exceptions.HTTPError, OSError):
+                if last:
+                    raise
+            pause = min(BACKOFF_S * 2**attempt, BACKOFF_MAX_S)
+            if pause >= self.fence.remaining_s():
+                raise NotLeader("the leader Lease would run out before the write could be tried again")
+            time.sleep(pause)
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def create(self, obj: Json) -> Json | None:
-        self.fence.check()
         kind, meta, version = obj["kind"], obj["metadata"], obj.get("apiVersion")
         try:
-            answer = api_call(
-                self.api_client, "create", kind, meta["namespace"], body=obj, api_version=version
+            answer = self._write(
+                lambda api, timeout: api_call(
+                    api, "create", kind, meta["namespace"], body=obj, timeout=timeout, api_version=version
+                )
             )
         except ApiException as err:
             if err.status == 409:
@@ -158,9 +204,12 @@ class KubeClient:
     def patch(
         self, kind: str, namespace: str, name: str, body: Any, api_version: str | None = None
     ) -> Json | None:
-        self.fence.check()
         try:
-            answer = api_call(self.api_client, "patch", kind, namespace, name, body, api_version=api_version)
+            answer = self._write(
+                lambda api, timeout: api_call(
+                    api, "patch", kind, namespace, name, body, timeout=timeout, api_version=api_version
+                )
+            )
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -171,22 +220,18 @@ class KubeClient:
         return read_json(answer)
 
     def replace(self, obj: Json, resource_version: str) -> None:
-        self.fence.check()
         kind, meta = obj["kind"], obj["metadata"]
         body = {**obj, "metadata": {**meta, "resourceVersion": resource_version}}
         version = obj.get("apiVersion")
         try:
-            discard(
-                api_call(
-                    self.api_client,
-                    "update",
-                    kind,
-                    meta["namespace"],
-                    meta["name"],
-                    body,
-                    api_version=version,
+            self._write(
+                lambda api, timeout: discard(
+                    api_call(
+                        api, "update", kind, meta["namespace"], meta["name"], body, timeout=timeout,
+                        api_version=version,
+                    )
                 )
-            )
+            )  # fmt: skip
         except ApiException as err:
             if err.status == 409:
                 raise Conflict(f"{kind} {meta['namespace']}/{meta['name']} changed; retrying") from err
@@ -197,7 +242,6 @@ class KubeClient:
         self, kind: str, namespace: str, name: str, api_version: str | None = None, uid: str | None = None,
         grace_period_s: int | None = None, background: bool = False,
     ) -> bool:  # fmt: skip
-        self.fence.check()
         options: Json = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if uid is not None:
             options["preconditions"] = {"uid": uid}
@@ -206,8 +250,19 @@ class KubeClient:
         if background:  # the object goes at once; the garbage collector removes its dependents
             options["propagationPolicy"] = "Background"
         try:
-            discard(
-                api_call(self.api_client, "delete", kind, namespace, name, options, api_version=api_version)
+            self._write(
+                lambda api, timeout: discard(
+                    api_call(
+                        api,
+                        "delete",
+                        kind,
+                        namespace,
+                        name,
+                        options,
+                        timeout=timeout,
+                        api_version=api_version,
+                    )
+                )
             )
         except ApiException as err:
             if err.status in (404, 409):  # gone, or the name now belongs to another object
@@ -269,9 +324,10 @@ class KubeClient:
             response.release_conn()
 
     def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
-        self.fence.check()
         involved = reference(obj, f"{API_GROUP}/{API_VERSION}", KIND)
-        post_event(self.api_client, involved, kind, reason, message, now)
+        self._write(
+            lambda api, timeout: post_event(api, involved, kind, reason, message, now, timeout=timeout)
+        )
 
     def check_leader(self) -> None:
         self.fence.check()

@@ -3,6 +3,7 @@ every call, bounded retries, and each call's latency and failure recorded (dtjob
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from dtjob import metrics
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
-class _DeadlineApiClient(client.ApiClient):
+class DeadlineApiClient(client.ApiClient):
     """An ApiClient whose every call has a deadline: `timeout` (connect, read) unless the call names its own,
     so that an API server that never answers cannot hold a reconcile's thread forever. Every call passes
     here, so here its latency and failure are recorded (dtjob.metrics), once for all call sites."""
@@ -74,4 +75,20 @@ def connect(
         backoff_max=5,
         raise_on_status=False,  # the last answer reaches the caller as an ApiException
     )
-    return _DeadlineApiClient(configuration, (connect_timeout, read_timeout))
+    return DeadlineApiClient(configuration, (connect_timeout, read_timeout))
+
+
+def single_try(api_client: client.ApiClient) -> DeadlineApiClient:
+    """A client of the same API server, credentials and deadlines as `api_client`, whose calls are tried
+    once: its caller retries them itself, deciding before each try whether it may still make one (the
+    leader's writes, dtjob.kube.client)."""
+    configuration = copy.copy(api_client.configuration)
+    configuration.retries = False  # urllib3 raises the first failure; an answer is returned as it is
+    timeout = api_client.timeout if isinstance(api_client, DeadlineApiClient) else (10.0, 20.0)
+    return DeadlineApiClient(configuration, timeout)
+
+
+def retries_of(api_client: client.ApiClient) -> int:
+    """How many times `api_client` tries a call again after a failed answer (connect()'s `retries`)."""
+    retry = api_client.configuration.retries
+    return int(retry.status or 0) if isinstance(retry, Retry) else 0

@@ -36,8 +36,10 @@ def post_event(
     message: str,
     now: datetime,
     instance: str = COMPONENT,
+    timeout: tuple[float, float] | None = None,
 ) -> None:
-    """An Event about `involved` (an object reference) of type `kind` (Normal, Warning)."""
+    """An Event about `involved` (an object reference) of type `kind` (Normal, Warning); `timeout`: the
+    call's (connect, read) deadlines, else the client's."""
     event = {
         "apiVersion": "v1",
         "kind": "Event",
@@ -56,6 +58,6 @@ def post_event(
         "source": {"component": COMPONENT},
     }
     try:
-        discard(api_call(api_client, "create", "Event", involved["namespace"], body=event))
+        discard(api_call(api_client, "create", "Event", involved["namespace"], body=event, timeout=timeout))
     except ApiException as err:  # events are best effort: never fail a reconcile over one
         log.warning("could not post event %s on %s: %s", reason, involved["name"], err.reason)

@@ -62,7 +62,7 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
         if pod.deleting or pod.attempt != attempt or pod.kueue_eviction:
             blocked.add(pod.name)
             if not pod.deleting:
-                b.actions.append(DeletePod(pod.name))
+                b.actions.append(DeletePod(pod.name, pod.uid))
             else:
                 release_when_ended(b, pod)
     missing = [i for i in range(size) if i not in live and names.worker_name(spec.name, i) not in blocked]

@@ -1,23 +1,27 @@
-"""Deletes over the thin client (dtjob.kube.client.Kube) that touch only what is ours: each object is read,
-its owner checked (a name, or a label, is anyone's to set), and deleted on the condition of the UID that was
-read, so nothing created in between is ever deleted. Delete-if-present: a 404 is success."""
+"""Deletes over the thin client (dtjob.kube.client.Kube) that touch only what is ours: each object is read (or
+was observed), its owner checked (a name, or a label, is anyone's to set), and deleted on the condition of the
+UID that was read, so nothing created in between is ever deleted. Delete-if-present: a 404 is success."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
-from dtjob import KIND
+from dtjob import KIND, names
 from dtjob.desired.owned import owner_uids
 from dtjob.kube.client import Conflict, Kube
+from dtjob.state.hosts import StaleSlice
 
 log = logging.getLogger(__name__)
 
 
 def delete_owned(
-    kube: Kube, kind: str, namespace: str, name: str, owner_uid: str, api_version: str | None = None
-) -> None:
-    """Delete the object only while `owner_uid` owns it (a Secret, a PodGroup: the name alone may be another
-    owner's). A cluster that does not serve the kind's API has none to delete."""
+    kube: Kube, kind: str, namespace: str, name: str, owner_uid: str, api_version: str | None = None,
+    background: bool = False,
+) -> None:  # fmt: skip
+    """Delete the object only while `owner_uid` owns it (a Secret, a PodGroup, the launcher Job: the name
+    alone may be another owner's). A cluster that does not serve the kind's API has none to delete.
+    `background`: the object goes at once and the garbage collector removes its dependents."""
     kube.check_leader()  # a standby reads nothing it could not act on
     found = kube.get(kind, namespace, name, api_version)
     if found is None:
@@ -25,7 +29,8 @@ def delete_owned(
     if owner_uid not in owner_uids(found):
         log.warning("left %s %s/%s alone: it is not owned by %s", kind, namespace, name, owner_uid)
         return
-    kube.delete(kind, namespace, name, api_version, uid=(found.get("metadata") or {}).get("uid"))
+    uid = (found.get("metadata") or {}).get("uid")
+    kube.delete(kind, namespace, name, api_version, uid=uid, background=background)
 
 
 def delete_pods(kube: Kube, namespace: str, label_selector: str, owner_uid: str) -> None:
@@ -37,8 +42,13 @@ def delete_pods(kube: Kube, namespace: str, label_selector: str, owner_uid: str)
             kube.delete("Pod", namespace, meta["name"], uid=meta.get("uid"))
 
 
-def delete_pod(kube: Kube, namespace: str, name: str) -> None:
-    kube.delete("Pod", namespace, name)
+def delete_pod(kube: Kube, namespace: str, name: str, uid: str) -> None:
+    """The pod observed with `uid`; a pod of that name with another UID (created since) stays."""
+    if not uid:
+        log.warning("left Pod %s/%s alone: deleted only by the UID it was observed with, and it had none",
+                    namespace, name)  # fmt: skip
+        return
+    kube.delete("Pod", namespace, name, uid=uid)
 
 
 def force_delete_pod(kube: Kube, namespace: str, name: str, uid: str) -> bool:
@@ -74,10 +84,38 @@ def remove_pod_finalizer(kube: Kube, namespace: str, name: str, uid: str, finali
     return True
 
 
-def delete_batch_job(kube: Kube, namespace: str, name: str) -> None:
-    """Background: the Job object goes at once and the garbage collector removes its pods."""
-    kube.delete("Job", namespace, name, background=True)
+def delete_launcher(kube: Kube, namespace: str, job_name: str, job_uid: str) -> None:
+    """The job's launcher Job, while `job_uid` owns it, on the condition of the UID it was listed with (also
+    one created a moment ago, not yet observed); background: the Job goes at once and the garbage collector
+    removes its pods."""
+    kube.check_leader()  # a standby lists nothing it could not act on
+    name = names.launcher_name(job_name)
+    selector = f"{names.JOB_NAME_LABEL}={job_name},{names.ROLE_LABEL}={names.ROLE_LAUNCHER}"
+    for found in kube.list("Job", namespace, labels=selector):
+        meta = found["metadata"]
+        if meta["name"] == name and job_uid in owner_uids(found):
+            kube.delete("Job", namespace, name, uid=meta.get("uid"), background=True)
 
 
-def delete_training_job(kube: Kube, namespace: str, name: str) -> None:
-    kube.delete(KIND, namespace, name, background=True)
+def delete_service_slices(kube: Kube, namespace: str, service: str, slices: Iterable[StaleSlice]) -> None:
+    """What Kubernetes' controllers made for the Service `service` (the job's: ensured just before), each
+    under the UID it was observed with: an EndpointSlice controller's slice only while that Service owns it;
+    a mirrored slice, and the Endpoints object of the Service's name it mirrors (whose UID the slice names
+    as its owner): the Endpoints controller left it when the selector went, and it would be mirrored again."""
+    found = kube.get("Service", namespace, service)
+    owner = str(((found or {}).get("metadata") or {}).get("uid") or "")
+    for stale in slices:
+        if stale.mirrored:
+            for endpoints_uid in stale.owners:
+                kube.delete("Endpoints", namespace, service, uid=endpoints_uid)
+            kube.delete("EndpointSlice", namespace, stale.name, uid=stale.uid)
+        elif owner and owner in stale.owners:
+            kube.delete("EndpointSlice", namespace, stale.name, uid=stale.uid)
+        else:
+            what = f"EndpointSlice {namespace}/{stale.name}"
+            log.warning("left %s alone: it is not owned by Service %s", what, service)
+
+
+def delete_training_job(kube: Kube, namespace: str, name: str, uid: str) -> None:
+    """The DistributedTrainingJob with `uid` (its TTL elapsed): one created again under its name stays."""
+    kube.delete(KIND, namespace, name, uid=uid, background=True)

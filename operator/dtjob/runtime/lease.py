@@ -156,5 +156,13 @@ class Leadership:
             return self._until is not None and self._clock() < self._until
 
     def check(self) -> None:
-        if not self.leading():
+        self.remaining_s()
+
+    def remaining_s(self) -> float:
+        """Seconds until this replica's hold runs out (a write must have ended by then); NotLeader when it
+        holds none."""
+        with self._lock:
+            left = None if self._until is None else self._until - self._clock()
+        if left is None or left <= 0:
             raise NotLeader(f"{self.identity} does not hold the leader lease")
+        return left
