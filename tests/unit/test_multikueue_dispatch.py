@@ -1,6 +1,7 @@
 """MultiKueue's two ends, against the in-memory recording Kube: on the manager a dispatched job
 (spec.managedBy kueue.x-k8s.io/multikueue) gets its Workload and nothing else; on a worker Kueue's copy runs
-outside Kueue's pod groups and its prebuilt Workload is marked Finished when it ends.
+outside Kueue's pod groups and its prebuilt Workload (its own, MultiKueue's, admitted) is marked Finished
+when it ends; tests/unit/test_prebuilt_workload.py holds what a copy trusts in that Workload.
 tests/integration/test_multikueue.py runs both ends against real API servers and real Kueue."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from dtjob import names
 from dtjob.desired.common import owner_reference
-from dtjob.desired.workload import dispatch_queue, dispatch_workload, finished_conditions, workload_name
+from dtjob.desired.workload import dispatch_queue, dispatch_workload, finished_conditions
 from dtjob.gang import registry
 from dtjob.machine import wound_down
 from dtjob.reconcile.dispatch import INVALID_SPEC, NO_QUEUE, WORKLOAD_CREATED, finish_prebuilt
@@ -24,6 +25,7 @@ from dtjob.spec.managed_by import (
     dispatched,
     handled_here,
     prebuilt_workload,
+    workload_name,
 )
 from dtjob.spec.parse import parse_spec
 from dtjob.state.observed import Children
@@ -127,11 +129,19 @@ def test_the_copy_on_a_worker_joins_no_pod_group_of_kueue() -> None:
     assert spec.run_policy.scheduling.queue_name is None and registry.schedulers(spec) == ()
 
 
+ADMITTED = {"type": "Admitted", "status": "True", "reason": "Admitted"}
+# MultiKueue's copy of the manager's Workload on a worker, as Kueue there admitted it.
+ADMISSION: dict[str, Any] = {
+    "admission": {"clusterQueue": "cq", "podSetAssignments": []},
+    "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"}, ADMITTED],
+}
+
+
 def _prebuilt(kube: RecordingKube, status: dict[str, Any] | None = None) -> dict[str, Any]:
     workload = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": WORKLOAD,
-                "metadata": {"name": "dtjob-rn50", "namespace": "ml", "generation": 2}}  # fmt: skip
-    if status is not None:
-        workload["status"] = status
+                "metadata": {"name": "dtjob-rn50", "namespace": "ml", "generation": 2,
+                             "labels": {"kueue.x-k8s.io/multikueue-origin": "multikueue"}},
+                "status": ADMISSION if status is None else status}  # fmt: skip
     return kube.put(workload)
 
 
@@ -144,12 +154,11 @@ def _copy() -> dict[str, Any]:
 @pytest.mark.parametrize(("phase", "reason"), [("Succeeded", "Succeeded"), ("Failed", "Failed")])
 def test_the_prebuilt_workload_is_marked_finished_when_the_copy_ends(phase: str, reason: str) -> None:
     kube = RecordingKube()
-    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted"}
-    _prebuilt(kube, {"conditions": [admitted]})
+    _prebuilt(kube)
     finish_prebuilt(kube, _copy(), JobStatus(phase=phase, message="done"), NOW)
     conditions = kube.objects[(WORKLOAD, "ml", "dtjob-rn50")]["status"]["conditions"]
-    assert conditions[0] == admitted
-    assert conditions[1] == {
+    assert conditions[:2] == ADMISSION["conditions"]
+    assert conditions[2] == {
         "type": "Finished", "status": "True", "reason": reason, "message": "done",
         "lastTransitionTime": "2026-05-01T12:00:00Z", "observedGeneration": 2,
     }  # fmt: skip
@@ -165,7 +174,7 @@ def test_a_running_copy_or_a_job_of_its_own_leaves_workloads_alone() -> None:
     finish_prebuilt(kube, job_body(), JobStatus(phase="Succeeded"), NOW)
     assert kube.calls == []
     finish_prebuilt(kube, _copy(), JobStatus(phase="Succeeded"), NOW)
-    assert kube.objects[(WORKLOAD, "ml", "dtjob-rn50")]["status"]["conditions"][0]["type"] == "Finished"
+    assert kube.objects[(WORKLOAD, "ml", "dtjob-rn50")]["status"]["conditions"][-1]["type"] == "Finished"
 
 
 def test_finished_conditions_replace_a_false_finished() -> None:

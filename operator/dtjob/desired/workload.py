@@ -19,23 +19,17 @@ from dtjob import names
 from dtjob.desired.common import Json, metadata
 from dtjob.desired.pods import launcher_job, worker_pod
 from dtjob.gang.kueue import QUEUE_NAME_LABEL
-from dtjob.spec.managed_by import unqueued
+from dtjob.spec.managed_by import unqueued, workload_name
 from dtjob.spec.parse import JobSpec
+from dtjob.state.prebuilt import FINISHED
 from dtjob.state.status import SUCCEEDED
 from dtjob.timefmt import format_time
 
 WORKLOAD_API = "kueue.x-k8s.io/v1beta1"
 WORKLOAD_KIND = "Workload"
-# Kueue's condition of a Workload whose job has ended, and its reasons (kueue.WorkloadFinishedReason*).
-FINISHED = "Finished"
+# The reasons of Kueue's Finished condition (kueue.WorkloadFinishedReason*).
 FINISHED_SUCCEEDED = "Succeeded"
 FINISHED_FAILED = "Failed"
-WORKLOAD_PREFIX = "dtjob-"
-
-
-def workload_name(job_name: str) -> str:
-    """The Workload's name: short enough for a label value (Kueue's prebuilt-workload label on the copy)."""
-    return f"{WORKLOAD_PREFIX}{job_name}"
 
 
 def dispatch_queue(job: Mapping[str, Any]) -> str | None:
@@ -48,24 +42,23 @@ def dispatch_queue(job: Mapping[str, Any]) -> str | None:
 
 
 def dispatch_workload(spec: JobSpec, owner: Json, queue: str) -> Json:
-    """The job's Workload on `queue`, owned by the job as its controller: its workers (each as
-    desired.worker_pod builds them) and its launcher, which the world needs once its workers are Ready."""
-    world = unqueued(spec)  # the pods' own Kueue labels belong to a pod group, which this Workload replaces
-    launcher = launcher_job(world, owner, 0)["spec"]["template"]
-    worker = worker_pod(world, owner, 0, 0)
+    """The job's Workload on `queue`, owned by the job as its controller, asking for its world."""
     labels = names.labels(spec.name, "workload")
     return {
         "apiVersion": WORKLOAD_API,
         "kind": WORKLOAD_KIND,
         "metadata": metadata(workload_name(spec.name), spec.namespace, labels, owner),
-        "spec": {
-            "queueName": queue,
-            "podSets": [
-                _pod_set(names.ROLE_WORKER, spec.workers, worker),
-                _pod_set(names.ROLE_LAUNCHER, 1, launcher),
-            ],
-        },
+        "spec": {"queueName": queue, "podSets": world_pod_sets(spec, owner)},
     }
+
+
+def world_pod_sets(spec: JobSpec, owner: Json) -> list[Json]:
+    """Kueue's podSets of the job's world: its workers (each as desired.worker_pod builds them) and its
+    launcher, which the world needs once its workers are Ready."""
+    world = unqueued(spec)  # the pods' own Kueue labels belong to a pod group, which a Workload replaces
+    launcher = launcher_job(world, owner, 0)["spec"]["template"]
+    worker = worker_pod(world, owner, 0, 0)
+    return [_pod_set(names.ROLE_WORKER, spec.workers, worker), _pod_set(names.ROLE_LAUNCHER, 1, launcher)]
 
 
 def _pod_set(name: str, count: int, pod: Json) -> Json:

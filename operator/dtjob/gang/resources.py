@@ -1,5 +1,6 @@
 """What a pod group's pods request together (a Volcano PodGroup's minResources): Kubernetes quantities summed
-and multiplied without losing their suffix where they share one. Pure."""
+and multiplied without losing their suffix where they share one. And what each container of a pod requests,
+in base units (a copy's world against the Workload that admitted it). Pure."""
 
 from __future__ import annotations
 
@@ -19,9 +20,7 @@ def min_resources(pod: Mapping[str, Any], count: int) -> dict[str, str]:
     else are summed in base units."""
     found: dict[str, list[tuple[Decimal, str]]] = {}
     for container in (pod.get("spec") or {}).get("containers") or ():
-        resources = container.get("resources") or {}
-        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for resource, quantity in wanted.items():
+        for resource, quantity in _wanted(container).items():
             found.setdefault(resource, []).append(_parse(str(quantity)))
     total: dict[str, str] = {}
     for resource, parts in sorted(found.items()):
@@ -31,6 +30,27 @@ def min_resources(pod: Mapping[str, Any], count: int) -> dict[str, str]:
         else:
             total[resource] = _format(sum((n * _UNITS[suffix] for n, suffix in parts), Decimal(0)) * count)
     return total
+
+
+def container_requests(pod: Mapping[str, Any]) -> tuple[tuple[str, dict[str, Decimal]], ...]:
+    """Each container's name and what it requests (a limit stands in for a missing request), init containers
+    first, in base units: two pods compare equal whatever form their quantities take (Kueue's conversion
+    webhook writes 1000m back as 1). ValueError for a quantity that is none."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    return tuple(
+        (str(c.get("name")), {r: _base(_parse(str(q))) for r, q in _wanted(c).items()}) for c in containers
+    )
+
+
+def _wanted(container: Mapping[str, Any]) -> dict[str, Any]:
+    resources = container.get("resources") or {}
+    return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+
+
+def _base(parsed: tuple[Decimal, str]) -> Decimal:
+    number, suffix = parsed
+    return number * _UNITS[suffix]
 
 
 _UNITS = {

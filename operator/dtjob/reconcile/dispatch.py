@@ -22,11 +22,13 @@ from dtjob.desired.workload import (
     dispatch_queue,
     dispatch_workload,
     finished_conditions,
-    workload_name,
 )
 from dtjob.kube.client import Kube
-from dtjob.spec.managed_by import MULTIKUEUE, prebuilt_workload
+from dtjob.machine.prebuilt import prebuilt_problem
+from dtjob.reconcile import reads
+from dtjob.spec.managed_by import MULTIKUEUE, prebuilt_workload, workload_name
 from dtjob.spec.parse import SpecError, parse_spec
+from dtjob.state.prebuilt import prebuilt_state
 from dtjob.state.status import FINISHED, JobStatus
 
 log = logging.getLogger(__name__)
@@ -65,25 +67,29 @@ def finish_prebuilt(
 ) -> None:
     """On a worker cluster: the Workload that admitted Kueue's copy of a job, marked Finished once the job
     has ended and `wound_down` (dtjob.machine.wound_down: Kueue then deletes the copy, pods and all, and
-    copies its status to the manager one last time). A JSON patch guarded by the resourceVersion it was read
-    with (Kueue writes it too)."""
+    copies its status to the manager one last time). Only the job's own Workload, read again here and made by
+    MultiKueue and admitted (dtjob.machine.prebuilt): a label is anyone's to set, and Finished frees the
+    quota. A JSON patch guarded by the resourceVersion it was read with (Kueue writes it too)."""
     name = prebuilt_workload(job)
     if name is None or status.phase not in FINISHED or not wound_down:
         return
-    namespace = job["metadata"]["namespace"]
-    workload = kube.get(WORKLOAD_KIND, namespace, name, WORKLOAD_API)
+    meta = job["metadata"]
+    namespace = meta["namespace"]
+    workload = reads.get_workload(kube, namespace, name)
     if workload is None:
         return
     conditions = finished_conditions(workload, str(status.phase), status.message, now)
     if conditions is None:
+        return
+    problem = prebuilt_problem(prebuilt_state(name, workload, str(meta["uid"])))
+    if problem is not None:
+        log.warning("%s/%s: Workload %s not marked Finished: %s", namespace, meta["name"], name, problem)
         return
     version = str(workload["metadata"]["resourceVersion"])
     patch = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": version},
         {"op": "add", "path": "/status/conditions", "value": conditions},
     ]
-    if not (workload.get("status") or {}):
-        patch[1] = {"op": "add", "path": "/status", "value": {"conditions": conditions}}
     kube.patch(f"{WORKLOAD_KIND}/status", namespace, name, patch, WORKLOAD_API)
     log.info("Workload %s/%s marked Finished: the job %s", namespace, name, str(status.phase).lower())
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from dtjob import KIND
+from dtjob.desired.workload import WORKLOAD_API, WORKLOAD_KIND
 from dtjob.kube.client import Conflict, Forbidden, Kube, Rejected
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,11 @@ class PollsLogs(Protocol):
 
 def get_job(kube: Kube, namespace: str, name: str) -> Json | None:
     return kube.get(KIND, namespace, name)
+
+
+def get_workload(kube: Kube, namespace: str, name: str) -> Json | None:
+    """A Kueue Workload; None when there is none (or Kueue's API is not served)."""
+    return kube.get(WORKLOAD_KIND, namespace, name, WORKLOAD_API)
 
 
 def patch_status(

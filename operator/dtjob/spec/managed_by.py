@@ -7,7 +7,10 @@ job's Workload (dtjob.reconcile.dispatch). On the worker, Kueue's copy of the jo
 the Workload that holds its quota there (PREBUILT_WORKLOAD_LABEL): it runs as any job, outside Kueue's pod
 groups, since that Workload already admitted it.
 
-The CRD checks the value's format and keeps it immutable, so a job never changes hands. Pure.
+The CRD checks managedBy's format and keeps it immutable, so a job never changes hands. The label is anyone's
+who may edit a job, so it is input: a job may name only its own Workload (the manager's operator names it
+after the job, and MultiKueue copies it under that name), and its world exists only while that Workload, as
+read, is MultiKueue's and admitted (dtjob.machine.prebuilt). Pure.
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 # Kueue's label on the copy of a job that MultiKueue created on a worker cluster: the name of the Workload
 # (a copy of the manager's) that reserved the job's quota there.
 PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+PREBUILT_WORKLOAD_FIELD = f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]"
+# MultiKueue's label on every object it creates on a worker, the copy of the Workload included (its value
+# names the manager, which a worker cannot know); nothing else of Kueue sets it.
+MULTIKUEUE_ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+WORKLOAD_PREFIX = "dtjob-"
 # The CRD's own check: a domain-prefixed path of at most 63 characters (as batch/v1 Job's managedBy).
 MANAGED_BY = (
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"  # the domain
@@ -55,8 +63,33 @@ def handled_here(job: Mapping[str, Any]) -> bool:
     return reconciled_here(job) or dispatched(job)
 
 
+def workload_name(job_name: str) -> str:
+    """The Workload of a dispatched job: short enough for a label value (Kueue's prebuilt-workload label on
+    the copy)."""
+    return f"{WORKLOAD_PREFIX}{job_name}"
+
+
 def prebuilt_workload(job: Mapping[str, Any]) -> str | None:
-    """The Workload that admitted this copy of a dispatched job on a worker cluster, or None."""
+    """The Workload this copy of a dispatched job names, when it is the job's own; else None (and
+    prebuilt_workload_problem says why a name was refused)."""
+    value = _prebuilt_label(job)
+    return value if value is not None and prebuilt_workload_problem(job) is None else None
+
+
+def prebuilt_workload_problem(job: Mapping[str, Any]) -> str | None:
+    """Why the job's prebuilt-workload label is refused, or None. MultiKueue's copy always names the Workload
+    made for the job of its name (workload_name): any other name is another job's Workload."""
+    value = _prebuilt_label(job)
+    metadata = job.get("metadata")
+    own = workload_name(str(metadata.get("name", "")) if isinstance(metadata, Mapping) else "")
+    if value is None or value == own:
+        return None
+    return (
+        f"names Workload {value!r}, not this job's own {own!r}: a job runs only on its own Workload's quota"
+    )
+
+
+def _prebuilt_label(job: Mapping[str, Any]) -> str | None:
     metadata = job.get("metadata")
     labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
     value = labels.get(PREBUILT_WORKLOAD_LABEL) if isinstance(labels, Mapping) else None
