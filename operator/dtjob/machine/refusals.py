@@ -12,6 +12,9 @@ waits the same way (reason ChildNotOwned) until the garbage collector removes it
 on a cluster that does not serve its scheduler's PodGroup API (reason GangSchedulerMissing) until the
 scheduler is installed; nothing of its world is created meanwhile. A child the API server rejects as invalid,
 or credentials Azure refuses for good, fail the job and leave no half world.
+The operator refuses its own creates too (dtjob.desired.pod_trust): a pod that would name another job's
+Secret, an account key or the operator's ServiceAccount fails the job the same way, naming the spec field; one
+that would name a Secret not there yet waits (reason SecretNotFound) and is built again at the next look.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from dtjob.state.status import (
     GANG_API_MISSING,
     PENDING,
     RESTARTING,
+    SECRET_NOT_FOUND,
     JobStatus,
     set_condition,
 )
@@ -60,6 +64,11 @@ def refused(prev: JobStatus, refusal: Refused, spec: JobSpec | None, now: dateti
             decision = invalid_spec(prev, "spec", message, now, generation, reason=CHILD_REJECTED)
         case RefusalKind.STORAGE:
             decision = invalid_spec(prev, "spec", message, now, generation, reason=refusal.reason)
+        case RefusalKind.UNTRUSTED:
+            decision = invalid_spec(prev, refusal.field, message, now, generation, reason=refusal.reason)
+        case RefusalKind.SECRET_MISSING:
+            text = f"{refusal.field}: {message}; retrying every {RETRY_SECONDS:.0f}s"
+            return _wait(prev, SECRET_NOT_FOUND, text, now, generation)
     if refusal.kind is not RefusalKind.FORBIDDEN or decision.status.phase in FINISHED:
         decision.actions.append(DeleteWorld())  # something the spec asked for: no half world is left
     return decision

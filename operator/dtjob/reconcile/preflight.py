@@ -1,4 +1,5 @@
-"""Checks only the operator can make before creating anything: referenced objects exist, a worker fits a node.
+"""Checks only the operator can make before creating anything: referenced objects exist, what the pods would
+name is the job's to hand out, a worker fits a node.
 
 Returns a Blocker (the job waits in Pending, or fails when it can never run) instead of creating a half world.
 The GPU check looks only at the job's own pool: the nodes its workers may land on (its nodeSelector, the
@@ -11,19 +12,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dtjob import API_GROUP, KIND
+from dtjob import desired
+from dtjob.config import OperatorConfig
+from dtjob.desired.common import owner_reference
 from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.kube.client import Kube, Rejected
+from dtjob.reconcile import pod_trust
 from dtjob.reconcile.reads import list_nodes
-from dtjob.reconcile.storage_observe import STORAGE_KEY_LABEL
-from dtjob.spec.parse import JobSpec, pod_secret_references
+from dtjob.spec.parse import JobSpec
 from dtjob.state.observed import Blocker
 
 # The prefix of the taints Kubernetes sets from a node's conditions.
 CONDITION_TAINTS = "node.kubernetes.io/"
 
 
-def preflight(kube: Kube, spec: JobSpec, uid: str = "") -> Blocker | None:
+def preflight(
+    kube: Kube, spec: JobSpec, uid: str = "", config: OperatorConfig | None = None
+) -> Blocker | None:
+    """`config`: the operator's (None: its namespace and ServiceAccount are unknown, as outside a pod)."""
     for field, volume in (
         ("spec.dataset.volume", spec.dataset.volume),
         ("spec.checkpoints", spec.checkpoints),
@@ -36,7 +42,7 @@ def preflight(kube: Kube, spec: JobSpec, uid: str = "") -> Blocker | None:
                     f"{field}.persistentVolumeClaim.claimName: PersistentVolumeClaim {claim!r} "
                     f"not found in namespace {spec.namespace}; waiting for it",
                 )
-    for secret in spec.pull_secrets:
+    for secret in spec.every_pull_secret:
         if kube.get("Secret", spec.namespace, secret) is None:
             named = (
                 "spec.imagePullSecrets"
@@ -47,35 +53,18 @@ def preflight(kube: Kube, spec: JobSpec, uid: str = "") -> Blocker | None:
                 "ImagePullSecretNotFound",
                 f"{named}: Secret {secret!r} not found in namespace {spec.namespace}; waiting for it",
             )
-    return _foreign_secrets(kube, spec, uid) or _gpu_capacity(kube, spec)
+    return _untrusted(kube, config or OperatorConfig(), spec, uid) or _gpu_capacity(kube, spec)
 
 
-def _foreign_secrets(kube: Kube, spec: JobSpec, uid: str) -> Blocker | None:
-    """Fail a job whose pods would mount or read a Secret that is not the namespace's to hand out: another
-    DistributedTrainingJob's (its SSH key, its SAS tokens) or a storage account key (labelled
-    dtjob.io/storage-key=true: only the operator reads those)."""
-    for field, name in pod_secret_references(spec):
-        secret = kube.get("Secret", spec.namespace, name)
-        if secret is None:
-            continue  # the kubelet waits for it; nothing of anyone's is handed out
-        labels = (secret.get("metadata") or {}).get("labels") or {}
-        if labels.get(STORAGE_KEY_LABEL) == "true":
-            return Blocker(
-                "SecretNotAllowed",
-                f"{field}: Secret {name!r} is a storage account key ({STORAGE_KEY_LABEL}=true); account "
-                "keys never enter a pod, only the operator reads them to sign SAS tokens",
-                fatal=True,
-            )
-        for ref in (secret.get("metadata") or {}).get("ownerReferences") or ():
-            job_owned = ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{API_GROUP}/")
-            if job_owned and str(ref.get("uid")) != uid:
-                return Blocker(
-                    "SecretNotAllowed",
-                    f"{field}: Secret {name!r} belongs to DistributedTrainingJob {ref.get('name')!r}; a "
-                    "job's pods may mount only their own job's keys and tokens",
-                    fatal=True,
-                )
-    return None
+def _untrusted(kube: Kube, config: OperatorConfig, spec: JobSpec, uid: str) -> Blocker | None:
+    """The first world's pods as they would be built now, judged before anything exists
+    (dtjob.reconcile.pod_trust; every create is judged again, as the spec is then)."""
+    owner = owner_reference(spec.name, uid)
+    pods = [desired.worker_pod(spec, owner, 0, 0), desired.launcher_job(spec, owner, 0)]
+    verdict = pod_trust.untrusted(kube, config, spec, uid, pods)
+    if verdict is None:
+        return None
+    return Blocker(verdict.reason, f"{verdict.field}: {verdict.message}", fatal=verdict.fatal)
 
 
 def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | None:

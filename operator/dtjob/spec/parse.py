@@ -21,7 +21,13 @@ from dtjob import names
 from dtjob.config import OperatorConfig
 from dtjob.spec import validators as rules
 from dtjob.spec.elastic import check_elastic_launcher, parse_elastic
-from dtjob.spec.managed_by import managed_by_problem, prebuilt_workload, unqueued
+from dtjob.spec.managed_by import (
+    PREBUILT_WORKLOAD_FIELD,
+    managed_by_problem,
+    prebuilt_workload,
+    prebuilt_workload_problem,
+    unqueued,
+)
 from dtjob.spec.model import (
     CUSTOM,
     FRAMEWORKS,
@@ -30,6 +36,7 @@ from dtjob.spec.model import (
     Elastic,
     Gang,
     Hyperparameters,
+    InstallerRegistry,
     JobSpec,
     Launcher,
     NfsVolume,
@@ -50,7 +57,7 @@ from dtjob.spec.run import (
     parse_run_policy,
 )
 from dtjob.spec.storage import parse_output
-from dtjob.spec.template import check_mount_paths, check_trust, env_secret_references, secret_references
+from dtjob.spec.template import check_mount_paths
 from dtjob.spec.volumes import parse_checkpoints, parse_dataset
 
 __all__ = [
@@ -120,7 +127,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         image=image or config.image_for(framework),
         image_pull_policy=spec.choice("imagePullPolicy", PULL_POLICIES, "") or None,
         image_pull_secrets=pull_secrets,
-        cluster_pull_secrets=config.image_pull_secrets,
+        installer_registry=InstallerRegistry(config.image_pull_secrets, config.installer_images),
         command=command,
         args=spec.string_list("args"),
         env=env,
@@ -138,10 +145,18 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
         append_training_flags=spec.boolean("appendTrainingFlags", False),
         elastic=elastic,
+        prebuilt_workload=_prebuilt_workload(body),
     )
-    _check_trust(job, config)
-    # MultiKueue's copy on a worker: the prebuilt Workload holds its quota; a pod group would ask twice.
-    return unqueued(job) if prebuilt_workload(body) else job
+    return unqueued(job) if job.prebuilt_workload else job  # a pod group would ask for its quota twice
+
+
+def _prebuilt_workload(body: Mapping[str, Any]) -> str | None:
+    """On a worker, MultiKueue's copy: the Workload that holds its quota there, the job's own only. Its world
+    waits until that Workload is seen admitted (dtjob.machine.prebuilt)."""
+    problem = prebuilt_workload_problem(body)
+    if problem is not None:
+        raise SpecError(PREBUILT_WORKLOAD_FIELD, problem)
+    return prebuilt_workload(body)
 
 
 def _name(metadata: Mapping[str, Any]) -> str:
@@ -201,40 +216,6 @@ def _pull_secrets(spec: Reader) -> tuple[str, ...]:
         if (problem := rules.name_problem(secret, subdomain=True)) is not None:
             raise SpecError(f"spec.imagePullSecrets[{i}].name", problem)
     return pull_secrets
-
-
-def pod_secret_references(job: JobSpec) -> list[tuple[str, str]]:
-    """(field, Secret name) of every Secret the job's pods would mount or read through the spec's `env` and
-    its pod templates (the operator's own Secrets aside)."""
-    references = env_secret_references({"env": list(job.env)}, "spec")
-    for path, template in (("spec.worker.template", job.worker.template),
-                           ("spec.launcher.template", job.launcher.pod.template)):  # fmt: skip
-        if template is not None:
-            references += secret_references(template.spec, f"{path}.spec")
-    return references
-
-
-def _check_trust(job: JobSpec, config: OperatorConfig) -> None:
-    """What a job's pods may not get (dtjob.spec.template.check_trust): the operator's ServiceAccount, the
-    account key Secrets the spec names."""
-    templates = [
-        ("spec.worker.template", job.worker.template),
-        ("spec.launcher.template", job.launcher.pod.template),
-    ]
-    references = pod_secret_references(job)
-    locations = [
-        (job.dataset.staging.source.source if job.dataset.staging else None, "spec.dataset.stageFrom"),
-        (job.output.target if job.output else None, "spec.output"),
-    ]
-    key_secrets = [
-        (f"{path}.credentials.secretRef.name", location.credentials.secret_ref.name)
-        for location, path in locations
-        if location is not None and location.credentials.secret_ref is not None
-    ]
-    check_trust(
-        templates, references, key_secrets, job.namespace, config.operator_namespace,
-        config.operator_service_account,
-    )  # fmt: skip
 
 
 def _one_scheduler_for_the_gang(worker: PodOverrides, launcher: Launcher) -> None:

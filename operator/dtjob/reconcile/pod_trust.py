@@ -1,0 +1,22 @@
+"""Whether pods about to be created may name what they name (dtjob.desired.pod_trust's rule), with each
+Secret they name besides the job's own read fresh from the API server, never from a cache: one created or
+labelled a moment ago counts. A GET per such Secret per create, and templates rarely name one: the common
+path reads nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dtjob.config import OperatorConfig
+from dtjob.desired.pod_trust import Untrusted, judge, to_read
+from dtjob.kube.client import Kube
+from dtjob.spec.parse import JobSpec
+
+
+def untrusted(
+    kube: Kube, config: OperatorConfig, spec: JobSpec, uid: str, objects: Sequence[Mapping[str, Any]]
+) -> Untrusted | None:
+    """Why `objects` (Pods, batch Jobs of the job `uid`) may not be created, or None."""
+    secrets = {name: kube.get("Secret", spec.namespace, name) for name in to_read(spec, objects)}
+    return judge(spec, uid, objects, secrets, config.operator_namespace, config.operator_service_account)
