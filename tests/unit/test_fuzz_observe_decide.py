@@ -157,6 +157,7 @@ statuses = st.fixed_dictionaries(
             )
         ),
         "sasSecretsDeleted": junk,
+        "sasTokenDigests": junk,
     },
 )
 

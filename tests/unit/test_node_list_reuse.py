@@ -11,7 +11,7 @@ from typing import Any
 
 from dtjob.reconcile.preflight import preflight
 from dtjob.reconcile.reads import list_nodes
-from dtjob.runtime.cached_kube import NODE_LIST_TTL_S, CachedKube, NodeList
+from dtjob.runtime.cached_kube import NODE_LIST_TTL_S, CachedKube, ListAnswer
 from dtjob.runtime.ttl_cache import TtlCache
 from kubernetes import client
 
@@ -99,7 +99,7 @@ class CountingNodes(RecordingKube):
 
 
 def cached_over(api: CountingNodes, clock: ManualClock | None = None) -> CachedKube:
-    lists: TtlCache[str, NodeList] = TtlCache(NODE_LIST_TTL_S, clock or ManualClock())
+    lists: TtlCache[str, ListAnswer] = TtlCache(NODE_LIST_TTL_S, clock or ManualClock())
     return CachedKube(api, client.ApiClient(client.Configuration()), node_lists=lists)
 
 

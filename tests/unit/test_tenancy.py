@@ -20,6 +20,7 @@ from dtjob.spec.tenancy import (
     check_location,
     check_locations,
     cluster_policy,
+    cluster_view,
     namespace_policy,
 )
 
@@ -162,7 +163,9 @@ def test_a_namespace_pattern_gives_each_namespace_a_container_of_its_own() -> No
     # The read wildcard does not reach another namespace's own container...
     refused_read = check(policy, other, Use.READ, ns="team-a")
     assert refused_read is not None and refused_read.path == "spec.dataset.stageFrom.container"
-    assert "is namespace team-b's own output container" in refused_read.message
+    assert "is written by another namespace (it is namespace team-b's own, by operator setting " in (
+        refused_read.message
+    )
     # ... unless a read list names it.
     shared_with_a = namespace_policy(policy, "team-a", {ANNOTATION_READ_CONTAINERS: "results-team-b"})
     assert check(shared_with_a, other, Use.READ, ns="team-a") is None
@@ -180,3 +183,89 @@ def test_namespace_annotations_replace_the_container_lists_and_the_former_names_
     assert check(former, location("shared", "bbb")) is not None
     annotated = namespace_policy(former, "team-a", {ANNOTATION_CONTAINERS: "bbb"})
     assert check(annotated, location("shared", "bbb")) is None
+
+
+WRITE_LIST = ANNOTATION_WRITE_CONTAINERS
+
+
+def star_cluster(write: str = "results-{namespace}") -> StoragePolicy:
+    return cluster_policy({
+        "DTJOB_ALLOWED_STORAGE_ACCOUNTS": "shared",
+        "DTJOB_READ_CONTAINERS": "*",
+        "DTJOB_WRITE_CONTAINERS": write,
+    })  # fmt: skip
+
+
+def in_namespace(cluster: StoragePolicy, ns: str, namespaces: dict[str, dict[str, str]]) -> StoragePolicy:
+    """`ns`'s policy with every namespace's annotations (`namespaces`) in view, as the operator reads them."""
+    return namespace_policy(cluster, ns, namespaces.get(ns, {}), cluster_view(namespaces.items()))
+
+
+def test_a_star_never_reaches_a_container_another_namespaces_own_write_list_names() -> None:
+    # The hole this closes: team-a's results container, named only in its own annotation, was readable by
+    # every namespace through the default read list's `*`.
+    namespaces = {
+        "team-a": {WRITE_LIST: "team-a-runs"},
+        "team-b": {},
+        "team-c": {WRITE_LIST: "runs-{namespace}"},
+    }
+    cluster = star_cluster()
+    team_b = in_namespace(cluster, "team-b", namespaces)
+    refused = check(team_b, location("shared", "team-a-runs"), Use.READ, ns="team-b")
+    assert refused is not None and refused.path == "spec.dataset.stageFrom.container"
+    assert refused.message == (
+        "container 'team-a-runs' is written by another namespace (another namespace's own write list names "
+        "it), so a `*` in the read list does not reach it from namespace team-b; name it in the read list to "
+        "allow that (allowed: * (operator setting DTJOB_READ_CONTAINERS))"
+    )
+    assert "team-a" not in refused.message.replace("'team-a-runs'", "")  # never whose annotation it is
+    assert check(team_b, location("shared", "runs-team-c"), Use.READ, ns="team-b") is not None
+    assert check(team_b, location("shared", "imagenet"), Use.READ, ns="team-b") is None  # nobody writes it
+    # Its writers read it; a read list that names it lets another namespace read it too.
+    team_a = in_namespace(cluster, "team-a", namespaces)
+    assert check(team_a, location("shared", "team-a-runs"), Use.READ, ns="team-a") is None
+    team_c = in_namespace(cluster, "team-c", namespaces)
+    assert check(team_c, location("shared", "runs-team-c"), Use.READ, ns="team-c") is None
+    shared_with_b = in_namespace(
+        cluster, "team-b", {**namespaces, "team-b": {ANNOTATION_READ_CONTAINERS: "team-a-runs"}}
+    )
+    assert check(shared_with_b, location("shared", "team-a-runs"), Use.READ, ns="team-b") is None
+    # A `*` in a write list does not reach it either.
+    star_writer = in_namespace(cluster, "team-b", {**namespaces, "team-b": {WRITE_LIST: "*"}})
+    overwrite = check(star_writer, location("shared", "team-a-runs"), Use.WRITE, ns="team-b")
+    assert overwrite is not None and overwrite.path == "spec.output.container"
+    assert "is written by another namespace" in overwrite.message
+    assert "a `*` in the write list does not reach it from namespace team-b" in overwrite.message
+    assert check(star_writer, location("shared", "team-b-scratch"), Use.WRITE, ns="team-b") is None
+
+
+def test_a_container_the_cluster_write_list_names_literally_is_shared_by_the_namespaces_that_use_it() -> None:
+    cluster = star_cluster("results-{namespace},shared-results")
+    namespaces = {"team-a": {}, "team-c": {WRITE_LIST: "team-c-runs"}}
+    team_a = in_namespace(cluster, "team-a", namespaces)
+    for use in Use:
+        assert check(team_a, location("shared", "shared-results"), use, ns="team-a") is None
+    # A namespace whose own annotation replaced the write list is not one of its writers.
+    team_c = in_namespace(cluster, "team-c", namespaces)
+    refused = check(team_c, location("shared", "shared-results"), Use.READ, ns="team-c")
+    assert refused is not None and refused.path == "spec.dataset.stageFrom.container"
+    assert (
+        "is written by another namespace (operator setting DTJOB_WRITE_CONTAINERS names it, for every "
+        "namespace without a write list of its own)"
+    ) in refused.message
+    # A `{namespace}` entry keeps a namespace's container for it while it sets a list of its own.
+    namespaces["team-b"] = {WRITE_LIST: "team-b-runs"}
+    team_a = in_namespace(cluster, "team-a", namespaces)
+    assert check(team_a, location("shared", "results-team-b"), Use.READ, ns="team-a") is not None
+
+
+def test_a_star_in_a_write_list_never_reaches_a_container_another_namespaces_read_list_names() -> None:
+    cluster = star_cluster("*")
+    namespaces = {"team-a": {}, "team-b": {ANNOTATION_CONTAINERS: "coco"}}  # the former annotation counts too
+    team_a = in_namespace(cluster, "team-a", namespaces)
+    refused = check(team_a, location("shared", "coco"), Use.WRITE, ns="team-a")
+    assert refused is not None and refused.path == "spec.output.container"
+    assert "is read by jobs (another namespace's own read list names it)" in refused.message
+    assert check(team_a, location("shared", "team-a-runs"), Use.WRITE, ns="team-a") is None
+    named = in_namespace(cluster, "team-a", {**namespaces, "team-a": {WRITE_LIST: "coco"}})
+    assert check(named, location("shared", "coco"), Use.WRITE, ns="team-a") is None

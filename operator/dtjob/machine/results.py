@@ -1,5 +1,5 @@
-"""What the actions produced, recorded after they ran: the log upload, the SAS revocation, a pod
-force-deleted, and a refusal (dtjob.machine.refusals). Pure."""
+"""What the actions produced, recorded after they ran: the log upload, the digest of a SAS token minted, the
+SAS revocation, a pod force-deleted, and a refusal (dtjob.machine.refusals). Pure."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from dtjob.state.decision import (
     PodForceDeleted,
     Refused,
     Result,
+    SasMinted,
     SasSecretsDeleted,
 )
 from dtjob.state.status import JobStatus
@@ -51,6 +52,8 @@ def with_results(status: JobStatus, results: Sequence[Result]) -> tuple[JobStatu
             case LogsUploaded() if not result.uploaded:  # a failed world's logs: best effort, said once
                 reason = result.error or "unknown error"
                 events.append(Event("Warning", "LogsNotUploaded", f"logs of {result.folder}: {reason}"))
+            case SasMinted(access=access, token_sha256=digest):
+                status = replace(status, sas_token_digests={**status.sas_token_digests, access: digest})
             case SasSecretsDeleted():
                 status = replace(status, sas_secrets_deleted=True)
             case PodForceDeleted(name=name, overdue_s=overdue):

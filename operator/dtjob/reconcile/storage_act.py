@@ -32,10 +32,18 @@ from dtjob.kube.client import Kube, LogUnavailable, NotOurs
 from dtjob.names import Access, log_blob_name, sas_secret_name
 from dtjob.reconcile import deletes
 from dtjob.reconcile.ensure import Applied, ensure
-from dtjob.reconcile.storage_observe import StorageRefused, account_key, output_directory, sas_locations
+from dtjob.reconcile.storage_observe import (
+    StorageRefused,
+    account_key,
+    output_directory,
+    sas_locations,
+    storage_allowed,
+    token_sha256,
+)
 from dtjob.redaction import redact
 from dtjob.spec.parse import JobSpec
 from dtjob.spec.storage import AuthMode, BlobLocation
+from dtjob.state.decision import SasMinted
 from dtjob.state.observed import Blocker, PodState
 from dtjob.state.status import JobStatus
 
@@ -47,6 +55,8 @@ Json = dict[str, Any]
 
 # The life of the operator's own log-upload token: the upload's retries fit in it many times over.
 LOG_UPLOAD_TOKEN_LIFETIME = timedelta(minutes=30)
+# The life of the operator's own token for reading a run's manifest and listing its files: one look.
+RESULTS_CHECK_TOKEN_LIFETIME = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -66,8 +76,9 @@ def mint_sas(
     owner: Json,
     now: datetime,
     config: OperatorConfig,
-) -> None:
+) -> SasMinted | None:
     """Create `<job>-sas-<access>` with a fresh token, or replace the token of the one there (rotation).
+    Returns the new token's digest once it is in the Secret, for the status; None when nothing was written.
     StorageRefused when the credentials do not allow it; NotLeader, before anything is signed, on a replica
     that does not hold the leader Lease."""
     kube.check_leader()
@@ -76,29 +87,32 @@ def mint_sas(
     try:
         start, expiry = validity_window(now, location.sas_lifetime, not_after)
     except ValueError:
-        return  # the deadline has passed: the state machine fails the job
+        return None  # the deadline has passed: the state machine fails the job
     directory = output_directory(spec, location, str(owner.get("uid", "")), config, access)
-    sas = _mint(kube, spec.namespace, location, path, access, start, expiry, directory)
+    sas = _mint(kube, spec, config, location, path, access, start, expiry, directory)
     secret = sas_secret(spec.name, spec.namespace, access, sas, issued_at=now, owner_reference=owner)
     existing = kube.get("Secret", spec.namespace, sas_secret_name(spec.name, access))
     if existing is None:
         applied = ensure(kube, secret)
         if applied is Applied.NOT_OURS:
             raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
-        if applied is Applied.CREATED:
-            metrics.sas_minted(access.value, rotation=False)
-        return
+        if applied is not Applied.CREATED:
+            return None  # created a moment ago by another reconcile: its token is not this one
+        metrics.sas_minted(access.value, rotation=False)
+        return SasMinted(access.value, token_sha256(sas.token))
     if not is_ours(existing, secret):
         raise NotOurs(f"Secret {sas_secret_name(spec.name, access)}")
     kube.replace(secret, existing["metadata"]["resourceVersion"])
     metrics.sas_minted(access.value, rotation=True)
     log.info("rotated the SAS in %s/%s; it now expires at %s", spec.namespace,
              sas_secret_name(spec.name, access), sas.expiry.isoformat())  # fmt: skip
+    return SasMinted(access.value, token_sha256(sas.token))
 
 
 def _mint(
     kube: Kube,
-    namespace: str,
+    spec: JobSpec,
+    config: OperatorConfig,
     location: BlobLocation,
     path: str,
     access: Access,
@@ -106,9 +120,15 @@ def _mint(
     expiry: datetime,
     directory: str | None = None,
 ) -> ContainerSas:
+    """Every token the operator signs is signed here: only while the namespace's storage policy allows the
+    spec's locations as they are now (a spec edited mid-run to another team's container gets nothing signed
+    for it, not even the operator's own log upload). StorageRefused naming what refuses."""
+    refused = storage_allowed(kube, spec, config)
+    if refused is not None:
+        raise StorageRefused(refused)
     creds = location.credentials
     if creds.auth_mode is AuthMode.ACCOUNT_KEY:
-        key = account_key(kube, namespace, location, path)
+        key = account_key(kube, spec.namespace, location, path)
         return mint_with_account_key(
             location.endpoint, location.account_name, key, location.container, access, start, expiry,
             directory,
@@ -150,7 +170,21 @@ def log_upload_sas(
     location = spec.output.target
     start, expiry = validity_window(now, LOG_UPLOAD_TOKEN_LIFETIME)
     directory = output_directory(spec, location, uid, config, Access.OUTPUT)
-    return _mint(kube, spec.namespace, location, "spec.output.credentials", Access.OUTPUT, start, expiry,
+    return _mint(kube, spec, config, location, "spec.output.credentials", Access.OUTPUT, start, expiry,
+                 directory)  # fmt: skip
+
+
+def results_check_sas(
+    kube: Kube, spec: JobSpec, uid: str, now: datetime, config: OperatorConfig
+) -> ContainerSas:
+    """A read+list token for the operator's own look at a run's results (dtjob.reconcile.results_check),
+    minted now from the spec's output location and kept in memory only; scoped to the run's directory on
+    hierarchical-namespace accounts. StorageRefused when the credentials do not allow it."""
+    assert spec.output is not None
+    location = spec.output.target
+    start, expiry = validity_window(now, RESULTS_CHECK_TOKEN_LIFETIME)
+    directory = output_directory(spec, location, uid, config, Access.OUTPUT)
+    return _mint(kube, spec, config, location, "spec.output.credentials", Access.INPUT, start, expiry,
                  directory)  # fmt: skip
 
 

@@ -10,6 +10,7 @@ redact(). dtjob.reconcile.storage_act mints, revokes and uploads.
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -26,12 +27,19 @@ from dtjob.azure.sas import (
 )
 from dtjob.config import OperatorConfig
 from dtjob.desired.owned import owner_uids
-from dtjob.kube.client import Kube, LogUnavailable
-from dtjob.names import SECRET_TOKEN_KEY, SECRET_URL_KEY, Access, run_prefix, sas_secret_name
+from dtjob.kube.client import Forbidden, Kube, LogUnavailable
+from dtjob.names import (
+    SECRET_TOKEN_KEY,
+    SECRET_URL_KEY,
+    STORAGE_KEY_LABEL,
+    Access,
+    run_prefix,
+    sas_secret_name,
+)
 from dtjob.redaction import redact
 from dtjob.spec.parse import JobSpec
 from dtjob.spec.storage import AuthMode, BlobLocation
-from dtjob.spec.tenancy import Use, check_locations, namespace_policy
+from dtjob.spec.tenancy import ClusterView, Use, check_locations, cluster_view, namespace_policy
 from dtjob.state.observed import Blocker, PodState, SasObservation
 from dtjob.state.staging import StagingOutcome, staging_outcome
 from dtjob.state.status import JobStatus
@@ -42,9 +50,6 @@ log = logging.getLogger(__name__)
 STAGING_LOG_TAIL_LINES = 20
 # The output container's check before the first output token: one quick try, never a reconcile held long.
 CONTAINER_CHECK_DEADLINES = Deadlines(connect_s=5.0, read_s=5.0, retries=0, backoff_s=1)
-# accountKey mode: the operator reads only Secrets that carry this label, so a job cannot point it at another
-# system's key in its namespace that its author may not read.
-STORAGE_KEY_LABEL = "dtjob.io/storage-key"
 
 
 class StorageRefused(Exception):
@@ -79,17 +84,34 @@ def spec_locations(spec: JobSpec) -> list[tuple[BlobLocation, str, Use]]:
 
 def storage_allowed(kube: Kube, spec: JobSpec, config: OperatorConfig) -> Blocker | None:
     """A fatal blocker when the job names an account, container or client ID its namespace may not use, or
-    may not use that way (read for stageFrom, write for output)."""
+    may not use that way (read for stageFrom, write for output). The job's own Namespace is read afresh; the
+    other namespaces' lists (who else reads or writes a container) may come from a list a few seconds old
+    (the runtime's, dtjob.runtime.cached_kube), so a cluster admin's change to them counts from then on."""
     locations = spec_locations(spec)
     if not locations:
         return None
     namespace = kube.get("Namespace", None, spec.namespace) or {}
     annotations = (namespace.get("metadata") or {}).get("annotations") or {}
-    policy = namespace_policy(config.storage_policy, spec.namespace, annotations)
+    try:
+        view = _cluster_view(kube)
+    except Forbidden:
+        return Blocker(
+            "StoragePolicyUnreadable",
+            "the operator may not list Namespaces, so it cannot tell which containers other namespaces read "
+            "or write: grant it list on namespaces (the chart does); waiting",
+        )
+    policy = namespace_policy(config.storage_policy, spec.namespace, annotations, view)
     violation = check_locations(policy, spec.namespace, locations)
     if violation is None:
         return None
     return Blocker("StorageNotAllowed", f"{violation.path}: {violation.message}", fatal=True)
+
+
+def _cluster_view(kube: Kube) -> ClusterView:
+    """Every namespace's own storage lists, from their annotations."""
+    namespaces = kube.list("Namespace", None, cached=True)
+    metas = [ns.get("metadata") or {} for ns in namespaces]
+    return cluster_view((str(meta.get("name")), meta.get("annotations") or {}) for meta in metas)
 
 
 def observe_sas(
@@ -106,11 +128,18 @@ def observe_sas(
         existing = kube.get("Secret", spec.namespace, sas_secret_name(spec.name, access))
         if existing is not None and uid not in owner_uids(existing):
             existing = None  # an older job's of the same name: minting ours waits until it is gone
-        altered = _altered(existing, location) if existing is not None else None
+        recorded = status.sas_token_digests.get(access.value)
+        altered = _altered(existing, location, recorded) if existing is not None else None
         if altered is not None:
             log.warning("%s/%s: Secret %s %s: minting it again", spec.namespace, spec.name,
                         sas_secret_name(spec.name, access), altered)  # fmt: skip
-        fresh = existing is not None and not secret_rotation_due(existing, now, config.sas_rotate_fraction)
+        # No digest recorded: minted before the operator recorded them (or that record was lost); minted
+        # again, quietly, so that its token is one the status vouches for.
+        fresh = (
+            existing is not None
+            and recorded is not None
+            and not secret_rotation_due(existing, now, config.sas_rotate_fraction)
+        )
         if existing is not None and fresh and altered is None:
             annotations = existing["metadata"].get("annotations") or {}
             issued = parse_time(annotations[ANNOTATION_ISSUED])
@@ -129,10 +158,17 @@ def observe_sas(
     return found
 
 
-def _altered(secret: Mapping[str, Any], location: BlobLocation) -> str | None:
+def token_sha256(token: str) -> str:
+    """What the status records of a token the operator wrote (status.sasTokenDigests): never the token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _altered(secret: Mapping[str, Any], location: BlobLocation, recorded: str | None) -> str | None:
     """How a SAS Secret of ours differs from what the operator wrote, or None. Its annotations say when to
     rotate, but anyone who may edit Secrets in the namespace may change its data and keep them: the operator
-    never trusts a container URL it did not write (rank 0 would upload the results there)."""
+    never trusts a container URL it did not write (rank 0 would upload the results there), nor a token
+    whose digest is not the one the status recorded (`recorded`; None: none recorded): one signed elsewhere,
+    wider or longer-lived than the operator's, would be handed to the pods as the operator's."""
     data = secret.get("data") or {}
     try:
         url = base64.b64decode(data.get(SECRET_URL_KEY) or "", validate=True).decode()
@@ -143,6 +179,8 @@ def _altered(secret: Mapping[str, Any], location: BlobLocation) -> str | None:
         return f"names container URL {url[:200]!r}, not the spec's {location.container_url!r}"
     if not token:
         return "has no token"
+    if recorded is not None and token_sha256(token) != recorded:
+        return "holds a token the operator did not write"
     return None
 
 
