@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from azure.storage.blob import ContainerClient
 from dtjob.azure.clients import SasFileSource, container_client
 from dtjob.azure.logs import LogCap, upload_log
 from dtjob.config import DEFAULT_LOG_CAP_BYTES
+from dtjob.contract.results_upload import MANIFEST_NAME, parse_manifest
 from dtjob.contract.transfer_report import ProgressSnapshot
 from dtjob.names import Access, log_blob_name, output_url, run_prefix
 
@@ -73,6 +75,8 @@ def test_results_and_logs_land_at_the_output_prefix(
 
     # Read back with the account key (the write SAS itself cannot read).
     stored = {b.name: container.download_blob(b.name).readall() for b in container.list_blobs()}
+    manifest = stored.pop(prefix + MANIFEST_NAME)  # written last: the run's results are complete
+    assert parse_manifest(manifest.decode()) == {rel: len(data) for rel, data in tree.items()}
     assert stored == {
         **{prefix + rel: data for rel, data in tree.items()},
         **{f"{prefix}logs/{pod}.log": text.encode() for pod, text in logs.items()},
@@ -162,9 +166,10 @@ def test_a_refused_results_upload_retries_with_the_token_read_again_until_it_is_
         _, rest = stager.communicate(timeout=120)
     lines += rest.splitlines()
     assert stager.returncode == 0, lines
-    assert any("dtjob results upload: done: 4 files" in line for line in lines), lines
+    done = [line for line in lines if "dtjob results upload: done: 4 files" in line]
+    assert done and done[0].rstrip().endswith(f"on pod {socket.gethostname()}"), lines
     stored = {b.name.removeprefix("runs/r/"): b.name for b in container.list_blobs()}
-    assert set(stored) == set(tree)
+    assert set(stored) == {*tree, MANIFEST_NAME}
     assert container.download_blob(stored["model/final.pt"]).readall() == tree["model/final.pt"]
 
 

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from azure.storage.blob import BlobServiceClient
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
+from dtjob.contract import results_upload
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
 from dtjob.contract.transfer_report import PROGRESS_MARKER, ProgressSnapshot
-from dtjob.reconcile.storage_observe import STORAGE_KEY_LABEL
+from dtjob.names import STORAGE_KEY_LABEL
 from dtjob.spec.tenancy import (
     ANNOTATION_CLIENT_IDS,
     ANNOTATION_CONTAINERS,
@@ -721,3 +722,51 @@ def test_results_storage_refused_for_good_fail_the_job_once_and_keep_worker_0(
     assert live() == ["unsaved-worker-0"]
     reasons = {e.reason for e in jobs.events("unsaved")}
     assert "ResultsUploadFailed" in reasons and "Restarting" not in reasons, reasons
+
+
+def test_an_elastic_world_keeps_the_pod_its_upload_ran_on_not_worker_0(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+    container_name: str,  # noqa: F811
+) -> None:
+    """Worker 0 of an elastic world was lost and replaced while training went on, so rank 0 (and the
+    results) moved to worker 1, where the launcher's upload ran and failed for good. Before: the operator kept
+    worker 0, the fresh replacement holding nothing, and cleanPodPolicy deleted worker 1 with the model."""
+    running_job_with_output(
+        jobs, azurite, blob, container_name, "moved", output={"uploadRetrySeconds": 60},
+        elastic={"minWorkers": 1, "maxWorkers": 2}, runPolicy={"cleanPodPolicy": "Running"},
+    )  # fmt: skip
+    first = {str(p.metadata.name): str(p.metadata.uid) for p in jobs.live_workers("moved")}
+    jobs.core.delete_namespaced_pod("moved-worker-0", jobs.ns, grace_period_seconds=0)
+
+    def replaced() -> dict[str, str] | None:
+        now = {str(p.metadata.name): str(p.metadata.uid) for p in jobs.live_workers("moved")}
+        return now if now.get("moved-worker-0") not in (None, first["moved-worker-0"]) else None
+
+    uids = wait_for(replaced, timeout=90, what="worker 0 replaced")
+    launcher = str(launcher_pod_of(jobs, "moved").metadata.name)
+    path = tmp_path / "launcher.log"
+    refused = f"output container {container_name}: storage error (503): storage is down"
+    append_log(path, results_upload.started_line("moved-worker-1"),
+               results_upload.failed_line(6, 61, refused, "moved-worker-1"))  # fmt: skip
+    serve_pod_log(api_client, jobs.ns, launcher, "launcher", path)
+    jobs.annotate_pod(launcher, {"sim.dtjob.io/outcome": "Failed", "sim.dtjob.io/exit-code": "200"})
+
+    status = jobs.wait_phase("moved", "Succeeded", "Failed", timeout=120)
+    failed = jobs.condition("moved", "Failed")
+    assert failed and failed["reason"] == "ResultsUploadFailed", status
+    assert "kept on pod moved-worker-1" in failed["message"], failed
+    results = status["output"]["results"]
+    assert (results["keptOnPod"], results["keptOnPodUID"]) == ("moved-worker-1", uids["moved-worker-1"])
+
+    def live() -> dict[str, str]:
+        return {str(p.metadata.name): str(p.metadata.uid) for p in jobs.live_workers("moved")}
+
+    kept = {"moved-worker-1": uids["moved-worker-1"]}
+    wait_for(lambda: live() == kept, timeout=60, what="worker 0's replacement deleted, worker 1 kept")
+    time.sleep(5)  # cleanup has run (the SAS Secrets go last): worker 1 is still there
+    assert live() == kept

@@ -23,6 +23,7 @@ from tests.unit.operator_fixtures import job_spec
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 CREDS = {"authMode": "accountKey", "secretRef": {"name": "storage-key"}}
 OUTPUT = {"account": "acct1", "container": "results", "credentials": CREDS}
+RUN_URL = "https://acct1.blob.core.windows.net/results/ml/rn50/u-1/"
 
 
 def test_a_missing_sas_is_minted_before_anything_that_mounts_it() -> None:
@@ -66,14 +67,33 @@ def test_a_running_world_whose_rotation_is_blocked_keeps_running_and_retries() -
 
 def test_the_results_url_and_training_progress_come_from_what_was_observed() -> None:
     progress = {"epoch": 1, "step": 3, "stepsPerEpoch": 10}
-    obs = Observed(uid="u-1", training_progress=progress)
+    out = {"out": SasObservation(mint_needed=True)}
+    obs = Observed(uid="u-1", training_progress=progress, sas=out, output_sas_scope="Container")
     d = decide(job_spec(output=OUTPUT), obs, JobStatus(), NOW)
     assert d.status.output_url is not None and d.status.output_url.endswith("/ml/rn50/u-1/")
+    assert d.status.to_dict()["output"]["sasScope"] == "Container"
     assert d.status.to_dict()["progress"] == progress
 
 
+def test_the_results_url_names_only_a_location_the_output_sas_may_be_signed_for() -> None:
+    """status.output.url is what `dtjob results upload` signs for: never a location the storage policy
+    refused (a spec.output edited mid-run to another container), and a finished job's stays its run's."""
+    refused = Blocker("StorageNotAllowed", "spec.output.container: 'imagenet' is not writable", fatal=True)
+    running = JobStatus(phase="Running", start_time=format_time(NOW), output_url="https://a/results/r/")
+    edited = job_spec(output={**OUTPUT, "container": "imagenet"})
+    obs = Observed(uid="u-1", sas={"out": SasObservation(mint_needed=True, blocked=refused)}, blocker=refused)
+    assert decide(edited, obs, running, NOW).status.output_url == "https://a/results/r/"
+    finished = JobStatus(phase="Failed", completion_time=format_time(NOW), output_url="https://a/results/r/")
+    assert decide(edited, Observed(uid="u-1"), finished, NOW).status.output_url == "https://a/results/r/"
+    never = decide(edited, obs, JobStatus(), NOW)
+    assert never.status.phase == "Failed" and never.status.output_url is None
+    assert not any(isinstance(a, UploadLogs) for a in never.actions), "no logs to a location never allowed"
+
+
 def test_the_final_log_upload_is_recorded_from_its_result() -> None:
-    done = JobStatus(phase="Succeeded", start_time=format_time(NOW), completion_time=format_time(NOW))
+    done = JobStatus(
+        phase="Succeeded", start_time=format_time(NOW), completion_time=format_time(NOW), output_url=RUN_URL
+    )
     d = decide(job_spec(output=OUTPUT), Observed(), done, NOW)
     assert d.actions == [UploadLogs()] and not d.status.logs_uploaded
     result = LogsUploaded(None, True, "https://a/results/logs/", missing=("rn50-worker-1",))

@@ -53,6 +53,7 @@ def fullest_status() -> dict[str, Any]:
         observed_generation=2,
         staging=ProgressSnapshot("failed", 3, 1, 1, 30, 10, 10, 2.0, 10.0, "denied").to_status(),
         output_url="https://acct.blob.core.windows.net/results/runs/ns/job/uid/",
+        output_sas_scope="Directory",
         logs_missing=("job-worker-1",),
         logs_error="ServiceResponseTimeoutError: read timed out",
         logs_truncated={"pods": ["job-launcher-x"], "capBytes": 65536},
@@ -60,6 +61,7 @@ def fullest_status() -> dict[str, Any]:
         results_state="Failed",
         results_message="failed after 9 tries in 600 s: storage refused",
         results_pod="job-worker-0",
+        results_pod_uid="6d5c1f0e-7a1b-4c2d-9e3f-0a1b2c3d4e5f",
         training_progress=latest_progress(f"DTJOB_PROGRESS {json.dumps(record)}"),
     )
     return status.to_dict()

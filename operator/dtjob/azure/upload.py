@@ -16,6 +16,7 @@ from dtjob.azure.errors import StorageFailure
 from dtjob.azure.manifest import PART_SUFFIX
 from dtjob.azure.parallel import retry_once_on_denial, run_bounded
 from dtjob.azure.progress import Progress
+from dtjob.contract.results_upload import manifest_text
 from dtjob.contract.transfer_report import ExitCode, ProgressSnapshot
 from dtjob.names import directory_prefix
 
@@ -79,10 +80,13 @@ class Uploader:
     # Skip files already uploaded with the same size and MD5, which takes listing the prefix first. Off for
     # a write-only SAS (a job's output SAS carries no list permission): every file is uploaded.
     skip_existing: bool = True
+    # With a name: once every file is up, a manifest of them (dtjob.contract.results_upload) is written last
+    # under it, so storage says the tree is complete. A local file of that name is not uploaded.
+    manifest: str | None = None
 
     def run(self, root: Path, prefix: str) -> ProgressSnapshot:
         try:
-            files = walk_tree(root)
+            files = [f for f in walk_tree(root) if f.rel != self.manifest]
             remote: dict[str, RemoteFile] = {}
             if self.skip_existing:
                 listed = retry_once_on_denial(
@@ -97,6 +101,12 @@ class Uploader:
                     self._one(local, blob_name(prefix, local.rel), remote.get(blob_name(prefix, local.rel)))
 
             run_bounded(files, work, self.concurrency, "upload")
+            if self.manifest is not None:
+                text = manifest_text({f.rel: f.size for f in files}).encode()
+                name = blob_name(prefix, self.manifest)
+                retry_once_on_denial(
+                    lambda: self.client().upload_blob(name, text, overwrite=True), self.refresh
+                )
         except Exception as err:
             raise self.progress.failed(err, self.subject, self.credentials_hint) from err
         self.progress.set_phase("done")

@@ -24,7 +24,7 @@ from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.cli import blob_access as blob_cli
 from dtjob.cli import kube_access as kube_cli
 from dtjob.cli.log_target import LogPosition, LogTarget, has_ended, newest_pod, split_stamp, uploaded_log
-from dtjob.cli.results import FINISHED_PHASES, run_location
+from dtjob.cli.run_location import FINISHED_PHASES, run_location
 from dtjob.contract.transfer_report import ExitCode
 from dtjob.timefmt import parse_duration
 

@@ -1,41 +1,30 @@
 """`dtjob results download JOB DIR`: fetch a run's results (rank 0's models and metrics) from Blob Storage.
-`dtjob results upload JOB`: upload them again when the job's own upload failed for good (ResultsUploadFailed).
+`dtjob results upload JOB` (dtjob.cli.results_upload): upload them again when the job's own upload failed for
+good (ResultsUploadFailed).
 
 The job's own `spec.output` and UID say where its run lives (`<prefix>/<namespace>/<job>/<uid>/`), so the user
 names the job, not a blob path. Both use the caller's credentials (--sas-file, --account-key-file, their
 environment variables, or DefaultAzureCredential), never the operator's. The download is resumable: a second
-run downloads only what is missing or changed. The pods' logs under `logs/` are left out unless --with-logs.
-
-The upload runs on the pod that kept the results (status.output.results.keptOnPod), as the job's own did,
-with a short write-only SAS signed from the caller's credentials and handed over stdin. Once it succeeds, it
-records the uploader's last line on the job (dtjob.io/results-uploaded); the operator then marks the job
-Succeeded and frees the pod.
+run downloads only what is missing or changed. The pods' logs under `logs/` and the run's manifest are left
+out unless --with-logs (the logs).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from dtjob.azure.errors import StorageFailure
 from dtjob.cli import blob_access as blob_cli
+from dtjob.cli import kept_results
 from dtjob.cli import kube_access as kube_cli
-from dtjob.contract import results_upload
+from dtjob.cli.run_location import FINISHED_PHASES, run_location
+from dtjob.contract.results_upload import MANIFEST_NAME
 from dtjob.contract.transfer_report import ExitCode
-from dtjob.desired.command import results_upload_later_script
-from dtjob.desired.owned import owner_uids
-from dtjob.names import LOGS_DIR, WORKER_CONTAINER, Access, run_prefix
-from dtjob.spec.reader import SpecError
-from dtjob.spec.storage import Output, parse_output
-from dtjob.timefmt import format_time
-
-FINISHED_PHASES = ("Succeeded", "Failed")
+from dtjob.names import LOGS_DIR
 
 
 def register(subparsers: Any) -> None:
@@ -55,43 +44,7 @@ def register(subparsers: Any) -> None:
     download.add_argument("--no-progress", action="store_true", help="no progress bar")
     download.set_defaults(func=run_download)
 
-    upload = commands.add_parser(
-        "upload",
-        help="upload the results a job kept on its pod after its own upload failed (ResultsUploadFailed)",
-    )
-    upload.add_argument("job", metavar="JOB", help="the DistributedTrainingJob's name")
-    kube_cli.add_kube_args(upload)
-    blob_cli.add_credential_args(
-        upload,
-        sas_needs=" with create and write on the output container",
-        key_use=" to sign a write SAS with",
-    )
-    upload.add_argument(
-        "--retry-for", type=int, default=120, metavar="SECONDS",
-        help="keep retrying while storage refuses, for this long (default 120)",
-    )  # fmt: skip
-    upload.add_argument(
-        "--wait", type=int, default=60, metavar="SECONDS",
-        help="then wait this long for the operator to mark the job Succeeded (default 60; 0: do not wait)",
-    )  # fmt: skip
-    upload.set_defaults(func=run_upload)
-
-
-def run_location(job: dict[str, Any]) -> tuple[Output, str]:
-    """(the job's parsed spec.output, its run's blob prefix). Raises StorageFailure(USAGE) when the job
-    writes no results."""
-    meta = job.get("metadata") or {}
-    emulators = {h.strip() for h in os.environ.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()}
-    try:
-        output = parse_output((job.get("spec") or {}).get("output"), emulator_hosts=emulators)
-    except SpecError as err:
-        raise StorageFailure(ExitCode.USAGE, f"job {meta.get('name')}: {err}") from None
-    if output is None:
-        raise StorageFailure(
-            ExitCode.USAGE, f"job {meta.get('name')} has no spec.output: it uploads no results"
-        )
-    prefix = run_prefix(output.target.prefix, str(meta["namespace"]), str(meta["name"]), str(meta["uid"]))
-    return output, prefix
+    kept_results.add_parser(commands)
 
 
 def run_download(args: argparse.Namespace) -> int:
@@ -155,7 +108,7 @@ def download_results(
     target = output.target
     subject, hint = f"container {target.container}", "the credentials"
     progress = Progress()
-    skip = () if with_logs else (f"{LOGS_DIR}/",)
+    skip = (MANIFEST_NAME,) if with_logs else (MANIFEST_NAME, f"{LOGS_DIR}/")
     try:
         credential, hint = blob_cli.credential(sas, account_key, target.account_name)
         client = container_client(target.container_url, credential, concurrency)
@@ -174,145 +127,3 @@ def download_results(
         raise blob_cli.storage_failure(err, subject, hint) from None
     source = f"{target.container_url}/{prefix}"
     return Downloaded(snap.files_done, snap.bytes_done, snap.files_skipped, snap.elapsed_s, source, dest)
-
-
-# A SAS for one upload: long enough for a slow one, short enough to be worthless soon after.
-UPLOAD_SAS_LIFETIME = timedelta(hours=2)
-
-
-def kept_results_pod(job: dict[str, Any]) -> str:
-    """The pod holding results that the job's own upload did not get into storage. StorageFailure(USAGE)
-    naming why there is nothing to upload."""
-    name = job["metadata"]["name"]
-    results = ((job.get("status") or {}).get("output") or {}).get("results") or {}
-    state, pod = results.get("state"), results.get("keptOnPod")
-    if state == results_upload.FAILED and pod:
-        return str(pod)
-    if state == results_upload.UPLOADED:
-        raise StorageFailure(
-            ExitCode.OK, f"job {name}'s results are already uploaded: {results.get('message')}"
-        )
-    if state == results_upload.FAILED:
-        raise StorageFailure(
-            ExitCode.NOT_FOUND,
-            f"job {name}'s results upload failed and no pod kept them: {results.get('message')}",
-        )
-    phase = (job.get("status") or {}).get("phase") or "Pending"
-    said = f"results {state}: {results.get('message')}" if state else "no results upload yet"
-    raise StorageFailure(
-        ExitCode.USAGE, f"job {name} has no results waiting for an upload (it is {phase}, {said})"
-    )
-
-
-def _write_sas(args: argparse.Namespace, output: Output) -> str:
-    """A create+write token for the output container: the caller's --sas as given, else one signed now with
-    the caller's account key or Entra ID identity (a user delegation SAS)."""
-    from dtjob.azure.sas import mint_with_account_key, mint_with_user_delegation
-
-    target = output.target
-    credential, _hint = blob_cli.credential(args.sas, args.account_key, target.account_name)
-    if isinstance(credential, str):
-        return credential
-    now = datetime.now(UTC)
-    start, expiry = now - timedelta(minutes=5), now + UPLOAD_SAS_LIFETIME
-    if isinstance(credential, dict):
-        key = str(credential["account_key"])
-        sas = mint_with_account_key(
-            target.endpoint, target.account_name, key, target.container, Access.OUTPUT, start, expiry
-        )
-    else:
-        sas = mint_with_user_delegation(
-            target.endpoint, target.account_name, credential, target.container, Access.OUTPUT, start, expiry
-        )
-    return sas.token
-
-
-def run_upload(args: argparse.Namespace) -> int:
-    if args.retry_for < 0 or args.wait < 0:
-        print("dtjob results: --retry-for and --wait must not be negative", file=sys.stderr)
-        return int(ExitCode.USAGE)
-    try:
-        cluster = kube_cli.connect(args)
-        output, prefix, pod_name = _kept_results(cluster, args.job)
-    except (StorageFailure, kube_cli.KubeFailure) as err:
-        print(f"dtjob results: {err}", file=sys.stderr)
-        return int(err.code)
-    subject = f"container {output.target.container}"
-    try:
-        token = _write_sas(args, output)
-    except Exception as err:
-        return blob_cli.fail("dtjob results", err, subject, "the credentials")
-    said: list[str] = []
-
-    def relay(text: str) -> None:
-        said.append(text)
-        sys.stderr.write(text)
-        sys.stderr.flush()
-
-    script = results_upload_later_script(args.job, prefix, args.retry_for)
-    print(
-        f"uploading the results kept on pod {pod_name} to {output.target.container_url}/{prefix}",
-        file=sys.stderr,
-    )
-    try:
-        code = cluster.exec_in_pod(
-            pod_name,
-            WORKER_CONTAINER,
-            ["sh", "-c", script],
-            f"{output.target.container_url}\n{token}\n",
-            relay,
-        )
-    except kube_cli.KubeFailure as err:
-        print(f"dtjob results: {err}", file=sys.stderr)
-        return int(err.code)
-    report = results_upload.latest_report("".join(said))
-    if code != 0 or report is None or report.state != results_upload.UPLOADED:
-        print(
-            f"dtjob results: the upload on pod {pod_name} failed (exit {code}); the results stay there",
-            file=sys.stderr,
-        )
-        return code or int(ExitCode.STORAGE)
-    record = f"{report.message} (dtjob results upload, {format_time(datetime.now(UTC))})"
-    try:
-        cluster.annotate_job(args.job, results_upload.ANNOTATION_UPLOADED_LATER, record)
-    except kube_cli.KubeFailure as err:
-        print(f"dtjob results: uploaded, but could not record it on the job: {err}", file=sys.stderr)
-        return int(err.code)
-    print(f"uploaded: {report.message}")
-    return _wait_succeeded(cluster, args.job, args.wait)
-
-
-def _kept_results(cluster: kube_cli.Cluster, name: str) -> tuple[Output, str, str]:
-    """The job's output, its run's prefix and the Running pod of the job that kept its results."""
-    job = cluster.read_job(name)
-    output, prefix = run_location(job)
-    pod_name = kept_results_pod(job)
-    pod = cluster.read_pod(pod_name)
-    if str(job["metadata"]["uid"]) not in owner_uids(pod):
-        raise StorageFailure(ExitCode.USAGE, f"pod {pod_name} does not belong to job {name}")
-    pod_phase = (pod.get("status") or {}).get("phase")
-    if pod_phase != "Running":
-        raise StorageFailure(
-            ExitCode.NOT_FOUND, f"pod {pod_name} is {pod_phase}: the results it kept cannot be read"
-        )
-    return output, prefix, pod_name
-
-
-def _wait_succeeded(cluster: kube_cli.Cluster, name: str, seconds: int) -> int:
-    deadline = time.monotonic() + seconds
-    while seconds and time.monotonic() < deadline:
-        try:
-            status = cluster.read_job(name).get("status") or {}
-        except kube_cli.KubeFailure as err:
-            print(f"dtjob results: {err}", file=sys.stderr)
-            return int(err.code)
-        if status.get("phase") == "Succeeded":
-            print(f"job {name} is Succeeded: {status.get('message')}")
-            return int(ExitCode.OK)
-        time.sleep(2)
-    if seconds:
-        print(
-            f"the operator has not marked job {name} Succeeded yet; it will once it reads the record",
-            file=sys.stderr,
-        )
-    return int(ExitCode.OK)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from dtjob import gang, names
 from dtjob.contract.results_upload import FAILED as RESULTS_FAILED
-from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT, UPLOADED, UploadReport
+from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT, UploadReport
 from dtjob.machine.builder import Builder
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
@@ -21,12 +21,11 @@ from dtjob.state.decision import (
     Event,
     UploadLogs,
 )
-from dtjob.state.observed import LauncherState, Observed
+from dtjob.state.observed import LauncherState, Observed, PodState
 from dtjob.state.status import FAILED, FINISHED, SUCCEEDED, JobStatus
 from dtjob.timefmt import format_time, parse_time, seconds_after
 
 RESULTS_UPLOAD_FAILED = "ResultsUploadFailed"
-RESULTS_UPLOADED_LATER = "ResultsUploadedLater"
 # How long a finished job waits for its pod logs to reach the output container before cleaning up anyway.
 LOG_UPLOAD_GRACE = timedelta(minutes=5)
 LOG_RETRY_SECONDS = 10.0
@@ -67,41 +66,58 @@ def results_not_uploaded(b: Builder, spec: JobSpec, observed: Observed) -> None:
     The pod holding the results is kept whatever cleanPodPolicy says, until the job is deleted."""
     report = observed.results_upload
     reason = report.message if report is not None else "unknown error"
+    holder: PodState | None = None
     if spec.launcher.run_as_worker:
-        holder = None
         kept = "the results were on the launcher pod, which has ended with them"
     else:
-        holder = names.worker_name(spec.name, 0)
-        kept = (
-            f"the results are kept on pod {holder} (which keeps its GPUs, and ttlSecondsAfterFinished waits) "
-            f"until `dtjob results upload {spec.name}` uploads them or the job is deleted"
-        )
+        holder, kept = _results_holder(spec, observed, report, b.status.restarts)
     message = f"training finished, but the results upload failed: {reason}; {kept}"
-    b.status = replace(b.status, results_state=RESULTS_FAILED, results_message=reason, results_pod=holder)
+    b.status = replace(
+        b.status,
+        results_state=RESULTS_FAILED,
+        results_message=reason,
+        results_pod=holder.name if holder is not None else None,
+        results_pod_uid=holder.uid if holder is not None else None,
+    )
     finish(b, spec, observed, FAILED, RESULTS_UPLOAD_FAILED, message)
 
 
-def results_uploaded_later(b: Builder, report: UploadReport) -> None:
-    """`dtjob results upload` has uploaded the results the job failed to: the run has done what it was for, so
-    the job becomes Succeeded, and cleanPodPolicy frees the pod that kept them. The TTL counts from now."""
-    message = f"the results were uploaded after the job had failed to upload them: {report.message}"
-    b.status = replace(
-        b.status,
-        results_state=UPLOADED,
-        results_message=report.message,
-        results_pod=None,
-        completion_time=format_time(b.now),
+def _results_holder(
+    spec: JobSpec, observed: Observed, report: UploadReport | None, attempt: int
+) -> tuple[PodState | None, str]:
+    """The worker whose output directory holds the results, and what the message says of it: the pod the
+    upload ran on, as its last line names it (an elastic world's rank 0 moves when its host is lost), else
+    worker 0 of a static world, the one host its launcher uploads from. Only a live pod of the job's own
+    current world, held by its UID: a pod of the same name made later holds none of them."""
+    if report is not None and report.pod is not None:
+        name = report.pod
+    elif spec.elastic is None:
+        name = names.worker_name(spec.name, 0)
+    else:
+        return None, "the upload did not say which pod holds the results, so no pod is kept for them"
+    holder = next(
+        (
+            p
+            for p in observed.workers()
+            if p.name == name and p.attempt == attempt and p.phase == "Running" and not p.deleting
+        ),
+        None,
     )
-    b.cond(FAILED, False, RESULTS_UPLOADED_LATER, message)
-    b.cond(SUCCEEDED, True, RESULTS_UPLOADED_LATER, message)
-    b.phase(SUCCEEDED, message, "Normal", RESULTS_UPLOADED_LATER)
+    if holder is None:
+        return None, f"pod {name}, which held the results, is gone with them"
+    return holder, (
+        f"the results are kept on pod {name} (which keeps its GPUs, and ttlSecondsAfterFinished waits) "
+        f"until `dtjob results upload {spec.name}` uploads them or the job is deleted"
+    )
 
 
 def cleanup(b: Builder, spec: JobSpec, observed: Observed) -> None:
     """runPolicy.cleanPodPolicy once finished: None keeps pods, Running frees GPUs, All removes every pod.
-    With spec.output, pod logs are uploaded first (so they survive), then the SAS Secrets are deleted."""
+    With spec.output, pod logs are uploaded first (so they survive) to the run's location, once the storage
+    policy allowed it (status.output.url), then the SAS Secrets are deleted."""
     grace_over = _log_grace_over(b.status, b.now)
-    if spec.output is not None and not b.status.logs_uploaded and not grace_over:
+    allowed = spec.output is not None and b.status.output_url is not None
+    if allowed and not b.status.logs_uploaded and not grace_over:
         b.actions.append(UploadLogs())
         b.requeue(LOG_RETRY_SECONDS if b.status.logs_error else 1)
         return
@@ -115,15 +131,22 @@ def cleanup(b: Builder, spec: JobSpec, observed: Observed) -> None:
     policy = spec.run_policy.clean_pod_policy
     if policy == "None":
         return
-    kept = b.status.results_pod if b.status.results_state == RESULTS_FAILED else None
     for pod in observed.workers():
-        if pod.name == kept:  # it holds results that were never uploaded
+        if _keeps_results(b.status, pod):
             continue
         if not pod.deleting and (policy == "All" or not pod.finished):
-            b.actions.append(DeletePod(pod.name))
+            b.actions.append(DeletePod(pod.name, pod.uid))
     launcher = observed.launcher
     if launcher is not None and not launcher.deleting and (policy == "All" or not launcher.finished):
         b.actions.append(DeleteLauncher())
+
+
+def _keeps_results(status: JobStatus, pod: PodState) -> bool:
+    """The pod holds results that were never uploaded: the one status names, by name and UID (a status
+    written before the UID was recorded names it by name only)."""
+    if status.results_state != RESULTS_FAILED or pod.name != status.results_pod:
+        return False
+    return status.results_pod_uid in (None, pod.uid)
 
 
 def wound_down(spec: JobSpec, status: JobStatus, now: datetime) -> bool:
@@ -159,7 +182,7 @@ def ttl(b: Builder, spec: JobSpec) -> None:
 def delete_world_pods(b: Builder, observed: Observed) -> None:
     for pod in observed.workers():
         if not pod.deleting:
-            b.actions.append(DeletePod(pod.name))
+            b.actions.append(DeletePod(pod.name, pod.uid))
     if observed.launcher is not None and not observed.launcher.deleting:
         b.actions.append(DeleteLauncher())
 
