@@ -98,9 +98,10 @@ test-binaries:
 	@$(PHASE) kstatus hack/build-kstatus.sh
 	@$(PHASE) kueue hack/build-kueue.sh
 
-# scheduler-plugins' coscheduling kube-scheduler and the PodGroup CRDs, for the gang-scheduling tests.
+# scheduler-plugins' coscheduling kube-scheduler and the PodGroup CRDs, for the gang-scheduling tests, and
+# prometheus-operator's ServiceMonitor CRD, for the chart's tests.
 gang-schedulers:
-	@$(PHASE) gang-schedulers hack/build-control-plane.sh scheduler_plugins volcano_crds
+	@$(PHASE) gang-schedulers hack/build-control-plane.sh scheduler_plugins volcano_crds servicemonitor_crd
 
 # Azurite (Blob Storage emulator) from the npm registry, for the tests marked `azure`.
 azurite:

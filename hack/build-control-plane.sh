@@ -9,7 +9,8 @@
 # (<binary>.tmp.<pid>) and renamed into place whole.
 # Not built by default (targets named on the command line, see the Makefile's gang-schedulers): the gang
 # schedulers the integration tests run beside the control plane, scheduler-plugins' kube-scheduler with its
-# PodGroup CRD, and Volcano's PodGroup CRD (no Volcano scheduler: its PodGroup is checked against the CRD).
+# PodGroup CRD, and Volcano's PodGroup CRD (no Volcano scheduler: its PodGroup is checked against the CRD), and
+# prometheus-operator's ServiceMonitor CRD (the chart's ServiceMonitor is checked against it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -202,6 +203,23 @@ build_volcano_crds() {
   chmod u+w "$tmp"
   mv -T "$tmp" "$out/$crd"
   log "volcano $VOLCANO_VERSION CRDs copied"
+}
+
+build_servicemonitor_crd() {
+  # prometheus-operator's CRDs live in its main module, as Volcano's do; nothing is built.
+  local v=$PROMETHEUS_OPERATOR_VERSION
+  local out=$cache/crds/prometheus-operator-$v crd=monitoring.coreos.com_servicemonitors.yaml
+  cache_hit "prometheus-operator-crds-$v" "prometheus-operator $v CRDs" test -f "$out/$crd" &&
+    { log "prometheus-operator $v CRDs cached"; return; }
+  local src tmp
+  src=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$v" |
+    sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  mkdir -p "$out"
+  tmp=$(tmp_name "$out/$crd")
+  cp "$src/example/prometheus-operator-crd/$crd" "$tmp"
+  chmod u+w "$tmp"
+  mv -T "$tmp" "$out/$crd"
+  log "prometheus-operator $v CRDs copied"
 }
 
 targets=("$@")

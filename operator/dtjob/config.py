@@ -67,7 +67,8 @@ class OperatorConfig:
     heap_trim_seconds: float = 30.0
     # The staging Job's image (python -m dtjob.stager).
     stager_image: str = DEFAULT_STAGER_IMAGE
-    # Pull Secrets every job's pods get (the installer's registry), to exist in each job's namespace.
+    # The installer's registry's pull Secrets: for pods that run only its images (installer_images), and each
+    # must exist in the job's namespace.
     image_pull_secrets: tuple[str, ...] = ()
     # Replace a SAS once this fraction of its lifetime has passed (tests lower it to see rotation quickly).
     sas_rotate_fraction: float = DEFAULT_SAS_ROTATE_FRACTION
@@ -110,6 +111,12 @@ class OperatorConfig:
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
+
+    @property
+    def installer_images(self) -> frozenset[str]:
+        """The images the installer configured (the training images, the stager's): the only ones its pull
+        Secrets (image_pull_secrets) are given for."""
+        return frozenset((*self.images.values(), self.stager_image))
 
 
 def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:

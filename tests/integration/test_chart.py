@@ -20,12 +20,15 @@ from dtjob.config import (
 )
 from kubernetes import client
 
+from testbed.cache import cache_root
+from testbed.gang_scheduler import delete_crd, install_crd_file, pinned
 from testbed.kube_wait import wait_for
 from tests.tools import REPO, tool
 
 pytestmark = pytest.mark.integration
 CHART = REPO / "charts" / "dtjob"
 LEASE_ROLE = "dtjob-leader-election"
+SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 
 
 def helm(kubeconfig: str, *args: str) -> str:
@@ -36,8 +39,10 @@ def helm(kubeconfig: str, *args: str) -> str:
     return result.stdout
 
 
-def template(*sets: str, json_sets: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    args = [tool("helm"), "template", "dtjob", str(CHART), "--namespace", "dtjob-system", "--include-crds"]
+def template(
+    *sets: str, json_sets: tuple[str, ...] = (), namespace: str = "dtjob-system"
+) -> subprocess.CompletedProcess[str]:
+    args = [tool("helm"), "template", "dtjob", str(CHART), "--namespace", namespace, "--include-crds"]
     for value in sets:
         args += ["--set", value]
     for value in json_sets:
@@ -45,8 +50,10 @@ def template(*sets: str, json_sets: tuple[str, ...] = ()) -> subprocess.Complete
     return subprocess.run(args, capture_output=True, text=True)
 
 
-def render(*sets: str, json_sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    done = template(*sets, json_sets=json_sets)
+def render(
+    *sets: str, json_sets: tuple[str, ...] = (), namespace: str = "dtjob-system"
+) -> list[dict[str, Any]]:
+    done = template(*sets, json_sets=json_sets, namespace=namespace)
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
@@ -312,8 +319,10 @@ def test_metrics_port_service_and_container_port() -> None:
     # The Service selects the operator's pods.
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
-    # Opt-in: no ServiceMonitor (it needs prometheus-operator's CRDs) and no dashboard ConfigMap.
-    assert not [d for d in docs if d["kind"] in ("ServiceMonitor", "ConfigMap")]
+    # Opt-in: no ServiceMonitor (it needs prometheus-operator's CRDs) and no dashboard ConfigMap; the one
+    # ConfigMap is the CA of the metrics server's certificate.
+    assert not kind(docs, "ServiceMonitor")
+    assert [d["metadata"]["name"] for d in kind(docs, "ConfigMap")] == ["dtjob-metrics-ca"]
 
     moved = render("metrics.port=9102")
     container = next(d for d in moved if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][
@@ -356,7 +365,11 @@ def test_the_service_monitor_scrapes_the_metrics_service() -> None:
             "scrapeTimeout": "10s",
             "scheme": "https",
             "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
-            "tlsConfig": {"insecureSkipVerify": True},
+            # The certificate the chart made, verified (tests/security/test_install_defaults.py).
+            "tlsConfig": {
+                "ca": {"configMap": {"name": "dtjob-metrics-ca", "key": "ca.crt"}},
+                "serverName": "dtjob-metrics.dtjob-system.svc",
+            },
         }
     ]
     plain = render("metrics.secure=false", "metrics.serviceMonitor.enabled=true")
@@ -364,10 +377,85 @@ def test_the_service_monitor_scrapes_the_metrics_service() -> None:
     assert "scheme" not in endpoint and "bearerTokenFile" not in endpoint
 
 
+def monitor_tls(*sets: str) -> dict[str, Any]:
+    docs = render("metrics.serviceMonitor.enabled=true", *sets)
+    tls: dict[str, Any] = kind(docs, "ServiceMonitor")[0]["spec"]["endpoints"][0]["tlsConfig"]
+    return tls
+
+
+def test_the_service_monitor_verifies_a_certificate_of_the_installers_and_skips_only_when_told() -> None:
+    server_name = "dtjob-metrics.dtjob-system.svc"
+    # cert-manager's Secret carries the CA that issued it as ca.crt.
+    assert monitor_tls("metrics.certSecret=operator-metrics-tls") == {
+        "ca": {"secret": {"name": "operator-metrics-tls", "key": "ca.crt"}},
+        "serverName": server_name,
+    }
+    # A key of the installer's replaces the chart's whole: one CA source, never a ConfigMap and a Secret.
+    mine = monitor_tls(
+        "metrics.certSecret=operator-metrics-tls", "metrics.serviceMonitor.tlsConfig.ca.secret.name=corp-ca",
+        "metrics.serviceMonitor.tlsConfig.ca.secret.key=root.pem",
+    )  # fmt: skip
+    assert mine == {"ca": {"secret": {"name": "corp-ca", "key": "root.pem"}}, "serverName": server_name}
+    skipped = monitor_tls("metrics.serviceMonitor.tlsConfig.insecureSkipVerify=true")
+    assert skipped["insecureSkipVerify"] is True
+
+
+@pytest.fixture
+def service_monitor_crd(kubeconfig: str) -> Iterator[None]:
+    """prometheus-operator's ServiceMonitor CRD (cached by make gang-schedulers), served for the test."""
+    version = pinned("PROMETHEUS_OPERATOR_VERSION")
+    crd = (
+        cache_root()
+        / "crds"
+        / f"prometheus-operator-{version}"
+        / "monitoring.coreos.com_servicemonitors.yaml"
+    )
+    install_crd_file(kubeconfig, crd, SERVICE_MONITOR_CRD)
+    try:
+        yield
+    finally:
+        delete_crd(kubeconfig, SERVICE_MONITOR_CRD)
+
+
+@pytest.mark.parametrize(
+    "sets", [(), ("metrics.certSecret=operator-metrics-tls",)], ids=["made", "certSecret"]
+)
+def test_prometheus_operators_crd_accepts_the_service_monitor_and_it_names_what_exists(
+    kubeconfig: str, namespace: str, service_monitor_crd: None, sets: tuple[str, ...]
+) -> None:
+    docs = render("metrics.serviceMonitor.enabled=true", *sets, namespace=namespace)
+    objects = [d for d in docs if d["kind"] in ("ServiceMonitor", "Service", "ConfigMap", "Secret")]
+    applied = subprocess.run(
+        [tool("kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "--validate=strict",
+         "-f", "-"],
+        input=yaml.safe_dump_all(objects), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert "servicemonitor.monitoring.coreos.com/dtjob created (server dry run)" in applied.stdout
+    [monitor] = kind(docs, "ServiceMonitor")
+    ca = monitor["spec"]["endpoints"][0]["tlsConfig"]["ca"]
+    [(source, ref)] = ca.items()
+    if sets:  # the installer's own Secret: not the chart's to render
+        assert (source, ref) == ("secret", {"name": "operator-metrics-tls", "key": "ca.crt"})
+        return
+    # The CA the scraper reads is in the ServiceMonitor's namespace, as prometheus-operator requires.
+    found = next(d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == ref["name"])
+    assert source == "configMap" and found["metadata"]["namespace"] == monitor["metadata"]["namespace"]
+    assert found["data"][ref["key"]].startswith("-----BEGIN CERTIFICATE-----")
+
+
 def test_metrics_are_secure_by_default_with_the_reviews_they_need() -> None:
     docs = render()
-    args = container(docs)["args"]
-    assert "--metrics-secure" in args and not [a for a in args if a.startswith("--metrics-cert-dir")]
+    pod = kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    assert "--metrics-secure" in pod["containers"][0]["args"]
+    # The certificate the chart made for the metrics Service, mounted where the operator reads it.
+    assert "--metrics-cert-dir=/etc/dtjob/metrics-tls" in pod["containers"][0]["args"]
+    assert {"name": "metrics-tls", "secret": {"secretName": "dtjob-metrics-tls"}} in pod["volumes"]
+    [secret] = kind(docs, "Secret")
+    assert secret["metadata"]["name"] == "dtjob-metrics-tls" and secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    [ca] = kind(docs, "ConfigMap")
+    assert set(ca["data"]) == {"ca.crt"} and "PRIVATE KEY" not in ca["data"]["ca.crt"]
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     assert roles["dtjob-metrics-auth"]["rules"] == [
         {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
@@ -386,9 +474,12 @@ def test_metrics_are_secure_by_default_with_the_reviews_they_need() -> None:
     assert {"name": "metrics-tls", "mountPath": "/etc/dtjob/metrics-tls", "readOnly": True} in pod[
         "containers"
     ][0]["volumeMounts"]
+    assert not kind(mounted, "Secret") and not kind(mounted, "ConfigMap")
 
     plain = render("metrics.secure=false")
     assert "--no-metrics-secure" in container(plain)["args"]
+    assert not [a for a in container(plain)["args"] if a.startswith("--metrics-cert-dir")]
+    assert not kind(plain, "Secret") and not kind(plain, "ConfigMap")
     names = {d["metadata"]["name"] for d in plain if d["kind"] in ("ClusterRole", "ClusterRoleBinding")}
     assert not names & {"dtjob-metrics-auth", "dtjob-metrics-reader"}
     lint = subprocess.run(
@@ -401,7 +492,7 @@ def test_metrics_are_secure_by_default_with_the_reviews_they_need() -> None:
 
 def test_the_dashboard_config_map_carries_the_dashboard_for_grafanas_sidecar() -> None:
     docs = render("metrics.dashboard.enabled=true", "metrics.dashboard.annotations.grafana_folder=dtjob")
-    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    config_map = next(d for d in kind(docs, "ConfigMap") if d["metadata"]["name"] == "dtjob-dashboard")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert config_map["metadata"]["annotations"] == {"grafana_folder": "dtjob"}
     dashboard = json.loads((CHART / "dashboards" / "dtjob.json").read_text())

@@ -4,6 +4,7 @@ the previous chart version under a running job, and `helm uninstall` leaving not
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import uuid
@@ -113,6 +114,32 @@ def test_the_operator_pod_is_admitted_where_restricted_is_enforced(
     with pytest.raises(ApiException) as refused:
         core_v1.create_namespaced_pod(release_ns, body, dry_run="All")
     assert refused.value.status == 403 and "violates PodSecurity" in str(refused.value.body)
+
+
+def test_helm_upgrade_keeps_the_metrics_certificate_the_chart_made_until_it_is_deleted(
+    kubeconfig: str, core_v1: client.CoreV1Api, release: tuple[str, str], namespace: str, simulated_pool: Any
+) -> None:
+    """The chart reads its Secret back on upgrade (`lookup`): a new certificate on every upgrade would leave
+    the operator serving one the ServiceMonitor's CA no longer vouches for."""
+    name, release_ns = release
+    watch = f"watchNamespaces={{{namespace}}}"
+    install(kubeconfig, CHART, "install", name, release_ns, watch, create=True)
+
+    def certificate() -> tuple[dict[str, str], str]:
+        """The Secret's data and the ConfigMap's CA, which must be the Secret's."""
+        secret = core_v1.read_namespaced_secret(f"{name}-metrics-tls", release_ns).data or {}
+        ca = str((core_v1.read_namespaced_config_map(f"{name}-metrics-ca", release_ns).data or {})["ca.crt"])
+        assert base64.b64decode(secret["ca.crt"]).decode() == ca
+        return {k: str(v) for k, v in secret.items()}, ca
+
+    made = certificate()
+    install(kubeconfig, CHART, "upgrade", name, release_ns, watch, "logLevel=verbose")
+    assert certificate() == made
+    # Renewal as documented: delete the Secret, upgrade.
+    core_v1.delete_namespaced_secret(f"{name}-metrics-tls", release_ns)
+    install(kubeconfig, CHART, "upgrade", name, release_ns, watch)
+    renewed = certificate()
+    assert renewed[0]["tls.crt"] != made[0]["tls.crt"] and renewed[1] != made[1]
 
 
 def strict_dry_run(

@@ -69,7 +69,8 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--metrics-cert-dir", type=Path, metavar="DIR",
-        help="the secure metrics server's tls.crt and tls.key (default: a self-signed one made at start)",
+        help="the secure metrics server's tls.crt and tls.key (default: $DTJOB_METRICS_CERT_DIR, else a "
+        "self-signed one made at start)",
     )  # fmt: skip
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile decision")
     parser.add_argument("--debug", action="store_true", help="log kopf internals too")
@@ -105,6 +106,11 @@ def metrics_secure(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
     if value not in ("", "true", "false", "1", "0"):
         raise SystemExit(f"dtjob operator: DTJOB_METRICS_SECURE: true or false, not {value!r}")
     return value in ("true", "1")
+
+
+def metrics_cert_dir(args: argparse.Namespace, env: Mapping[str, str]) -> Path | None:
+    cert_dir: Path | None = args.metrics_cert_dir
+    return cert_dir or (Path(env["DTJOB_METRICS_CERT_DIR"]) if env.get("DTJOB_METRICS_CERT_DIR") else None)
 
 
 def _redact_signatures(record: logging.LogRecord) -> bool:
@@ -166,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     namespaces = watched_namespaces(args)
     address, port = metrics_endpoint(args)
     if port:
-        metrics_server.start(address, port, metrics_secure(args, os.environ), args.metrics_cert_dir)
+        secure, cert_dir = metrics_secure(args, os.environ), metrics_cert_dir(args, os.environ)
+        metrics_server.start(address, port, secure, cert_dir)
     options = dtjob.runtime.handlers.RunOptions(
         liveness=None if args.liveness == "none" else args.liveness,
         lease_namespace=lease_namespace(args, os.environ),

@@ -85,6 +85,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         "volumes": _volumes(spec, with_hostfile=False, rank0=_rank0_worker(spec, index)),
     }
     _common_pod_spec(spec, pod_spec, gpu_placement=True)
+    _pull_secrets(spec, spec.worker, pod_spec)
     pod_spec, annotations = _with_template(spec.worker, pod_spec, names.WORKER_CONTAINER)
     pod_spec = worker_with_topology(spec, pod_spec)
     annotations = {**annotations, **gang.pod_annotations(spec, names.ROLE_WORKER)}
@@ -127,6 +128,7 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     }
     _place_launcher(spec, pod_spec, name)
     _common_pod_spec(spec, pod_spec, gpu_placement=on_gpu)
+    _pull_secrets(spec, spec.launcher.pod, pod_spec)
     pod_spec, annotations = _with_template(spec.launcher.pod, pod_spec, names.LAUNCHER_CONTAINER)
     if on_gpu:
         # One of the world's hosts (created once every worker is placed): it joins the workers' domain.
@@ -218,10 +220,15 @@ def _common_pod_spec(spec: JobSpec, pod_spec: Json, gpu_placement: bool) -> None
     scheduler_name = gang.scheduler_name(spec)
     if scheduler_name:
         pod_spec["schedulerName"] = scheduler_name
-    if spec.pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": s} for s in spec.pull_secrets]
     if gpu_placement and spec.placement.affinity:
         pod_spec["affinity"] = spec.placement.affinity
+
+
+def _pull_secrets(spec: JobSpec, pod: PodOverrides, pod_spec: Json) -> None:
+    """The spec's pull Secrets, and the installer's where the pod runs only the installer's images."""
+    secrets = spec.pull_secrets(pod)
+    if secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in secrets]
 
 
 def _pull_policy(spec: JobSpec, container: Json) -> None:

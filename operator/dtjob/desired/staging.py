@@ -48,8 +48,8 @@ def staging_job(spec: JobSpec, owner: Json, image: str) -> Json:
         # fsGroup (an NFS share's own ownership decides instead).
         "securityContext": pod_security_context(STAGER_UID),
     }
-    if spec.cluster_pull_secrets:  # the stager image is the installer's, as are these
-        pod_spec["imagePullSecrets"] = [{"name": s} for s in spec.cluster_pull_secrets]
+    if spec.stager_pull_secrets:  # the stager image is the installer's, as are these
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in spec.stager_pull_secrets]
     if spec.placement.launcher_node_selector:
         pod_spec["nodeSelector"] = dict(spec.placement.launcher_node_selector)
     if spec.placement.launcher_tolerations:

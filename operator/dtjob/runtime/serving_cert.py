@@ -1,7 +1,7 @@
-"""The metrics server's TLS certificate: the files a Secret mounts (tls.crt and tls.key, as cert-manager
-writes them), or, without one, a self-signed certificate made at start for this process only. Scrapers of a
-self-signed endpoint skip verification (the chart's ServiceMonitor does unless given a CA); the bearer token
-they send is what authenticates them, and TLS keeps it off the wire in clear."""
+"""The metrics server's TLS certificate: the files a Secret mounts (tls.crt and tls.key: the one the chart
+makes for the metrics Service, or cert-manager's), or, without one (an operator run by hand), a self-signed
+certificate made at start for this process only, which no scraper can verify. The chart's ServiceMonitor
+verifies the mounted one against its CA before it sends the bearer token that authenticates the scraper."""
 
 from __future__ import annotations
 

@@ -106,6 +106,12 @@ class PodTemplate:
     annotations: Mapping[str, str] = field(default_factory=dict)
     spec: Json = field(default_factory=dict)  # a fragment of a Kubernetes PodSpec
 
+    @property
+    def images(self) -> frozenset[str]:
+        """The images of the containers and init containers the template adds (each has one: parse checks)."""
+        containers = [*(self.spec.get("initContainers") or ()), *(self.spec.get("containers") or ())]
+        return frozenset(str(c["image"]) for c in containers if c.get("image"))
+
 
 @dataclass(frozen=True)
 class PodOverrides:
@@ -212,6 +218,17 @@ class RunPolicy:
 
 
 @dataclass(frozen=True)
+class InstallerRegistry:
+    """The installer's registry: its pull Secrets (DTJOB_IMAGE_PULL_SECRETS) and the images the installer
+    configured (the training images, the stager's). Those Secrets are the registry's credentials: they go
+    only to pods that run nothing but those images, and must exist in the job's namespace, as the spec's
+    own must."""
+
+    pull_secrets: tuple[str, ...] = ()
+    images: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class JobSpec:
     name: str
     namespace: str
@@ -239,14 +256,30 @@ class JobSpec:
     # With a user's command: also pass the flags built from dataset and hyperparameters (dtjob_train's).
     append_training_flags: bool = False
     elastic: Elastic | None = None
-    # The installer's pull Secrets for every job's pods, the stager's too (DTJOB_IMAGE_PULL_SECRETS): they
-    # must exist in the job's namespace, as the spec's own must.
-    cluster_pull_secrets: tuple[str, ...] = ()
+    installer_registry: InstallerRegistry = field(default_factory=InstallerRegistry)
+    # On a worker cluster, Kueue's copy of a dispatched job: its own Workload there, which admitted it (the
+    # label kueue.x-k8s.io/prebuilt-workload-name); its world joins no pod group of Kueue's.
+    prebuilt_workload: str | None = None
+
+    def pull_secrets(self, pod: PodOverrides) -> tuple[str, ...]:
+        """The pull Secrets of a worker or launcher pod (`pod`: spec.worker or spec.launcher.pod): the spec's,
+        then the installer's when every image the pod runs (spec.image, its template's containers) is one the
+        installer configured. A job that brings its own image brings its own pull Secrets."""
+        images = {self.image, *(pod.template.images if pod.template else ())}
+        registry = self.installer_registry
+        installers = registry.pull_secrets if images <= registry.images else ()
+        return tuple(dict.fromkeys(self.image_pull_secrets + installers))
 
     @property
-    def pull_secrets(self) -> tuple[str, ...]:
-        """Every pull Secret of the job's training pods: the spec's, then the installer's."""
-        return tuple(dict.fromkeys(self.image_pull_secrets + self.cluster_pull_secrets))
+    def stager_pull_secrets(self) -> tuple[str, ...]:
+        """The staging pod's: the installer's, whose stager image it runs (none when nothing is staged)."""
+        return self.installer_registry.pull_secrets if self.dataset.staging is not None else ()
+
+    @property
+    def every_pull_secret(self) -> tuple[str, ...]:
+        """Every pull Secret any of the job's pods names: what must exist before the first is created."""
+        pods = (*self.pull_secrets(self.worker), *self.pull_secrets(self.launcher.pod))
+        return tuple(dict.fromkeys((*pods, *self.stager_pull_secrets)))
 
     @property
     def total_slots(self) -> int:
