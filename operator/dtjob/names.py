@@ -14,9 +14,15 @@ ATTEMPT_LABEL = f"{API_GROUP}/attempt"
 WORKER_INDEX_LABEL = f"{API_GROUP}/worker-index"
 # On the launcher Job: how many workers its world has (spec.workers edited mid-run applies at the next world).
 WORLD_SIZE_LABEL = f"{API_GROUP}/world-size"
-# Pods that are MPI hosts, selected by the headless Service (workers, plus the launcher when it runs ranks).
+# Pods that are MPI hosts, selected by the NetworkPolicies (workers, plus the launcher when it runs ranks).
 MPI_HOST_LABEL = f"{API_GROUP}/mpi-host"
 MANAGED_BY = "dtjob-operator"
+# On a Secret: a storage account key the operator may read to sign SAS tokens (accountKey mode). It reads no
+# other, so a job cannot point it at another system's key its author may not read; no pod ever gets one.
+STORAGE_KEY_LABEL = f"{API_GROUP}/storage-key"
+# The EndpointSlice label that names who publishes a slice's endpoints (Kubernetes' own controller says
+# endpointslice-controller.k8s.io): the headless Service's MPI hosts are the operator's to publish.
+SLICE_MANAGER = f"operator.{API_GROUP}"
 
 ROLE_WORKER = "worker"
 ROLE_LAUNCHER = "launcher"

@@ -33,6 +33,9 @@ def _children(jobs: Jobs, name: str) -> list[object]:
         *jobs.core.list_namespaced_config_map(jobs.ns, label_selector=selector).items,
         *jobs.core.list_namespaced_service(jobs.ns, label_selector=selector).items,
         *jobs.batch.list_namespaced_job(jobs.ns, label_selector=selector).items,
+        *client.DiscoveryV1Api(jobs.core.api_client)
+        .list_namespaced_endpoint_slice(jobs.ns, label_selector=selector)
+        .items,
     ]
 
 
@@ -73,7 +76,9 @@ def test_a_job_recreated_under_the_same_name_never_adopts_the_old_ones_children(
     for child in _children(jobs, "same"):
         meta = child.metadata  # type: ignore[attr-defined]
         kind = type(child).__name__.removeprefix("V1")
-        api = jobs.batch if kind == "Job" else jobs.core
+        api = {"Job": jobs.batch, "EndpointSlice": client.DiscoveryV1Api(jobs.core.api_client)}.get(
+            kind, jobs.core
+        )
         delete = getattr(api, f"delete_namespaced_{'_'.join(_snake(kind))}")
         delete(meta.name, jobs.ns, propagation_policy="Background", grace_period_seconds=0)
     jobs.wait_phase("same", "Running", timeout=120)
@@ -84,7 +89,7 @@ def test_a_job_recreated_under_the_same_name_never_adopts_the_old_ones_children(
 
 
 def _snake(kind: str) -> list[str]:
-    return ["config", "map"] if kind == "ConfigMap" else [kind.lower()]
+    return {"ConfigMap": ["config", "map"], "EndpointSlice": ["endpoint", "slice"]}.get(kind, [kind.lower()])
 
 
 def test_a_launcher_deleted_by_hand_restarts_the_world_once_and_a_workers_edit_waits_for_it(

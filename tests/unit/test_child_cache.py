@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob.runtime.child_cache import JOBS, PODS, ChildCache
+from dtjob.runtime.child_cache import JOBS, PODS, SLICES, ChildCache
 
 NS = "ns"
 
@@ -117,3 +117,14 @@ def test_workers_all_ready_counts_only_the_workers_cached() -> None:
     assert not cache.workers_all_ready((NS, "j"))
     cache.observe(PODS, child("w1", "u1", 2, conditions=ready), deleted=False)
     assert cache.workers_all_ready((NS, "j"))
+
+
+def test_a_services_endpoint_slices_are_kept_with_their_hosts() -> None:
+    cache = ChildCache()
+    endpoint = {"addresses": ["10.0.0.1"], "hostname": "j-worker-0", "conditions": {"ready": True}}
+    body = {**child("j-workers", "u9", 1, role=""), "addressType": "IPv4", "endpoints": [endpoint]}
+    body["ports"] = [{"name": "ssh", "port": 2222, "protocol": "TCP"}]
+    assert cache.observe(SLICES, body, deleted=False) == (NS, "j")
+    (kept,) = cache.children((NS, "j")).endpoint_slices
+    assert (kept["addressType"], kept["endpoints"], kept["ports"]) == ("IPv4", [endpoint], body["ports"])
+    assert pod_names(cache) == [] and cache.children((NS, "j")).launcher is None

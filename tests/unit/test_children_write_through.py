@@ -53,3 +53,31 @@ def test_children_a_reconcile_creates_are_cached_at_once_and_nothing_else_is() -
     assert children.launcher["metadata"]["uid"], "as the API server answered the create, uid included"
     assert len(controller.cache) == 2  # the ConfigMap is no child the cache keeps
     assert controller.cache.namespaces() == {"ml"}
+
+
+def test_an_endpoint_slice_a_reconcile_creates_or_patches_is_cached_as_answered() -> None:
+    """The next reconcile compares the hosts with what it wrote, not with a watch event still on its way."""
+    kube = CachedKube(RecordingKube(), cast(client.ApiClient, None))
+    labels = {names.JOB_NAME_LABEL: "rn"}
+    endpoint = {"addresses": ["10.0.0.1"], "hostname": "rn-worker-0"}
+    hosts = {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": "rn-workers", "namespace": "ml", "labels": labels}, "endpoints": [endpoint],
+    }  # fmt: skip
+
+    async def scenario() -> Controller:
+        controller = Controller(kube, OperatorConfig())
+        controller.start()
+        try:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, kube.create, hosts)
+            moved = {"endpoints": [{**endpoint, "addresses": ["10.0.0.2"]}]}
+            await loop.run_in_executor(None, kube.patch, "EndpointSlice", "ml", "rn-workers", moved)
+            await asyncio.sleep(0)
+            return controller
+        finally:
+            await controller.stop()
+
+    controller = asyncio.run(scenario())
+    (cached,) = controller.cache.children(("ml", "rn")).endpoint_slices
+    assert cached["endpoints"] == [{**endpoint, "addresses": ["10.0.0.2"]}]

@@ -62,11 +62,11 @@ def test_launcher_as_worker_is_first_host() -> None:
     assert "-np 12 " in _container(pod)["command"][2]
 
 
-def test_service_is_headless_and_publishes_unready_hosts() -> None:
+def test_service_is_headless_and_selects_no_pods() -> None:
+    # Labels are anyone's to set: the operator publishes its own pods (dtjob.desired.hosts, test_mpi_hosts).
     svc = desired.workers_service(job_spec(), OWNER)
     assert svc["spec"]["clusterIP"] == "None"
-    assert svc["spec"]["publishNotReadyAddresses"] is True
-    assert svc["spec"]["selector"] == {names.JOB_NAME_LABEL: "rn50", names.MPI_HOST_LABEL: "true"}
+    assert "selector" not in svc["spec"] and "publishNotReadyAddresses" not in svc["spec"]
 
 
 def test_ssh_secret_holds_a_matching_keypair() -> None:

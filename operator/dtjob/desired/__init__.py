@@ -1,5 +1,6 @@
 """Pure builders: a parsed JobSpec -> the Kubernetes objects (plain dicts) that should exist for it."""
 
+from dtjob.desired.hosts import hosts_slice
 from dtjob.desired.pod_group import pod_group
 from dtjob.desired.pods import launcher_job, worker_pod
 from dtjob.desired.staging import staging_job
@@ -15,6 +16,7 @@ from dtjob.desired.world import (
 __all__ = [
     "hostfile_config_map",
     "hostfile_text",
+    "hosts_slice",
     "launcher_job",
     "launcher_network_policy",
     "network_policy",

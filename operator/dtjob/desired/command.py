@@ -79,10 +79,10 @@ Host *
 CONFIG
 """
 
-# A worker can be Ready before the cluster DNS serves its name: the EndpointSlice controller and the DNS
-# server catch up in their own time, and mpirun gives up at the first host it cannot resolve. So the launcher
-# waits (bounded) until every host of the hostfile resolves, and fails naming the one that never did. Images
-# without getent skip the wait.
+# A worker can be Ready before the cluster DNS serves its name: the operator publishes it before it creates
+# the launcher, but the DNS server catches up in its own time, and mpirun gives up at the first host it cannot
+# resolve. So the launcher waits (bounded) until every host of the hostfile resolves, and fails naming the one
+# that never did. Images without getent skip the wait.
 DNS_WAIT_SECONDS = 120
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dtjob.state.hosts import slice_hosts
+
 Json = Mapping[str, Any]
 
 
@@ -46,6 +48,9 @@ def drift(desired: Json, existing: Json) -> dict[str, Any] | None:
         ) == _ports(want_spec)
         patch = {"selector": want_spec.get("selector"), "ports": want_spec.get("ports")}
         return None if same else {"spec": patch}
+    if kind == "EndpointSlice":  # the Service's MPI hosts (dtjob.desired.hosts)
+        same = slice_hosts(existing) == slice_hosts(desired) and _ports(existing) == _ports(desired)
+        return None if same else {"endpoints": desired.get("endpoints"), "ports": desired.get("ports")}
     if kind == "NetworkPolicy":
         want_spec = dict(desired.get("spec") or {})
         return None if dict(existing.get("spec") or {}) == want_spec else {"spec": want_spec}

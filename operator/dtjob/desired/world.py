@@ -18,10 +18,10 @@ exec awk '{ split($2, s, "="); print $1 ":" s[2] }' "$(dirname "$0")/hostfile"
 
 def elastic_discovery_script(spec: JobSpec) -> str:
     """Horovod Elastic's host discovery for an elastic job: the address of every worker that is Ready, from
-    the cluster DNS of the workers' headless Service, which publishes only Ready pods for an elastic job. A
-    pod being deleted leaves its records at once, and the launcher needs no Kubernetes credentials. Pods are
-    listed by address, so a replacement (same name, new address) is a new host to Horovod, never one it
-    remembers as failed."""
+    the cluster DNS of the workers' headless Service, whose only endpoints are the operator's own Ready MPI
+    hosts (dtjob.desired.hosts). A pod being deleted leaves its records at the operator's next look, and the
+    launcher needs no Kubernetes credentials. Pods are listed by address, so a replacement (same name, new
+    address) is a new host to Horovod, never one it remembers as failed."""
     service = f"{names.service_name(spec.name)}.{spec.namespace}.svc"
     return f"""#!/bin/sh
 # Prints address:slots for every Ready worker of this job (Horovod's --host-discovery-script format).
@@ -119,9 +119,9 @@ def _ingress_only_from(
 def workers_service(spec: JobSpec, owner: Json) -> Json:
     """Headless Service giving each MPI host a stable DNS name (`<pod>.<job>-workers.<ns>.svc`).
 
-    publishNotReadyAddresses lets names resolve as soon as pods have IPs, so nothing waits on DNS
-    propagation after the workers turn Ready. An elastic job's Service publishes only Ready pods: its
-    records are the list of hosts Horovod Elastic trains on (elastic_discovery_script).
+    No selector: Kubernetes' EndpointSlice controller would publish every pod labelled like an MPI host, and
+    labels are anyone's to set. The operator publishes its own pods in the Service's EndpointSlice
+    (dtjob.desired.hosts), and a drift patch takes the selector off a Service an older operator created.
     """
     name = names.service_name(spec.name)
     return {
@@ -130,8 +130,6 @@ def workers_service(spec: JobSpec, owner: Json) -> Json:
         "metadata": metadata(name, spec.namespace, names.labels(spec.name, "workers"), owner),
         "spec": {
             "clusterIP": "None",
-            "publishNotReadyAddresses": spec.elastic is None,
-            "selector": {names.JOB_NAME_LABEL: spec.name, names.MPI_HOST_LABEL: "true"},
             "ports": [{"name": "ssh", "port": SSH_PORT, "targetPort": SSH_PORT, "protocol": "TCP"}],
         },
     }

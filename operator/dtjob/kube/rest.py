@@ -23,6 +23,7 @@ Json = dict[str, Any]
 RESOURCES: dict[tuple[str, str], str] = {
     ("v1", "Pod"): "pods",
     ("v1", "Service"): "services",
+    ("v1", "Endpoints"): "endpoints",
     ("v1", "Secret"): "secrets",
     ("v1", "ConfigMap"): "configmaps",
     ("v1", "Event"): "events",
@@ -31,6 +32,7 @@ RESOURCES: dict[tuple[str, str], str] = {
     ("v1", "Node"): "nodes",
     ("batch/v1", "Job"): "jobs",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    ("discovery.k8s.io/v1", "EndpointSlice"): "endpointslices",
     ("coordination.k8s.io/v1", "Lease"): "leases",
     ("authentication.k8s.io/v1", "TokenReview"): "tokenreviews",
     ("authorization.k8s.io/v1", "SubjectAccessReview"): "subjectaccessreviews",

@@ -5,10 +5,13 @@ children's cache. The client itself keeps nothing; these caches are the runtime'
   status patch goes in at once (write-through);
 - the node lists (a TtlCache by selector): every new job's preflight reads its pool, and a burst of jobs
   would list (and decode) the same nodes once each;
+- the Namespaces' list (their names and dtjob.io annotations): every SAS minted reads every namespace's
+  storage lists;
 - the log polls' memory (dtjob.runtime.log_polls);
-- the children it creates, pods and batch Jobs, handed at once to `children_created` (the controller puts
-  them in its children cache): the next reconcile of their job sees them even when their watch events are
-  still on the way, so it neither creates them again nor reports them missing.
+- the children it creates or patches, pods, batch Jobs and EndpointSlices, handed at once to
+  `children_written` (the controller puts them in its children cache): the next reconcile of their job sees
+  them even when their watch events are still on the way, so it neither creates them again, nor reports them
+  missing, nor writes a slice's hosts twice.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from typing import Any, Protocol
 
 from kubernetes import client
 
-from dtjob import KIND
+from dtjob import API_GROUP, KIND
 from dtjob.kube.client import Forbidden, Kube
 from dtjob.kube.rest import Json, list_pages
-from dtjob.runtime.child_cache import projection
+from dtjob.runtime.child_cache import CHILD_KINDS, projection
 from dtjob.runtime.job_cache import JobCache
 from dtjob.runtime.log_polls import LogPolls
 from dtjob.runtime.ttl_cache import TtlCache
@@ -34,11 +37,13 @@ from dtjob.runtime.ttl_cache import TtlCache
 NODE_LIST_TTL_S = 10.0
 # Locks that keep a burst of jobs from listing the same pool at once, shared by the selectors of a stripe.
 NODE_LIST_LOCK_STRIPES = 64
+# How long the Namespaces' list may be reused: a cluster admin's change to a namespace's storage lists reaches
+# the other namespaces' checks at most this much later.
+NAMESPACE_LIST_TTL_S = 30.0
 # How long a job's cached copy serves without a watch event or a write confirming it.
 JOB_COPY_MAX_AGE_S = 60.0
-NodeList = builtins.list[Json] | Forbidden  # a forbidden list is remembered too: asking again would not help
-# The children cache's kinds, by the kind of the object created.
-CHILD_KINDS = {"Pod": "pods", "Job": "jobs"}
+# A forbidden list is remembered too: asking again would not help.
+ListAnswer = builtins.list[Json] | Forbidden
 
 
 class ControllerKube(Kube, Protocol):
@@ -51,7 +56,7 @@ class ControllerKube(Kube, Protocol):
 
     def forget_job(self, namespace: str, name: str) -> None: ...
 
-    children_created: Callable[[str, Json], None] | None
+    children_written: Callable[[str, Json], None] | None
 
 
 class CachedKube:
@@ -62,19 +67,24 @@ class CachedKube:
         kube: Kube,
         api_client: client.ApiClient,
         jobs: JobCache | None = None,
-        node_lists: TtlCache[str, NodeList] | None = None,
+        node_lists: TtlCache[str, ListAnswer] | None = None,
         polls: LogPolls | None = None,
+        namespace_list: TtlCache[str, ListAnswer] | None = None,
     ) -> None:
         self.kube = kube
         self.api_client = api_client  # the children's LISTs, projected page by page
         # `is None`, not `or`: an empty cache is falsy (it has a length).
         self.jobs = JobCache(JOB_COPY_MAX_AGE_S) if jobs is None else jobs
-        self.node_lists: TtlCache[str, NodeList] = (
+        self.node_lists: TtlCache[str, ListAnswer] = (
             TtlCache(NODE_LIST_TTL_S) if node_lists is None else node_lists
         )
+        self.namespace_list: TtlCache[str, ListAnswer] = (
+            TtlCache(NAMESPACE_LIST_TTL_S) if namespace_list is None else namespace_list
+        )
+        self._namespace_list_lock = threading.Lock()
         self.polls = LogPolls() if polls is None else polls
-        # (the cache's kind, the object as created): set by the controller, called in the reconcile's thread.
-        self.children_created: Callable[[str, Json], None] | None = None
+        # (the cache's kind, the object as written): set by the controller, called in the reconcile's thread.
+        self.children_written: Callable[[str, Json], None] | None = None
         # One lock per stripe of selectors, not per selector: selectors come from jobs' specs, and a lock
         # kept for every selector ever seen would grow without end.
         self._node_list_locks = tuple(threading.Lock() for _ in range(NODE_LIST_LOCK_STRIPES))
@@ -100,12 +110,15 @@ class CachedKube:
         answer = self.kube.patch(kind, namespace, name, body, api_version)
         if kind == f"{KIND}/status" and answer is not None:
             self.jobs.put(answer)  # the next reconcile decides from this status, not the watch's older one
+        self._written(kind, answer)
         return answer
 
     def list(
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
         cached: bool = False,
     ) -> builtins.list[Json]:  # fmt: skip
+        if kind == "Namespace" and cached and not (labels or fields or limit is not None):
+            return self._namespaces()
         if kind != "Node" or namespace is not None or fields or limit is not None:
             return self.kube.list(kind, namespace, labels, fields, limit, cached)
         # One list per selector at a time: a burst of new jobs would otherwise list the same pool once per
@@ -115,13 +128,25 @@ class CachedKube:
             if cached and (kept := self.node_lists.get(labels)) is not None:
                 return _answer(kept)
             try:
-                nodes: NodeList = [
+                nodes: ListAnswer = [
                     node_projection(n) for n in self.kube.list("Node", None, labels, cached=cached)
                 ]
             except Forbidden as err:
                 nodes = err
             self.node_lists.put(labels, nodes)
             return _answer(nodes)
+
+    def _namespaces(self) -> builtins.list[Json]:
+        """Every Namespace's name and dtjob.io annotations, listed once per NAMESPACE_LIST_TTL_S."""
+        with self._namespace_list_lock:  # a burst of mints lists them once
+            kept = self.namespace_list.get("")
+            if kept is None:
+                try:
+                    kept = [namespace_projection(n) for n in self.kube.list("Namespace", None, cached=True)]
+                except Forbidden as err:
+                    kept = err
+                self.namespace_list.put("", kept)
+            return _answer(kept)
 
     def poll_log(
         self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, every_s: float
@@ -138,21 +163,27 @@ class CachedKube:
         self.jobs.forget(namespace, name)
 
     def list_children(self, namespace: str, label_selector: str) -> builtins.list[tuple[str, Json]]:
-        """Every pod and batch Job in `namespace` matching the selector, as ("pods" | "jobs", the cache's
-        projection of it): one consistent read each, for the children cache's resync."""
+        """Every child in `namespace` matching the selector, as (its kind in the cache, the cache's projection
+        of it): one consistent read per kind, for the children cache's resync."""
         query = [("labelSelector", label_selector)]
-        pods, _ = list_pages(self.api_client, "Pod", namespace, query, projection)
-        jobs, _ = list_pages(self.api_client, "Job", namespace, query, projection)
-        return [*(("pods", item) for item in pods), *(("jobs", item) for item in jobs)]
+        return [
+            (plural, item)
+            for kind, plural in CHILD_KINDS.items()
+            for item in list_pages(self.api_client, kind, namespace, query, projection)[0]
+        ]
 
     # --- passed through ------------------------------------------------------------------------------
 
     def create(self, obj: Json) -> Json | None:
         created = self.kube.create(obj)
-        kind = CHILD_KINDS.get(obj["kind"])
-        if created is not None and kind is not None and self.children_created is not None:
-            self.children_created(kind, created)
+        self._written(obj["kind"], created)
         return created
+
+    def _written(self, kind: str, answer: Json | None) -> None:
+        """A child as the API server answered its create or patch, into the children's cache."""
+        plural = CHILD_KINDS.get(kind)
+        if answer is not None and plural is not None and self.children_written is not None:
+            self.children_written(plural, answer)
 
     def replace(self, obj: Json, resource_version: str) -> None:
         self.kube.replace(obj, resource_version)
@@ -179,10 +210,10 @@ class CachedKube:
         self.kube.check_leader()
 
 
-def _answer(nodes: NodeList) -> builtins.list[Json]:
-    if isinstance(nodes, Forbidden):
-        raise nodes
-    return builtins.list(nodes)  # a copy of the list: callers must not change the nodes themselves
+def _answer(items: ListAnswer) -> builtins.list[Json]:
+    if isinstance(items, Forbidden):
+        raise items
+    return builtins.list(items)  # a copy of the list: callers must not change the items themselves
 
 
 def node_projection(node: Mapping[str, Any]) -> Json:
@@ -193,3 +224,11 @@ def node_projection(node: Mapping[str, Any]) -> Json:
         "spec": {"unschedulable": spec.get("unschedulable"), "taints": spec.get("taints") or []},
         "status": {"allocatable": status.get("allocatable") or {}, "capacity": status.get("capacity") or {}},
     }
+
+
+def namespace_projection(namespace: Mapping[str, Any]) -> Json:
+    """Only what the storage lists read of a Namespace: its name and the dtjob.io annotations."""
+    meta = namespace.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    ours = {k: v for k, v in annotations.items() if k.startswith(f"{API_GROUP}/")}
+    return {"metadata": {"name": meta.get("name"), "annotations": ours}}

@@ -1,4 +1,5 @@
-"""The operator's cache of its children (pods, launcher and staging Jobs), grouped by the job they belong to.
+"""The operator's cache of its children (pods, launcher and staging Jobs, the EndpointSlices of its Service),
+grouped by the job they belong to.
 
 Watch events keep it current; a LIST from the API server, at start and every resync, corrects it. The LIST
 is what makes it heal: after a watch ends with 410 Gone, kopf lists the objects again and watches from
@@ -25,7 +26,11 @@ from dtjob.state.observed import Children
 
 Key = tuple[str, str]  # (namespace, job name)
 Json = Mapping[str, Any]
-PODS, JOBS = "pods", "jobs"
+PODS, JOBS, SLICES = "pods", "jobs", "endpointslices"
+# The kinds watched, and the cache's name for each.
+CHILD_KINDS = {"Pod": PODS, "Job": JOBS, "EndpointSlice": SLICES}
+# An EndpointSlice's hosts: it has neither spec nor status.
+SLICE_FIELDS = ("addressType", "endpoints", "ports")
 # How long a deleted uid is remembered, so that a LIST taken before its deletion cannot bring it back.
 TOMBSTONE_S = 600.0
 
@@ -50,6 +55,7 @@ def projection(body: Json) -> dict[str, Any]:
         # Kueue's admission gate: a worker that waits for its group's admission.
         "spec": {"schedulingGates": list((body.get("spec") or {}).get("schedulingGates") or ())},
         "status": dict(body.get("status") or {}),
+        **{key: body[key] for key in SLICE_FIELDS if key in body},
     }
 
 
@@ -166,18 +172,19 @@ class ChildCache:
 
     def children(self, key: Key) -> Children:
         pods: list[dict[str, Any]] = []
+        slices: list[dict[str, Any]] = []
         launcher = staging = None
         for uid in self._by_key.get(key, {}):
             entry = self._entries[uid]
-            if entry.kind == PODS:
-                pods.append(entry.obj)
+            if entry.kind in (PODS, SLICES):
+                (pods if entry.kind == PODS else slices).append(entry.obj)
                 continue
             role = entry.obj["metadata"]["labels"].get(names.ROLE_LABEL)
             if role == names.ROLE_LAUNCHER and launcher is None:
                 launcher = entry.obj
             elif role == ROLE_STAGER and staging is None:
                 staging = entry.obj
-        return Children(pods=tuple(pods), launcher=launcher, staging=staging)
+        return Children(pods=tuple(pods), launcher=launcher, staging=staging, endpoint_slices=tuple(slices))
 
     def workers_all_ready(self, key: Key) -> bool:
         """Whether the job has worker pods cached and every one of them is Ready."""

@@ -1,5 +1,5 @@
-"""The watch of the operator's children, its pods and batch Jobs: a LIST, then a WATCH from the list's
-resourceVersion, every object handed to the controller on the event loop.
+"""The watch of the operator's children, its pods, batch Jobs and EndpointSlices: a LIST, then a WATCH from
+the list's resourceVersion, every object handed to the controller on the event loop.
 
 kopf watches the DistributedTrainingJobs; the children, thirty events or more per job as its pods start, are
 watched here instead. kopf runs every event through its handler machinery (per-object memories, patches,
@@ -29,14 +29,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dtjob.kube.rest import api_call, list_pages
-from dtjob.runtime.child_cache import projection
+from dtjob.runtime.child_cache import CHILD_KINDS, projection
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 # deliver(kind, object, deleted): called on the event loop for every child seen.
 Deliver = Callable[[str, Json, bool], None]
-# The children watched: pods, and batch Jobs (launchers and stagers), delivered as "pods" and "jobs".
-CHILD_KINDS = {"Pod": "pods", "Job": "jobs"}
 WATCH_SERVER_TIMEOUT_S = 300  # the API server ends each watch by then, and the loop watches again
 WATCH_READ_TIMEOUT_S = 330  # a connection silent for this long (no event, no bookmark) is dead
 MAX_BACKOFF_S = 30.0

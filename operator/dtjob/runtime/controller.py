@@ -88,7 +88,7 @@ class Controller:
         self.cache = ChildCache()
         self.children_of: ChildrenOf = self.cache.children
         self._loop: asyncio.AbstractEventLoop | None = None
-        kube.children_created = self.child_created
+        kube.children_written = self.child_written
         self._listed: set[str] = set()  # namespaces whose children were listed at least once
         self._list_locks: dict[str, asyncio.Lock] = {}
         self._queue: Lanes[Key] = Lanes()
@@ -137,9 +137,10 @@ class Controller:
         self.enqueue(key)
 
     def observe_child(self, kind: str, body: Mapping[str, Any], deleted: bool) -> None:
-        """A watch event of a pod or a batch Job: into the cache, and its job into the queue, at once and
-        ahead of the others when it made every worker Ready (the launcher may start), else after
-        CHILD_EVENTS_BATCH_S, so that the burst of events a world's pods send costs one reconcile."""
+        """A watch event of a child (a pod, a batch Job, an EndpointSlice): into the cache, and its job into
+        the queue, at once and ahead of the others when it made every worker Ready (the launcher may start),
+        else after CHILD_EVENTS_BATCH_S, so that the burst of events a world's pods send costs one
+        reconcile."""
         turns_ready = kind == PODS and not deleted and self.cache.turns_ready(body)
         key = self.cache.observe(kind, body, deleted)
         if key is None:
@@ -220,9 +221,10 @@ class Controller:
 
     # --- running -------------------------------------------------------------------------------------
 
-    def child_created(self, kind: str, body: Mapping[str, Any]) -> None:
-        """A child a reconcile has just created, from its thread: into the cache on the event loop, where the
-        watch events go, without enqueueing anything (its watch event will, when it changes something)."""
+    def child_written(self, kind: str, body: Mapping[str, Any]) -> None:
+        """A child a reconcile has just created or patched, from its thread: into the cache on the event loop,
+        where the watch events go, without enqueueing anything (its watch event will, when it changes
+        something)."""
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self.cache.observe, kind, dict(body), False)
 

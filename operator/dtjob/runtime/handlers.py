@@ -30,7 +30,8 @@ from dtjob.kube.leases import LeaseClient
 from dtjob.reconcile.ensure import PARALLEL_CREATES
 from dtjob.runtime import health
 from dtjob.runtime.cached_kube import CachedKube
-from dtjob.runtime.child_watch import CHILD_KINDS, ChildWatch
+from dtjob.runtime.child_cache import CHILD_KINDS
+from dtjob.runtime.child_watch import ChildWatch
 from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
 from dtjob.runtime.election import Elector
 from dtjob.runtime.lease import Leadership
