@@ -120,7 +120,7 @@ class TenantCluster:
 
     def cluster_role(self, suffix: str) -> str:
         """The name of the chart's ClusterRole `<fullname>-<suffix>` (edit, view, metrics-reader...)."""
-        roles = [d["metadata"]["name"] for d in self.docs if d["kind"] == "ClusterRole"]
+        roles = [str(d["metadata"]["name"]) for d in self.docs if d["kind"] == "ClusterRole"]
         return next(name for name in roles if name.endswith(f"-{suffix}"))
 
     def install(self, *sets: str) -> None:

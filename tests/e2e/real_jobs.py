@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from azure.storage.blob import BlobServiceClient
-from dtjob.reconcile.storage_observe import STORAGE_KEY_LABEL
+from dtjob.names import STORAGE_KEY_LABEL
 from kubernetes import client
 
 from testbed.azurite import Azurite

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from dtjob import PLURAL
-from dtjob.reconcile.storage_observe import STORAGE_KEY_LABEL
+from dtjob.names import STORAGE_KEY_LABEL
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 

@@ -18,8 +18,8 @@ import pytest
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.blob import BlobServiceClient
 from dtjob.kube.client import KubeClient
+from dtjob.names import STORAGE_KEY_LABEL
 from dtjob.reconcile.preflight import preflight
-from dtjob.reconcile.storage_observe import STORAGE_KEY_LABEL
 from kubernetes import client
 
 from testbed.azurite import DEV_ACCOUNT_NAME, Azurite

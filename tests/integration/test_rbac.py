@@ -83,7 +83,7 @@ def test_every_call_goes_through_the_table() -> None:
 
 
 def test_the_childrens_watch_is_in_the_table() -> None:
-    from dtjob.runtime.child_watch import CHILD_KINDS
+    from dtjob.runtime.child_cache import CHILD_KINDS
 
     for kind in CHILD_KINDS:
         assert {permission("list", kind), permission("watch", kind)} <= set(PERMISSIONS)

@@ -13,10 +13,10 @@ from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
 from dtjob.desired.common import owner_reference
 from dtjob.fence import NotLeader
 from dtjob.kube.client import Conflict
-from dtjob.names import Access
+from dtjob.names import STORAGE_KEY_LABEL, Access
 from dtjob.reconcile import storage_act
 from dtjob.reconcile.job import reconcile
-from dtjob.reconcile.storage_observe import STORAGE_KEY_LABEL
+from dtjob.reconcile.storage_observe import token_sha256
 from dtjob.spec.parse import parse_spec
 from dtjob.spec.tenancy import ANNOTATION_ACCOUNTS, ANNOTATION_WRITE_CONTAINERS
 from dtjob.state.observed import Children
@@ -76,7 +76,9 @@ def test_a_child_the_api_server_rejects_fails_the_job_and_leaves_no_half_world()
         ("create", "Pod", "rn50-worker-0"),
         ("create", "Pod", "rn50-worker-1"),  # a world's pods go out together: each is tried
     ]
-    assert writes[6:] == [("patch-status", JOB, "rn50"), ("delete", "Job", "rn50-launcher")]
+    # No launcher Job of the job's was listed, so none is deleted (never one by its name alone).
+    assert writes[6:] == [("patch-status", JOB, "rn50")]
+    assert ("list", "Job", "dtjob.io/job-name=rn50,dtjob.io/role=launcher") in kube.calls
     status = kube.objects[(JOB, "ml", "rn50")]["status"]
     assert status["phase"] == "Failed"
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
@@ -142,6 +144,10 @@ def test_a_sas_past_its_rotation_time_is_replaced_and_a_fresh_one_is_left_alone(
     assert ("replace", "Secret", "rn50-sas-out") in kube.writes()
     kube.calls.clear()
     kube.put(_sas_secret(NOW, NOW + timedelta(hours=10)))
+    # The status vouches for the token that Secret holds.
+    kube.objects[(JOB, "ml", "rn50")]["status"]["sasTokenDigests"] = {
+        "out": token_sha256("sv=2025-01-05&sig=x")
+    }
     requeue = reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
     assert not [c for c in kube.writes() if c[2] == "rn50-sas-out"]
     # Looked at again when 80% of its life is used, not before.
@@ -214,8 +220,11 @@ def test_an_edit_the_operator_rejects_mid_run_frees_the_world_and_revokes_the_to
                                                  "ownerReferences": ours}})  # fmt: skip
     launcher = {
         "kind": "Job",
-        "metadata": {"name": "rn50-launcher", "namespace": "ml", "ownerReferences": ours},
-    }
+        "metadata": {
+            "name": "rn50-launcher", "namespace": "ml", "ownerReferences": ours,
+            "labels": {"dtjob.io/job-name": "rn50", "dtjob.io/role": "launcher"},
+        },
+    }  # fmt: skip
     kube.put(launcher)
     reconcile(kube, CONFIG, "ml", "rn50", Children(launcher=launcher), NOW)
     writes = kube.writes()

@@ -99,6 +99,15 @@ them against the code). Pods and Jobs are watched and listed; every child is als
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create, patch]
+# The headless Service selects no pods: the operator publishes its own MPI hosts in the Service's EndpointSlice
+# (a pod labelled alike is never among them). It deletes what Kubernetes' controllers made for a Service an
+# older operator created with a selector: their slices, and the Endpoints object that would be mirrored.
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [endpoints]
+  verbs: [delete]
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, create, patch]
@@ -133,4 +142,35 @@ them against the code). Pods and Jobs are watched and listed; every child is als
   resources: [networkpolicies]
   verbs: [get, create, patch]
 {{- end }}
+{{- end -}}
+
+{{/* The metrics Service; the Secret of its certificate (metrics.certSecret, or the one the chart makes) and the
+ConfigMap of the CA the chart makes. */}}
+{{- define "dtjob.metricsService" -}}
+{{- printf "%s-metrics" (include "dtjob.fullname" .) -}}
+{{- end -}}
+
+{{- define "dtjob.metricsTlsSecret" -}}
+{{- .Values.metrics.certSecret | default (printf "%s-metrics-tls" (include "dtjob.fullname" .)) -}}
+{{- end -}}
+
+{{- define "dtjob.metricsCaConfigMap" -}}
+{{- printf "%s-metrics-ca" (include "dtjob.fullname" .) -}}
+{{- end -}}
+
+{{/* How a scraper verifies the secure /metrics server (a prometheus-operator SafeTLSConfig, as YAML): the CA
+the chart made (the ConfigMap), or with metrics.certSecret that Secret's ca.crt (cert-manager writes one), and
+the Service's name the certificate carries. Each key of metrics.serviceMonitor.tlsConfig replaces the chart's
+(`ca` whole); the installer alone may set insecureSkipVerify. */}}
+{{- define "dtjob.metricsTlsConfig" -}}
+{{- $tls := dict "serverName" (printf "%s.%s.svc" (include "dtjob.metricsService" .) .Release.Namespace) -}}
+{{- if .Values.metrics.certSecret -}}
+{{- $_ := set $tls "ca" (dict "secret" (dict "name" .Values.metrics.certSecret "key" "ca.crt")) -}}
+{{- else -}}
+{{- $_ := set $tls "ca" (dict "configMap" (dict "name" (include "dtjob.metricsCaConfigMap" .) "key" "ca.crt")) -}}
+{{- end -}}
+{{- range $key, $value := .Values.metrics.serviceMonitor.tlsConfig -}}
+{{- $_ := set $tls $key $value -}}
+{{- end -}}
+{{- toYaml $tls -}}
 {{- end -}}

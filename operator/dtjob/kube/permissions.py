@@ -26,7 +26,20 @@ PERMISSIONS: dict[Permission, str] = {
     ("", "pods/log", "get"): "the launcher's progress and error lines; the stager's report",
     ("", "services", "create"): "the workers' headless Service",
     ("", "services", "get"): "a create answered 409: whose Service is it, has it drifted",
-    ("", "services", "patch"): "the Service's selector and ports kept in line",
+    ("", "services", "patch"): "the Service's ports kept in line, an older operator's selector taken off",
+    ("discovery.k8s.io", "endpointslices", "create"): "the Service's MPI hosts: the operator's own pods only",
+    (
+        "discovery.k8s.io",
+        "endpointslices",
+        "get",
+    ): "a create answered 409: whose EndpointSlice is it, drifted",
+    ("discovery.k8s.io", "endpointslices", "patch"): "the Service's MPI hosts kept to the world's pods",
+    ("discovery.k8s.io", "endpointslices", "list"): "the children's cache and its resyncs",
+    ("discovery.k8s.io", "endpointslices", "watch"): "the children's watch",
+    ("discovery.k8s.io", "endpointslices", "delete"): (
+        "the slices Kubernetes' controllers made for a Service an older operator created with a selector"
+    ),
+    ("", "endpoints", "delete"): "the Endpoints object such a Service kept once its selector went (mirrored)",
     ("", "configmaps", "create"): "the hostfile",
     ("", "configmaps", "get"): "a create answered 409: whose ConfigMap is it, has it drifted",
     ("", "configmaps", "patch"): "the hostfile kept in line",
@@ -36,6 +49,7 @@ PERMISSIONS: dict[Permission, str] = {
     ("", "secrets", "delete"): "a SAS Secret the job no longer needs, under the UID it was read with",
     ("", "persistentvolumeclaims", "get"): "the preflight: a claim a job mounts exists",
     ("", "namespaces", "get"): "the namespace's storage allowlists (its annotations)",
+    ("", "namespaces", "list"): "every namespace's storage lists: who else reads or writes a container",
     ("", "nodes", "list"): "the preflight's GPUs per node; a pool's free GPUs",
     ("", "events", "create"): "the Events a reconcile posts about its job, and the Lease's handovers",
     ("", "events", "list"): "why admission refused a Job's pod (its FailedCreate Events)",
@@ -64,7 +78,7 @@ PERMISSIONS: dict[Permission, str] = {
         KUEUE_GROUP,
         "workloads",
         "get",
-    ): "on a worker, the Workload that admitted Kueue's copy of a job, once it ends",
+    ): "on a worker, the Workload Kueue's copy of a job names: admitted before its world, its own as it ends",
     (
         KUEUE_GROUP,
         "workloads/status",

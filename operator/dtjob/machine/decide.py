@@ -22,11 +22,13 @@ from dtjob.machine.finish import (
     finish,
     results_not_uploaded,
     results_upload_failed,
-    results_uploaded_later,
     ttl,
 )
 from dtjob.machine.gang import report_gang
+from dtjob.machine.hosts import publish_hosts
+from dtjob.machine.prebuilt import wait_for_prebuilt
 from dtjob.machine.refused_pods import refused_pod, wait_refused
+from dtjob.machine.results_later import uploaded_later
 from dtjob.machine.staging import stage
 from dtjob.machine.world import (
     WorldFailure,
@@ -36,7 +38,7 @@ from dtjob.machine.world import (
     first_failure,
     startup_failure,
 )
-from dtjob.names import output_url
+from dtjob.names import Access, output_url
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     Decision,
@@ -74,7 +76,7 @@ def decide(spec: JobSpec, observed: Observed, prev: JobStatus, now: datetime) ->
     if prev.phase in FINISHED:
         _finished(b, spec, observed)
         return b.decision()
-    if _blocked(b, spec, observed) or _suspended(b, spec, observed):
+    if _blocked(b, spec, observed) or _suspended(b, spec, observed) or wait_for_prebuilt(b, spec, observed):
         return b.decision()
     if preempted(b, spec, observed, attempt):
         return b.decision()
@@ -123,9 +125,9 @@ class _World:
 
 def _finished(b: Builder, spec: JobSpec, observed: Observed) -> None:
     """A finished job only cleans up (and becomes Succeeded once its kept results were uploaded by hand)."""
-    if observed.results_uploaded_later is not None and b.prev.results_pod is not None:
-        results_uploaded_later(b, observed.results_uploaded_later)
+    uploaded_later(b, observed)
     cleanup(b, spec, observed)
+    publish_hosts(b, spec, observed)
     for gone in observed.workers():  # Kueue frees the quota once every pod of the group is gone
         release_when_ended(b, gone)
     ttl(b, spec)
@@ -200,6 +202,7 @@ def _blocked(b: Builder, spec: JobSpec, observed: Observed) -> bool:
 def _suspended(b: Builder, spec: JobSpec, observed: Observed) -> bool:
     if spec.run_policy.suspend:
         delete_world_pods(b, observed)
+        publish_hosts(b, spec, observed)
         if gang.pod_group_api(spec) is not None and b.prev.phase != SUSPENDED:
             b.actions.append(DeletePodGroup())  # a Volcano queue counts it while it exists
         b.cond("Suspended", True, "Suspended", "runPolicy.suspend is true: pods deleted, job kept")
@@ -235,11 +238,14 @@ def _deadline(b: Builder, spec: JobSpec, observed: Observed) -> datetime | None:
 
 
 def _observations(b: Builder, spec: JobSpec, observed: Observed) -> None:
-    """Facts that go into status as read: the results URL and rank 0's training progress."""
-    if spec.output is not None and observed.uid:
+    """Facts that go into status as read: the results URL and rank 0's training progress. The URL (and what
+    the output tokens reach) only for a location the output SAS may be signed for: the storage policy
+    allowed it, so `dtjob results upload` can trust it (a finished job's stays the one its run used)."""
+    out = observed.sas.get(Access.OUTPUT.value)
+    if spec.output is not None and observed.uid and out is not None and out.blocked is None:
         target = spec.output.target
         url = output_url(target.container_url, target.prefix, spec.namespace, spec.name, observed.uid)
-        b.status = replace(b.status, output_url=url)
+        b.status = replace(b.status, output_url=url, output_sas_scope=observed.output_sas_scope)
     if observed.training_progress is not None:
         b.status = replace(b.status, training_progress=observed.training_progress)
     report = observed.results_upload

@@ -14,6 +14,7 @@ from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
 from dtjob.machine.finish import delete_world_pods, finish
+from dtjob.machine.hosts import publish_hosts, world_hosts
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     CreateLauncher,
@@ -34,6 +35,7 @@ from dtjob.state.status import (
     PENDING,
     RESTARTING,
     RUNNING,
+    SECRET_NOT_FOUND,
     STARTING,
     SUSPENDED,
     JobStatus,
@@ -240,6 +242,8 @@ def advance_world(
     stale_launcher = observed.launcher is not None and launcher is None
     if stale_launcher and observed.launcher and not observed.launcher.deleting:
         b.actions.append(DeleteLauncher())
+    # Before any create: a refused one (a quota) must not keep a gone pod's address among the hosts.
+    publish_hosts(b, spec, observed, world_hosts(spec, observed, workers, attempt))
 
     missing = [i for i in range(size) if i not in workers and names.worker_name(spec.name, i) not in blocked]
     if missing:
@@ -252,9 +256,11 @@ def advance_world(
         b.status = replace(b.status, launcher_state="Pending")
 
     refused = b.prev.condition("Created")
-    held = refused is not None and refused.reason in (CREATE_FORBIDDEN, CHILD_NOT_OURS, GANG_API_MISSING)
+    waits = (CREATE_FORBIDDEN, CHILD_NOT_OURS, GANG_API_MISSING, SECRET_NOT_FOUND)
+    held = refused is not None and refused.reason in waits
     if refused is not None and held and (missing or create_launcher):
-        # The last create was refused (a quota, RBAC, a name still held): try again, and keep saying why.
+        # The last create was refused (a quota, RBAC, a name still held, a Secret not there yet): try again,
+        # and keep saying why.
         b.phase(RESTARTING if b.prev.phase == RESTARTING else PENDING, refused.message)
         return
     if not b.status.is_true("Created"):
@@ -297,7 +303,7 @@ def _clear_stale(
         if stale or pod.deleting:
             blocked.add(pod.name)
             if not pod.deleting:
-                b.actions.append(DeletePod(pod.name))
+                b.actions.append(DeletePod(pod.name, pod.uid))
             elif not release_when_ended(b, pod):
                 _force_delete_when_stuck(b, pod)
     return blocked

@@ -1,11 +1,13 @@
 """act(): carry out a Decision's actions in order, against the API server and Blob Storage.
 
 Every action is idempotent (create-if-absent, delete-if-present), so a crash halfway and a rerun converge.
-Returns what the status must record: the log upload's outcome, the SAS Secrets' deletion, a pod force-deleted,
-and a refusal: the first action the API server or Azure refuses (Rejected, Forbidden, a name another owner
-holds, the PodGroup API not served, credentials refused for good) ends the run with a Refused result, which
-dtjob.machine.refusals turns into a condition. What is no outcome of the job propagates: a lost leadership, a
-conflict, an API error, and credentials that vanished since they were observed (the retry observes them).
+Returns what the status must record: the log upload's outcome, a minted SAS token's digest, the SAS Secrets'
+deletion, a pod force-deleted, and a refusal: the first action the API server or Azure refuses (Rejected,
+Forbidden, a name another owner holds, the PodGroup API not served, credentials refused for good), or that the
+operator refuses itself (a pod naming what is not the job's: dtjob.reconcile.pod_trust), ends the run with a
+Refused result, which dtjob.machine.refusals turns into a condition. What is no outcome of the job
+propagates: a lost leadership, a conflict, an API error, and credentials that vanished since they were
+observed (the retry observes them).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dtjob.gang import kueue
 from dtjob.gang.pod_groups import POD_GROUP_KIND
 from dtjob.kube.client import ApiNotServed, Forbidden, Kube, NotOurs, Rejected
 from dtjob.names import Access
-from dtjob.reconcile import deletes, storage_act
+from dtjob.reconcile import deletes, pod_trust, storage_act
 from dtjob.reconcile.ensure import Applied, ensure_all
 from dtjob.reconcile.storage_observe import StorageRefused
 from dtjob.spec.parse import JobSpec
@@ -42,10 +44,12 @@ from dtjob.state.decision import (
     LogsUploaded,
     MintSas,
     PodForceDeleted,
+    PublishHosts,
     RefusalKind,
     Refused,
     ReleasePod,
     Result,
+    RetireSelector,
     SasSecretsDeleted,
     UploadLogs,
 )
@@ -104,10 +108,23 @@ def _run_step(
     output_url: str | None,
     now: datetime,
 ) -> Result | None:
-    if isinstance(step, list):  # a world's worker pods: created at once
-        _ensure_all(kube, [desired.worker_pod(spec, owner, w.index, w.attempt) for w in step])
-        return None
+    if isinstance(step, list):  # a world's worker pods: created at once, or none of them
+        workers = [desired.worker_pod(spec, owner, w.index, w.attempt) for w in step]
+        return _create_pods(kube, config, spec, owner, step[0], workers)
+    pod_bearing = _pod_bearing(config, spec, owner, step)
+    if pod_bearing is not None:
+        return _create_pods(kube, config, spec, owner, step, pod_bearing)
     return _run(kube, config, spec, owner, step, pods, output_url, now)
+
+
+def _pod_bearing(config: OperatorConfig, spec: JobSpec, owner: Json, action: Action) -> list[Json] | None:
+    """The batch Job of pods an action creates, built from the spec as it is now; None for any other."""
+    match action:
+        case CreateLauncher(attempt=attempt):
+            return [desired.launcher_job(spec, owner, attempt)]
+        case CreateStagingJob():
+            return [desired.staging_job(spec, owner, config.stager_image)]
+    return None
 
 
 def _first(step: Action | list[CreateWorker]) -> Action:
@@ -141,7 +158,7 @@ def _run(
     ns = spec.namespace
     match action:
         case MintSas(access=access, not_after=not_after):
-            storage_act.mint_sas(kube, spec, Access(access), not_after, owner, now, config)
+            return storage_act.mint_sas(kube, spec, Access(access), not_after, owner, now, config)
         case EnsureWorld():
             if gang.pod_group_api(spec) is not None:
                 # Before anything else: a cluster without the gang scheduler's API gets nothing of the world.
@@ -158,23 +175,24 @@ def _run(
             if config.network_policy:
                 world += [desired.network_policy(spec, owner), desired.launcher_network_policy(spec, owner)]
             _ensure_all(kube, world)
-        case CreateLauncher(attempt=attempt):
-            _ensure(kube, desired.launcher_job(spec, owner, attempt))
-        case DeletePod(name=pod):
-            deletes.delete_pod(kube, ns, pod)
+        case PublishHosts(hosts=hosts, published=published):
+            _publish(kube, desired.hosts_slice(spec, owner, hosts), published)
+        case RetireSelector(slices=slices):
+            _ensure(kube, desired.workers_service(spec, owner))  # ours: its selector goes with the drift
+            deletes.delete_service_slices(kube, ns, names.service_name(spec.name), slices)
+        case DeletePod(name=pod, uid=uid):
+            deletes.delete_pod(kube, ns, pod, uid)
         case ForceDeletePod(name=pod, uid=uid, overdue_s=overdue):
             return PodForceDeleted(pod, overdue) if deletes.force_delete_pod(kube, ns, pod, uid) else None
         case ReleasePod(name=pod, uid=uid):
             deletes.remove_pod_finalizer(kube, ns, pod, uid, kueue.POD_FINALIZER)
         case DeleteLauncher():
-            deletes.delete_batch_job(kube, ns, names.launcher_name(spec.name))
+            deletes.delete_launcher(kube, ns, spec.name, str(owner["uid"]))
         case DeletePodGroup():
             api = gang.pod_group_api(spec)
             if api is not None:
                 name = names.pod_group_name(spec.name)
                 deletes.delete_owned(kube, POD_GROUP_KIND, ns, name, str(owner["uid"]), api)
-        case CreateStagingJob():
-            _ensure(kube, desired.staging_job(spec, owner, config.stager_image))
         case UploadLogs(attempt=attempt):
             return _upload_logs(kube, spec, str(owner["uid"]), pods, attempt, output_url, config, now)
         case DeleteSasSecrets():
@@ -184,21 +202,42 @@ def _run(
             delete_world(kube, ns, spec.name, str(owner["uid"]), launcher)
         case DeleteJob():
             log.info("ttlSecondsAfterFinished elapsed: deleting %s/%s", ns, spec.name)
-            deletes.delete_training_job(kube, ns, spec.name)
+            deletes.delete_training_job(kube, ns, spec.name, str(owner["uid"]))
     return None
 
 
 def delete_world(kube: Kube, namespace: str, name: str, uid: str, launcher: bool = True) -> None:
     """The pods and the launcher Job of the job `uid`: pods by owner, never by label alone (those created a
-    moment ago too); the launcher Job when `launcher` (it is ours: a create never takes a name another owner
-    holds)."""
+    moment ago too); the launcher Job when `launcher`, only while `uid` owns it."""
     deletes.delete_pods(kube, namespace, f"{names.JOB_NAME_LABEL}={name}", uid)
     if launcher:
-        deletes.delete_batch_job(kube, namespace, names.launcher_name(name))
+        deletes.delete_launcher(kube, namespace, name, uid)
 
 
 def _ensure(kube: Kube, obj: Json) -> None:
     _ensure_all(kube, [obj])
+
+
+def _create_pods(
+    kube: Kube, config: OperatorConfig, spec: JobSpec, owner: Json, action: Action, objs: Sequence[Json]
+) -> Refused | None:
+    """Pods, or batch Jobs of pods, each built from the spec as it is now, created only when what they name
+    is the job's to hand out (dtjob.desired.pod_trust); otherwise none of them, and the refusal."""
+    verdict = pod_trust.untrusted(kube, config, spec, str(owner["uid"]), objs)
+    if verdict is not None:
+        kind = RefusalKind.UNTRUSTED if verdict.fatal else RefusalKind.SECRET_MISSING
+        return Refused(kind, action, verdict.message, verdict.reason, verdict.field)
+    _ensure_all(kube, objs)
+    return None
+
+
+def _publish(kube: Kube, endpoint_slice: Json, published: bool) -> None:
+    """The slice's hosts: one patch of the slice observed as ours, else ensured (created, or read, its owner
+    checked and its hosts brought in line)."""
+    meta = endpoint_slice["metadata"]
+    body = {key: endpoint_slice[key] for key in ("endpoints", "ports")}
+    if not (published and kube.patch(endpoint_slice["kind"], meta["namespace"], meta["name"], body)):
+        _ensure(kube, endpoint_slice)
 
 
 def _ensure_all(kube: Kube, objs: Sequence[Json]) -> None:

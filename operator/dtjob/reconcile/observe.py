@@ -14,7 +14,12 @@ from typing import Any
 
 from dtjob import names
 from dtjob.config import OperatorConfig
-from dtjob.contract.results_upload import ANNOTATION_UPLOADED_LATER, latest_report, uploaded_later
+from dtjob.contract.results_upload import (
+    ANNOTATION_UPLOADED_LATER,
+    ResultsRecord,
+    latest_report,
+    parse_record,
+)
 from dtjob.contract.training_progress import latest_progress
 from dtjob.desired.owned import owner_uids
 from dtjob.desired.pods import GPU_RESOURCE
@@ -22,20 +27,26 @@ from dtjob.gang import PoolRoom, pool_room
 from dtjob.kube.client import Kube, LogUnavailable
 from dtjob.machine import world_started
 from dtjob.machine.gang import wants_pool_room
+from dtjob.machine.results_later import record_mismatch
+from dtjob.names import Access
 from dtjob.reconcile import reads
 from dtjob.reconcile.preflight import preflight
-from dtjob.reconcile.storage_observe import observe_sas, observe_staging
+from dtjob.reconcile.results_check import stored_results
+from dtjob.reconcile.storage_observe import observe_sas, observe_staging, output_directory
 from dtjob.spec.parse import JobSpec
+from dtjob.state.hosts import published_hosts
 from dtjob.state.observed import (
     Blocker,
     Children,
     CreateRefusal,
     LauncherState,
     Observed,
+    StoredResults,
     observe_children,
 )
+from dtjob.state.prebuilt import PrebuiltWorkload, prebuilt_state
 from dtjob.state.rank_error import rank_error
-from dtjob.state.status import FINISHED, JobStatus
+from dtjob.state.status import FINISHED, SAS_SCOPE_CONTAINER, SAS_SCOPE_DIRECTORY, JobStatus
 from dtjob.timefmt import parse_time
 
 log = logging.getLogger(__name__)
@@ -64,7 +75,7 @@ def observe(
     uid = str(meta.get("uid") or "")
     seen = observe_children(children.pods, children.launcher, uid)
     active = prev.phase not in FINISHED and not spec.run_policy.suspend
-    blocker = preflight(kube, spec, uid) if active and not world_started(prev, seen) else None
+    blocker = preflight(kube, spec, uid, config) if active and not world_started(prev, seen) else None
     sas = observe_sas(kube, spec, prev, uid, now, config) if active else {}
     sas_blockers = [s.blocked for s in sas.values() if s.blocked is not None]
     blocker = _worst(blocker, *sas_blockers)
@@ -75,13 +86,12 @@ def observe(
     log_text = _launcher_log(kube, spec.namespace, prev, seen, config.progress_seconds)
     progress = None if log_text is None else latest_progress(log_text)
     results = None if log_text is None else latest_report(log_text)
-    later = None
-    if prev.results_pod is not None:
-        later = uploaded_later((meta.get("annotations") or {}).get(ANNOTATION_UPLOADED_LATER))
+    record, stored = _results_record(kube, config, spec, job, prev, now)
     launcher = seen.launcher
     if launcher is not None and log_text is not None and _failed_now(prev, launcher):
         launcher = replace(launcher, log_error=rank_error(log_text))
     room = _pool_room(kube, spec) if active and wants_pool_room(spec, seen, prev, now) else None
+    prebuilt = _prebuilt(kube, spec, uid) if active else None
     launcher_refused = staging_refused = None
     if active and seen.launcher is not None and seen.launcher.pod_name is None and not seen.launcher.finished:
         launcher_refused = _refusal(kube, spec.namespace, children.launcher)
@@ -101,12 +111,40 @@ def observe(
         staging=staging,
         training_progress=progress,
         results_upload=results,
-        results_uploaded_later=later,
+        results_record=record,
+        results_stored=stored,
+        output_sas_scope=_output_sas_scope(spec, uid, config),
         progress_poll_s=config.progress_seconds if seen.launcher is not None else None,
         pool_room=room,
+        prebuilt=prebuilt,
         launcher_refused=launcher_refused,
         staging_refused=staging_refused,
+        published=published_hosts(children.endpoint_slices, spec.name, uid),
     )
+
+
+def _results_record(
+    kube: Kube, config: OperatorConfig, spec: JobSpec, job: dict[str, Any], prev: JobStatus, now: datetime
+) -> tuple[ResultsRecord | None, StoredResults | None]:
+    """The record of `dtjob results upload` on a job that keeps results, and, for one about this run,
+    what storage holds of them (asked only then: anyone who may edit the job may write a record)."""
+    if prev.results_pod is None:
+        return None, None
+    meta = job["metadata"]
+    record = parse_record((meta.get("annotations") or {}).get(ANNOTATION_UPLOADED_LATER))
+    uid = str(meta.get("uid") or "")
+    if record is None or record_mismatch(record, prev, uid) is not None:
+        return record, None
+    return record, stored_results(kube, spec, prev, uid, record, now, config)
+
+
+def _output_sas_scope(spec: JobSpec, uid: str, config: OperatorConfig) -> str | None:
+    """What the output tokens reach: the run's directory on a hierarchical-namespace account, else the
+    container."""
+    if spec.output is None:
+        return None
+    directory = output_directory(spec, spec.output.target, uid, config, Access.OUTPUT)
+    return SAS_SCOPE_DIRECTORY if directory is not None else SAS_SCOPE_CONTAINER
 
 
 def _refusal(kube: Kube, namespace: str, job: Mapping[str, Any] | None) -> CreateRefusal | None:
@@ -119,6 +157,13 @@ def _refusal(kube: Kube, namespace: str, job: Mapping[str, Any] | None) -> Creat
         return None
     created = meta.get("creationTimestamp")
     return CreateRefusal(str(meta.get("name") or ""), message, parse_time(created) if created else None)
+
+
+def _prebuilt(kube: Kube, spec: JobSpec, uid: str) -> PrebuiltWorkload | None:
+    """The Workload a copy of a dispatched job names (None: not a copy), read at every pass: its world runs
+    only while that Workload admits it."""
+    name = spec.prebuilt_workload
+    return None if name is None else prebuilt_state(name, reads.get_workload(kube, spec.namespace, name), uid)
 
 
 def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:

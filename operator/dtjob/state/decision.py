@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from dtjob.state.hosts import MpiHost, StaleSlice
 from dtjob.state.status import JobStatus
 
 
@@ -28,6 +29,25 @@ class MintSas:
 class EnsureWorld:
     """The gang's PodGroup first (runPolicy.scheduling.gang), then the SSH Secret, hostfile ConfigMap (kept
     current) and headless Service."""
+
+
+@dataclass(frozen=True)
+class PublishHosts:
+    """Write the Service's EndpointSlice with `hosts`: patch it when `published` (the operator's slice was
+    observed), else create it (a name another owner holds is never taken)."""
+
+    hosts: tuple[MpiHost, ...]
+    published: bool
+
+
+@dataclass(frozen=True)
+class RetireSelector:
+    """The Service still selects pods by label, or did: take its selector off (its fields kept in line, as
+    EnsureWorld does) and delete what Kubernetes' controllers made for it (`slices`), each under the UID it
+    was observed with: a slice of the EndpointSlice controller while that Service owns it; a mirrored slice,
+    and the Endpoints object of the Service's name it mirrors (the Endpoints controller's, left behind)."""
+
+    slices: tuple[StaleSlice, ...]
 
 
 @dataclass(frozen=True)
@@ -48,7 +68,11 @@ class CreateLauncher:
 
 @dataclass(frozen=True)
 class DeletePod:
+    """Delete the pod only while it is the one observed (`uid`): a pod created under its name since, by a
+    new world or anyone else, is never deleted for it."""
+
     name: str
+    uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,7 +98,7 @@ class ReleasePod:
 
 @dataclass(frozen=True)
 class DeleteLauncher:
-    pass
+    """Delete the launcher Job, only while it is this job's (its owner checked and its UID a precondition)."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +135,7 @@ class DeleteWorld:
 Action = (
     MintSas | EnsureWorld | CreateWorker | CreateLauncher | DeletePod | ForceDeletePod | ReleasePod
     | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets | DeletePodGroup
-    | DeleteWorld
+    | DeleteWorld | PublishHosts | RetireSelector
 )  # fmt: skip
 
 
@@ -126,6 +150,15 @@ class LogsUploaded:
     error: str | None = None  # why the upload failed (redacted)
     truncated: tuple[str, ...] = ()  # pods whose log was longer than the cap (head and tail kept)
     cap_bytes: int = 0  # that cap (DTJOB_LOG_CAP_BYTES)
+
+
+@dataclass(frozen=True)
+class SasMinted:
+    """The outcome of MintSas when it wrote the Secret: the sha256 (hex) of the token it holds now, never the
+    token. The status records it: a Secret whose token has another digest was not written by the operator."""
+
+    access: str  # "in" | "out"
+    token_sha256: str
 
 
 @dataclass(frozen=True)
@@ -149,6 +182,10 @@ class RefusalKind(StrEnum):
     NOT_OURS = "NotOurs"  # a child's name is held by another owner's object
     API_NOT_SERVED = "ApiNotServed"  # the cluster does not serve the gang scheduler's PodGroup API
     STORAGE = "Storage"  # Azure refused the credentials for good (no user delegation key)
+    # The operator itself, before a pod's create (dtjob.desired.pod_trust): the pod would name a Secret or the
+    # ServiceAccount that is not the job's to hand out (fails), or a Secret that does not exist yet (waits).
+    UNTRUSTED = "Untrusted"
+    SECRET_MISSING = "SecretMissing"
 
 
 @dataclass(frozen=True)
@@ -157,15 +194,17 @@ class Refused:
 
     `message` is the refuser's own words naming the object (`Pod rn50-worker-0 refused by the API server:
     ...`), for NOT_OURS the object (`ConfigMap rn50-hostfile`), for API_NOT_SERVED the API; `reason` is a
-    storage refusal's condition reason (StorageCredentialsDenied)."""
+    storage or UNTRUSTED refusal's condition reason (StorageCredentialsDenied, SecretNotAllowed); `field` the
+    spec field an UNTRUSTED or SECRET_MISSING refusal names."""
 
     kind: RefusalKind
     action: Action
     message: str
     reason: str = ""
+    field: str = ""
 
 
-Result = LogsUploaded | SasSecretsDeleted | PodForceDeleted | Refused
+Result = LogsUploaded | SasMinted | SasSecretsDeleted | PodForceDeleted | Refused
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from dtjob import names
-from dtjob.contract.results_upload import UploadReport
+from dtjob.contract.results_upload import ResultsRecord, UploadReport
 from dtjob.gang import kueue
 from dtjob.gang.pool_room import PoolRoom
+from dtjob.state.hosts import PublishedHosts
+from dtjob.state.prebuilt import PrebuiltWorkload
 from dtjob.state.rank_error import RankError
 from dtjob.state.staging import StagingOutcome as StagingOutcome
 from dtjob.timefmt import parse_time
@@ -24,11 +26,13 @@ Json = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class Children:
-    """The job's pods, launcher Job and staging Job as the watch cache last saw them (raw dicts)."""
+    """The job's pods, launcher Job, staging Job and the EndpointSlices of its Service as the watch cache last
+    saw them (raw dicts)."""
 
     pods: tuple[Mapping[str, Any], ...] = ()
     launcher: Mapping[str, Any] | None = None
     staging: Mapping[str, Any] | None = None
+    endpoint_slices: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class PodState:
     kueue_eviction: str | None = None
     # ... and its finalizer is still on the pod.
     kueue_finalizer: bool = False
+    address: str = ""  # status.podIP: where the pod's name resolves once the operator publishes it
 
     @property
     def finished(self) -> bool:
@@ -122,6 +127,16 @@ class CreateRefusal:
 
 
 @dataclass(frozen=True)
+class StoredResults:
+    """What the operator found under the run's prefix, with its own credentials, for a record of `dtjob
+    results upload`: whether the manifest is there with the files it lists (`complete`), else what is not."""
+
+    complete: bool
+    message: str
+    retry: bool = False  # storage could not be asked: look again
+
+
+@dataclass(frozen=True)
 class Observed:
     """Every read of one reconcile, gathered before anything is decided."""
 
@@ -139,13 +154,21 @@ class Observed:
     staging: StagingOutcome | None = None  # the staging Job's outcome, when that Job exists
     training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress, from the launcher's log
     results_upload: UploadReport | None = None  # the results upload's latest line, from the launcher's log
-    # A failed results upload that `dtjob results upload` has since done (read only while results are kept).
-    results_uploaded_later: UploadReport | None = None
+    # What `dtjob results upload` recorded on the job (read only while results are kept), and, for a record
+    # that matches the status, whether storage holds the results it names.
+    results_record: ResultsRecord | None = None
+    results_stored: StoredResults | None = None
+    # What the output tokens reach ("Directory" or "Container"), read with the SAS Secrets.
+    output_sas_scope: str | None = None
     # The launcher's or the stager's pod refused by admission (read only while their Job has no pod).
     launcher_refused: CreateRefusal | None = None
     staging_refused: CreateRefusal | None = None
     progress_poll_s: float | None = None  # how soon progress should be read again while training
     pool_room: PoolRoom | None = None  # read only for a gang past its schedule timeout
+    # The Workload Kueue's copy of a dispatched job names (read only for such a copy, while it is active).
+    prebuilt: PrebuiltWorkload | None = None
+    # The MPI hosts the job's headless Service publishes (its EndpointSlices, from the watch cache).
+    published: PublishedHosts = field(default_factory=PublishedHosts)
 
     def workers(self) -> list[PodState]:
         return [p for p in self.pods if p.role == names.ROLE_WORKER]
@@ -202,6 +225,7 @@ def pod_state(pod: Json) -> PodState:
         gated=kueue.gated(pod),
         kueue_eviction=kueue.eviction(pod),
         kueue_finalizer=kueue.holds(pod),
+        address=str(status.get("podIP") or ""),
     )
 
 

@@ -7,7 +7,7 @@ Phases: Pending -> [Staging ->] Starting -> Running -> Succeeded | Failed, plus 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -58,6 +58,10 @@ FINISHED = (SUCCEEDED, FAILED)
 WORKERS_BELOW_MINIMUM = ConditionType.WORKERS_BELOW_MINIMUM
 CONDITION_TYPES = tuple(ConditionType)
 
+# status.output.sasScope: what the output tokens reach (the run's own directory, or the whole container).
+SAS_SCOPE_DIRECTORY = "Directory"
+SAS_SCOPE_CONTAINER = "Container"
+
 # Condition Created=False with this reason: the API server refused a create with 403
 # (dtjob.machine.refusals); the job waits and tries again, and keeps saying why instead of "creating N
 # worker pod(s)".
@@ -68,6 +72,9 @@ CHILD_NOT_OURS = "ChildNotOwned"
 # Condition Created=False with this reason: the cluster does not serve the PodGroup API of the job's gang
 # scheduler (its CRD is not installed; dtjob.machine.refusals).
 GANG_API_MISSING = "GangSchedulerMissing"
+# Condition Created=False with this reason: a pod would name a Secret that does not exist yet
+# (dtjob.desired.pod_trust); no such pod is created until it does.
+SECRET_NOT_FOUND = "SecretNotFound"
 
 
 @dataclass(frozen=True)
@@ -105,16 +112,24 @@ class JobStatus:
     staging: Mapping[str, Any] | None = None  # ProgressSnapshot.to_status() of the staging Job
     training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress line (`.status.progress`)
     output_url: str | None = None  # the run's results URL, never with a SAS
+    # What the output tokens reach: Directory (the run's own, on a hierarchical-namespace account) or
+    # Container. Written with output_url, for the location the namespace's storage policy allowed.
+    output_sas_scope: str | None = None
     logs_uploaded: bool = False
     logs_missing: tuple[str, ...] = ()  # pods whose log could not be read
     logs_error: str | None = None  # why the last log upload failed (redacted)
     logs_truncated: Mapping[str, Any] | None = None  # {"pods": [...], "capBytes": n}: logs cut to the cap
     sas_secrets_deleted: bool = False  # written once the delete has happened, never before
+    # "in" | "out" -> the sha256 (hex) of the token the operator last wrote into `<job>-sas-<access>`: status
+    # is a subresource namespace editors cannot write, so a Secret's token is checked against it.
+    sas_token_digests: Mapping[str, str] = field(default_factory=dict)
     # The results upload after training (dtjob.contract.results_upload): Uploading, Retrying, Failed or
-    # Uploaded; what its last line said; the pod kept because it holds results that were not uploaded.
+    # Uploaded; what its last line said; the pod kept because it holds results that were not uploaded (its
+    # name and UID: a pod of the same name made later holds none of them).
     results_state: str | None = None
     results_message: str | None = None
     results_pod: str | None = None
+    results_pod_uid: str | None = None
 
     def condition(self, kind: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)
@@ -143,6 +158,8 @@ class JobStatus:
             out["progress"] = dict(self.training_progress)
         if self.output_url is not None:
             output: dict[str, Any] = {"url": self.output_url, "logsUploaded": self.logs_uploaded}
+            if self.output_sas_scope is not None:
+                output["sasScope"] = self.output_sas_scope
             if self.logs_missing:
                 output["logsMissing"] = list(self.logs_missing)
             # Always written: null removes an old error from the merge patch once an upload succeeds.
@@ -155,10 +172,13 @@ class JobStatus:
                     "state": self.results_state,
                     "message": self.results_message or "",
                     "keptOnPod": self.results_pod or None,
+                    "keptOnPodUID": self.results_pod_uid or None,
                 }
             out["output"] = output
         if self.sas_secrets_deleted:
             out["sasSecretsDeleted"] = True
+        if self.sas_token_digests:
+            out["sasTokenDigests"] = dict(self.sas_token_digests)
         return out
 
 
@@ -238,6 +258,7 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
         staging=_map(data.get("staging")),
         training_progress=_map(data.get("progress")),
         output_url=_text(output.get("url")),
+        output_sas_scope=_text(output.get("sasScope")),
         logs_uploaded=bool(output.get("logsUploaded")),
         logs_missing=tuple(str(p) for p in _list(output.get("logsMissing"))),
         logs_error=_text(output.get("logsError")),
@@ -245,7 +266,11 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
         results_state=_text(results.get("state")),
         results_message=_text(results.get("message")),
         results_pod=_text(results.get("keptOnPod")),
+        results_pod_uid=_text(results.get("keptOnPodUID")),
         sas_secrets_deleted=bool(data.get("sasSecretsDeleted")),
+        sas_token_digests={
+            k: v for k, v in _object(data.get("sasTokenDigests")).items() if isinstance(v, str)
+        },
     )
 
 
