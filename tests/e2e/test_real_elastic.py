@@ -1,9 +1,12 @@
 """Elastic Horovod on the real node: a worker's pod deleted mid-training with a grace period, as a spot
-eviction or a drain does. The world trains on at the smaller size without a restart (`restarts` 0, the
-launcher pod the same), grows back once the replacement is Ready, finishes every planned step, and every
-rank ends with the same weights. Measured and printed: seconds from the deletion to training at the smaller
-size, from the replacement being Ready to it training, and the steps redone, beside a fixed-size job that
-loses the same worker and restarts from its last checkpoint.
+eviction or a drain does, while its node takes no new pod (cordoned, as a spot pool without capacity). The
+world trains on at the smaller size without a restart (`restarts` 0, the launcher pod the same), grows back
+once the node takes pods again and the replacement is Ready, finishes every planned step, and every rank ends
+with the same weights. The cordon holds the replacement back until the smaller world has trained: on two
+cores a replacement can be Ready a few seconds after the deletion, before Horovod has re-formed the world,
+and the world would go from three workers straight back to three. Measured and printed: seconds from the
+deletion to training at the smaller size, from the replacement being Ready to it training, and the steps
+redone, beside a fixed-size job that loses the same worker and restarts from its last checkpoint.
 
 Timings come from the trainers' own progress records (`updatedAt`, one per step) in the launcher's log and
 the pods' conditions, all on this machine's clock.
@@ -14,6 +17,8 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -68,7 +73,7 @@ def progress_records(
             continue
         if isinstance(record.get("worldSize"), int) and record.get("updatedAt"):
             records.append(record)
-    assert records, f"no progress record in the launcher's log:\n{text[-3000:]}"
+    assert records, f"no progress record in the launcher's log ({logs} under {folder}):\n{text[-3000:]}"
     return records
 
 
@@ -102,6 +107,30 @@ def evict_worker(jobs: Jobs, name: str) -> tuple[float, str]:
     deleted_at = time.time()
     jobs.core.delete_namespaced_pod(pod, jobs.ns, grace_period_seconds=GRACE_SECONDS)
     return deleted_at, uid
+
+
+@contextmanager
+def cordoned(jobs: Jobs, node: str) -> Iterator[None]:
+    """`node` takes no new pod until the block ends (its running pods stay)."""
+    jobs.core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        yield
+    finally:
+        jobs.core.patch_node(node, {"spec": {"unschedulable": None}})
+
+
+def trained_at_size(jobs: Jobs, name: str, size: int, after: float) -> dict[str, Any] | None:
+    """Rank 0's first progress record at `size` workers later than `after`, from the launcher's live log."""
+    pod = jobs.status(name)["launcher"]["pod"]
+    text = jobs.core.read_namespaced_pod_log(pod, jobs.ns, container="launcher")
+    for match in RECORD.finditer(text):
+        try:
+            record = json.loads(match.group(1))
+        except ValueError:  # a line another rank's output cut into
+            continue
+        if record.get("worldSize") == size and record.get("updatedAt") and at(record) > after:
+            return dict(record)
+    return None
 
 
 def replacement_ready(jobs: Jobs, name: str, old_uid: str) -> float | None:
@@ -143,7 +172,13 @@ def test_an_elastic_world_loses_a_worker_trains_on_and_grows_back_without_a_rest
     )  # fmt: skip
     wait_for(lambda: training_at_step(real_jobs, name, 5), timeout=600, interval=0.5, what=f"{name} training")
     launcher = real_jobs.status(name)["launcher"]["pod"]
-    deleted_at, old_uid = evict_worker(real_jobs, name)
+    node = str(real_jobs.core.read_namespaced_pod(f"{name}-worker-1", real_jobs.ns).spec.node_name)
+    with cordoned(real_jobs, node):
+        deleted_at, old_uid = evict_worker(real_jobs, name)
+        wait_for(
+            lambda: trained_at_size(real_jobs, name, 2, deleted_at), timeout=180, interval=1,
+            what=f"{name} training at 2 workers",
+        )  # fmt: skip
     try:
         joined_at = wait_for(
             lambda: replacement_ready(real_jobs, name, old_uid),
