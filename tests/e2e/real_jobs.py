@@ -12,9 +12,12 @@ from dtjob.names import STORAGE_KEY_LABEL
 from kubernetes import client
 
 from testbed.azurite import Azurite
+from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs
 
 KEY_SECRET = "storage-key"
+# How long a finished job's pod logs may take to reach storage (every pod's log, streamed, on a busy machine).
+LOG_UPLOAD_WAIT_S = 120
 STEPS = 4
 
 
@@ -79,8 +82,9 @@ def assert_trained_together(metrics: dict[str, Any], world_size: int = 2) -> Non
 def wait_finished(
     jobs: Jobs, name: str, timeout: float, azurite: Azurite | None = None, container: str = ""
 ) -> dict[str, Any]:
-    """The final status of a job that must succeed; otherwise fail showing its status and its pods' logs
-    (as uploaded to `container`, or live from the API server)."""
+    """The final status of a job that must succeed, once its pods' logs are uploaded when it has an output
+    (the operator records the phase first, then uploads them); otherwise fail showing its status and its
+    pods' logs (as uploaded to `container`, or live from the API server)."""
     try:
         status = jobs.wait_phase(name, "Succeeded", "Failed", timeout=timeout)
     except AssertionError as err:
@@ -90,7 +94,15 @@ def wait_finished(
             f"{name} ended {status['phase']}:\n{json.dumps(status, indent=1)}\n"
             f"{pod_logs(jobs, name, azurite, container)}"
         )
-    return status
+    if "output" not in status:
+        return status
+
+    def logs_done() -> dict[str, Any] | None:
+        now = jobs.status(name)
+        output = now.get("output") or {}
+        return now if output.get("logsUploaded") or output.get("logsError") else None
+
+    return wait_for(logs_done, timeout=LOG_UPLOAD_WAIT_S, interval=0.5, what=f"{name}'s pod logs uploaded")
 
 
 def pod_logs(jobs: Jobs, name: str, azurite: Azurite | None, container: str, lines: int = 40) -> str:
