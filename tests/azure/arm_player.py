@@ -1,9 +1,11 @@
 """An azure-core HttpTransport that plays Azure Resource Manager's side for AKS clusters and agent pools,
-virtual network subnets, and Storage accounts with their file shares.
+virtual network subnets, Storage accounts with their file shares, and the compute quota and VM sizes of a
+region.
 
 No ARM emulator exists, so this is the one stand-in the tests use: the real azure-mgmt-containerservice,
-azure-mgmt-network and azure-mgmt-storage clients (serialization, long-running-operation polling, retries,
-error mapping) run unchanged on top of it. It plays the protocol as each resource provider does:
+azure-mgmt-network, azure-mgmt-storage and azure-mgmt-compute clients (serialization, long-running-operation
+polling, paging, retries, error mapping) run unchanged on top of it. It plays the protocol as each resource
+provider does:
 - every request must carry an `api-version` query (400 MissingApiVersionParameter otherwise);
 - agent pool PUT: 201 + Azure-AsyncOperation; DELETE: 202 + Azure-AsyncOperation; the operation URL answers
   InProgress, then the configured terminal status;
@@ -11,6 +13,8 @@ error mapping) run unchanged on top of it. It plays the protocol as each resourc
 - storage account PUT: 202 + Location; the Location answers 202 while in progress, then 200 with the account,
   or the failure's own status code and ARM error body;
 - account PATCH, share PUT/PATCH/DELETE, account DELETE: synchronous;
+- compute usage (Usage - List) and VM sizes (Resource Skus - List, `$filter=location eq '<region>'`, the one
+  filter ARM supports): read-only lists, paged by `page_size` items with ARM's nextLink;
 - `Retry-After` on every long-running answer (`retry_after`), and `faults`: canned error answers (409, 429,
   500...) with an optional Retry-After, each for a number of matching requests, before the real answer.
 It records every request with the time it arrived.
@@ -25,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from azure.core.pipeline.transport import HttpTransport
 from azure.core.rest._http_response_impl import HttpResponseImpl
@@ -51,6 +55,11 @@ ACCOUNTS_PATH = re.compile(
     r"^/subscriptions/[^/]+(?:/resourceGroups/(?P<rg>[^/]+))?/providers/Microsoft\.Storage/storageAccounts"
     r"(?:/(?P<account>[^/]+))?$"
 )
+USAGES_PATH = re.compile(
+    r"^/subscriptions/[^/]+/providers/Microsoft\.Compute/locations/(?P<location>[^/]+)/usages$"
+)
+SKUS_PATH = re.compile(r"^/subscriptions/[^/]+/providers/Microsoft\.Compute/skus$")
+LOCATION_FILTER = re.compile(r"^location eq '(?P<location>[^']+)'$")
 SHARES_PATH = re.compile(
     r"^/subscriptions/[^/]+/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Storage/storageAccounts/"
     r"(?P<account>[^/]+)/fileServices/default/shares(?:/(?P<share>[^/]+))?$"
@@ -97,6 +106,10 @@ class ArmPlayer(HttpTransport[Any, Any]):
     accounts: dict[str, dict[str, Any]] = field(default_factory=dict)  # by name
     shares: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # by (account, share)
     faults: list[Fault] = field(default_factory=list)
+    # Usage - List rows by region (lowercase), and Resource Skus - List entries (each names its `locations`).
+    usages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    skus: list[dict[str, Any]] = field(default_factory=list)
+    page_size: int | None = None  # items per page of those two lists; None: one page
     retry_after: int = 0  # the Retry-After of long-running answers, in seconds
     _operations: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -133,6 +146,8 @@ class ArmPlayer(HttpTransport[Any, Any]):
             (SUBNET_PATH, self._subnet),
             (ACCOUNTS_PATH, self._account),
             (SHARES_PATH, self._share),
+            (USAGES_PATH, self._usages),
+            (SKUS_PATH, self._skus),
         ):
             if (found := pattern.match(parts.path)) is not None:
                 return handler(request, found, body)
@@ -336,6 +351,44 @@ class ArmPlayer(HttpTransport[Any, Any]):
             existed = self.shares.pop(key, None) is not None
             return self._respond(request, 200 if existed else 204, None)
         return self._error(request, 405, "MethodNotAllowed", request.method)
+
+    # --- compute quota and VM sizes ----------------------------------------------------------------------
+
+    def _usages(self, request: Any, match: re.Match[str], body: Any) -> Any:
+        if request.method != "GET":
+            return self._error(request, 405, "MethodNotAllowed", request.method)
+        return self._page(request, self.usages.get(match["location"].lower(), []))
+
+    def _skus(self, request: Any, match: re.Match[str], body: Any) -> Any:
+        if request.method != "GET":
+            return self._error(request, 405, "MethodNotAllowed", request.method)
+        query = parse_qs(urlsplit(request.url).query)
+        wanted = None
+        if "$filter" in query:
+            found = LOCATION_FILTER.match(query["$filter"][0])
+            if found is None:
+                return self._error(
+                    request, 400, "InvalidFilter", "Only location filter is supported currently."
+                )
+            wanted = found["location"].lower()
+        value = [
+            sku
+            for sku in self.skus
+            if wanted is None or wanted in (loc.lower() for loc in sku.get("locations") or [])
+        ]
+        return self._page(request, value)
+
+    def _page(self, request: Any, items: list[dict[str, Any]]) -> Any:
+        """One page of a list, with ARM's nextLink (the same URL with a $skiptoken) when more follow."""
+        parts = urlsplit(request.url)
+        query = parse_qs(parts.query)
+        start = int(query.pop("$skiptoken", ["0"])[0])
+        end = len(items) if self.page_size is None else start + self.page_size
+        page: dict[str, Any] = {"value": items[start:end]}
+        if end < len(items):
+            rest = "&".join(f"{k}={quote(v[0])}" for k, v in query.items())
+            page["nextLink"] = f"{ARM}{parts.path}?{rest}&$skiptoken={end}"
+        return self._respond(request, 200, page)
 
     def _error(
         self, request: Any, status: int, code: str, message: str, headers: dict[str, str] | None = None

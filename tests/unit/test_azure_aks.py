@@ -20,11 +20,15 @@ from dtjob.cli.main import build_parser
 from dtjob.contract.transfer_report import ExitCode
 
 from tests.azure.arm_player import ArmPlayer, StaticToken
+from tests.azure.compute_arm import with_compute
 
 CLUSTER = ["--subscription", "sub-1", "-g", "ml-rg", "--cluster", "aks-train"]
 
 
 def run(argv: list[str], player: ArmPlayer, lines: list[str] | None = None) -> int:
+    """Run `dtjob pool` on the real SDK clients over `player`, which plays cluster aks-train with room in its
+    region's quota for any pool, unless the test set the region's quota itself (tests.azure.compute_arm)."""
+    with_compute(player)
     args = build_parser().parse_args(argv)
 
     def connect(a: argparse.Namespace) -> NodePools:
@@ -88,11 +92,18 @@ def test_spot_and_custom_taints() -> None:
     ]
 
 
-def test_dry_run_prints_the_body_and_sends_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_prints_the_body_and_only_reads(capsys: pytest.CaptureFixture[str]) -> None:
     player = ArmPlayer()
     assert run(["pool", "create", *CLUSTER, "--dry-run", "--vm-size", "Standard_ND96asr_v4"], player) == 0
+    assert [r.method for r in player.requests] == ["GET", "GET", "GET"]  # the cluster, its region's quota
+    assert player.pools == {}
+    captured = capsys.readouterr()
+    assert '"vmSize": "Standard_ND96asr_v4"' in captured.out
+    assert "quota in westeurope: up to 4 x Standard_ND96asr_v4 (96 vCPUs each) = 384 vCPUs" in captured.err
+    player = ArmPlayer()
+    argv = ["pool", "create", *CLUSTER, "--dry-run", "--skip-quota-check"]
+    assert run(argv, player) == 0
     assert player.requests == []
-    assert '"vmSize": "Standard_ND96asr_v4"' in capsys.readouterr().out
 
 
 def test_quota_exceeded_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,7 +113,8 @@ def test_quota_exceeded_is_one_clear_line(capsys: pytest.CaptureFixture[str]) ->
         "Current Limit: 24, Current Usage: 24, Additional Required: 24."
     )
     player = ArmPlayer(fail_put=(409, "QuotaExceeded", message))
-    assert run(["pool", "create", *CLUSTER], player) == ExitCode.STORAGE
+    # Azure's own refusal, as when the check was skipped (or the quota went to another pool meanwhile).
+    assert run(["pool", "create", *CLUSTER, "--skip-quota-check"], player) == ExitCode.STORAGE
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err.startswith(

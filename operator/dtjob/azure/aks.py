@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dtjob.azure.errors import arm_exit_code
+from dtjob.azure.quota import PORTAL, QuotaFinding, check_quota, read_compute
 from dtjob.contract.transfer_report import ExitCode
 
 if TYPE_CHECKING:
@@ -49,6 +50,10 @@ class PoolError(Exception):
         super().__init__(message)
         self.code = code
         self.exit_code = int(exit_code)
+
+
+class QuotaUnreadable(PoolError):
+    """The identity may not read the subscription's compute usage (403): the quota cannot be checked."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,10 @@ def explain_arm_error(err: Exception, action: str) -> PoolError:
     hint = ""
     lowered = (code or "").lower()
     if "quota" in lowered or "quota" in message.lower():
-        hint = " Request more vCPU quota for this VM family in the cluster's region, or lower --max."
+        hint = (
+            " Request more vCPU quota for this VM family in the cluster's region (az quota create, or "
+            f"{PORTAL}), or lower --max."
+        )
     elif isinstance(err, ResourceNotFoundError) or err.status_code == 404:
         hint = " Check --subscription, --resource-group and --cluster."
     elif err.status_code == 403:
@@ -236,7 +244,54 @@ class NodePools:
             kwargs["polling_interval"] = self.polling_interval
         if self.base_url is not None:
             kwargs["base_url"] = self.base_url
+        self._options = kwargs
         self._client = ContainerServiceClient(self.credential, self.subscription_id, **kwargs)
+        self._compute_client: Any = None
+
+    def _compute(self) -> Any:
+        if self._compute_client is None:
+            try:
+                from azure.mgmt.compute import ComputeManagementClient
+            except ImportError as err:  # installed with dtjob[azure] from this release on
+                raise PoolError(f"{err.name} is not installed: pip install 'dtjob[azure]'") from err
+            self._compute_client = ComputeManagementClient(
+                self.credential, self.subscription_id, **self._options
+            )
+        return self._compute_client
+
+    def location(self) -> str:
+        """The cluster's region: where its pools' VMs count against the subscription's quota."""
+        try:
+            found = self._client.managed_clusters.get(self.resource_group, self.cluster)
+        except Exception as err:
+            raise explain_arm_error(err, f"read cluster {self.resource_group}/{self.cluster}") from err
+        return str(found.location)
+
+    def check_quota(self, pool: GpuPool) -> QuotaFinding:
+        """Whether the pool at its --max fits in the vCPU quota free in the cluster's region (reads only)."""
+        location = self.location()
+        action = f"read the compute quota of {location}"
+        try:
+            skus, usages = read_compute(self._compute(), location)
+        except Exception as err:
+            failure = explain_arm_error(err, action)
+            if failure.exit_code == ExitCode.DENIED and failure.code is not None:
+                failure = QuotaUnreadable(
+                    f"{action}: denied ({failure.code}); it needs Reader on the subscription",
+                    failure.code,
+                    ExitCode.DENIED,
+                )
+            raise failure from err
+        return check_quota(
+            pool.vm_size,
+            pool.max_count,
+            location,
+            skus,
+            usages,
+            spot=pool.spot,
+            zones=pool.zones,
+            subscription=self.subscription_id,
+        )
 
     def create(self, pool: GpuPool) -> dict[str, Any]:
         body = agent_pool_body(pool)

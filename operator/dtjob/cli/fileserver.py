@@ -2,14 +2,14 @@
 reachable from the AKS nodes' subnets only.
 
 Signs in to Azure with DefaultAzureCredential (az login, workload or managed identity); the subscription comes
-from --subscription or $AZURE_SUBSCRIPTION_ID. The Kubernetes side (--apply, and delete's check of the jobs
-using the share) uses the kubeconfig like kubectl: --kubeconfig, $KUBECONFIG or ~/.kube/config, --context.
+from --subscription, else $AZURE_SUBSCRIPTION_ID, else the Azure CLI's default subscription. The Kubernetes
+side (--apply, and delete's check of the jobs using the share) uses the kubeconfig like kubectl:
+--kubeconfig, $KUBECONFIG or ~/.kube/config, --context.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +30,8 @@ from dtjob.cli import kube_access as kube_cli
 from dtjob.cli import output
 from dtjob.cli.fileserver_dry_run import dry_run, spec_of
 from dtjob.cli.fileserver_kube import apply_volume, delete_volume_objects, jobs_using, kube_exit_code
+from dtjob.cli.subscription import HELP as SUBSCRIPTION_HELP
+from dtjob.cli.subscription import NoSubscription, find_subscription, resolve_subscription
 from dtjob.contract.transfer_report import ExitCode
 from dtjob.datasets.fileserver_volume import (
     Share,
@@ -101,11 +103,7 @@ def _register_ls(commands: Any) -> None:
     ls = commands.add_parser(
         "ls", help="list the file servers (dtjob-tagged FileStorage accounts) and shares"
     )
-    ls.add_argument(
-        "--subscription",
-        default=os.environ.get("AZURE_SUBSCRIPTION_ID"),
-        help="default $AZURE_SUBSCRIPTION_ID",
-    )
+    ls.add_argument("--subscription", help=SUBSCRIPTION_HELP)
     ls.add_argument("--resource-group", "-g", help="only this resource group (default: the subscription)")
     output.add_output_arg(ls, legacy_json=True)
     ls.set_defaults(func=run_ls)
@@ -133,11 +131,7 @@ def _register_delete(commands: Any) -> None:
 
 
 def _azure_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--subscription",
-        default=os.environ.get("AZURE_SUBSCRIPTION_ID"),
-        help="default $AZURE_SUBSCRIPTION_ID",
-    )
+    parser.add_argument("--subscription", help=SUBSCRIPTION_HELP)
     parser.add_argument("--resource-group", "-g", required=True, help="the storage account's resource group")
 
 
@@ -151,11 +145,13 @@ def _say(line: str) -> None:
 
 
 def connect(args: argparse.Namespace) -> FileServers:
-    if not args.subscription:
-        raise FileServerError("--subscription: required (or set AZURE_SUBSCRIPTION_ID)", ExitCode.USAGE)
+    try:
+        subscription = resolve_subscription(args.subscription)
+    except NoSubscription as err:
+        raise FileServerError(str(err), ExitCode.USAGE) from err
     from azure.identity import DefaultAzureCredential
 
-    return FileServers(args.subscription, args.resource_group or "", DefaultAzureCredential(), progress=_say)
+    return FileServers(subscription, args.resource_group or "", DefaultAzureCredential(), progress=_say)
 
 
 def connect_kube(args: argparse.Namespace) -> Any:
@@ -191,6 +187,7 @@ def run_create(
         validate(spec_of(args, args.location or "", tuple(args.subnet_id)))
         namespace = claim_namespace(args) if args.apply else ""
         if args.dry_run:
+            args.subscription = find_subscription(args.subscription)  # the IDs it prints name it
             return dry_run(args, namespace)
         servers = connect(args)
         location, subnets = args.location or "", tuple(args.subnet_id)

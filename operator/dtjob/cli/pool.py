@@ -1,14 +1,14 @@
 """`dtjob pool create|scale|delete|ls`: the AKS GPU node pool dtjob jobs run on.
 
 Signs in with DefaultAzureCredential (az login, workload or managed identity). The subscription comes from
---subscription or $AZURE_SUBSCRIPTION_ID.
+--subscription, else $AZURE_SUBSCRIPTION_ID, else the Azure CLI's default subscription. `pool create` first
+checks that the subscription's vCPU quota in the cluster's region has room for the pool at its --max.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -19,11 +19,15 @@ from dtjob.azure.aks import (
     GpuPool,
     NodePools,
     PoolError,
+    QuotaUnreadable,
     agent_pool_body,
     image_compatibility_note,
 )
 from dtjob.cli import output
 from dtjob.cli.deprecation import Deprecated
+from dtjob.cli.subscription import HELP as SUBSCRIPTION_HELP
+from dtjob.cli.subscription import NoSubscription, resolve_subscription
+from dtjob.contract.transfer_report import ExitCode
 
 DEFAULT_POOL_NAME = "gpu"  # the chart's default for the pool the operator selects
 
@@ -33,8 +37,37 @@ Connect = Callable[[argparse.Namespace], NodePools]
 def register(subparsers: Any) -> None:
     pool = subparsers.add_parser("pool", help="manage the AKS GPU node pool")
     commands = pool.add_subparsers(dest="pool_command", required=True, metavar="SUBCOMMAND")
+    _register_create(commands)
 
-    create = commands.add_parser("create", help="create a GPU pool that autoscales from zero")
+    scale = commands.add_parser("scale", help="change autoscaler bounds (or pin a fixed count)")
+    _cluster_args(scale)
+    scale.add_argument("name", metavar="NAME", help="pool name")
+    scale.add_argument("--min", type=int, dest="min_count")
+    scale.add_argument("--max", type=int, dest="max_count")
+    scale.add_argument("--count", type=int, help="fixed node count; turns autoscaling off")
+    scale.set_defaults(func=run_scale)
+
+    delete = commands.add_parser("delete", help="delete a pool (its nodes and their pods go with it)")
+    _cluster_args(delete)
+    delete.add_argument("name", metavar="NAME", help="pool name")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.set_defaults(func=run_delete)
+
+    ls = commands.add_parser("ls", help="list the cluster's pools")
+    _cluster_args(ls)
+    output.add_output_arg(ls, "a table; json and yaml give the full resources", legacy_json=True)
+    ls.set_defaults(func=run_ls)
+
+
+def _register_create(commands: Any) -> None:
+    create = commands.add_parser(
+        "create",
+        help="create a GPU pool that autoscales from zero",
+        description="Create a User-mode GPU pool that autoscales from --min to --max. First checks that "
+        "the subscription's vCPU quota in the cluster's region (the VM family's and the regional total; "
+        "for --spot the regional low-priority total) has room for --max nodes, and says what is missing and "
+        "how to ask for it if not.",
+    )
     create.add_argument(
         "name", nargs="?", metavar="NAME", help="pool name (default gpu, what the operator selects)"
     )
@@ -59,31 +92,24 @@ def register(subparsers: Any) -> None:
     )
     create.add_argument("--kubernetes-version", help="default: the cluster's")
     create.add_argument("--subnet-id", help="VNet subnet resource ID (default: the cluster's)")
-    create.add_argument("--dry-run", action="store_true", help="print the request body and stop")
+    create.add_argument(
+        "--skip-quota-check",
+        action="store_true",
+        help="create the pool even if the vCPU quota has no room for --max nodes (e.g. while an increase "
+        "is pending)",
+    )
+    create.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the request body and send no write; the quota is still checked (reads only, unless "
+        "--skip-quota-check) and a shortage exits as create would, while a check that cannot be made "
+        "(no credentials, no subscription) is only noted",
+    )
     create.set_defaults(func=run_create)
-
-    scale = commands.add_parser("scale", help="change autoscaler bounds (or pin a fixed count)")
-    _cluster_args(scale)
-    scale.add_argument("name", metavar="NAME", help="pool name")
-    scale.add_argument("--min", type=int, dest="min_count")
-    scale.add_argument("--max", type=int, dest="max_count")
-    scale.add_argument("--count", type=int, help="fixed node count; turns autoscaling off")
-    scale.set_defaults(func=run_scale)
-
-    delete = commands.add_parser("delete", help="delete a pool (its nodes and their pods go with it)")
-    _cluster_args(delete)
-    delete.add_argument("name", metavar="NAME", help="pool name")
-    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    delete.set_defaults(func=run_delete)
-
-    ls = commands.add_parser("ls", help="list the cluster's pools")
-    _cluster_args(ls)
-    output.add_output_arg(ls, "a table; json and yaml give the full resources", legacy_json=True)
-    ls.set_defaults(func=run_ls)
 
 
 def _cluster_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--subscription", default=os.environ.get("AZURE_SUBSCRIPTION_ID"))
+    parser.add_argument("--subscription", help=SUBSCRIPTION_HELP)
     parser.add_argument("--resource-group", "-g", required=True)
     parser.add_argument("--cluster", required=True, help="AKS cluster name")
 
@@ -93,13 +119,13 @@ def _say(line: str) -> None:
 
 
 def connect(args: argparse.Namespace) -> NodePools:
-    if not args.subscription:
-        raise PoolError("--subscription: required (or set AZURE_SUBSCRIPTION_ID)")
+    try:
+        subscription = resolve_subscription(args.subscription)
+    except NoSubscription as err:
+        raise PoolError(str(err)) from err
     from azure.identity import DefaultAzureCredential
 
-    return NodePools(
-        args.subscription, args.resource_group, args.cluster, DefaultAzureCredential(), progress=_say
-    )
+    return NodePools(subscription, args.resource_group, args.cluster, DefaultAzureCredential(), progress=_say)
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -170,11 +196,50 @@ def run_create(args: argparse.Namespace, connect: Connect = connect) -> int:
             _say(f"dtjob pool: note: {note}")
         if args.dry_run:
             print(json.dumps(body, indent=2))
-            return 0
-        print(_summary(connect(args).create(pool)))
+            return 0 if args.skip_quota_check else _dry_run_quota(args, pool, connect)
+        pools = connect(args)
+        if not args.skip_quota_check:
+            _check_quota(pools, pool)
+        print(_summary(pools.create(pool)))
         return 0
 
     return _guarded(action)
+
+
+class QuotaRefused(PoolError):
+    """The quota check's verdict that the pool cannot get its nodes (not a failure to make the check)."""
+
+
+def _check_quota(pools: NodePools, pool: GpuPool) -> None:
+    """Report the quota finding; raise QuotaRefused, before any write, when the pool cannot get its nodes.
+    An identity that may create pools but not read the subscription's usage is told so, and goes on."""
+    try:
+        finding = pools.check_quota(pool)
+    except QuotaUnreadable as err:
+        _say(f"dtjob pool: note: quota not checked: {err}")
+        return
+    for note in finding.notes:
+        _say(f"dtjob pool: note: {note}")
+    if finding.refusal is not None:
+        # A shortage is Azure's "no quota", as ARM's QuotaExceeded would be; a size the region does not
+        # offer this subscription is a bad --vm-size, --zones or --spot.
+        code = ExitCode.STORAGE if finding.shortages else ExitCode.USAGE
+        raise QuotaRefused(finding.refusal, exit_code=code)
+    if finding.needs:
+        _say(f"dtjob pool: {finding.summary()}")
+
+
+def _dry_run_quota(args: argparse.Namespace, pool: GpuPool, connect: Connect) -> int:
+    """A dry run's quota check: a refusal fails as create would; a check that cannot be made (no
+    subscription, no credentials, no answer) is only noted, since the request body is what a dry run is
+    for and it is printed already."""
+    try:
+        _check_quota(connect(args), pool)
+    except QuotaRefused:
+        raise
+    except PoolError as err:
+        _say(f"dtjob pool: note: quota not checked: {err}")
+    return 0
 
 
 def run_scale(args: argparse.Namespace, connect: Connect = connect) -> int:
