@@ -1,6 +1,7 @@
 """The commands for people following their jobs, against the real API server (kwok-simulated pods whose logs
 grow while the command reads them) and Azurite: `dtjob status`, `dtjob logs` (kubectl's -c, --tail, --since
-and --timestamps included) and `dtjob results download`, and their exit status for a job that is not there."""
+and --timestamps included, and the stager's log of a real staging Job) and `dtjob results download`, and their
+exit status for a job that is not there."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
 from dtjob.cli.log_target import split_stamp
 from dtjob.cli.main import main
 from dtjob.contract.transfer_report import ExitCode
-from dtjob.names import run_prefix
+from dtjob.names import STORAGE_KEY_LABEL, run_prefix
 from kubernetes import client
 
-from testbed.azurite import Azurite
+from testbed.azurite import DEV_ACCOUNT_NAME, Azurite
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
 from testbed.sim_logs import append_log, serve_pod_log, serve_pod_logs
@@ -449,3 +450,83 @@ def test_logs_of_gone_pods_come_from_the_uploaded_copies(
     keyless = [a for a in base if a not in ("--account-key", azurite.account_key)]
     assert main([*keyless, "--account-key-file", "-", "--tail", "1"]) == 0
     assert capfdbinary.readouterr().out == b"rank 0: total images/sec: 41.2\n"
+
+
+# The installer allows Azurite's account, so that the operator signs the staging Job's input token.
+@pytest.mark.parametrize("operator_env", [{"DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME}])
+def test_logs_follow_the_stager_until_staging_ends_and_say_when_its_pod_is_gone(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    kubeconfig: str,
+    api_client: client.ApiClient,
+    azurite: Azurite,  # noqa: F811
+    tmp_path: Path,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    key = client.V1Secret(
+        metadata=client.V1ObjectMeta(name="storage-key", labels={STORAGE_KEY_LABEL: "true"}),
+        string_data={"azurestorageaccountkey": azurite.account_key},
+    )
+    jobs.core.create_namespaced_secret(jobs.ns, key)
+    stage_from = {
+        "endpoint": azurite.endpoint,
+        "container": "datasets",
+        "prefix": "ilsvrc2012",
+        "credentials": {"authMode": "accountKey", "secretRef": {"name": "storage-key"}},
+        # The stager runs until the test ends it.
+        "podAnnotations": {"sim.dtjob.io/run-duration": "600s"},
+    }
+    dataset = {
+        "source": "imagenet",
+        "volume": {"nfs": {"server": "10.0.0.4", "path": "/exports/imagenet"}, "mountPath": "/data"},
+        "dataDir": "/data/imagenet",
+        "stageFrom": stage_from,
+    }
+    jobs.create("staged", dataset=dataset)
+    base = ["logs", "staged", "--stager", "-n", jobs.ns, "--kubeconfig", kubeconfig]
+    pod = wait_for(
+        lambda: next((p.metadata.name for p in jobs.pods("staged", "stager")), None),
+        timeout=60,
+        what="the staging Job's pod",
+    )
+    stager_log = tmp_path / "stager.log"
+    append_log(stager_log, "listing ilsvrc2012/")
+    serve_pod_log(api_client, jobs.ns, pod, "stager", stager_log)
+
+    follower = Collected(
+        subprocess.Popen(
+            [sys.executable, "-m", "dtjob", *base, "-f"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    )
+    try:
+        wait_for(lambda: "listing ilsvrc2012/\n" in follower.out, timeout=30, what="the stager's line, live")
+        append_log(stager_log, "staged 1000 files")
+        wait_for(lambda: "staged 1000 files\n" in follower.out, timeout=30, what="a line appended later")
+        # The stager ends: the operator marks the job Staged, and the follower stops.
+        jobs.annotate_pod(pod, {"sim.dtjob.io/outcome": "Succeeded"})
+        assert follower.wait_exit(timeout=60) == 0, "".join(follower.err)
+    finally:
+        follower.proc.kill()
+    assert follower.out == ["listing ilsvrc2012/\n", "staged 1000 files\n"]
+    staged = jobs.condition("staged", "Staged")
+    assert staged is not None and staged["status"] == "True", staged
+
+    # Its pod goes (as with a node the autoscaler removed): the log is nowhere, and the command says so.
+    jobs.core.delete_namespaced_pod(pod, jobs.ns, grace_period_seconds=0)
+    wait_for(lambda: not jobs.pods("staged", "stager"), timeout=60, what="the stager's pod gone")
+    code, out, err = read_logs(base, capfdbinary)
+    assert (code, out) == (ExitCode.NOT_FOUND, b"")
+    assert (
+        b"the stager's pods of job staged are gone, and the operator does not upload the stager's log" in err
+    )
+    assert b"condition Staged=True (StagingSucceeded)" in err
+
+    # A job that stages nothing has no stager to read.
+    jobs.create("unstaged")
+    code, _, err = read_logs(
+        ["logs", "unstaged", "--stager", "-n", jobs.ns, "--kubeconfig", kubeconfig], capfdbinary
+    )
+    assert code == ExitCode.NOT_FOUND and b"stages no dataset (no spec.dataset.stageFrom)" in err

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtjob.cli.log_target import LogPosition, LogTarget, newest_pod, split_stamp, uploaded_log
+from dtjob.cli.log_target import (
+    LogPosition,
+    LogTarget,
+    newest_pod,
+    split_stamp,
+    staging_outcome,
+    staging_over,
+    uploaded_log,
+)
 from dtjob.names import logs_folder
 
 
@@ -26,6 +34,50 @@ def test_the_selector_names_the_job_the_role_and_the_worker() -> None:
         "dtjob.io/job-name=r50,dtjob.io/role=worker,dtjob.io/worker-index=3"
     )
     assert LogTarget("r50").container == "launcher" and LogTarget("r50", 0).container == "worker"
+
+
+def test_the_stager_is_the_staging_jobs_pod_and_has_no_uploaded_copy() -> None:
+    stager = LogTarget("r50", stager=True)
+    assert stager.label_selector() == "dtjob.io/job-name=r50,dtjob.io/role=stager"
+    assert (stager.container, stager.describe()) == ("stager", "the stager (Job r50-stage)")
+    # The operator uploads the logs of the pods the job owns; the stager's are the staging Job's.
+    assert not stager.uploaded and LogTarget("r50").uploaded and LogTarget("r50", 1).uploaded
+    listed = ["logs/r50-stage-x7k2p.log", "logs/r50-launcher-x7k2p.log"]
+    assert uploaded_log(stager, listed, "logs/") is None
+
+
+def job(phase: str, *conditions: dict[str, str], **status: Any) -> dict[str, Any]:
+    return {"status": {"phase": phase, "conditions": list(conditions), **status}}
+
+
+def test_staging_is_over_once_staged_or_once_the_job_has_ended() -> None:
+    staged = {"type": "Staged", "status": "True", "reason": "StagingSucceeded", "message": "imagenet staged"}
+    refused = {"type": "Staged", "status": "False", "reason": "PodRefused", "message": "waiting for room"}
+    assert not staging_over(job("Pending")) and not staging_over(job("Staging"))
+    assert staging_over(job("Staging", staged)) and staging_over(job("Running", staged))
+    # Staged False is said while a refused stager pod waits for room: staging goes on.
+    assert not staging_over(job("Staging", refused))
+    assert staging_over(job("Failed")) and staging_over(job("Failed", refused))
+    assert staging_over({"status": {"phase": "Succeeded"}}) and not staging_over({})
+
+
+def test_how_staging_ended_is_said_in_the_jobs_own_words() -> None:
+    failed = {
+        "type": "Staged",
+        "status": "False",
+        "reason": "StagingFailed",
+        "message": "the input SAS was denied",
+    }
+    assert staging_outcome(job("Failed", failed)) == (
+        "condition Staged=False (StagingFailed): the input SAS was denied"
+    )
+    assert staging_outcome(job("Failed", staging={"phase": "failed", "reason": "exit 5"})) == (
+        "staging failed: exit 5"
+    )
+    assert staging_outcome(job("Failed", message="job was active longer than ...")) == (
+        "phase Failed: job was active longer than ..."
+    )
+    assert staging_outcome({}) == "phase Pending: no message"
 
 
 def test_the_newest_world_wins_and_a_pod_being_deleted_never_does() -> None:

@@ -1,6 +1,8 @@
-"""Which log `dtjob logs` follows: the launcher's (every rank's output) or one worker's, live from its pod or,
-once the pods are gone, from the copy the operator uploaded; and how far a pod's log has been printed, so that
-reading it again prints only what is new. Pure: it picks among pods, blob names and log lines."""
+"""Which log `dtjob logs` follows: the launcher's (every rank's output), one worker's or the stager's, live
+from its pod or, once the pods are gone, from the copy the operator uploaded (the launcher's and the workers';
+the stager's pods belong to the staging Job, whose log is not uploaded); and how far a pod's log has been
+printed, so that reading it again prints only what is new. Pure: it picks among pods, blob names and log
+lines."""
 
 from __future__ import annotations
 
@@ -12,32 +14,46 @@ from datetime import datetime
 from typing import Any
 
 from dtjob import names
+from dtjob.state.status import FINISHED, ConditionType
 
 
 @dataclass(frozen=True)
 class LogTarget:
     job: str
-    worker: int | None = None  # None: the launcher
+    worker: int | None = None  # None: the launcher (or the stager)
+    stager: bool = False  # the staging Job's pod, which copies spec.dataset.stageFrom onto the data volume
 
     @property
     def role(self) -> str:
+        if self.stager:
+            return names.ROLE_STAGER
         return names.ROLE_LAUNCHER if self.worker is None else names.ROLE_WORKER
 
     @property
     def container(self) -> str:
         return names.CONTAINER_OF_ROLE[self.role]
 
+    @property
+    def uploaded(self) -> bool:
+        """Whether the operator uploads this target's log as the job ends: it uploads the logs of the pods the
+        job owns, and the stager's pods are the staging Job's."""
+        return not self.stager
+
     def label_selector(self) -> str:
         selector = {names.JOB_NAME_LABEL: self.job, names.ROLE_LABEL: self.role}
-        if self.worker is not None:
+        if self.worker is not None and not self.stager:
             selector[names.WORKER_INDEX_LABEL] = str(self.worker)
         return ",".join(f"{k}={v}" for k, v in selector.items())
 
     def describe(self) -> str:
+        if self.stager:
+            return f"the stager (Job {names.staging_job_name(self.job)})"
         return "the launcher" if self.worker is None else f"worker {self.worker}"
 
     def is_its_log(self, file_name: str) -> bool:
         """Whether an uploaded `<pod>.log` is this target's (the launcher's pod has a generated suffix)."""
+        if not self.uploaded:
+            return False
         if self.worker is None:
             return file_name.startswith(f"{names.launcher_name(self.job)}-") and file_name.endswith(".log")
         return file_name == f"{names.worker_name(self.job, self.worker)}.log"
@@ -69,6 +85,32 @@ def newest_pod(pods: Sequence[Mapping[str, Any]], attempt: int | None = None) ->
 
 def has_ended(pod: Mapping[str, Any]) -> bool:
     return str((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed")
+
+
+def _staged(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    conditions = (job.get("status") or {}).get("conditions") or ()
+    return next((c for c in conditions if c.get("type") == ConditionType.STAGED), None)
+
+
+def staging_over(job: Mapping[str, Any]) -> bool:
+    """Whether the job's staging has ended: condition Staged True, or the job has finished (a failed staging,
+    or a deadline, fails it). Staged False alone is no end: the job says so while a refused pod waits."""
+    staged = _staged(job)
+    phase = (job.get("status") or {}).get("phase")
+    return (staged is not None and staged.get("status") == "True") or phase in FINISHED
+
+
+def staging_outcome(job: Mapping[str, Any]) -> str:
+    """How the job's staging stands, in the job's own words: its Staged condition, else status.staging."""
+    status = job.get("status") or {}
+    staged = _staged(job)
+    if staged is not None:
+        said = f"condition Staged={staged.get('status')} ({staged.get('reason') or 'no reason'})"
+        return f"{said}: {staged.get('message')}" if staged.get("message") else said
+    staging = status.get("staging") or {}
+    if staging.get("reason"):
+        return f"staging {staging.get('phase') or 'failed'}: {staging['reason']}"
+    return f"phase {status.get('phase') or 'Pending'}: {status.get('message') or 'no message'}"
 
 
 def uploaded_log(target: LogTarget, blob_names: Sequence[str], folder: str) -> str | None:

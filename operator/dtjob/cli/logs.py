@@ -1,13 +1,16 @@
-"""`dtjob logs JOB [-f] [--worker N | --launcher] [--attempt N] [-c NAME] [--tail N] [--since 5m]
+"""`dtjob logs JOB [-f] [--worker N | --launcher | --stager] [--attempt N] [-c NAME] [--tail N] [--since 5m]
 [--timestamps]`: a job's log, live or uploaded.
 
-Live: the log of the launcher's pod (every rank's output) or of one worker's, through the API server as
-`kubectl logs` reads it, with kubectl's -c, --tail, --since and --timestamps passed to the pods/log API. With
--f it keeps following: across a world restart (the next world's pod, announced on stderr) until the job ends.
+Live: the log of the launcher's pod (every rank's output), of one worker's, or of the stager's (the staging
+Job's pod that copies spec.dataset.stageFrom onto the data volume), through the API server as `kubectl logs`
+reads it, with kubectl's -c, --tail, --since and --timestamps passed to the pods/log API. With -f it keeps
+following: across a world restart (the next world's pod, announced on stderr) until the job ends; the stager's
+across the staging Job's retries until staging ends.
 Once the pods are gone, the copy the operator uploaded under the job's output (`logs/`, or
 `logs/attempt-<n>/` for a world a restart replaced), read with the caller's own credentials: --tail applies to
 it; it has no timestamps, so --since and --timestamps cannot (stderr says so), and it holds the operator's own
-container only.
+container only. The stager's log is not uploaded: once its pods are gone the command says so, and how staging
+ended.
 """
 
 from __future__ import annotations
@@ -23,7 +26,16 @@ from dtjob import names
 from dtjob.azure.errors import StorageFailure, describe_storage_error
 from dtjob.cli import blob_access as blob_cli
 from dtjob.cli import kube_access as kube_cli
-from dtjob.cli.log_target import LogPosition, LogTarget, has_ended, newest_pod, split_stamp, uploaded_log
+from dtjob.cli.log_target import (
+    LogPosition,
+    LogTarget,
+    has_ended,
+    newest_pod,
+    split_stamp,
+    staging_outcome,
+    staging_over,
+    uploaded_log,
+)
 from dtjob.cli.run_location import FINISHED_PHASES, run_location
 from dtjob.contract.transfer_report import ExitCode
 from dtjob.timefmt import parse_duration
@@ -38,11 +50,18 @@ CUT_MARKER = b" [... line cut by dtjob logs]"
 
 
 def register(subparsers: Any) -> None:
-    logs = subparsers.add_parser("logs", help="a job's launcher or worker log, live (-f follows) or uploaded")
+    logs = subparsers.add_parser(
+        "logs", help="a job's launcher, worker or stager log, live (-f follows) or uploaded"
+    )
     logs.add_argument("job", metavar="JOB", help="the DistributedTrainingJob's name")
     which = logs.add_mutually_exclusive_group()
     which.add_argument("--launcher", action="store_true", help="the launcher's log: every rank (default)")
     which.add_argument("--worker", type=int, metavar="N", help="worker N's log (its sshd and pod output)")
+    which.add_argument(
+        "--stager", action="store_true",
+        help="the stager's log: the staging Job's pod that copies spec.dataset.stageFrom onto the data "
+        "volume (live only: the operator does not upload it)",
+    )  # fmt: skip
     logs.add_argument(
         "-f", "--follow", action="store_true", help="keep following, across restarts, to the end"
     )
@@ -89,9 +108,13 @@ def run_logs(args: argparse.Namespace) -> int:
     if args.tail < -1:
         print("dtjob logs: --tail is 0 or more, or -1 for all", file=sys.stderr)
         return int(ExitCode.USAGE)
+    if args.stager and args.attempt is not None:
+        print("dtjob logs: --attempt names a world; the stager runs once, before the first", file=sys.stderr)
+        return int(ExitCode.USAGE)
     try:
         cluster = kube_cli.connect(args)
-        follower = Follower(cluster, LogTarget(args.job, args.worker), args, sys.stdout.buffer)
+        target = LogTarget(args.job, args.worker, stager=args.stager)
+        follower = Follower(cluster, target, args, sys.stdout.buffer)
         return follower.run()
     except (kube_cli.KubeFailure, StorageFailure) as err:
         print(f"dtjob logs: {err}", file=sys.stderr)
@@ -120,12 +143,19 @@ class Follower:
             raise StorageFailure(
                 ExitCode.USAGE, f"--attempt {self.args.attempt}: the job is at attempt {current}"
             )
+        if self.target.stager and not ((job.get("spec") or {}).get("dataset") or {}).get("stageFrom"):
+            raise StorageFailure(
+                ExitCode.NOT_FOUND,
+                f"job {self.target.job} stages no dataset (no spec.dataset.stageFrom): it has no stager",
+            )
         while True:
             pod = newest_pod(self._pods(), self.args.attempt)
             if pod is not None:
                 uid = str(pod["metadata"]["uid"])
                 if self.printed and uid not in self.printed:
-                    say(f"--- {pod['metadata']['name']} (world {pod_attempt(pod)}) ---")
+                    # The stager's next pod is the staging Job's retry, not another world.
+                    world = "" if self.target.stager else f" (world {pod_attempt(pod)})"
+                    say(f"--- {pod['metadata']['name']}{world} ---")
                 finished = self._stream(pod)
                 if not self.args.follow or (finished and self.args.attempt is not None):
                     return 0
@@ -134,15 +164,22 @@ class Follower:
                     return 0
                 if not self.args.follow:
                     phase = (job.get("status") or {}).get("phase") or "Pending"
+                    copy = " and no uploaded log" if self.target.uploaded else ""
                     raise StorageFailure(
                         ExitCode.NOT_FOUND,
-                        f"{self.target.describe()} of job {self.target.job} has no pod yet and no "
-                        f"uploaded log (phase {phase}); -f waits for it",
+                        f"{self.target.describe()} of job {self.target.job} has no pod yet{copy} "
+                        f"(phase {phase}); -f waits for it",
                     )
             job = self.cluster.read_job(self.target.job)
-            if (job.get("status") or {}).get("phase") in FINISHED_PHASES and (pod is None or has_ended(pod)):
+            if self._over(job) and (pod is None or has_ended(pod)):
                 return 0
             time.sleep(POLL_S)
+
+    def _over(self, job: Mapping[str, Any]) -> bool:
+        """Whether no new pod of the target can come: the job has ended; for the stager, staging has."""
+        if self.target.stager:
+            return staging_over(job)
+        return (job.get("status") or {}).get("phase") in FINISHED_PHASES
 
     def _pods(self) -> list[dict[str, Any]]:
         from kubernetes import client
@@ -219,7 +256,11 @@ class Follower:
             )
 
     def _uploaded(self, job: Mapping[str, Any]) -> bool:
-        """Print the uploaded copy of the target's log, if the job has one; False when there is none (yet)."""
+        """Print the uploaded copy of the target's log, if the job has one; False when there is none (yet).
+        The stager's log has none: NOT_FOUND once staging has ended, so that no one waits for it."""
+        if not self.target.uploaded:
+            self._stager_gone(job)
+            return False
         if not (job.get("spec") or {}).get("output"):
             return False
         # The final world's logs are uploaded as the job ends; a replaced world's before its restart.
@@ -256,6 +297,17 @@ class Follower:
             raise describe_storage_error(err, f"container {target.container}", hint) from None
         self.out.flush()
         return True
+
+    def _stager_gone(self, job: Mapping[str, Any]) -> None:
+        """Once staging has ended with no stager pod left (its node scaled away, the Job deleted), its log is
+        nowhere to be read: say so, and what the job says of how staging ended. Before that, nothing."""
+        if not staging_over(job):
+            return
+        raise StorageFailure(
+            ExitCode.NOT_FOUND,
+            f"the stager's pods of job {self.target.job} are gone, and the operator does not upload the "
+            f"stager's log (only the launcher's and the workers'); {staging_outcome(job)}",
+        )
 
     def _say_what_cannot_apply(self) -> None:
         """The uploaded copy was read without timestamps: --since and --timestamps have nothing to go by."""
