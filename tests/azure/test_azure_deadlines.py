@@ -22,6 +22,9 @@ from testbed.blackhole import Blackhole
 
 pytestmark = pytest.mark.azure
 QUICK = Deadlines(connect_s=1, read_s=1, retries=1, backoff_s=1)
+# QUICK's two tries end in about 3 s; one try at the default deadlines would wait 60 s for an answer. The
+# bound tells the two apart with room for a busy machine.
+GIVES_UP_WITHIN_S = 30
 
 
 @pytest.fixture
@@ -47,7 +50,7 @@ def test_a_log_upload_to_a_silent_endpoint_gives_up_at_its_deadline(quick_deadli
         client = container_client(f"{blackhole.url}/{DEV_ACCOUNT_NAME}/results", "sv=x&sig=y")
         cap = LogCap(64 * 1024)
         took = gives_up(lambda: upload_log(client, "runs/logs/pod.log", [b"log text\n"], cap), blackhole)
-    assert took < 8, f"{took:.1f}s"
+    assert took < GIVES_UP_WITHIN_S, f"{took:.1f}s"
 
 
 def test_a_service_client_call_to_a_silent_endpoint_gives_up_at_its_deadline(
@@ -57,4 +60,4 @@ def test_a_service_client_call_to_a_silent_endpoint_gives_up_at_its_deadline(
         credential = {"account_name": DEV_ACCOUNT_NAME, "account_key": DEV_ACCOUNT_KEY}
         service = blob_service_client(f"{blackhole.url}/{DEV_ACCOUNT_NAME}", credential)
         took = gives_up(service.get_service_properties, blackhole)
-    assert took < 8, f"{took:.1f}s"
+    assert took < GIVES_UP_WITHIN_S, f"{took:.1f}s"

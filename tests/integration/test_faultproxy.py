@@ -87,7 +87,9 @@ def test_hang_holds_until_the_client_gives_up_and_drop_cuts(
     started = time.monotonic()
     with pytest.raises(urllib3.exceptions.HTTPError):
         via_proxy.read_namespace(namespace, _request_timeout=1.5)
-    assert 1.4 < time.monotonic() - started < 5
+    # Held until the client's 1.5 s deadline: a hang ignoring it would last until released (below), so the
+    # upper bound only has to be finite, with room for a busy machine.
+    assert 1.4 < time.monotonic() - started < 30
     assert proxy.release_hung() == 1
     proxy.clear()
     proxy.add(Rule(Fault.DROP, verbs={"get"}, times=1))

@@ -35,10 +35,9 @@ CHILDREN = frozenset({"pods", "jobs", "configmaps", "services", "secrets"})
 RESYNC_S = 5
 
 
-@pytest.fixture
-def operator_env() -> dict[str, str]:
+def faults_env(resync_s: int = RESYNC_S) -> dict[str, str]:
     return {
-        "DTJOB_RESYNC_SECONDS": str(RESYNC_S),
+        "DTJOB_RESYNC_SECONDS": str(resync_s),
         "DTJOB_KUBE_TIMEOUT_SECONDS": "3",
         "DTJOB_RECONCILE_SLOW_SECONDS": "3",
         "DTJOB_AZURE_TIMEOUT_SECONDS": "3",
@@ -46,6 +45,11 @@ def operator_env() -> dict[str, str]:
         "DTJOB_ALLOWED_STORAGE_ACCOUNTS": DEV_ACCOUNT_NAME,
         "DTJOB_WRITE_CONTAINERS": "*",
     }
+
+
+@pytest.fixture
+def operator_env() -> dict[str, str]:
+    return faults_env()
 
 
 @pytest.fixture
@@ -81,6 +85,9 @@ def assert_one_world(jobs: Jobs, name: str, workers: int) -> None:
         assert len(names) == len(set(names)) == 1, (kind, names)
 
 
+# Resyncs further apart than the wait for Running below, so that reaching it within the wait shows that no
+# refused create waited for one (a bound on the time taken would measure the machine's load as well).
+@pytest.mark.parametrize("operator_env", [faults_env(resync_s=600)], ids=["resync-600s"])
 def test_conflicts_on_status_patches_and_creates_converge_with_one_world(
     jobs: Jobs, operator: OperatorProcess, proxy: FaultProxy
 ) -> None:
@@ -91,17 +98,14 @@ def test_conflicts_on_status_patches_and_creates_converge_with_one_world(
     )
     proxy.add(Rule(Fault.ERROR, status=409, verbs={"create"}, resources=CHILDREN, every=2))
     proxy.add(Rule(Fault.ERROR, status=500, verbs={"create"}, resources=CHILDREN, every=3, after=True))
-    started = time.monotonic()
     jobs.create("conflicted", launcher=LONG)
+    # A create refused with 409 for an object that is not there is retried at once, not at the next resync.
     status = jobs.wait_phase("conflicted", "Running", timeout=90)
-    took = time.monotonic() - started
     assert len(proxy.injected(Fault.ERROR)) >= 4
     assert status["restarts"] == 0 and status["workersReady"] == "2/2"
     assert_one_world(jobs, "conflicted", 2)
     uid = (jobs.get("conflicted") or {})["metadata"]["uid"]
     assert all(p.metadata.owner_references[0].uid == uid for p in jobs.pods("conflicted", "worker"))
-    # A create refused with 409 for an object that is not there is retried at once, not at the next resync.
-    assert took < 30, f"took {took:.0f}s"
 
 
 def test_500s_on_every_verb_and_a_short_outage_converge(
@@ -178,14 +182,13 @@ def test_a_pod_deleted_while_the_watch_was_down_leaves_the_cache_after_a_relist(
     proxy.add(Rule(Fault.GONE, verbs={"watch"}, resources={"pods"}, times=1))
     proxy.release_hung()
     wait_for(lambda: proxy.injected(Fault.GONE), timeout=30, what="the watch expired")
-    relisted_at = time.monotonic()
+    # The wait's timeout is the bound (a few resyncs, with room for a busy machine).
     wait_for(
         lambda: jobs.status("relisted").get("restarts") == 1,
         timeout=RESYNC_S * 3 + 15,
         what="the vanished worker noticed (at the latest at the next resync)",
     )
     assert "WorkerLost" in {e.reason for e in jobs.events("relisted")}
-    assert time.monotonic() - relisted_at < RESYNC_S * 3 + 15
 
 
 def test_a_hung_api_call_does_not_pin_the_only_worker(
@@ -240,9 +243,10 @@ def test_eight_jobs_with_a_blackholed_storage_endpoint_do_not_starve_a_ninth(
         wait_for(lambda: blackhole.accepted >= 1, timeout=30, what="log uploads hanging")
         started = time.monotonic()
         jobs.create("ninth", workers=1, gpusPerWorker=1, launcher=QUICK)
+        # Bounded by the wait alone: how long the ninth takes also measures the machine's load (that a hung
+        # reconcile releases its worker is tested in tests/unit/test_controller_queue.py).
         jobs.wait_phase("ninth", "Succeeded", timeout=60)
-        took = time.monotonic() - started
-        assert took < 45, f"the ninth job took {took:.0f}s"
+        print(f"the ninth job succeeded {time.monotonic() - started:.0f}s after its create")
         # The uploads end with a timeout, are retried, and say so in status.
         wait_for(
             lambda: all(

@@ -79,7 +79,9 @@ def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_ensure_all_runs_a_batch_at_once(pool: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    together = threading.Barrier(4, timeout=5)  # breaks unless all four calls are in flight together
+    # Breaks unless all four calls are in flight together: calls made one after another never get past it, so
+    # the timeout only ends such a run; generous, so that a busy machine's slow thread start cannot break it.
+    together = threading.Barrier(4, timeout=30)
 
     def ensure_one(kube: Kube, obj: dict[str, Any]) -> Applied:
         together.wait()

@@ -115,17 +115,21 @@ def test_no_try_starts_after_the_hold_runs_out(operator_client: Connected) -> No
     started = time.monotonic()
     with pytest.raises(NotLeader):
         kube.create(POD)
-    assert time.monotonic() - started < 1.5
+    # What matters is the next line: no try starts after the hold. The call ends soon after the hold, where
+    # the tries' own schedule would run on for minutes: 2 s of slack over the hold, for a busy machine.
+    assert time.monotonic() - started < 1.0 + 2.0
     assert Overloaded.arrivals and max(Overloaded.arrivals) < hold.until, "a try after the hold ended"
 
 
 def test_a_stalled_answer_is_cut_off_when_the_hold_runs_out(operator_client: Connected) -> None:
     """The read deadline is 20 s; the hold has one left: the write ends within it, not 20 s later."""
-    Overloaded.stall_s = 3.0
+    # An answer 10 s late: ending at the hold (1 s) and ending at the answer stay far apart however busy the
+    # machine is.
+    Overloaded.stall_s = 10.0
     hold = Hold(1.0)
     kube = operator_client(hold, 3)
     started = time.monotonic()
     with pytest.raises(Exception):  # noqa: B017  the read timed out, then the hold had run out
         kube.delete("Pod", "ns", "p", uid="u-1")
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 1.0 + 4.0
     assert max(Overloaded.arrivals) < hold.until
