@@ -54,7 +54,10 @@ class ElectionTimings:
 class OperatorConfig:
     images: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
     gpu_pool: str = "gpu"
-    cpu_pool: str = "system"
+    # "": CPU pods (launchers, the stager, CPU jobs' workers) get no agentpool selector and land on any node
+    # they tolerate, which the GPU pool's taint keeps them off; a default AKS cluster names its first pool
+    # nodepool1, so no pool name would fit every cluster.
+    cpu_pool: str = ""
     gpu_taint_key: str = "sku"
     gpu_taint_value: str = "gpu"
     # How often every job is reconciled even without events (deadlines, TTLs, drift repair).

@@ -36,7 +36,7 @@ def test_slots_are_apart_from_gpus_and_a_cpu_job_goes_to_the_cpu_pool() -> None:
     pod = worker_pod(spec, OWNER, 0, 0)
     container = pod["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in str(container.get("resources"))
-    assert pod["spec"]["nodeSelector"] == {"kubernetes.azure.com/agentpool": "system"}
+    assert "nodeSelector" not in pod["spec"]  # the default CPU pool (""): any node it tolerates
     assert not any(t.get("key") == "sku" for t in pod["spec"].get("tolerations") or [])
     # A GPU job keeps one slot per GPU by default, on the GPU pool.
     gpu = job_spec(gpusPerWorker=4)

@@ -128,7 +128,8 @@ def test_launcher_runs_on_cpu_pool_without_gpus() -> None:
     assert template["metadata"]["annotations"] == {"sim": "x"}
     assert template["metadata"]["labels"][names.ATTEMPT_LABEL] == "2"
     pod = template["spec"]
-    assert pod["nodeSelector"] == {"kubernetes.azure.com/agentpool": "system"}
+    # The default CPU pool ("") selects none: any node without a taint it lacks (so not the GPU pool).
+    assert "nodeSelector" not in pod
     assert "tolerations" not in pod
     container = _container(pod)
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": ""} in container["env"]

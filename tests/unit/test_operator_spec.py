@@ -20,7 +20,8 @@ def test_minimal_spec_gets_defaults_in_memory() -> None:
     assert spec.placement.tolerations[0] == {
         "key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule",
     }  # fmt: skip
-    assert spec.placement.launcher_node_selector == {"kubernetes.azure.com/agentpool": "system"}
+    # The default CPU pool ("") selects no pool: the launcher lands on any node without a taint it lacks.
+    assert spec.placement.launcher_node_selector == {}
     assert spec.total_slots == 8
     # Defaults never leak into the object: GitOps tools must see no drift.
     assert body["spec"] == {"framework": "pytorch", "workers": 2, "gpusPerWorker": 4}
@@ -103,6 +104,21 @@ def test_imagenet_on_pvc() -> None:
     assert spec.dataset.volume.pvc.claim_name == "imagenet"
     assert spec.dataset.volume.mount_path == "/data"
     assert spec.dataset.data_dir == "/data"
+
+
+def test_a_configured_cpu_pool_and_a_jobs_own_pools_select_their_pools() -> None:
+    pool = "kubernetes.azure.com/agentpool"
+    configured = OperatorConfig(cpu_pool="cpu")
+    cpu_job = parse_spec(job_body(gpusPerWorker=0), configured).placement
+    assert (cpu_job.node_selector, cpu_job.launcher_node_selector) == ({pool: "cpu"}, {pool: "cpu"})
+    own = {"nodePool": "a100", "launcher": {"nodePool": "tools"}}
+    placement = parse_spec(job_body(placement=own), configured).placement
+    assert (placement.node_selector, placement.launcher_node_selector) == ({pool: "a100"}, {pool: "tools"})
+    # On the default CPU pool (""), a job's own launcher pool still selects it; its GPU workers keep theirs.
+    placement = parse_spec(job_body(placement={"launcher": {"nodePool": "tools"}}), CONFIG).placement
+    assert (placement.node_selector, placement.launcher_node_selector) == ({pool: "gpu"}, {pool: "tools"})
+    on_ssd = parse_spec(job_body(gpusPerWorker=0, placement={"nodeSelector": {"disk": "ssd"}}), CONFIG)
+    assert on_ssd.placement.node_selector == {"disk": "ssd"}
 
 
 def test_user_tolerations_keep_the_gpu_one_once() -> None:

@@ -75,6 +75,7 @@ def test_the_stager_container_is_locked_down_and_runs_as_the_stager_images_user(
     }
     context = {"runAsNonRoot": True, "runAsUser": 65532, "fsGroup": 65532}
     assert context.items() <= pod["securityContext"].items()
+    assert "nodeSelector" not in pod  # the default CPU pool (""): any node without a taint it lacks
 
 
 def test_the_stager_mounts_a_read_only_dataset_volume_writable() -> None:

@@ -79,7 +79,8 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
         "subdomain": names.service_name(spec.name),
         "restartPolicy": "Never",
         "enableServiceLinks": False,
-        "nodeSelector": dict(spec.placement.node_selector),
+        # No selector for a CPU job on the default CPU pool (""): any node it tolerates.
+        **({"nodeSelector": dict(spec.placement.node_selector)} if spec.placement.node_selector else {}),
         "tolerations": _worker_tolerations(spec),
         "containers": [container],
         "volumes": _volumes(spec, with_hostfile=False, rank0=_rank0_worker(spec, index)),
@@ -163,10 +164,12 @@ def _place_launcher(spec: JobSpec, pod_spec: Json, name: str) -> None:
     if spec.launcher.run_as_worker:
         pod_spec["hostname"] = name
         pod_spec["subdomain"] = names.service_name(spec.name)
-        pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
+        if spec.placement.node_selector:
+            pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
         pod_spec["tolerations"] = _worker_tolerations(spec)
     else:
-        pod_spec["nodeSelector"] = dict(spec.placement.launcher_node_selector)
+        if spec.placement.launcher_node_selector:  # none on the default CPU pool (""): any untainted node
+            pod_spec["nodeSelector"] = dict(spec.placement.launcher_node_selector)
         if spec.placement.launcher_tolerations:
             pod_spec["tolerations"] = [dict(t) for t in spec.placement.launcher_tolerations]
 

@@ -36,6 +36,8 @@ GANG_SCHEDULERS = ("coscheduling", "volcano")
 MAX_GANG_TIMEOUT_SECONDS = 2**31 - 1
 # Deadlines and TTLs: 68 years, the batch Job's own int32 bound, so date arithmetic never overflows.
 MAX_DURATION_SECONDS = 2**31 - 1
+# The label AKS puts on every node with the name of its node pool.
+AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
 
 
 def parse_pod_overrides(r: Reader, main: str) -> PodOverrides:
@@ -118,9 +120,10 @@ def parse_hyperparameters(r: Reader, framework: str) -> Hyperparameters:
 
 
 def parse_placement(r: Reader, config: OperatorConfig, gpus: bool = True) -> Placement:
-    """Workers go to the GPU pool (tolerating its taint), or for a CPU job (`gpus` False) to the CPU pool."""
+    """Workers go to the GPU pool (tolerating its taint), or for a CPU job (`gpus` False) to the CPU pool (by
+    default any node without a taint they lack: the GPU pool's keeps them off it)."""
     pool = r.checked("nodePool", _node_pool_problem) or (config.gpu_pool if gpus else config.cpu_pool)
-    selector = {"kubernetes.azure.com/agentpool": pool}
+    selector = _pool_selector(pool)
     selector.update(r.labels("nodeSelector"))
     gpu_toleration: Json = {
         "key": config.gpu_taint_key,
@@ -132,7 +135,7 @@ def parse_placement(r: Reader, config: OperatorConfig, gpus: bool = True) -> Pla
     tolerations = (gpu_toleration, *(t for t in own if t != gpu_toleration)) if gpus else own
     launcher = r.child("launcher")
     launcher_pool = launcher.checked("nodePool", _node_pool_problem) or config.cpu_pool
-    launcher_selector = {"kubernetes.azure.com/agentpool": launcher_pool}
+    launcher_selector = _pool_selector(launcher_pool)
     launcher_selector.update(launcher.labels("nodeSelector"))
     return Placement(
         node_selector=selector,
@@ -141,6 +144,11 @@ def parse_placement(r: Reader, config: OperatorConfig, gpus: bool = True) -> Pla
         launcher_node_selector=launcher_selector,
         launcher_tolerations=launcher.tolerations("tolerations"),
     )
+
+
+def _pool_selector(pool: str) -> dict[str, str]:
+    """The pool's agentpool selector; none for "" (the CPU pool's default: any node the pod tolerates)."""
+    return {AGENTPOOL_LABEL: pool} if pool else {}
 
 
 def _node_pool_problem(pool: str) -> str | None:
