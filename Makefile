@@ -28,7 +28,7 @@ endif
 export DTJOB_PHASE_LOG
 PHASE := hack/phase.sh
 
-.PHONY: help print-venv deps venv venv-training control-plane test-binaries gang-schedulers azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
+.PHONY: help print-venv deps venv venv-training azure-cli control-plane test-binaries gang-schedulers azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
         test-integration test-training gpu-build-wheels test-e2e registry push-images demo demo-image demo-down demo-sim bench clean-cache
 
 help:
@@ -80,6 +80,16 @@ $(UPLOADER_WHEELS)/.ready: | $(VENV)/.ready
 
 venv: deps
 	@$(PHASE) venv $(MAKE) --no-print-directory $(VENV)/.ready $(UPLOADER_WHEELS)/.ready
+
+# The Azure CLI (PyPI's azure-cli, pinned) in a venv of its own, keyed by its version and the Python it runs on:
+# the AKS guide's test checks every `az` command and flag the guide shows against the CLI's own parser,
+# offline, inside the test bed's network namespace. Built under its own lock into a temporary name, moved
+# into place whole (hack/azure-cli-venv.sh).
+AZURE_CLI_VERSION := 2.91.0
+AZURE_CLI_VENV := $(DTJOB_CACHE)/venv-azure-cli/$(AZURE_CLI_VERSION)-$(notdir $(PYTHON))
+export AZURE_CLI_VENV
+azure-cli:
+	@$(PHASE) azure-cli hack/azure-cli-venv.sh $(AZURE_CLI_VENV) $(AZURE_CLI_VERSION) $(PYTHON)
 
 # PyTorch, TensorFlow and Horovod (built from its sdist with the project's patch) in the same venv: for the
 # training tests, mypy over the training code and the benchmarks; with DALI, whose CPU decoder the tests run.
@@ -141,7 +151,7 @@ lint: venv-training
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
-test-integration: control-plane test-binaries gang-schedulers venv
+test-integration: control-plane test-binaries gang-schedulers venv azure-cli
 	$(PY) -m pytest -m integration tests
 
 test-training: venv-training gpu-build-wheels
@@ -163,7 +173,7 @@ test-e2e: control-plane test-binaries test-python-deps
 
 # What the tests need besides the Go-built test bed, in order: the training venv fills the wheelhouse that
 # the image builds then read.
-test-python-deps: azurite registry venv-training gpu-build-wheels
+test-python-deps: azurite registry azure-cli venv-training gpu-build-wheels
 	@$(PHASE) images hack/build-images.sh
 
 # Every test, in three pytest runs side by side (hack/run-tests.sh): the training and e2e tiers (CPU-bound), the

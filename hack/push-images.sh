@@ -11,6 +11,13 @@
 #                          testbed: the images hack/build-images.sh built on this machine (CPU form: they run no
 #                          GPU code; for trying a registry, and what the tests push)
 #   DTJOB_PUSH_TLS_VERIFY  true (default); false only for a plain-http registry on loopback
+#
+# AKS nodes are amd64: the gpu builds are linux/amd64 whatever this machine is. On another architecture (an
+# arm64 laptop) that takes amd64 emulation: Docker Desktop has it built in; buildah, and docker on Linux, need
+# QEMU's registered with binfmt_misc (apt-get install qemu-user-static, or
+# `docker run --privileged --rm tonistiigi/binfmt --install amd64`), and the script refuses without it rather
+# than push images whose first exec on a node fails with "exec format error". Emulated builds are slow
+# (Horovod's compile: an hour or more). testbed images are this machine's own architecture: amd64 only.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -41,18 +48,49 @@ gpu_args_of() { # the build arguments a registry build takes beyond the Dockerfi
 }
 
 for name in "${names[@]}"; do dockerfile_of "$name" >/dev/null; done
+
+platform=linux/amd64
+host_arch=$(uname -m)
+amd64_emulation() { # whether this Linux runs amd64 binaries through binfmt_misc (QEMU, or Rosetta in a VM)
+  local entry
+  for entry in /proc/sys/fs/binfmt_misc/*; do
+    [[ -f $entry && $(basename "$entry") =~ ^(qemu-x86_64|x86_64|rosetta)$ ]] || continue
+    grep -qx enabled "$entry" && return 0
+  done
+  return 1
+}
+if [[ $host_arch != x86_64 && $host_arch != amd64 ]]; then
+  case $from in
+    testbed)
+      die "the test bed's images are built for this machine ($host_arch); AKS nodes need $platform:" \
+        "use DTJOB_PUSH_FROM=gpu"
+      ;;
+    gpu)
+      # Docker on macOS or Windows builds in its own Linux VM, which brings the emulation; elsewhere it must be
+      # registered on this kernel.
+      if ! { [[ $(uname -s) != Linux ]] && command -v docker >/dev/null; } && ! amd64_emulation; then
+        die "this machine is $host_arch and AKS nodes need $platform images, but no amd64 emulation is" \
+          "registered (/proc/sys/fs/binfmt_misc has no qemu-x86_64): apt-get install qemu-user-static, or" \
+          "docker run --privileged --rm tonistiigi/binfmt --install amd64; then run this again"
+      fi
+      log "building $platform images on $host_arch through emulation: expect it to take hours"
+      ;;
+  esac
+fi
 for name in "${names[@]}"; do
   ref=$registry/dtjob/$name:$tag
   case $from in
     gpu)
       # shellcheck disable=SC2046  # the arguments split on purpose
       if command -v docker >/dev/null; then
-        log "$name: docker build -> $ref"
-        docker build -f "$(dockerfile_of "$name")" $(gpu_args_of "$name") -t "$ref" "$repo"
+        log "$name: docker build ($platform) -> $ref"
+        docker build --platform "$platform" -f "$(dockerfile_of "$name")" $(gpu_args_of "$name") \
+          -t "$ref" "$repo"
         docker push "$ref"
       else
-        log "$name: buildah bud -> $ref"
-        buildah bud --layers -f "$(dockerfile_of "$name")" $(gpu_args_of "$name") -t "$ref" "$repo"
+        log "$name: buildah bud ($platform) -> $ref"
+        buildah bud --platform "$platform" --layers -f "$(dockerfile_of "$name")" $(gpu_args_of "$name") \
+          -t "$ref" "$repo"
         buildah push --tls-verify="$tls" "$ref" "docker://$ref"
       fi
       ;;

@@ -69,7 +69,7 @@ def test_a_new_subscription_is_told_the_family_the_missing_vcpus_and_how_to_ask(
     )
     assert f"{A100_LABEL} ({A100}): 192 missing, 0 free (0 used of 0)" in found.refusal
     assert (
-        f"az quota create --resource-name {A100} --resource-type dedicated "
+        f"az quota update --resource-name {A100} --resource-type dedicated "
         "--scope /subscriptions/sub-9/providers/Microsoft.Compute/locations/westeurope "
         "--limit-object value=192"
     ) in found.refusal
@@ -168,7 +168,7 @@ def test_request_command_for_the_regional_total() -> None:
         "Standard_NC96ads_A100_v4", 1, "eastus", [NC96], usages((0, 96), cores=(40, 100))
     ).needs[1]
     assert request_command("s", "eastus", need) == (
-        "az quota create --resource-name cores --resource-type dedicated "
+        "az quota update --resource-name cores --resource-type dedicated "
         "--scope /subscriptions/s/providers/Microsoft.Compute/locations/eastus --limit-object value=136"
     )
 
@@ -215,7 +215,7 @@ def test_short_quota_is_refused_before_any_pool_put(capsys: pytest.CaptureFixtur
     assert len(err.splitlines()) == 1
     assert err.startswith("dtjob pool: quota: up to 4 x Standard_NC96ads_A100_v4")
     assert f"{A100_LABEL} ({A100}): 384 missing" in err
-    assert f"az quota create --resource-name {A100} --resource-type dedicated" in err
+    assert f"az quota update --resource-name {A100} --resource-type dedicated" in err
     assert "/subscriptions/sub-1/providers/Microsoft.Compute/locations/westeurope" in err
     assert "Azure portal -> Quotas -> Compute" in err
 

@@ -202,7 +202,7 @@ def explain_arm_error(err: Exception, action: str) -> PoolError:
     lowered = (code or "").lower()
     if "quota" in lowered or "quota" in message.lower():
         hint = (
-            " Request more vCPU quota for this VM family in the cluster's region (az quota create, or "
+            " Request more vCPU quota for this VM family in the cluster's region (az quota update, or "
             f"{PORTAL}), or lower --max."
         )
     elif isinstance(err, ResourceNotFoundError) or err.status_code == 404:

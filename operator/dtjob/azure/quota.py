@@ -102,7 +102,7 @@ def request_command(subscription: str, location: str, need: Need) -> str:
     scope = f"/subscriptions/{subscription}/providers/Microsoft.Compute/locations/{location}"
     value = need.usage.current + need.vcpus
     return (
-        f"az quota create --resource-name {need.usage.name} --resource-type {kind} --scope {scope} "
+        f"az quota update --resource-name {need.usage.name} --resource-type {kind} --scope {scope} "
         f"--limit-object value={value}"
     )
 
