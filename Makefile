@@ -33,7 +33,8 @@ PHASE := hack/phase.sh
 
 help:
 	@echo "make demo           a real PyTorch ResNet-50 job on the local real node, results and logs in Azurite"
-	@echo "make demo-down      stop the demo's cluster"
+	@echo "make kubectl ARGS=\"get dtj -A\"   kubectl on the demo's cluster (it keeps running after make demo)"
+	@echo "make demo-down      stop the demo's operator, Azurite and cluster"
 	@echo "make demo-sim       the simulated demo: a sample job on a kwok-simulated AKS GPU pool"
 	@echo "make test           lint, unit, integration (real control plane), training (real Horovod ranks), e2e (real node)"
 	@echo "make cluster-up     start the local control plane with a simulated AKS GPU pool"
@@ -191,20 +192,35 @@ test: deps
 	  $(PHASE) report; exit $$rc
 
 # The real demo keeps its cluster in a named network namespace, so it can be looked at afterwards; a cluster
-# name of its own keeps it apart from the one `make test` starts and stops.
+# name of its own keeps it apart from the one `make test` starts and stops. The cluster, the operator and
+# Azurite keep running after the demo, a playground (`make kubectl ARGS="get dtj -A"`), until `make demo-down`;
+# DEMO_STATE holds the operator's and Azurite's pidfiles and logs, and what the demo downloads.
 DEMO_NETNS ?= dtjob-demo
 DEMO_CLUSTER ?= dtjob-demo
+DEMO_STATE ?= $(DTJOB_CACHE)/demo/$(DEMO_CLUSTER)
+IN_DEMO_NETNS = hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=$(DEMO_CLUSTER) DEMO_NETNS=$(DEMO_NETNS) \
+  DEMO_STATE=$(DEMO_STATE)
 demo: deps
 	@$(MAKE) --no-print-directory -j2 control-plane azurite venv demo-image
-	@rc=0; $(PHASE) demo-run hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=$(DEMO_CLUSTER) $(PY) hack/demo.py \
+	@rc=0; $(PHASE) demo-run $(IN_DEMO_NETNS) $(PY) hack/demo.py \
 	  || rc=$$?; $(PHASE) report; exit $$rc
+
+# kubectl on the demo's cluster, from inside its network namespace: make kubectl ARGS="get dtj -A"
+.PHONY: kubectl
+kubectl:
+	@[[ -e /run/netns/$(DEMO_NETNS) ]] || { echo "no demo is running (no network namespace $(DEMO_NETNS)): make demo" >&2; exit 1; }
+	@$(IN_DEMO_NETNS) kubectl --kubeconfig "$$(REAL_CLUSTER_NAME=$(DEMO_CLUSTER) hack/realnode.sh kubeconfig)" $(ARGS)
 
 # The one image the demo runs; its build (downloads, pip installs, Horovod's CPU compile) overlaps the Go builds.
 demo-image: deps
 	@$(PHASE) image-pytorch hack/build-images.sh horovod-pytorch
 
+# The operator goes first (it would recreate what the cluster's teardown deletes), Azurite after the cluster;
+# stopped by their pidfiles with the standard library only (testbed/pidfile.py), no venv needed.
 demo-down:
+	@if [[ -d $(DEMO_STATE) ]]; then $(PYTHON) -m testbed.pidfile stop $(DEMO_STATE)/operator.pid; fi
 	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=$(DEMO_CLUSTER) hack/realnode.sh down
+	@if [[ -d $(DEMO_STATE) ]]; then $(PYTHON) -m testbed.pidfile stop $(DEMO_STATE)/azurite.pid; fi
 	hack/netns.sh delete $(DEMO_NETNS)
 
 demo-sim: cluster-up venv
@@ -215,8 +231,7 @@ bench: venv-training azurite cluster-up
 
 clean-cache:
 	hack/cluster.sh down || true
-	hack/netns.sh exec $(DEMO_NETNS) env REAL_CLUSTER_NAME=$(DEMO_CLUSTER) hack/realnode.sh down || true
-	hack/netns.sh delete $(DEMO_NETNS) || true
+	$(MAKE) --no-print-directory demo-down || true
 	@# Whatever an interrupted build or node left mounted under the cache goes first, or rm cannot remove it.
 	findmnt -rn -o TARGET | grep -F "$(DTJOB_CACHE)/" | sort -r | xargs -r umount -l || true
 	rm -rf $(DTJOB_CACHE)

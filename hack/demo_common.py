@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from testbed import pidfile
+
 CRD_NAME = "distributedtrainingjobs.dtjob.io"
 CRD_TIMEOUT_SECONDS = 60.0
 
@@ -50,43 +52,89 @@ def free_port() -> int:
         return port
 
 
+def _operator_argv(namespace: str, liveness: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "dtjob",
+        "operator",
+        "--watch-namespace",
+        namespace,
+        "--liveness",
+        liveness,
+        "--metrics-address",
+        "127.0.0.1",
+        "--metrics-port",
+        str(free_port()),
+    ]
+
+
+def _operator_env(kubeconfig: str, extra_env: dict[str, str] | None) -> dict[str, str]:
+    return {**os.environ, "KUBECONFIG": kubeconfig, "DTJOB_PROGRESS_SECONDS": "2", **(extra_env or {})}
+
+
+def _wait_live(liveness: str, exited: Callable[[], str | None], log_path: Path) -> bool:
+    """Whether the operator's liveness endpoint answered within 60s; `exited` says how the operator ended, or
+    None while it runs (the demo exits then)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        how = exited()
+        if how is not None:
+            raise SystemExit(f"the operator exited early ({how}); see {log_path}")
+        try:
+            with urllib.request.urlopen(liveness, timeout=2):
+                print(f"operator live at {liveness}")
+                return True
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
 def start_operator(
     kubeconfig: str, namespace: str, log_path: Path, extra_env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     """`python -m dtjob operator` watching `namespace`, returned once its liveness endpoint answers."""
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "DTJOB_PROGRESS_SECONDS": "2", **(extra_env or {})}
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dtjob",
-            "operator",
-            "--watch-namespace",
-            namespace,
-            "--liveness",
-            liveness,
-            "--metrics-address",
-            "127.0.0.1",
-            "--metrics-port",
-            str(free_port()),
-        ],
+        _operator_argv(namespace, liveness),
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=env,
+        env=_operator_env(kubeconfig, extra_env),
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the operator exited early (code {process.returncode}); see {log_path}")
-        try:
-            with urllib.request.urlopen(liveness, timeout=2):
-                print(f"operator live at {liveness}")
-                return process
-        except OSError:
-            time.sleep(0.5)
+
+    def exited() -> str | None:
+        return None if process.poll() is None else f"code {process.returncode}"
+
+    if _wait_live(liveness, exited, log_path):
+        return process
     process.terminate()
+    raise SystemExit(f"the operator did not become live within 60s; see {log_path}")
+
+
+def start_operator_detached(
+    kubeconfig: str,
+    namespace: str,
+    pidfile_path: Path,
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+) -> int:
+    """The operator as start_operator runs it, but outliving this process (testbed.pidfile): the one an
+    earlier run left (tracked by `pidfile_path`) is stopped first, so a second run starts this checkout's
+    code with this run's settings. Returns its pid once it is live; pidfile.stop(pidfile_path) stops it."""
+    if pidfile.stop(pidfile_path) is not None:
+        print("stopped the operator an earlier run left")
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    pid = pidfile.spawn(
+        _operator_argv(namespace, liveness), pidfile_path, log_path, env=_operator_env(kubeconfig, extra_env)
+    )
+
+    def exited() -> str | None:
+        return None if pidfile.running(pidfile_path) == pid else "it is gone"
+
+    if _wait_live(liveness, exited, log_path):
+        return pid
+    pidfile.stop(pidfile_path)
     raise SystemExit(f"the operator did not become live within 60s; see {log_path}")
 
 

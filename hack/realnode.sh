@@ -12,10 +12,16 @@
 # pytest in a fresh one, see hack/netns.sh), so the node address, the pods and every port stay off this
 # machine's real interfaces.
 #
-#   hack/realnode.sh up | down | status | kubeconfig | import-images IMAGE...
+#   hack/realnode.sh up | down | status | kubeconfig | import-images IMAGE... | tag-image IMAGE NAME
 #
 # `up` is idempotent; `down` stops every process it started and removes the mounts, sockets and interfaces.
 # containerd's image store is kept in the cache (an image imported once is not imported again).
+#
+# Clusters of different names coexist, each in a network namespace of its own (the demo's beside `make
+# test`'s): what they share is keyed by the name (the cache's realnode/NAME and kwok/clusters/NAME, hence
+# containerd's root, state, sockets and shims) or lives in the namespace (the bridge, the node address, every
+# port, iptables); pod network namespaces are mounted under the node's containerd state, not the machine's
+# /run/netns, so `down` removes only its own.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -161,6 +167,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   path = "$store/$n/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
+  # Pods' network namespaces under this node's state, where down() unmounts them: in the machine's shared
+  # /run/netns they would be indistinguishable from another cluster's.
+  netns_mounts_under_state_dir = true
   # This machine denies negative oom_score_adj; without this every sandbox fails to start.
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
@@ -342,10 +351,17 @@ EOF
   start_bg coredns "$dir/coredns.pid" "$dir/coredns.log" "$coredns" -conf "$dir/Corefile"
 }
 
+write_if_changed() { # file: stdin, written only where it differs from the file
+  local tmp=$1.tmp.$$
+  cat >"$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv -f "$tmp" "$1"; fi
+}
+
 kube_proxy_up() {
   local dir=$run/proxy
   mkdir -p "$dir"
-  cat >"$dir/kube-proxy.yaml" <<EOF
+  # kube-proxy exits once its config file is written to: a second `up` must leave a running one's alone.
+  write_if_changed "$dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $kubeconfig}
@@ -384,9 +400,7 @@ up() {
   fi
   network_up
   sysctl -qw net.ipv4.ip_forward=1
-  share_netns_dir
   mkdir -p "$run"
-  touch "$run/started"
   local pause
   pause=$(pause_image)
   for n in "${nodes[@]}"; do write_node_config "$n"; done
@@ -436,32 +450,6 @@ stop_containers() { # node: whatever the kubelet left, stopped through container
   done
 }
 
-share_netns_dir() {
-  # iproute2 turns /run/netns into a shared bind mount of itself the first time it adds a namespace. A pod
-  # namespace containerd mounted there before that ends up hidden under the bind, where containerd can
-  # never remove it; so make the bind before any pod starts.
-  mkdir -p /run/netns
-  mountpoint -q /run/netns || mount --bind /run/netns /run/netns
-  mount --make-shared /run/netns
-}
-
-remove_pod_netns() {
-  # A sandbox that containerd had no time to remove leaves its network namespace under /run/netns
-  # (containerd's fixed place, shared by every network namespace). Ours are those with one of our pod
-  # addresses, or, once CNI took the address away, those made during this run with no process left in them.
-  local ns file
-  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^cni-/ { print $1 }'); do
-    file=/run/netns/$ns
-    if ip netns exec "$ns" ip -4 -o addr show 2>/dev/null | grep -q " ${pod_gateway%.*.*}\." ||
-      { [[ -f $run/started && $file -nt $run/started ]] && [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] &&
-        [[ $(ip netns exec "$ns" ip -o link show 2>/dev/null | wc -l) -le 1 ]]; }; then
-      # The mount can sit there more than once (/run/netns propagates mounts): unmount until none is left.
-      while umount "$file" 2>/dev/null; do :; done
-      rm -f "$file"
-    fi
-  done
-}
-
 unmount_under() { # dir: every mount below it, deepest first
   local dir=$1
   awk -v d="$dir" '$2 == d || index($2, d "/") == 1 { print $2 }' /proc/self/mounts | sort -r |
@@ -477,7 +465,6 @@ down() {
   done
   # Shims outlive containerd: stop those of our nodes (their command line names our state directory).
   pkill -f "containerd-shim-runc-v2 .*-address $run/" 2>/dev/null || true
-  remove_pod_netns
   stop_pidfile "$run/dns/coredns.pid"
   stop_pidfile "$run/proxy/kube-proxy.pid"
   if [[ -d $cluster_dir ]]; then "$kwokctl" delete cluster --name "$name" >/dev/null 2>&1 || true; fi
@@ -510,5 +497,11 @@ case ${1:-} in
     shift
     for n in "${nodes[@]}"; do "$here/build-images.sh" import --address "$(sock "$n")" "$@"; done
     ;;
-  *) echo "usage: $0 up|down|status|kubeconfig|import-images IMAGE..." >&2; exit 2 ;;
+  tag-image)
+    # An imported image under a second name in every node's containerd, e.g. the name a manifest gives it
+    # in a registry the nodes cannot reach; a pod naming it (pull policy IfNotPresent) runs it as it is.
+    [[ $# == 3 ]] || { echo "usage: $0 tag-image IMAGE NAME" >&2; exit 2; }
+    for n in "${nodes[@]}"; do ctr --address "$(sock "$n")" -n k8s.io images tag --force "$2" "$3" >/dev/null; done
+    ;;
+  *) echo "usage: $0 up|down|status|kubeconfig|import-images IMAGE...|tag-image IMAGE NAME" >&2; exit 2 ;;
 esac

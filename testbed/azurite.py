@@ -14,10 +14,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from testbed import pidfile
 
 # Azurite's documented, well-known development account. It exists only inside the emulator.
 DEV_ACCOUNT_NAME = "devstoreaccount1"
@@ -59,19 +61,40 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_until_serving(endpoint: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+def _serving(endpoint: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{endpoint}?comp=list", timeout=1)
+        return True
+    except urllib.error.HTTPError:
+        return True  # any HTTP answer (403 without credentials) means it is serving
+    except OSError:
+        return False
+
+
+def _wait_until_serving(endpoint: str, exited: Callable[[], str | None], timeout_s: float) -> None:
+    """Until `endpoint` answers; `exited` says why the process has ended, or None while it runs."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"azurite-blob exited early with status {proc.returncode}")
-        try:
-            urllib.request.urlopen(f"{endpoint}?comp=list", timeout=1)
+        why = exited()
+        if why is not None:
+            raise RuntimeError(f"azurite-blob exited early: {why}")
+        if _serving(endpoint):
             return
-        except urllib.error.HTTPError:
-            return  # any HTTP answer (403 without credentials) means it is serving
-        except OSError:
-            time.sleep(0.1)
+        time.sleep(0.1)
     raise RuntimeError(f"azurite-blob did not answer on {endpoint} within {timeout_s:.0f}s")
+
+
+def _argv(host: str, port: int) -> list[str]:
+    return [
+        azurite_blob_binary(),
+        "--blobHost",
+        host,
+        "--blobPort",
+        str(port),
+        "--inMemoryPersistence",
+        "--disableTelemetry",
+        "--skipApiVersionCheck",
+    ]
 
 
 @contextmanager
@@ -83,21 +106,16 @@ def run_azurite(
     it too."""
     port = port or free_port(host)
     workdir.mkdir(parents=True, exist_ok=True)
-    argv = [
-        azurite_blob_binary(),
-        "--blobHost",
-        host,
-        "--blobPort",
-        str(port),
-        "--inMemoryPersistence",
-        "--disableTelemetry",
-        "--skipApiVersionCheck",
-    ]
+    argv = _argv(host, port)
     endpoint = f"http://{host}:{port}/{DEV_ACCOUNT_NAME}"
     with (workdir / "azurite.log").open("wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+
+        def exited() -> str | None:
+            return None if proc.poll() is None else f"status {proc.returncode}"
+
         try:
-            _wait_until_serving(endpoint, proc, timeout_s)
+            _wait_until_serving(endpoint, exited, timeout_s)
             yield Azurite(endpoint=endpoint, pid=proc.pid)
         finally:
             proc.terminate()
@@ -106,3 +124,33 @@ def run_azurite(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+
+
+def start_azurite_detached(
+    workdir: Path, pidfile_path: Path, host: str = "127.0.0.1", port: int = 10000, timeout_s: float = 30.0
+) -> Azurite:
+    """An in-memory azurite-blob that outlives this process (the demo's, for a user to look at afterwards),
+    tracked by `pidfile_path`; stop it with stop_azurite_detached. Idempotent: the pidfile's Azurite, still
+    serving on this endpoint (in this network namespace), is kept with what it holds; a stale pidfile, or an
+    Azurite this namespace cannot reach (its own namespace deleted), is replaced by a fresh one."""
+    endpoint = f"http://{host}:{port}/{DEV_ACCOUNT_NAME}"
+    pid = pidfile.running(pidfile_path)
+    if pid is not None and _serving(endpoint):
+        return Azurite(endpoint=endpoint, pid=pid)
+    pidfile.stop(pidfile_path)
+    pid = pidfile.spawn(_argv(host, port), pidfile_path, workdir / "azurite.log", cwd=workdir)
+
+    def exited() -> str | None:
+        return None if pidfile.running(pidfile_path) == pid else f"see {workdir / 'azurite.log'}"
+
+    try:
+        _wait_until_serving(endpoint, exited, timeout_s)
+    except RuntimeError:
+        pidfile.stop(pidfile_path)
+        raise
+    return Azurite(endpoint=endpoint, pid=pid)
+
+
+def stop_azurite_detached(pidfile_path: Path) -> None:
+    """Stop what start_azurite_detached started (nothing when the pidfile is missing or stale)."""
+    pidfile.stop(pidfile_path)
