@@ -1,11 +1,8 @@
 """A real elastic Horovod world on loopback for the tests: horovodrun with --min-np/--max-np and a host
 discovery script that prints a file the test rewrites, so hosts leave and join while the job trains.
 
-Horovod's driver keys hosts by the names the discovery prints and runs a host's ranks without ssh when its
-name resolves to an address of this machine. The hosts here are spellings of the loopback address, which
-the resolver reads as numbers without a lookup (inet_aton's short forms): three hosts to the driver, all
-local, wherever the tests run (this machine's own name would need /etc/hosts or DNS to name one of its own
-addresses, which the test bed's network namespace, with no route out, does not promise).
+Horovod runs a host's ranks without ssh when its name resolves to an address of this machine: `localhost`,
+`127.0.0.1` and this machine's own name are three distinct hosts to its driver, all local.
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,20 +27,19 @@ from tests.training.training_helpers import BIN, REPO, run_env
 _RANK_TAG = re.compile(r"^\[\d+\]<std(?:out|err)>:")
 
 
-# Three hosts to the elastic driver on one machine: the host that joins is a third name, as a new pod would be
-# (the driver blacklists a host whose rank failed).
-LOCAL_HOSTS = ("127.0.0.1", "127.0.1", "127.1")
-
-
 def local_host_names() -> tuple[str, str, str]:
-    """Three names of this machine the elastic driver treats as three local hosts."""
+    """Three names of this machine the elastic driver treats as three hosts; skips where the machine's own
+    name does not resolve to one of its addresses (Horovod's own test of a local host)."""
     from horovod.runner.util.network import get_local_host_addresses, resolve_host_address
 
-    for host in LOCAL_HOSTS:
-        address = resolve_host_address(host)
-        assert address in get_local_host_addresses(), f"{host} resolves to {address}, not to loopback"
-    first, leaving, joining = LOCAL_HOSTS
-    return first, leaving, joining
+    own = socket.gethostname()
+    try:
+        address = resolve_host_address(own)
+    except OSError:
+        pytest.skip(f"this machine's name {own} does not resolve")
+    if address not in get_local_host_addresses() or own in ("localhost", "127.0.0.1"):
+        pytest.skip(f"this machine's name {own} resolves to {address}, not one of its own addresses")
+    return "localhost", "127.0.0.1", own
 
 
 class ElasticWorld:

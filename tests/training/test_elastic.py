@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.training.elastic_helpers import LOCAL_HOSTS, ElasticWorld, local_host_names, rank_pid, sigterm
+from tests.training.elastic_helpers import ElasticWorld, local_host_names, rank_pid, sigterm
 from tests.training.training_helpers import make_tree, tiny_args
 
 pytestmark = pytest.mark.training
@@ -23,10 +23,6 @@ pytestmark = pytest.mark.training
 # script every second and the ranks hear of it at their next commit, which took up to 5 s on 2 busy cores,
 # while 2 ranks train some 35 steps a second. Once they hear of it they wait for the new rank to start.
 STEPS = 300
-# The survivors do not wait out Gloo's 30 s timeout for the rank that left. They train again 0.4-1.3 s after
-# the SIGTERM; the bound sits just under the 30 s it tells them apart from, not near what was measured, so
-# three pytest runs on two cores do not reach it.
-SIGTERM_TO_TRAINING_MAX_S = 25
 
 
 def sizes_in_order(progress: list[tuple[float, dict[str, Any]]]) -> list[int]:
@@ -97,7 +93,8 @@ def test_pytorch_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> None
     assert metrics["worldSizes"] == [3, 2, 3] and metrics["stepsRedone"] == 0, metrics
     assert metrics["worldSize"] == 3 and metrics["globalStep"] == STEPS
     assert len(metrics["weightDigests"]) == 3 and metrics["weightsConsistent"], metrics
-    assert seconds["sigterm_to_training"] < SIGTERM_TO_TRAINING_MAX_S, world.log()
+    # The survivors do not wait out Gloo's 30 s timeout for the rank that left.
+    assert seconds["sigterm_to_training"] < 15, world.log()
 
 
 def test_tensorflow_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> None:
@@ -110,7 +107,7 @@ def test_tensorflow_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> N
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["worldSizes"] == [3, 2, 3] and metrics["stepsRedone"] == 0, metrics
     assert len(metrics["weightDigests"]) == 3 and metrics["weightsConsistent"], metrics
-    assert seconds["sigterm_to_training"] < SIGTERM_TO_TRAINING_MAX_S, world.log()
+    assert seconds["sigterm_to_training"] < 15, world.log()
 
 
 def test_keras_world_shrinks_on_sigterm(tmp_path: Path) -> None:
@@ -133,7 +130,7 @@ def test_elastic_imagenet_run_checkpoints_and_a_restarted_world_resumes(tmp_path
     ckpt = tmp_path / "ckpt"
 
     def launch_world(epochs: int, name: str) -> ElasticWorld:
-        world = ElasticWorld(tmp_path / name, {LOCAL_HOSTS[0]: 2}, min_np=2, max_np=2)
+        world = ElasticWorld(tmp_path / name, {"localhost": 2}, min_np=2, max_np=2)
         args = tiny_args(data, "--arch", "resnet-tiny", "--epochs", str(epochs), "--val-steps", "1")
         args += ["--elastic", "--checkpoint-dir", str(ckpt), "--output-dir", str(tmp_path / name / "out")]
         world.start(["dtjob_train.pytorch", *args], tmp_path / "pids", {"DTJOB_THREADS_PER_RANK": "1"})
