@@ -103,11 +103,25 @@ def test_the_discovery_script_lists_each_ready_address_once_with_its_slots(tmp_p
     addresses = tmp_path / "addresses"
     addresses.write_text("10.244.0.7\n10.244.0.9\n")
     script = elastic_discovery_script(elastic(slotsPerWorker=2))
-    done = run_sh(tmp_path, script, {"getent": AHOSTS}, ADDRESSES=str(addresses))
+    done = run_sh(tmp_path, script, {"getent": AHOSTS}, ADDRESSES=str(addresses), TMPDIR=str(tmp_path))
     assert (done.returncode, done.stdout) == (0, "10.244.0.7:2\n10.244.0.9:2\n")
-    addresses.write_text("")  # no worker Ready: the name does not resolve, and the list is empty
-    done = run_sh(tmp_path, script, {"getent": AHOSTS}, ADDRESSES=str(addresses))
+    addresses.write_text("")  # the name does not resolve after hosts were found: a failed lookup
+    done = run_sh(tmp_path, script, {"getent": AHOSTS}, ADDRESSES=str(addresses), TMPDIR=str(tmp_path))
+    assert (done.returncode, done.stdout) == (1, ""), done
+    assert "keeping the hosts found before" in done.stderr
+
+
+def test_before_any_host_is_found_an_empty_lookup_is_an_empty_world(tmp_path: Path) -> None:
+    """Horovod fails the job on a discovery error at its first look, so the script says "no hosts" until it
+    has found some (horovodrun then waits for --min-np)."""
+    addresses = tmp_path / "addresses"
+    addresses.write_text("")
+    script = elastic_discovery_script(elastic(slotsPerWorker=2))
+    done = run_sh(tmp_path, script, {"getent": AHOSTS}, ADDRESSES=str(addresses), TMPDIR=str(tmp_path))
     assert (done.returncode, done.stdout) == (0, "")
+    addresses.write_text("10.244.0.7\n")
+    done = run_sh(tmp_path, script, {"getent": AHOSTS}, ADDRESSES=str(addresses), TMPDIR=str(tmp_path))
+    assert (done.returncode, done.stdout) == (0, "10.244.0.7:2\n")
 
 
 def test_the_results_are_uploaded_from_the_worker_that_holds_them(tmp_path: Path) -> None:

@@ -21,11 +21,24 @@ def elastic_discovery_script(spec: JobSpec) -> str:
     the cluster DNS of the workers' headless Service, whose only endpoints are the operator's own Ready MPI
     hosts (dtjob.desired.hosts). A pod being deleted leaves its records at the operator's next look, and the
     launcher needs no Kubernetes credentials. Pods are listed by address, so a replacement (same name, new
-    address) is a new host to Horovod, never one it remembers as failed."""
+    address) is a new host to Horovod, never one it remembers as failed.
+
+    Once it has found hosts, a lookup that finds none exits 1: a running world's name never loses every
+    address at once, so that is a failed lookup, and Horovod keeps the hosts it has (a failure after its first
+    look is transient to it). Taken as an empty world, it would drop every host and, when they came back,
+    number them anew: a freshly started replacement could become rank 0, whose state the others adopt."""
     service = f"{names.service_name(spec.name)}.{spec.namespace}.svc"
     return f"""#!/bin/sh
 # Prints address:slots for every Ready worker of this job (Horovod's --host-discovery-script format).
-getent ahostsv4 {service} 2>/dev/null | awk '!seen[$1]++ {{ print $1 ":{spec.slots_per_worker}" }}'
+found=${{TMPDIR:-/tmp}}/dtjob-hosts-found
+hosts=$(getent ahostsv4 {service} 2>/dev/null | awk '!seen[$1]++ {{ print $1 ":{spec.slots_per_worker}" }}')
+if [ -n "$hosts" ]; then
+  : >"$found" 2>/dev/null
+  echo "$hosts"
+elif [ -e "$found" ]; then
+  echo "no address for {service}: keeping the hosts found before" >&2
+  exit 1
+fi
 exit 0
 """
 
