@@ -33,8 +33,8 @@ def elastic_discovery_script(spec: JobSpec) -> str:
 found=${{TMPDIR:-/tmp}}/dtjob-hosts-found
 hosts=$(getent ahostsv4 {service} 2>/dev/null | awk '!seen[$1]++ {{ print $1 ":{spec.slots_per_worker}" }}')
 if [ -n "$hosts" ]; then
-  : >"$found" 2>/dev/null
   echo "$hosts"
+  touch "$found" 2>/dev/null || true
 elif [ -e "$found" ]; then
   echo "no address for {service}: keeping the hosts found before" >&2
   exit 1
