@@ -254,6 +254,12 @@ class Collected:
         for line in stream:
             into.append(line)
 
+    @classmethod
+    def dtjob(cls, *args: str) -> Collected:
+        """`python -m dtjob ARGS...`, its output collected."""
+        cmd = [sys.executable, "-m", "dtjob", *args]
+        return cls(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
     def wait_exit(self, timeout: float) -> int:
         code = self.proc.wait(timeout)
         for reader in self._readers:
@@ -284,25 +290,7 @@ def test_logs_follow_the_launcher_across_a_world_restart_to_the_end(
     first_log = tmp_path / "world-0.log"
     first = serve_launcher_log(jobs, api_client, "follow", first_log)
     append_log(first_log, "world 0: step 1")
-    follower = Collected(
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dtjob",
-                "logs",
-                "follow",
-                "-f",
-                "-n",
-                jobs.ns,
-                "--kubeconfig",
-                kubeconfig,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    )
+    follower = Collected.dtjob("logs", "follow", "-f", "-n", jobs.ns, "--kubeconfig", kubeconfig)
     try:
         wait_for(lambda: "world 0: step 1\n" in follower.out, timeout=30, what="the first line, live")
         append_log(first_log, "world 0: step 2")
@@ -381,14 +369,7 @@ def test_logs_tail_since_timestamps_and_a_sidecar_pass_through_to_the_live_pod(
     assert f"pod {pod} has no container 'metrics' (it has launcher, log-shipper)".encode() in err
 
     # Following from the last line: what was there before it is not printed, what comes later is.
-    follower = Collected(
-        subprocess.Popen(
-            [sys.executable, "-m", "dtjob", *base, "-f", "--tail", "1"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    )
+    follower = Collected.dtjob(*base, "-f", "--tail", "1")
     try:
         wait_for(lambda: "new 3\n" in follower.out, timeout=30, what="the last line, live")
         append_log(launcher_log, "new 4")
@@ -493,14 +474,7 @@ def test_logs_follow_the_stager_until_staging_ends_and_say_when_its_pod_is_gone(
     append_log(stager_log, "listing ilsvrc2012/")
     serve_pod_log(api_client, jobs.ns, pod, "stager", stager_log)
 
-    follower = Collected(
-        subprocess.Popen(
-            [sys.executable, "-m", "dtjob", *base, "-f"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    )
+    follower = Collected.dtjob(*base, "-f")
     try:
         wait_for(lambda: "listing ilsvrc2012/\n" in follower.out, timeout=30, what="the stager's line, live")
         append_log(stager_log, "staged 1000 files")
