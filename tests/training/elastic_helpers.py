@@ -2,7 +2,9 @@
 discovery script that prints a file the test rewrites, so hosts leave and join while the job trains.
 
 Horovod runs a host's ranks without ssh when its name resolves to an address of this machine: `localhost`,
-`127.0.0.1` and this machine's own name are three distinct hosts to its driver, all local.
+`127.0.0.1` and a third name are three distinct hosts to its driver, all local. The third name resolves
+through an /etc/hosts of the world's own (a private mount namespace around horovodrun and its ranks), so the
+tests run alike wherever they run, whatever this machine's name and resolver say.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,19 +30,31 @@ from tests.training.training_helpers import BIN, REPO, run_env
 _RANK_TAG = re.compile(r"^\[\d+\]<std(?:out|err)>:")
 
 
-def local_host_names() -> tuple[str, str, str]:
-    """Three names of this machine the elastic driver treats as three hosts; skips where the machine's own
-    name does not resolve to one of its addresses (Horovod's own test of a local host)."""
-    from horovod.runner.util.network import get_local_host_addresses, resolve_host_address
+# The world's third host: a name only the world's own /etc/hosts knows, for 127.0.0.1.
+THIRD_HOST = "dtjob-elastic-host"
 
-    own = socket.gethostname()
-    try:
-        address = resolve_host_address(own)
-    except OSError:
-        pytest.skip(f"this machine's name {own} does not resolve")
-    if address not in get_local_host_addresses() or own in ("localhost", "127.0.0.1"):
-        pytest.skip(f"this machine's name {own} resolves to {address}, not one of its own addresses")
-    return "localhost", "127.0.0.1", own
+
+def world_hosts_file() -> str:
+    """The world's /etc/hosts: loopback for its three hosts, and for this machine's own name, which Horovod
+    0.28.1's Gloo looks up for every process set's context, whatever interface it was given."""
+    names = dict.fromkeys(["localhost", THIRD_HOST, socket.gethostname()])
+    return f"127.0.0.1 {' '.join(names)}\n::1 localhost ip6-localhost\n"
+
+
+def local_host_names() -> tuple[str, str, str]:
+    """Three names of this machine the elastic driver treats as three local hosts (ElasticWorld resolves the
+    third); skips where no private /etc/hosts can be given (it needs root and util-linux unshare)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("an elastic world's own /etc/hosts needs root and unshare (make test runs as root)")
+    return "localhost", "127.0.0.1", THIRD_HOST
+
+
+def with_own_hosts_file(hosts_file: Path, argv: list[str]) -> list[str]:
+    """argv in a private mount namespace whose /etc/hosts is `hosts_file` (bound over it, seen by argv and
+    every process it starts, nowhere else)."""
+    hosts_file.write_text(world_hosts_file())
+    bind = 'mount --bind "$0" /etc/hosts && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", bind, str(hosts_file), *argv]
 
 
 class ElasticWorld:
@@ -69,6 +84,8 @@ class ElasticWorld:
         per_host = f"DTJOB_RANK_PID_DIR={pid_dir}/$HOROVOD_HOSTNAME exec {trainer}"
         cmd += ["--gloo", "--network-interface", "lo", "sh", "-c", per_host]
         env = run_env() | (env or {})
+        if os.geteuid() == 0 and shutil.which("unshare"):
+            cmd = with_own_hosts_file(self.hosts_file.with_name("etc-hosts"), cmd)
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO
         )
