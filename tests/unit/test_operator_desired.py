@@ -243,3 +243,24 @@ def test_the_launcher_stays_out_of_kueue_and_a_job_without_a_queue_has_no_kueue_
         assert not [k for k in (meta.get("annotations") or {}) if k.startswith("kueue.x-k8s.io/")]
     plain = desired.worker_pod(job_spec(), OWNER, 0, 0)["metadata"]
     assert not [k for k in {**plain["labels"], **(plain.get("annotations") or {})} if k.startswith("kueue.")]
+
+
+def _env_value(container: dict[str, Any], name: str) -> str | None:
+    """What the container sees for `name`: the last entry wins, as the kubelet takes them."""
+    return next((e.get("value") for e in reversed(container["env"]) if e["name"] == name), None)
+
+
+def test_a_pod_that_asks_for_no_gpu_is_shown_none_whatever_the_job_says() -> None:
+    # The training image asks the NVIDIA runtime for every GPU (NVIDIA_VISIBLE_DEVICES=all, as the CUDA images
+    # do): a CPU job's worker on a node where that runtime is the default would otherwise train on GPUs that
+    # belong to other pods, and the job's env and worker template must not undo the blank.
+    grab = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    cpu = job_spec(gpusPerWorker=0, env=grab, worker={"template": {"spec": {"containers": [
+        {"name": names.WORKER_CONTAINER, "env": grab}]}}})  # fmt: skip
+    worker = _container(desired.worker_pod(cpu, OWNER, 0, 0)["spec"])
+    launcher = _container(desired.launcher_job(cpu, OWNER, 0)["spec"]["template"]["spec"])
+    assert _env_value(worker, "NVIDIA_VISIBLE_DEVICES") == ""
+    assert _env_value(launcher, "NVIDIA_VISIBLE_DEVICES") == ""
+    # A worker given GPUs sees what the device plugin gives it: the operator sets nothing.
+    gpu = _container(desired.worker_pod(job_spec(gpusPerWorker=2), OWNER, 0, 0)["spec"])
+    assert _env_value(gpu, "NVIDIA_VISIBLE_DEVICES") is None

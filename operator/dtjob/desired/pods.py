@@ -47,6 +47,13 @@ WORKER_SSH_FILES = (AUTHORIZED_KEYS,)
 LAUNCHER_SSH_FILES = (SSH_KEY_FILE,)
 
 
+# A pod that asks for no GPU may still land where the NVIDIA container runtime is the default, and the
+# training image asks that runtime for every GPU (NVIDIA_VISIBLE_DEVICES=all, as the CUDA images do): blanked,
+# it gets none, whatever the job's env says (this entry comes after it, and the last one wins).
+def _hidden_gpus() -> Json:
+    return {"name": "NVIDIA_VISIBLE_DEVICES", "value": ""}
+
+
 def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
     name = names.worker_name(spec.name, index)
     labels = {
@@ -67,7 +74,7 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
             "periodSeconds": 2,
             "failureThreshold": 3,
         },
-        "env": _env(spec),
+        "env": _env(spec) if spec.gpus_per_worker else [*_env(spec), _hidden_gpus()],
         "resources": _gpu_resources(spec.worker, spec.gpus_per_worker),
         "volumeMounts": _mounts(spec, with_hostfile=False, rank0=_rank0_worker(spec, index)),
         # Not a read-only root filesystem: sshd mints its host key in /tmp; the ranks write /tmp and $HOME.
@@ -107,8 +114,7 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
         pod_labels[names.MPI_HOST_LABEL] = "true"
         resources = _gpu_resources(spec.launcher.pod, spec.gpus_per_worker)
     else:
-        # A CPU node may still run the NVIDIA container runtime: hide every GPU from the launcher.
-        env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": ""})
+        env.append(_hidden_gpus())
         resources = _quantities(spec.launcher.pod.resources)
     container: Json = {
         "name": names.LAUNCHER_CONTAINER,
