@@ -128,7 +128,8 @@ push-images:
 	@[[ -n "$(REGISTRY)" ]] || { echo "usage: make push-images REGISTRY=myregistry.azurecr.io [TAG=0.1.0]" >&2; exit 2; }
 	@hack/push-images.sh $(REGISTRY) $(TAG)
 
-# The images/ Dockerfiles built with buildah on a local Debian base (CPU form), cached by their inputs.
+# The images/ Dockerfiles built with buildah on a local Debian base, cached by their inputs (horovod-pytorch
+# as a GPU pool gets it, horovod-tensorflow in its CPU form).
 images: deps
 	@hack/build-images.sh $(IMAGES)
 

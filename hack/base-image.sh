@@ -2,8 +2,8 @@
 # Local base images for building images/ without a registry (no Docker, no pulls):
 #   localhost/dtjob/base:bookworm          Debian bookworm from `debootstrap --variant=minbase`, slimmed the way
 #                                          debian:bookworm-slim is (no docs, man pages or locales; apt keeps no
-#                                          caches). Stands in for the CUDA devel/runtime bases of the Horovod
-#                                          images in their CPU form.
+#                                          caches). Stands in for debian:bookworm-slim, the Horovod images'
+#                                          base.
 #   localhost/dtjob/python:3.11-bookworm   the base plus Debian's python3.11 with venv and a `python` command:
 #                                          what the operator and stager Dockerfiles need from python:3.11-slim.
 #

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the images/ Dockerfiles without Docker or a registry: buildah (chroot isolation) on the local Debian
-# bases of hack/base-image.sh, in their CPU form, each exported as an OCI image layout that containerd imports.
+# bases of hack/base-image.sh, each exported as an OCI image layout that containerd imports. horovod-pytorch
+# is the GPU image a registry gets (NCCL Horovod, CUDA torch, DALI; it runs on CPU too); horovod-tensorflow is
+# built in its CPU form.
 #
 #   hack/build-images.sh [NAME...]     build NAMEs (default: all) and print their references, one a line
 #   hack/build-images.sh refs [NAME...]   print the references only
@@ -240,10 +242,13 @@ python_image=$(awk 'NR == 2 { print $1 }' <<<"$bases")
 python_id=$(awk 'NR == 2 { print $2 }' <<<"$bases")
 
 build_args_of() {
-  local cpu="BUILD_IMAGE=$base_image RUNTIME_IMAGE=$base_image DTJOB_DEVICE=cpu"
+  local bases="BUILD_IMAGE=$base_image RUNTIME_IMAGE=$base_image"
   case $1 in
-    horovod-pytorch) echo "$cpu FRAMEWORK=torch" ;;
-    horovod-tensorflow) echo "$cpu FRAMEWORK=tensorflow" ;;
+    # The GPU image as it is pushed, the local base standing in for debian:bookworm-slim: it runs on CPU as
+    # well, so every job of the tests runs the image a GPU pool gets.
+    horovod-pytorch) echo "$bases DTJOB_DEVICE=gpu FRAMEWORK=torch" ;;
+    # The CPU form: TensorFlow's GPU build needs a CUDA 12 devel image (images/horovod/Dockerfile).
+    horovod-tensorflow) echo "$bases DTJOB_DEVICE=cpu NVIDIA_VISIBLE_DEVICES=void FRAMEWORK=tensorflow" ;;
     mpi) echo "BASE_IMAGE=$base_image PYTHON_IMAGE=$python_image" ;;
     *) echo "PYTHON_IMAGE=$python_image" ;;
   esac
@@ -337,11 +342,12 @@ build_one() { # NAME KEY: build, label, export; all output to its log
   echo "$key" >"$layout.key"
 }
 
-# Disk a build needs at its peak, in GB (measured; the torch image's environment is 4.6 GB, held three times
-# while the final stage commits: the build stage's layer, the container, the layer committed from it).
+# Disk a build needs at its peak, in GB (measured: 21 GB went for horovod-pytorch, whose 5.2 GB environment is
+# held three times while the final stage commits (the build stage's layer, the container, the layer committed
+# from it), besides PyPI's CUDA toolkit while Horovod compiles).
 need_gb_of() {
   case $1 in
-    horovod-pytorch) echo 16 ;;
+    horovod-pytorch) echo 22 ;;
     horovod-tensorflow) echo 7 ;;
     *) echo 1 ;;
   esac

@@ -6,10 +6,13 @@
 #
 # Log in first (az acr login --name mlregistry, or buildah/docker login). Environment:
 #   DTJOB_PUSH_NAMES       the images (default: operator stager mpi horovod-pytorch horovod-tensorflow)
-#   DTJOB_PUSH_FROM        gpu (default): each Dockerfile built as a GPU cluster needs it (its defaults: the CUDA
-#                          bases and the frameworks' GPU wheels), with docker when there is one, else buildah;
-#                          testbed: the images hack/build-images.sh built on this machine (CPU form: they run no
-#                          GPU code; for trying a registry, and what the tests push)
+#   DTJOB_PUSH_FROM        gpu (default): each Dockerfile built as a GPU cluster needs it, with docker when there
+#                          is one, else buildah: horovod-pytorch on debian:bookworm-slim (the Dockerfile's
+#                          defaults: CUDA torch, NCCL Horovod, DALI, nvcc from PyPI), horovod-tensorflow on CUDA
+#                          12's devel and base images (PyPI has no CUDA 12 nvcc);
+#                          testbed: the images hack/build-images.sh built on this machine (horovod-pytorch is the
+#                          same GPU build on a local Debian base; horovod-tensorflow is its CPU form; what the
+#                          tests push)
 #   DTJOB_PUSH_TLS_VERIFY  true (default); false only for a plain-http registry on loopback
 #
 # AKS nodes are amd64: the gpu builds are linux/amd64 whatever this machine is. On another architecture (an
@@ -43,7 +46,11 @@ dockerfile_of() {
 }
 gpu_args_of() { # the build arguments a registry build takes beyond the Dockerfile's defaults
   case $1 in
-    horovod-tensorflow) echo "--build-arg FRAMEWORK=tensorflow --build-arg CUDA_VERSION=12.8.1" ;;
+    # PyPI has no CUDA 12 nvcc: TensorFlow's Horovod compiles on CUDA's devel image and runs on its base.
+    horovod-tensorflow)
+      echo "--build-arg FRAMEWORK=tensorflow --build-arg BUILD_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu22.04" \
+        "--build-arg RUNTIME_IMAGE=nvidia/cuda:12.8.1-base-ubuntu22.04 --build-arg NVIDIA_REQUIRE_CUDA=cuda>=12.8"
+      ;;
   esac
 }
 

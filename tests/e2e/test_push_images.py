@@ -1,8 +1,9 @@
 """`make push-images REGISTRY=...` (hack/push-images.sh) against a real registry on 127.0.0.1: the images land
 under the names the Helm chart gives the operator and the jobs, `<registry>/dtjob/<name>:<appVersion>`, each
-byte for byte the image built. The test pushes the images this machine built (DTJOB_PUSH_FROM=testbed, their
-CPU form); the GPU build the command runs by default needs the CUDA base images from a registry this test bed
-cannot reach, and is not run here. The small images only: the Horovod ones are gigabytes of the same path."""
+byte for byte the image built. The test pushes the images this machine built (DTJOB_PUSH_FROM=testbed); the
+build the command runs by default pulls its bases from a registry this test bed cannot reach (the same
+Dockerfiles, on debian:bookworm-slim where the test bed has a local Debian base). The small images only: the
+Horovod ones are gigabytes of the same path."""
 
 from __future__ import annotations
 

@@ -60,9 +60,12 @@ def test_dockerfile_copies_existing_files_and_runs_the_ci_install_script(dockerf
     assert re.search(r"^ARG DTJOB_DEVICE=gpu$", text, re.M), (
         "the images are GPU images unless asked otherwise"
     )
-    # The framework's wheels carry CUDA's libraries and NCCL: the final stage is CUDA's base image, not the
-    # runtime image with a second copy of them.
-    assert re.search(r"^ARG RUNTIME_IMAGE=nvidia/cuda:\$\{CUDA_VERSION\}-base-", text, re.M)
+    # The framework's wheels carry CUDA's libraries and NCCL, and PyPI has nvcc: no CUDA base image by
+    # default, but what the NVIDIA container toolkit reads from one, set in the final stage.
+    assert re.search(r"^ARG BUILD_IMAGE=debian:bookworm-slim$", text, re.M)
+    assert re.search(r"^ARG RUNTIME_IMAGE=debian:bookworm-slim$", text, re.M)
+    for name in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA"):
+        assert re.search(rf"^ENV .*\b{name}=\$\{{{name}\}}", text, re.M | re.S), name
     assert re.search(r"install-system.sh runtime \$\{DTJOB_DEVICE\}$", text, re.M), "GPU images get RDMA"
     assert re.search(r"^USER dtjob$", text, re.M), "training runs as the unprivileged user"
 
