@@ -7,7 +7,7 @@ Beside the real CRD, copies of it go in under groups of their own (<variant>.ben
 name renamed, nothing else), one per variant of its schema (bench/crd_variants.py): real; no-cel (every
 x-kubernetes-validations removed); no-podspec (spec.worker.template and spec.launcher.template opaque
 x-kubernetes-preserve-unknown-fields objects, so the rules that read them go too); no-cel-no-podspec; minimal
-(spec and status opaque). Kubeflow's MPIJob CRD (v0.8.0, once hack/build-mpi-operator.sh has cached it) goes
+(spec and status opaque). Kubeflow's MPIJob CRD (v0.8.2, once hack/build-mpi-operator.sh has cached it) goes
 in as mpijob.bench.dtjob.io. No operator runs: only the API server's work is measured.
 
 Into one namespace, --count objects of each: the job bench/versus_mpi_operator.py creates (pytorch, 4 workers

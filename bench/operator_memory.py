@@ -12,7 +12,7 @@ Two measurements, each in a namespace of its own with a fresh operator process:
 - at scale: `--jobs` jobs created at once, their launchers running for an hour; when every worker pod exists
   and the queue is empty, the peak resident set (VmHWM), and VmRSS once a settle period passed. Jobs
   beyond the pool's GPUs stay with Pending workers, which the operator watches all the same. The baseline is
-  mpi-operator (v0.8.0, client QPS raised) with the same number of equivalent MPIJobs, in the same run.
+  mpi-operator (v0.8.2, client QPS raised) with the same number of equivalent MPIJobs, in the same run.
 
 dtjob runs as the chart deploys it (log level info, the default resync period).
 """

@@ -5,7 +5,7 @@
 # beside its MPIJob CRD (kubeflow.org_mpijobs.yaml, from the same module). A second run builds nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-version=${MPI_OPERATOR_VERSION:-v0.8.0}
+version=${MPI_OPERATOR_VERSION:-v0.8.2}
 module=github.com/kubeflow/mpi-operator
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
 out=$cache/bin/mpi-operator-$version
