@@ -6,6 +6,7 @@ import json
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -205,6 +206,7 @@ SCHEMA_REFUSALS = {
     "metrics.port=0": "/metrics/port",
     "metrics.servicemonitor.enabled=true": "servicemonitor",
     "metrics.serviceMonitor.interval=often": "/metrics/serviceMonitor/interval",
+    "metrics.azureMonitor.caKey=../ca.crt": "/metrics/azureMonitor/caKey",
 }
 
 
@@ -442,6 +444,84 @@ def test_prometheus_operators_crd_accepts_the_service_monitor_and_it_names_what_
     found = next(d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == ref["name"])
     assert source == "configMap" and found["metadata"]["namespace"] == monitor["metadata"]["namespace"]
     assert found["data"][ref["key"]].startswith("-----BEGIN CERTIFICATE-----")
+
+
+AZURE_MONITOR_CRD = "servicemonitors.azmonitoring.coreos.com"
+
+
+def test_the_azure_monitor_service_monitor_scrapes_as_its_own_reader_and_verifies_the_operator() -> None:
+    docs = render("metrics.azureMonitor.enabled=true", "metrics.azureMonitor.interval=1m")
+    [monitor] = [d for d in docs if d["kind"] == "ServiceMonitor"]  # prometheus-operator's stays off
+    service = next(d for d in docs if d["kind"] == "Service")
+    assert monitor["apiVersion"] == "azmonitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    limits = ("labelLimit", "labelNameLengthLimit", "labelValueLengthLimit")
+    assert [monitor["spec"][k] for k in limits] == [63, 511, 1023]
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["interval"] == "1m" and endpoint["honorLabels"] is True
+    # Its token: a Secret of the monitor's own namespace that the API server fills for a ServiceAccount the
+    # chart binds to the metrics reader, and to nothing else.
+    credentials = endpoint["authorization"]["credentials"]
+    secret = next(d for d in kind(docs, "Secret") if d["metadata"]["name"] == credentials["name"])
+    assert credentials["key"] == "token" and secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["namespace"] == monitor["metadata"]["namespace"]
+    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    assert account in {d["metadata"]["name"] for d in kind(docs, "ServiceAccount")}
+    bindings = [
+        d for d in docs
+        if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["name"] == account for s in d.get("subjects") or ())
+    ]  # fmt: skip
+    assert [b["roleRef"]["name"] for b in bindings] == ["dtjob-metrics-reader"]
+    reader = next(d for d in kind(docs, "ClusterRole") if d["metadata"]["name"] == "dtjob-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    # The CA from where the managed stack reads TLS material, for the metrics Service's name.
+    assert endpoint["tlsConfig"] == {
+        "ca": {"secret": {"name": "ama-metrics-mtls-secret", "key": "dtjob-metrics-ca.crt"}},
+        "serverName": "dtjob-metrics.dtjob-system.svc",
+    }
+    # Plain HTTP: no token to send, so no identity either.
+    plain = render("metrics.secure=false", "metrics.azureMonitor.enabled=true")
+    [endpoint] = kind(plain, "ServiceMonitor")[0]["spec"]["endpoints"]
+    assert not {"scheme", "authorization", "tlsConfig"} & set(endpoint)
+    assert not [d for d in plain if "metrics-scraper" in d["metadata"]["name"]]
+
+
+@pytest.fixture
+def azure_monitor_crd(kubeconfig: str, tmp_path: Path) -> Iterator[None]:
+    """The managed stack's ServiceMonitor CRD: prometheus-operator's under the group azmonitoring.coreos.com,
+    which is all that tells them apart (Azure Monitor's documentation of its custom resources)."""
+    version = pinned("PROMETHEUS_OPERATOR_VERSION")
+    source = (
+        cache_root()
+        / "crds"
+        / f"prometheus-operator-{version}"
+        / "monitoring.coreos.com_servicemonitors.yaml"
+    )
+    crd = yaml.safe_load(source.read_text())
+    crd["metadata"] = {"name": AZURE_MONITOR_CRD}
+    crd["spec"]["group"] = "azmonitoring.coreos.com"
+    path = tmp_path / "azmonitoring-servicemonitors.yaml"
+    path.write_text(yaml.safe_dump(crd))
+    install_crd_file(kubeconfig, path, AZURE_MONITOR_CRD)
+    try:
+        yield
+    finally:
+        delete_crd(kubeconfig, AZURE_MONITOR_CRD)
+
+
+def test_the_azure_monitor_schema_accepts_the_chart_s_monitor(
+    kubeconfig: str, namespace: str, azure_monitor_crd: None
+) -> None:
+    docs = render("metrics.azureMonitor.enabled=true", namespace=namespace)
+    [monitor] = kind(docs, "ServiceMonitor")
+    applied = subprocess.run(
+        [tool("kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "--validate=strict",
+         "-f", "-"],
+        input=yaml.safe_dump(monitor), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert "servicemonitor.azmonitoring.coreos.com/dtjob created (server dry run)" in applied.stdout
 
 
 def test_metrics_are_secure_by_default_with_the_reviews_they_need() -> None:

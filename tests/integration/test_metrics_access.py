@@ -4,18 +4,23 @@ it up for a Prometheus. Before: anyone who reached the port read every namespace
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import socket
 import ssl
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+import yaml
 from kubernetes import client
 
+from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
+from tests.tools import REPO, tool
 
 pytestmark = pytest.mark.integration
 
@@ -112,3 +117,60 @@ def test_metrics_answer_only_callers_the_api_server_lets_get_metrics(
         with contextlib.suppress(ConnectionError, TimeoutError):
             answer = plain.recv(4096)
             assert b"dtjob_" not in answer, answer[:200]
+
+
+def test_the_charts_azure_monitor_scraper_reads_metrics_and_nothing_else(
+    kubeconfig: str, api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """The identity the chart gives Azure Managed Prometheus (metrics.azureMonitor), installed as rendered:
+    the token the API server fills into its Secret reads the secure /metrics and may do nothing else."""
+    release = f"dtjob-{uuid.uuid4().hex[:6]}"  # the chart names its objects after a release so named
+    rendered = subprocess.run(
+        [tool("helm"), "template", release, str(REPO / "charts" / "dtjob"), "--namespace", namespace,
+         "--set", "metrics.azureMonitor.enabled=true"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    scraper = f"{release}-metrics-scraper"
+    wanted = {scraper, f"{scraper}-token", f"{release}-metrics-reader"}
+    objects = [d for d in docs if d["metadata"]["name"] in wanted and d["kind"] != "ServiceMonitor"]
+    assert sorted(d["kind"] for d in objects) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Secret",
+        "ServiceAccount",
+    ]
+    applied = subprocess.run(
+        [tool("kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-"],
+        input=yaml.safe_dump_all(objects), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    try:
+
+        def filled() -> str | None:
+            data = core.read_namespaced_secret(f"{scraper}-token", namespace).data or {}
+            return base64.b64decode(data["token"]).decode() if "token" in data else None
+
+        token = wait_for(filled, timeout=60, interval=0.5, what="the scraper's token")
+        status, _, body = scrape(operator.metrics_port, token)
+        assert status == 200 and "dtjob_" in body, (status, body[:200])
+        # The same token asks the API server what else it may do: nothing of the namespace's.
+        as_scraper = client.Configuration()
+        as_scraper.host = api_client.configuration.host
+        as_scraper.ssl_ca_cert = api_client.configuration.ssl_ca_cert
+        as_scraper.api_key = {"authorization": f"Bearer {token}"}
+        review = client.AuthorizationV1Api(client.ApiClient(as_scraper)).create_self_subject_access_review(
+            client.V1SelfSubjectAccessReview(
+                spec=client.V1SelfSubjectAccessReviewSpec(
+                    resource_attributes=client.V1ResourceAttributes(
+                        namespace=namespace, verb="get", resource="secrets"
+                    )
+                )
+            )
+        )
+        assert review.status.allowed is False, "the scraper may read Secrets"
+    finally:
+        rbac.delete_cluster_role_binding(scraper)
+        rbac.delete_cluster_role(f"{release}-metrics-reader")
