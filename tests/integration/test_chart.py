@@ -402,17 +402,29 @@ def test_the_service_monitor_verifies_a_certificate_of_the_installers_and_skips_
     assert skipped["insecureSkipVerify"] is True
 
 
+def server_dry_run(kubeconfig: str, objects: list[dict[str, Any]]) -> str:
+    """`kubectl apply --dry-run=server --validate=strict` of `objects`: the API server's schemas judge them;
+    its output."""
+    applied = subprocess.run(
+        [tool("kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "--validate=strict",
+         "-f", "-"],
+        input=yaml.safe_dump_all(objects), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    return applied.stdout
+
+
+def prometheus_operator_crd() -> Path:
+    """prometheus-operator's ServiceMonitor CRD, as make gang-schedulers caches it."""
+    version = pinned("PROMETHEUS_OPERATOR_VERSION")
+    crds = cache_root() / "crds" / f"prometheus-operator-{version}"
+    return crds / "monitoring.coreos.com_servicemonitors.yaml"
+
+
 @pytest.fixture
 def service_monitor_crd(kubeconfig: str) -> Iterator[None]:
     """prometheus-operator's ServiceMonitor CRD (cached by make gang-schedulers), served for the test."""
-    version = pinned("PROMETHEUS_OPERATOR_VERSION")
-    crd = (
-        cache_root()
-        / "crds"
-        / f"prometheus-operator-{version}"
-        / "monitoring.coreos.com_servicemonitors.yaml"
-    )
-    install_crd_file(kubeconfig, crd, SERVICE_MONITOR_CRD)
+    install_crd_file(kubeconfig, prometheus_operator_crd(), SERVICE_MONITOR_CRD)
     try:
         yield
     finally:
@@ -427,13 +439,8 @@ def test_prometheus_operators_crd_accepts_the_service_monitor_and_it_names_what_
 ) -> None:
     docs = render("metrics.serviceMonitor.enabled=true", *sets, namespace=namespace)
     objects = [d for d in docs if d["kind"] in ("ServiceMonitor", "Service", "ConfigMap", "Secret")]
-    applied = subprocess.run(
-        [tool("kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "--validate=strict",
-         "-f", "-"],
-        input=yaml.safe_dump_all(objects), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert applied.returncode == 0, applied.stderr
-    assert "servicemonitor.monitoring.coreos.com/dtjob created (server dry run)" in applied.stdout
+    applied = server_dry_run(kubeconfig, objects)
+    assert "servicemonitor.monitoring.coreos.com/dtjob created (server dry run)" in applied
     [monitor] = kind(docs, "ServiceMonitor")
     ca = monitor["spec"]["endpoints"][0]["tlsConfig"]["ca"]
     [(source, ref)] = ca.items()
@@ -491,14 +498,7 @@ def test_the_azure_monitor_service_monitor_scrapes_as_its_own_reader_and_verifie
 def azure_monitor_crd(kubeconfig: str, tmp_path: Path) -> Iterator[None]:
     """The managed stack's ServiceMonitor CRD: prometheus-operator's under the group azmonitoring.coreos.com,
     which is all that tells them apart (Azure Monitor's documentation of its custom resources)."""
-    version = pinned("PROMETHEUS_OPERATOR_VERSION")
-    source = (
-        cache_root()
-        / "crds"
-        / f"prometheus-operator-{version}"
-        / "monitoring.coreos.com_servicemonitors.yaml"
-    )
-    crd = yaml.safe_load(source.read_text())
+    crd = yaml.safe_load(prometheus_operator_crd().read_text())
     crd["metadata"] = {"name": AZURE_MONITOR_CRD}
     crd["spec"]["group"] = "azmonitoring.coreos.com"
     path = tmp_path / "azmonitoring-servicemonitors.yaml"
@@ -515,13 +515,8 @@ def test_the_azure_monitor_schema_accepts_the_chart_s_monitor(
 ) -> None:
     docs = render("metrics.azureMonitor.enabled=true", namespace=namespace)
     [monitor] = kind(docs, "ServiceMonitor")
-    applied = subprocess.run(
-        [tool("kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "--validate=strict",
-         "-f", "-"],
-        input=yaml.safe_dump(monitor), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert applied.returncode == 0, applied.stderr
-    assert "servicemonitor.azmonitoring.coreos.com/dtjob created (server dry run)" in applied.stdout
+    applied = server_dry_run(kubeconfig, [monitor])
+    assert "servicemonitor.azmonitoring.coreos.com/dtjob created (server dry run)" in applied
 
 
 def test_metrics_are_secure_by_default_with_the_reviews_they_need() -> None:
