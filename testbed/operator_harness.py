@@ -260,5 +260,14 @@ class Jobs:
         selector = f"involvedObject.name={name},involvedObject.kind=DistributedTrainingJob"
         return list(self.core.list_namespaced_event(self.ns, field_selector=selector).items)
 
+    def wait_event(self, name: str, reason: str, timeout: float = 15) -> client.CoreV1Event:
+        """The job's first event of `reason`. Waited for: the operator posts a reconcile's events after the
+        status patch they go with, so a test that has just seen the status may list the events before them."""
+
+        def posted() -> client.CoreV1Event | None:
+            return next((e for e in self.events(name) if e.reason == reason), None)
+
+        return wait_for(posted, timeout=timeout, interval=0.25, what=f"event {reason}")
+
     def condition(self, name: str, kind: str) -> dict[str, Any] | None:
         return next((c for c in self.status(name).get("conditions") or [] if c["type"] == kind), None)

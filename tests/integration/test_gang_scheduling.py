@@ -187,7 +187,7 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_gpus_are_freed(
     placed = wait_for(lambda: (c := jobs.condition("gang", "GangScheduled")) and c["status"] == "True" and c,
                       timeout=60, what="GangScheduled True")  # fmt: skip
     assert placed["message"] == f"all 4 workers placed together by {coscheduling}"
-    assert "GangScheduled" in {e.reason for e in jobs.events("gang")}
+    jobs.wait_event("gang", "GangScheduled")
     jobs.wait_phase("gang", "Succeeded", timeout=120)
     launcher_pods = jobs.pods("gang", "launcher")
     assert launcher_pods and all(p.spec.scheduler_name == coscheduling for p in launcher_pods)
@@ -241,7 +241,7 @@ def test_volcano_missing_then_installed_its_crd_judges_the_pod_group(
         "(scheduling.volcano.sh/v1beta1); install Volcano (its PodGroup CRD and scheduler)"
     ), cond["message"]
     assert jobs.status("vc")["phase"] == "Pending"
-    assert "GangSchedulerMissing" in {e.reason for e in jobs.events("vc")}
+    jobs.wait_event("vc", "GangSchedulerMissing")
     # Nothing of the world exists meanwhile, and the operator keeps running (no crash loop).
     assert jobs.pods("vc") == [] and jobs.launcher("vc") is None
     assert [

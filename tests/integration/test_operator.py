@@ -102,7 +102,7 @@ def test_worker_failure_restarts_then_recovers(jobs: Jobs, operator: OperatorPro
     cond = jobs.condition("flaky", "Restarting")
     assert cond and cond["status"] == "False" and cond["reason"] == "Recovered"
     jobs.wait_phase("flaky", "Succeeded", timeout=120)
-    assert "Recovered" in {e.reason for e in jobs.events("flaky")}
+    jobs.wait_event("flaky", "Recovered")
 
 
 def test_repeated_failure_fails_at_backoff_limit_naming_the_pod(
@@ -158,7 +158,7 @@ def test_suspend_deletes_pods_and_resume_recreates(jobs: Jobs, operator: Operato
     status = jobs.wait_phase("pausable", "Running", timeout=120)
     assert status["restarts"] == 0
     assert len(jobs.live_workers("pausable")) == 2
-    assert "Resumed" in {e.reason for e in jobs.events("pausable")}
+    jobs.wait_event("pausable", "Resumed")
 
 
 def test_delete_cascades_to_every_child(jobs: Jobs, operator: OperatorProcess) -> None:
