@@ -185,7 +185,7 @@ test-python-deps: azurite registry azure-cli venv-training gpu-build-wheels
 # not `make -j2`: that gave both slots to Go builds and left the downloads waiting for them.
 test: deps
 	@$(MAKE) --no-print-directory test-python-deps & python_line=$$!; \
-	  go_rc=0; $(MAKE) --no-print-directory control-plane test-binaries gang-schedulers || go_rc=$$?; \
+	  go_rc=0; hack/go-scratch.sh $(MAKE) --no-print-directory control-plane test-binaries gang-schedulers || go_rc=$$?; \
 	  python_rc=0; wait $$python_line || python_rc=$$?; \
 	  [[ $$go_rc == 0 && $$python_rc == 0 ]] || { $(PHASE) report; exit 1; }
 	@$(PHASE) lint $(MAKE) --no-print-directory lint || { $(PHASE) report; exit 1; }

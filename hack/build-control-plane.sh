@@ -13,6 +13,8 @@
 # prometheus-operator's ServiceMonitor CRD (the chart's ServiceMonitor is checked against it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# Go's caches in a directory of this run's own, removed at the end (hack/go-scratch.sh).
+[[ -n ${DTJOB_GO_SCRATCH:-} ]] || exec "$here/go-scratch.sh" "$0" "$@"
 # shellcheck source=versions.env
 source "$here/versions.env"
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds hack/kstatus (the kstatus library of sigs.k8s.io/cli-utils, at the version its go.mod pins) into
 #   $DTJOB_CACHE/bin/kstatus-<key>/kstatus
-# where <key> hashes its sources, so an edit builds a new one and a second run builds nothing. Go fetches only
-# modules its module cache lacks: once they are there, a rebuild needs no network.
+# where <key> hashes its sources, so an edit builds a new one and a second run builds nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# Go's caches in a directory of this run's own, removed at the end (hack/go-scratch.sh).
+[[ -n ${DTJOB_GO_SCRATCH:-} ]] || exec "$here/go-scratch.sh" "$0" "$@"
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
 src=$here/kstatus
 key=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-12)

@@ -6,6 +6,8 @@
 # A second run finds them and builds nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# Go's caches in a directory of this run's own, removed at the end (hack/go-scratch.sh).
+[[ -n ${DTJOB_GO_SCRATCH:-} ]] || exec "$here/go-scratch.sh" "$0" "$@"
 # shellcheck source=versions.env
 source "$here/versions.env"
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}

@@ -5,6 +5,8 @@
 # beside its MPIJob CRD (kubeflow.org_mpijobs.yaml, from the same module). A second run builds nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# Go's caches in a directory of this run's own, removed at the end (hack/go-scratch.sh).
+[[ -n ${DTJOB_GO_SCRATCH:-} ]] || exec "$here/go-scratch.sh" "$0" "$@"
 version=${MPI_OPERATOR_VERSION:-v0.8.2}
 module=github.com/kubeflow/mpi-operator
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
