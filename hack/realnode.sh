@@ -318,6 +318,31 @@ import_into() { # node archive...
   )
 }
 
+layer_dir() { # node committed-snapshot-key: the directory containerd unpacked that layer into
+  local ctr_=(ctr --address "$(sock "$1")" -n k8s.io snapshots --snapshotter overlayfs) view="dtjob-layer-dir-$$"
+  # A read-only view's first lower directory is the snapshot's own (a one-layer view is a bind mount of it).
+  "${ctr_[@]}" view --mounts "$view" "$2" 2>/dev/null |
+    sed -n -e 's/.*"lowerdir=\([^:"]*\).*/\1/p' -e 's/.*"Source": "\(\/[^"]*\)".*/\1/p' | head -n 1
+  "${ctr_[@]}" rm "$view" 2>/dev/null || true
+}
+
+share_layers() {
+  # Every node's containerd unpacks an image into snapshots of its own: the PyTorch image alone is about
+  # 6 GB per node. A committed snapshot is never written again (a container writes to its own upper
+  # directory), so identical files of committed layers, across the nodes, can be one inode: the cluster
+  # holds each image's files once. Only committed snapshots, asked of containerd, are linked.
+  local dirs=() n key dir
+  for n in "${nodes[@]}"; do
+    while read -r key; do
+      dir=$(layer_dir "$n" "$key")
+      [[ -n $dir && -d $dir ]] && dirs+=("$dir")
+    done < <(ctr --address "$(sock "$n")" -n k8s.io snapshots --snapshotter overlayfs ls | awk '$3 == "Committed" { print $1 }')
+  done
+  ((${#dirs[@]} > 0)) || return 0
+  hardlink --quiet --respect-xattrs --minimum-size 16K "${dirs[@]}" ||
+    log "could not link the nodes' identical image files; each node keeps its own copy"
+}
+
 kubelet_up() { # node
   local n=$1 dir=$run/$1 node
   node=$(node_name "$n")
@@ -496,6 +521,7 @@ case ${1:-} in
     # Images hack/build-images.sh built, into every node's containerd (skipped where already there).
     shift
     for n in "${nodes[@]}"; do "$here/build-images.sh" import --address "$(sock "$n")" "$@"; done
+    share_layers
     ;;
   tag-image)
     # An imported image under a second name in every node's containerd, e.g. the name a manifest gives it

@@ -4,8 +4,8 @@ to success on it; and `make demo-down` leaves nothing running.
 
 The demo runs under names of its own (network namespace, cluster, state dir: $CLUSTER_NAME-pg), beside the
 e2e tier's real-node cluster and any developer's demo (clusters of different names in different network
-namespaces share nothing, see hack/realnode.sh). Its image store (about 10 GB: the PyTorch image on two
-nodes) is removed afterwards, so the test leaves the cache as it found it.
+namespaces share nothing, see hack/realnode.sh). Its image store (about 6 GB: the PyTorch image, its
+files shared by the two nodes) is removed afterwards, so the test leaves the cache as it found it.
 """
 
 from __future__ import annotations
