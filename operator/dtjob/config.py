@@ -50,6 +50,33 @@ class ElectionTimings:
         return max(self.retry_period_s, min(self.lease_duration_s / 3, self.renew_deadline_s / 2))
 
 
+# The node problem detector's GPU conditions on AKS (GPU pools): the GPUs or their links are broken now.
+UNHEALTHY_CONDITIONS = frozenset(
+    {"GPUMissing", "XIDErrors", "NVLinkStatusInactive", "IBLinkFlapping", "UnhealthyNvidiaDevicePlugin"}
+)
+# ... and the node is about to go (Azure scheduled event: a redeploy, a reboot, a spot eviction).
+DRAIN_CONDITIONS = frozenset({"VMEventScheduled"})
+
+
+@dataclass(frozen=True)
+class NodeHealthPolicy:
+    """The condition types that make a node unfit for workers (unhealthy) or about to go (drain)."""
+
+    unhealthy: frozenset[str] = UNHEALTHY_CONDITIONS
+    drain: frozenset[str] = DRAIN_CONDITIONS
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.unhealthy or self.drain)
+
+
+def parse_condition_types(text: str | None, default: frozenset[str]) -> frozenset[str]:
+    """Node condition types, comma-separated (the operator's setting); None: the default, "": none."""
+    if text is None:
+        return default
+    return frozenset(part.strip() for part in text.split(",") if part.strip())
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     images: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
@@ -111,6 +138,8 @@ class OperatorConfig:
     operator_namespace: str | None = None
     operator_service_account: str | None = None
     election: ElectionTimings = field(default_factory=ElectionTimings)
+    # The node conditions (set True) that move a worker off its node: broken GPUs, and a node about to go.
+    node_health: NodeHealthPolicy = field(default_factory=NodeHealthPolicy)
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]
@@ -134,6 +163,10 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         resync_seconds=float(env.get("DTJOB_RESYNC_SECONDS", d.resync_seconds)),
         reconcile_workers=int(env.get("DTJOB_RECONCILE_WORKERS", d.reconcile_workers)),
         progress_seconds=float(env.get("DTJOB_PROGRESS_SECONDS", d.progress_seconds)),
+        node_health=NodeHealthPolicy(
+            unhealthy=parse_condition_types(env.get("DTJOB_NODE_UNHEALTHY_CONDITIONS"), UNHEALTHY_CONDITIONS),
+            drain=parse_condition_types(env.get("DTJOB_NODE_DRAIN_CONDITIONS"), DRAIN_CONDITIONS),
+        ),
         heap_trim_seconds=float(env.get("DTJOB_HEAP_TRIM_SECONDS", d.heap_trim_seconds)),
         stager_image=env.get("DTJOB_STAGER_IMAGE", d.stager_image),
         image_pull_secrets=tuple(

@@ -89,9 +89,17 @@ LOG_UPLOADS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+NODE_PROBLEM_WORKERS = Counter(
+    "dtjob_node_problem_workers",
+    "Worker pods the operator took off a node whose condition says it cannot keep them (a GPU fault, a VM "
+    "event scheduled), by node and condition: with their world (a fixed one restarts) or alone (an elastic "
+    "world replaces them).",
+    ["node", "condition"],
+    registry=REGISTRY,
+)
 
 # Bounded label values. Anything outside them is counted under "Other"/"other".
-RESTART_REASONS = ("WorkerFailed", "WorkerLost", "LauncherFailed", "LauncherLost", "Other")
+RESTART_REASONS = ("WorkerFailed", "WorkerLost", "LauncherFailed", "LauncherLost", "NodeUnhealthy", "Other")
 ERROR_KINDS = ("conflict", "kubernetes", "timeout", "connection", "storage", "other")
 LOG_OUTCOMES = ("uploaded", "partial", "failed")
 SAS_ACCESS = ("in", "out")
@@ -145,6 +153,10 @@ def reconcile_failed(error: BaseException) -> None:
 
 def world_restarted(reason: str) -> None:
     WORLD_RESTARTS.labels(reason if reason in RESTART_REASONS else "Other").inc()
+
+
+def worker_off_node(node: str, condition: str) -> None:
+    NODE_PROBLEM_WORKERS.labels(node, condition).inc()
 
 
 def sas_minted(access: str, rotation: bool) -> None:

@@ -17,6 +17,9 @@ WORLD_SIZE_LABEL = f"{API_GROUP}/world-size"
 # Pods that are MPI hosts, selected by the NetworkPolicies (workers, plus the launcher when it runs ranks).
 MPI_HOST_LABEL = f"{API_GROUP}/mpi-host"
 MANAGED_BY = "dtjob-operator"
+# On a worker pod: the nodes the operator kept it off (their conditions said they could not keep a worker),
+# comma-separated, as its affinity says; a pod still unbound when one of them recovers is made again.
+AVOIDED_NODES_ANNOTATION = f"{API_GROUP}/avoided-nodes"
 # On a Secret: a storage account key the operator may read to sign SAS tokens (accountKey mode). It reads no
 # other, so a job cannot point it at another system's key its author may not read; no pod ever gets one.
 STORAGE_KEY_LABEL = f"{API_GROUP}/storage-key"

@@ -108,7 +108,7 @@ def kept(gpus: int) -> dict[str, Any]:
     return {
         "metadata": {"name": f"n{gpus}", "labels": {}},
         "spec": {"unschedulable": None, "taints": []},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "capacity": {}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "capacity": {}, "conditions": []},
     }
 
 
@@ -148,13 +148,33 @@ def test_only_what_the_checks_read_is_kept_of_a_node() -> None:
             "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}],
             "podCIDR": "10.0.0.0/24",
         },
-        "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": [{"names": ["a"] * 50}]},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "images": [{"names": ["a"] * 50}],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "lastHeartbeatTime": "2026-11-29T06:00:00Z",
+                    "lastTransitionTime": "2026-11-28T06:00:00Z",
+                    "reason": "KubeletReady",
+                    "message": "ready",
+                },
+                {"type": "XIDErrors", "status": "False", "lastHeartbeatTime": "2026-11-29T06:00:00Z"},
+            ],
+        },
     }
     kube = cached_over(CountingNodes(nodes=[full]))
     assert list_nodes(kube, "pool=gpu") == [{
         "metadata": {"name": "n1", "labels": {"pool": "gpu"}},
         "spec": {"unschedulable": None, "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]},
-        "status": {"allocatable": {"nvidia.com/gpu": "8"}, "capacity": {}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "capacity": {},
+            # Only the conditions set True, without the heartbeat that changes every few seconds.
+            "conditions": [{"type": "Ready", "status": "True", "message": "ready",
+                            "lastTransitionTime": "2026-11-28T06:00:00Z"}],
+        },
     }]  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dtjob import gang, names
@@ -54,7 +55,7 @@ def _hidden_gpus() -> Json:
     return {"name": "NVIDIA_VISIBLE_DEVICES", "value": ""}
 
 
-def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
+def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int, avoid_nodes: Sequence[str] = ()) -> Json:
     name = names.worker_name(spec.name, index)
     labels = {
         **spec.worker.pod_labels,
@@ -96,13 +97,34 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int) -> Json:
     _pull_secrets(spec, spec.worker, pod_spec)
     pod_spec, annotations = _with_template(spec.worker, pod_spec, names.WORKER_CONTAINER)
     pod_spec = worker_with_topology(spec, pod_spec)
+    pod_spec = off_nodes(pod_spec, avoid_nodes)
     annotations = {**annotations, **gang.pod_annotations(spec, names.ROLE_WORKER)}
+    if avoid_nodes:  # last: what the operator added, whatever the job's annotations say
+        annotations[names.AVOIDED_NODES_ANNOTATION] = ",".join(sorted(avoid_nodes))
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata(name, spec.namespace, labels, owner, annotations),
         "spec": pod_spec,
     }
+
+
+def off_nodes(pod_spec: Json, nodes: Sequence[str]) -> Json:
+    """The pod kept off `nodes` (those whose conditions say they cannot keep a worker): `metadata.name NotIn`
+    added to every required node selector term, the job's own included (terms are ORed, so each needs it)."""
+    if not nodes:
+        return pod_spec
+    away = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    affinity = dict(pod_spec.get("affinity") or {})
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or ()] or [{}]
+    for term in terms:
+        term["matchFields"] = [*(term.get("matchFields") or ()), away]
+    required["nodeSelectorTerms"] = terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node_affinity
+    return {**pod_spec, "affinity": affinity}
 
 
 def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:

@@ -68,7 +68,7 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
     missing = [i for i in range(size) if i not in live and names.worker_name(spec.name, i) not in blocked]
     if missing:
         b.actions.append(EnsureWorld())
-        b.actions.extend(CreateWorker(i, attempt) for i in missing)
+        b.actions.extend(CreateWorker(i, attempt, observed.avoid_nodes) for i in missing)
     waiting = kueue.waiting_message(spec.run_policy.scheduling.queue_name, bool(blocked))
     b.phase(SUSPENDED, waiting, "Warning", PREEMPTED)
     return True

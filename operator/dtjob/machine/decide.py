@@ -147,7 +147,7 @@ def _ended(b: Builder, spec: JobSpec, observed: Observed, world: _World) -> bool
     if launcher is not None and results_upload_failed(spec, launcher, observed):
         results_not_uploaded(b, spec, observed)
         return True
-    failure = first_failure(spec, world.size, world.workers, launcher, b.prev, world.leaving)
+    failure = first_failure(spec, world.size, world.workers, launcher, b.prev, world.leaving, b.now)
     below = elastic_world(b, spec, world.workers, launcher) if failure is None else None
     if below is not None:
         failure = WorldFailure(BELOW_MINIMUM, below)

@@ -7,13 +7,14 @@ WorkerLost, WorkerJoined, WorldResized. Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dtjob import names
 from dtjob.machine.builder import Builder
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import Event
+from dtjob.state.node_health import NODE_UNHEALTHY
 from dtjob.state.observed import LauncherState, PodState
 from dtjob.state.status import WORKERS_BELOW_MINIMUM
 from dtjob.timefmt import parse_time
@@ -26,9 +27,32 @@ def replaces_lost_workers(spec: JobSpec, launcher: LauncherState | None) -> bool
     return spec.elastic is not None and launcher is not None and not launcher.finished
 
 
-def lost(pod: PodState) -> bool:
-    """A worker the cluster took away (its pod failed by a disruption): replaced in an elastic world."""
-    return pod.phase == "Failed" and pod.disruption is not None
+def lost(pod: PodState, now: datetime) -> bool:
+    """A worker the cluster took away (its pod failed by a disruption), or one its node cannot keep (a GPU
+    fault now; a node about to go, once its ranks had DRAIN_GRACE to leave): replaced in an elastic world."""
+    if pod.phase == "Failed" and pod.disruption is not None:
+        return True
+    problem = pod.node_problem
+    if problem is None or pod.phase == "Succeeded":
+        return False
+    leave_at = problem.leave_at()
+    return pod.phase == "Failed" or leave_at is None or now >= leave_at
+
+
+def replaced_now(b: Builder, pod: PodState) -> bool:
+    """An elastic world's worker the cluster took away, or one its node cannot keep: deleted, and replaced
+    on another node. On a node about to go it is out of the published hosts already (its ranks leave the
+    world at their next commit) and goes DRAIN_GRACE after the node said so: looked at again then."""
+    problem = pod.node_problem
+    if not lost(pod, b.now):
+        leave_at = problem.leave_at() if problem is not None and pod.phase != "Succeeded" else None
+        if leave_at is not None:
+            b.requeue((leave_at - b.now).total_seconds())
+        return False
+    if problem is not None:
+        text = f"worker pod {pod.name}'s {problem.describe()}: replacing it on another node"
+        b.events.append(Event("Warning", NODE_UNHEALTHY, text))
+    return True
 
 
 def ready_workers(workers: Mapping[int, PodState]) -> int:

@@ -20,8 +20,10 @@ from dtjob.state.observed import Observed, PodState
 def world_hosts(
     spec: JobSpec, observed: Observed, workers: Mapping[int, PodState], attempt: int
 ) -> list[PodState]:
-    """The current world's MPI hosts: its workers, and its launcher's pod when the launcher runs ranks."""
-    hosts = list(workers.values())
+    """The current world's MPI hosts: its workers, and its launcher's pod when the launcher runs ranks. An
+    elastic world's worker whose node cannot keep it is left out: Horovod's host discovery drops it, and its
+    ranks leave the world at their next commit, before the pod goes (a fixed world restarts instead)."""
+    hosts = [p for p in workers.values() if spec.elastic is None or p.node_problem is None]
     if spec.launcher.run_as_worker:
         hosts += [p for p in observed.pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt]
     return hosts

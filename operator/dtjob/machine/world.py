@@ -12,7 +12,7 @@ from dtjob import names
 from dtjob.gang import kueue, placement
 from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
-from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
+from dtjob.machine.elastic import elastic_ranks, lost, replaced_now, replaces_lost_workers
 from dtjob.machine.finish import delete_world_pods, finish
 from dtjob.machine.hosts import publish_hosts, world_hosts
 from dtjob.spec.parse import JobSpec
@@ -26,6 +26,7 @@ from dtjob.state.decision import (
     ForceDeletePod,
     UploadLogs,
 )
+from dtjob.state.node_health import NODE_UNHEALTHY
 from dtjob.state.observed import LauncherState, Observed, PodState
 from dtjob.state.status import (
     CHILD_NOT_OURS,
@@ -57,6 +58,8 @@ class WorldFailure:
     reason: str
     message: str  # names the pod
     permanent: bool = False  # the job fails without a restart
+    # The nodes failed, not the job: the restart is not counted against runPolicy.backoffLimit.
+    infrastructure: bool = False
 
 
 def count_workers(
@@ -83,6 +86,7 @@ def first_failure(
     launcher: LauncherState | None,
     prev: JobStatus,
     leaving: Mapping[int | None, PodState],
+    now: datetime,
 ) -> WorldFailure | None:
     """The first failure of the current attempt (its message names the pod), or None. A worker the cluster
     took away (evicted from a lost node, removed with a deleted one) is lost, not failed."""
@@ -92,8 +96,8 @@ def first_failure(
             "LauncherLost", f"launcher pod {prev.launcher_pod} disappeared (its Job was deleted)"
         )
     if launcher is not None and launcher.failed:
-        return _launcher_failure(spec, size, workers, launcher, leaving)
-    return _worker_failure(spec, size, workers, launcher, leaving)
+        return _launcher_failure(spec, size, workers, launcher, leaving, now)
+    return _worker_failure(spec, size, workers, launcher, leaving, now)
 
 
 def _launcher_failure(
@@ -102,10 +106,15 @@ def _launcher_failure(
     workers: Mapping[int, PodState],
     launcher: LauncherState,
     leaving: Mapping[int | None, PodState],
+    now: datetime,
 ) -> WorldFailure:
     """Under restartPolicy ExitCode, a launcher that exits with a permanent code while its world is whole
     failed in the user's code: no restart. A broken world (a worker failed or gone), a signal, OOMKilled or
-    an eviction is infrastructure, and restarts it."""
+    an eviction is infrastructure, and restarts it. A rank dies with its GPU: when a worker's node reports
+    a fault, the fault is the world's failure, not the launcher's exit."""
+    on_sick_node = _node_failure(workers)
+    if on_sick_node is not None:
+        return on_sick_node
     pod = launcher.pod_name or names.launcher_name(spec.name)
     message = f"launcher pod {pod} failed: {launcher.reason or 'unknown reason'}"
     if launcher.log_error is not None:  # what the rank said, where the user would otherwise have to look
@@ -116,7 +125,7 @@ def _launcher_failure(
     policy = spec.run_policy
     if not policy.is_permanent(code) or infrastructure:
         return WorldFailure("LauncherFailed", message)
-    broken = _worker_failure(spec, size, workers, None, leaving) or _missing_worker(spec, size, workers)
+    broken = _worker_failure(spec, size, workers, None, leaving, now) or _missing_worker(spec, size, workers)
     if broken is not None:
         return broken
     ranges = ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in policy.permanent_exit_codes)
@@ -142,12 +151,15 @@ def _worker_failure(
     workers: Mapping[int, PodState],
     launcher: LauncherState | None,
     leaving: Mapping[int | None, PodState],
+    now: datetime,
 ) -> WorldFailure | None:
     elastic = replaces_lost_workers(spec, launcher)
+    if not elastic and (on_sick_node := _node_failure(workers)) is not None:
+        return on_sick_node
     for index in sorted(workers):
         worker = workers[index]
-        if elastic and lost(worker):
-            continue  # replaced while the others train on (dtjob.machine.elastic)
+        if elastic and (lost(worker, now) or worker.node_problem is not None):
+            continue  # replaced (a node about to go: once its ranks left) while the others train on
         if worker.phase == "Failed" and worker.disruption:
             return WorldFailure("WorkerLost", f"worker pod {worker.name} was lost: {worker.disruption}")
         if worker.phase == "Failed":
@@ -169,6 +181,18 @@ def _worker_failure(
                 return WorldFailure(
                     "WorkerLost", f"worker pod {name} disappeared while the launcher was running"
                 )
+    return None
+
+
+def _node_failure(workers: Mapping[int, PodState]) -> WorldFailure | None:
+    """A worker whose node cannot keep it (a GPU fault, or the node about to go) ends a fixed world: it is
+    restarted from its checkpoint on other nodes, not counted against runPolicy.backoffLimit."""
+    for index in sorted(workers):
+        worker = workers[index]
+        problem = worker.node_problem
+        if problem is not None and worker.phase != "Succeeded":
+            message = f"worker pod {worker.name}'s {problem.describe()}"
+            return WorldFailure(NODE_UNHEALTHY, message, infrastructure=True)
     return None
 
 
@@ -207,17 +231,23 @@ def fail_world(b: Builder, spec: JobSpec, observed: Observed, failure: WorldFail
         finish(b, spec, observed, FAILED, reason, message)
         return
     limit = spec.run_policy.backoff_limit
-    if b.prev.restarts >= limit:
+    counted = b.prev.restarts - b.prev.infrastructure_restarts
+    if not failure.infrastructure and counted >= limit:
         finish(
             b, spec, observed, FAILED, reason,
-            f"{message}; runPolicy.backoffLimit ({limit}) reached after {b.prev.restarts} restarts",
+            f"{message}; runPolicy.backoffLimit ({limit}) reached after {counted} restarts",
         )  # fmt: skip
         return
     restarts = b.prev.restarts + 1
+    infrastructure = b.prev.infrastructure_restarts + int(failure.infrastructure)
     b.status = replace(
-        b.status, restarts=restarts, launcher_state="Absent", launcher_pod=None, workers_ready=0
-    )
-    text = f"{message}; restarting the world (restart {restarts} of {limit})"
+        b.status, restarts=restarts, infrastructure_restarts=infrastructure, launcher_state="Absent",
+        launcher_pod=None, workers_ready=0,
+    )  # fmt: skip
+    if failure.infrastructure:
+        text = f"{message}; restarting the world on other nodes (not counted against runPolicy.backoffLimit)"
+    else:
+        text = f"{message}; restarting the world (restart {counted + 1} of {limit})"
     b.cond("Restarting", True, reason, text)
     b.cond_false_if_present("Running", reason, message)
     b.events.append(Event("Warning", reason, text))
@@ -248,7 +278,7 @@ def advance_world(
     missing = [i for i in range(size) if i not in workers and names.worker_name(spec.name, i) not in blocked]
     if missing:
         b.actions.append(EnsureWorld())
-        b.actions.extend(CreateWorker(i, attempt) for i in missing)
+        b.actions.extend(CreateWorker(i, attempt, observed.avoid_nodes) for i in missing)
     all_ready = len(workers) == size and all(p.ready and p.phase == "Running" for p in workers.values())
     create_launcher = launcher is None and all_ready and not stale_launcher
     if create_launcher:
@@ -299,7 +329,10 @@ def _clear_stale(
     blocked: set[str] = set()
     for pod in observed.workers():
         stale = pod.attempt != attempt or (pod.index is not None and pod.index >= size)
-        stale = stale or (replace_lost and lost(pod))
+        if replace_lost and not stale and not pod.deleting:
+            stale = replaced_now(b, pod)
+        # Kept off a node that has recovered since, and not placed: made again, so it may go there.
+        stale = stale or (not pod.node and not pod.deleting and _recovered(pod, observed.avoid_nodes))
         if stale or pod.deleting:
             blocked.add(pod.name)
             if not pod.deleting:
@@ -307,6 +340,10 @@ def _clear_stale(
             elif not release_when_ended(b, pod):
                 _force_delete_when_stuck(b, pod)
     return blocked
+
+
+def _recovered(pod: PodState, avoid_nodes: Iterable[str]) -> bool:
+    return bool(set(pod.avoided_nodes) - set(avoid_nodes))
 
 
 def _force_delete_when_stuck(b: Builder, pod: PodState) -> None:

@@ -109,7 +109,7 @@ def _run_step(
     now: datetime,
 ) -> Result | None:
     if isinstance(step, list):  # a world's worker pods: created at once, or none of them
-        workers = [desired.worker_pod(spec, owner, w.index, w.attempt) for w in step]
+        workers = [desired.worker_pod(spec, owner, w.index, w.attempt, w.avoid_nodes) for w in step]
         return _create_pods(kube, config, spec, owner, step[0], workers)
     pod_bearing = _pod_bearing(config, spec, owner, step)
     if pod_bearing is not None:

@@ -26,8 +26,8 @@ from dtjob.reconcile.observe import observe
 from dtjob.reconcile.storage_act import delete_sas_secrets
 from dtjob.spec.managed_by import dispatched
 from dtjob.spec.parse import SpecError, parse_spec
-from dtjob.state.decision import Event, SasSecretsDeleted
-from dtjob.state.observed import Children
+from dtjob.state.decision import Action, DeletePod, Event, SasSecretsDeleted
+from dtjob.state.observed import Children, Observed
 from dtjob.state.status import FINISHED, JobStatus, status_from_dict
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ def reconcile(
     if decision.status.restarts > prev.restarts:
         restarting = decision.status.condition("Restarting")
         metrics.world_restarted(restarting.reason if restarting is not None else "")
+    _count_workers_off_nodes(observed, decision.actions)
     owner = owner_reference(name, meta["uid"])
     output = decision.status.output_url
     results = act(kube, config, spec, owner, decision.actions, observed.children, output, now)
@@ -106,6 +107,14 @@ def _record(
     for event in events:
         kube.emit_event(job, event.type, event.reason, event.message, now)
     return version
+
+
+def _count_workers_off_nodes(observed: Observed, actions: Sequence[Action]) -> None:
+    """Each worker deleted while its node reports a problem, once: the next reconcile sees it deleting."""
+    deleted = {a.name for a in actions if isinstance(a, DeletePod)}
+    for pod in observed.workers():
+        if pod.node_problem is not None and pod.name in deleted:
+            metrics.worker_off_node(pod.node_problem.node, pod.node_problem.condition)
 
 
 def _owns(child: Mapping[str, Any] | None, uid: str) -> bool:

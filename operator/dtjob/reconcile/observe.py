@@ -35,17 +35,20 @@ from dtjob.reconcile.results_check import stored_results
 from dtjob.reconcile.storage_observe import observe_sas, observe_staging, output_directory
 from dtjob.spec.parse import JobSpec
 from dtjob.state.hosts import published_hosts
+from dtjob.state.node_health import node_problems
 from dtjob.state.observed import (
     Blocker,
     Children,
     CreateRefusal,
     LauncherState,
     Observed,
+    PodState,
     StoredResults,
     observe_children,
 )
 from dtjob.state.prebuilt import PrebuiltWorkload, prebuilt_state
 from dtjob.state.rank_error import rank_error
+from dtjob.state.staging import StagingOutcome
 from dtjob.state.status import FINISHED, SAS_SCOPE_CONTAINER, SAS_SCOPE_DIRECTORY, JobStatus
 from dtjob.timefmt import parse_time
 
@@ -75,6 +78,7 @@ def observe(
     uid = str(meta.get("uid") or "")
     seen = observe_children(children.pods, children.launcher, uid)
     active = prev.phase not in FINISHED and not spec.run_policy.suspend
+    workers, avoid_nodes = _node_health(kube, config, spec, seen.pods) if active else (seen.pods, ())
     blocker = preflight(kube, spec, uid, config) if active and not world_started(prev, seen) else None
     sas = observe_sas(kube, spec, prev, uid, now, config) if active else {}
     sas_blockers = [s.blocked for s in sas.values() if s.blocked is not None]
@@ -92,16 +96,11 @@ def observe(
         launcher = replace(launcher, log_error=rank_error(log_text))
     room = _pool_room(kube, spec) if active and wants_pool_room(spec, seen, prev, now) else None
     prebuilt = _prebuilt(kube, spec, uid) if active else None
-    launcher_refused = staging_refused = None
+    launcher_refused = None
     if active and seen.launcher is not None and seen.launcher.pod_name is None and not seen.launcher.finished:
         launcher_refused = _refusal(kube, spec.namespace, children.launcher)
-    # The staging Job's own pods (an older job's of the same name could still be terminating).
-    staging_uid = str(((children.staging or {}).get("metadata") or {}).get("uid") or "")
-    stagers = [p for p in children.pods if staging_uid in owner_uids(p)]
-    if staging is not None and staging.phase == "Running" and not stagers:
-        staging_refused = _refusal(kube, spec.namespace, children.staging)
     return Observed(
-        pods=seen.pods,
+        pods=workers,
         launcher=launcher,
         children=seen.children,
         generation=meta.get("generation"),
@@ -118,9 +117,42 @@ def observe(
         pool_room=room,
         prebuilt=prebuilt,
         launcher_refused=launcher_refused,
-        staging_refused=staging_refused,
+        staging_refused=_staging_refused(kube, spec, children, staging),
         published=published_hosts(children.endpoint_slices, spec.name, uid),
+        avoid_nodes=avoid_nodes,
     )
+
+
+def _staging_refused(
+    kube: Kube, spec: JobSpec, children: Children, staging: StagingOutcome | None
+) -> CreateRefusal | None:
+    """Why the running staging Job has no pod of its own (an older job's of the same name could still be
+    terminating), when admission refused it."""
+    staging_uid = str(((children.staging or {}).get("metadata") or {}).get("uid") or "")
+    stagers = [p for p in children.pods if staging_uid in owner_uids(p)]
+    if staging is None or staging.phase != "Running" or stagers:
+        return None
+    return _refusal(kube, spec.namespace, children.staging)
+
+
+def _node_health(
+    kube: Kube, config: OperatorConfig, spec: JobSpec, pods: tuple[PodState, ...]
+) -> tuple[tuple[PodState, ...], tuple[str, ...]]:
+    """The pods, each worker with its node's problem if its node has one, and the nodes of the workers' pool
+    that new workers are kept off. The pool's node list is the preflight's (shared by every job, cached for
+    a few seconds); without the right to list nodes (a namespace-scoped install) nothing is read."""
+    if not config.node_health.enabled:
+        return pods, ()
+    selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
+    nodes = reads.pool_nodes(kube, selector)
+    problems = node_problems(nodes or (), config.node_health)
+    if not problems:
+        return pods, ()
+    marked = tuple(
+        replace(p, node_problem=problems[p.node]) if p.role == names.ROLE_WORKER and p.node in problems else p
+        for p in pods
+    )
+    return marked, tuple(sorted(problems))
 
 
 def _results_record(

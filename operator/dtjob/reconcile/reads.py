@@ -75,6 +75,16 @@ def list_nodes(kube: Kube, label_selector: str, fresh: bool = False) -> list[Jso
         raise Rejected(f"node selector {label_selector!r} refused: {err}") from err
 
 
+def pool_nodes(kube: Kube, label_selector: str) -> list[Json] | None:
+    """The nodes matching the selector, possibly from a watch cache; None when listing nodes is forbidden
+    (a namespace-scoped install) or the selector is refused, without a word: this runs at every reconcile
+    of an active job, and the preflight already says both."""
+    try:
+        return kube.list("Node", None, labels=label_selector, cached=True)
+    except (Forbidden, Rejected):
+        return None
+
+
 def list_node_pods(kube: Kube, node: str) -> list[Json] | None:
     """The pods bound to `node` that have not ended, in every namespace; None when that is forbidden (a
     namespace-scoped install)."""

@@ -217,12 +217,22 @@ def _answer(items: ListAnswer) -> builtins.list[Json]:
 
 
 def node_projection(node: Mapping[str, Any]) -> Json:
-    """Only what the checks read of a node: its name, labels, schedulability, taints and resources."""
+    """Only what the checks read of a node: its name, labels, schedulability, taints, resources and the
+    conditions set True (what the node problem detector says), each without its heartbeat."""
     meta, spec, status = (node.get(part) or {} for part in ("metadata", "spec", "status"))
+    conditions = [
+        {k: c.get(k) for k in ("type", "status", "message", "lastTransitionTime")}
+        for c in status.get("conditions") or ()
+        if c.get("status") == "True"
+    ]
     return {
         "metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
         "spec": {"unschedulable": spec.get("unschedulable"), "taints": spec.get("taints") or []},
-        "status": {"allocatable": status.get("allocatable") or {}, "capacity": status.get("capacity") or {}},
+        "status": {
+            "allocatable": status.get("allocatable") or {},
+            "capacity": status.get("capacity") or {},
+            "conditions": conditions,
+        },
     }
 
 

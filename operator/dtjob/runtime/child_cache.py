@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtjob import names
-from dtjob.names import ROLE_STAGER
+from dtjob.names import AVOIDED_NODES_ANNOTATION, ROLE_STAGER
 from dtjob.state.observed import Children
 
 Key = tuple[str, str]  # (namespace, job name)
@@ -47,13 +47,21 @@ def projection(body: Json) -> dict[str, Any]:
             # Only the owners' UIDs: a job re-created under the same name must not adopt what the old left.
             "ownerReferences": [{"uid": ref.get("uid")} for ref in meta.get("ownerReferences") or ()],
             "labels": dict(meta.get("labels") or {}),
+            # The one annotation the state machine reads: the nodes a worker was kept off.
+            "annotations": {
+                k: v for k, v in (meta.get("annotations") or {}).items() if k == AVOIDED_NODES_ANNOTATION
+            },
             "deletionTimestamp": meta.get("deletionTimestamp"),
             "creationTimestamp": meta.get("creationTimestamp"),
             # Kueue's finalizer, which the operator takes off its own ended pods.
             "finalizers": list(meta.get("finalizers") or ()),
         },
         # Kueue's admission gate: a worker that waits for its group's admission.
-        "spec": {"schedulingGates": list((body.get("spec") or {}).get("schedulingGates") or ())},
+        # ... and the node it is bound to, whose conditions say whether it can keep the pod.
+        "spec": {
+            "schedulingGates": list((body.get("spec") or {}).get("schedulingGates") or ()),
+            "nodeName": (body.get("spec") or {}).get("nodeName"),
+        },
         "status": dict(body.get("status") or {}),
         **{key: body[key] for key in SLICE_FIELDS if key in body},
     }

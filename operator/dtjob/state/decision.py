@@ -59,6 +59,7 @@ class DeletePodGroup:
 class CreateWorker:
     index: int
     attempt: int
+    avoid_nodes: tuple[str, ...] = ()  # nodes whose conditions say they cannot keep a worker
 
 
 @dataclass(frozen=True)

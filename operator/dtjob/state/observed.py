@@ -16,6 +16,7 @@ from dtjob.contract.results_upload import ResultsRecord, UploadReport
 from dtjob.gang import kueue
 from dtjob.gang.pool_room import PoolRoom
 from dtjob.state.hosts import PublishedHosts
+from dtjob.state.node_health import NodeProblem
 from dtjob.state.prebuilt import PrebuiltWorkload
 from dtjob.state.rank_error import RankError
 from dtjob.state.staging import StagingOutcome as StagingOutcome
@@ -91,6 +92,10 @@ class PodState:
     # ... and its finalizer is still on the pod.
     kueue_finalizer: bool = False
     address: str = ""  # status.podIP: where the pod's name resolves once the operator publishes it
+    node: str = ""  # spec.nodeName, once bound
+    avoided_nodes: tuple[str, ...] = ()  # the nodes the operator kept it off when it made it
+    # Its node's condition that says it cannot keep the pod (read only for the workers of an active job).
+    node_problem: NodeProblem | None = None
 
     @property
     def finished(self) -> bool:
@@ -169,6 +174,8 @@ class Observed:
     prebuilt: PrebuiltWorkload | None = None
     # The MPI hosts the job's headless Service publishes (its EndpointSlices, from the watch cache).
     published: PublishedHosts = field(default_factory=PublishedHosts)
+    # Nodes of the workers' pool whose conditions say they cannot keep a worker: new workers keep off them.
+    avoid_nodes: tuple[str, ...] = ()
 
     def workers(self) -> list[PodState]:
         return [p for p in self.pods if p.role == names.ROLE_WORKER]
@@ -226,7 +233,14 @@ def pod_state(pod: Json) -> PodState:
         kueue_eviction=kueue.eviction(pod),
         kueue_finalizer=kueue.holds(pod),
         address=str(status.get("podIP") or ""),
+        node=str((pod.get("spec") or {}).get("nodeName") or ""),
+        avoided_nodes=_avoided_nodes(meta),
     )
+
+
+def _avoided_nodes(meta: Json) -> tuple[str, ...]:
+    text = (meta.get("annotations") or {}).get(names.AVOIDED_NODES_ANNOTATION)
+    return tuple(sorted(n for n in text.split(",") if n)) if isinstance(text, str) else ()
 
 
 def _statuses(status: Json) -> list[Json]:

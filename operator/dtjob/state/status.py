@@ -101,6 +101,9 @@ class JobStatus:
     message: str = ""
     conditions: tuple[Condition, ...] = ()
     restarts: int = 0
+    # Of those, the restarts a node forced (a worker's node reported a GPU fault or that it is about to go):
+    # not counted against runPolicy.backoffLimit.
+    infrastructure_restarts: int = 0
     start_time: str | None = None
     completion_time: str | None = None
     observed_generation: int | None = None
@@ -152,6 +155,8 @@ class JobStatus:
             "gpus": self.total_gpus,
             "launcher": {"state": self.launcher_state, "pod": self.launcher_pod},
         }
+        if self.infrastructure_restarts:
+            out["infrastructureRestarts"] = self.infrastructure_restarts
         if self.staging is not None:
             out["staging"] = dict(self.staging)
         if self.training_progress is not None:
@@ -247,6 +252,8 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
             if isinstance(c, Mapping)
         ),
         restarts=_count(data.get("restarts")),
+        # Never more than the restarts: an edit of status cannot make the restarts count negative.
+        infrastructure_restarts=min(_count(data.get("infrastructureRestarts")), _count(data.get("restarts"))),
         start_time=_stamp(data.get("startTime")),
         completion_time=_stamp(data.get("completionTime")),
         observed_generation=_generation(data.get("observedGeneration")),

@@ -1,0 +1,70 @@
+"""Whether a worker's node can keep it, as the node's own conditions say. AKS's node problem detector marks a
+sick GPU node with conditions (GPUMissing, XIDErrors, ...) set True, and a node about to be taken for
+maintenance or a spot eviction with VMEventScheduled: the kubelet stays Ready on both, so nothing else in
+Kubernetes moves the pods. Which condition types count is the operator's setting (dtjob.config). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from dtjob.config import NodeHealthPolicy
+from dtjob.timefmt import parse_time
+
+Json = Mapping[str, Any]
+
+# The reason a worker's world restarts, or the worker is replaced, when its node cannot keep it.
+NODE_UNHEALTHY = "NodeUnhealthy"
+# A rank of an elastic world on a node that is about to go leaves the world at its next commit (its host is no
+# longer published); its pod is deleted, and replaced on another node, this long after the condition appeared.
+DRAIN_GRACE = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class NodeProblem:
+    node: str
+    condition: str  # the condition's type, e.g. XIDErrors
+    message: str  # the condition's message ("" when it has none)
+    since: datetime | None  # its lastTransitionTime
+    drain: bool  # about to go (VMEventScheduled), not broken now
+
+    def describe(self) -> str:
+        text = f"node {self.node} reports {self.condition}"
+        return f"{text}: {self.message}" if self.message else text
+
+    def leave_at(self) -> datetime | None:
+        """When a rank on a node about to go should be gone (None: at once)."""
+        return self.since + DRAIN_GRACE if self.drain and self.since is not None else None
+
+
+def node_problems(nodes: Iterable[Json], policy: NodeHealthPolicy) -> dict[str, NodeProblem]:
+    """Node name -> its problem, for the nodes with a condition of the policy set True. A broken node's
+    problem outranks one about to go; among several, the first type by name, so the answer is stable."""
+    found: dict[str, NodeProblem] = {}
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        true = [
+            c for c in (node.get("status") or {}).get("conditions") or ()
+            if c.get("status") == "True" and c.get("type") in (policy.unhealthy | policy.drain)
+        ]  # fmt: skip
+        if not name or not true:
+            continue
+        worst = min(true, key=lambda c: (c["type"] not in policy.unhealthy, c["type"]))
+        kind = str(worst["type"])
+        found[name] = NodeProblem(
+            node=name,
+            condition=kind,
+            message=" ".join(str(worst.get("message") or "").split()),
+            since=_since(worst.get("lastTransitionTime")),
+            drain=kind not in policy.unhealthy,
+        )
+    return found
+
+
+def _since(stamp: Any) -> datetime | None:
+    try:
+        return parse_time(stamp) if isinstance(stamp, str) and stamp else None
+    except ValueError:
+        return None
