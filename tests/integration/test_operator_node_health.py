@@ -81,7 +81,8 @@ def test_an_elastic_world_replaces_the_worker_of_a_node_that_lost_a_gpu(
     jobs: Jobs, operator: OperatorProcess, flag_node: Callable[[str, str, str], None]
 ) -> None:
     elastic = {"minWorkers": 2, "maxWorkers": 3}
-    jobs.create("spares", workers=3, gpusPerWorker=2, elastic=elastic, launcher=LONG_LAUNCHER)
+    # A worker per node (4 GPUs each, as the pool's nodes have): one of them on the node that goes bad.
+    jobs.create("spares", workers=3, gpusPerWorker=4, elastic=elastic, launcher=LONG_LAUNCHER)
     jobs.wait_phase("spares", "Running", timeout=120)
     old = {str(p.metadata.name): str(p.metadata.uid) for p in jobs.live_workers("spares")}
     sick = _node_of(jobs, "spares-worker-2")

@@ -196,7 +196,10 @@ def test_kubectl_explain_documents_fields(crd: str) -> None:
     assert "MPI ranks per worker" in " ".join(explained("dtj.spec.slotsPerWorker").split())
     assert "cleanPodPolicy" in explained("dtjob.spec.runPolicy")
     # Status, and a field inside a list of a schema the YAML shares between two places.
-    assert "counted against runPolicy.backoffLimit" in " ".join(explained("dtj.status.restarts").split())
+    assert "a Kueue preemption is not one" in " ".join(explained("dtj.status.restarts").split())
+    assert "count against runPolicy.backoffLimit" in " ".join(
+        explained("dtj.status.infrastructureRestarts").split()
+    )
     tolerance = explained("dtj.spec.placement.launcher.tolerations.tolerationSeconds")
     assert "Effect NoExecute only" in " ".join(tolerance.split())
 
