@@ -2,7 +2,8 @@
 Horovod's collectives on NCCL, DALI, on a Debian base with no CUDA base image) and every e2e job runs it: sshd
 in the workers, horovodrun over SSH, the trainer with DTJOB_EXPECT_GPU=0. This test checks what only a GPU
 build has, in a pod the restricted Pod Security Standard admits, with the operator's own security context:
-- Horovod reports NCCL built, linked to the NCCL wheel torch itself loads (one NCCL in the process);
+- Horovod reports NCCL built, linked to the NCCL wheel torch itself loads (one NCCL in the process), its
+  libraries finding NCCL and the CUDA runtime relative to themselves, with kernels for the VM sizes named;
 - DALI imports and decodes a JPEG (a CPU pipeline: no GPU here);
 - the environment the NVIDIA container toolkit reads is set as the CUDA images set it;
 - the trainer runs a few steps under horovodrun, as uid 1000.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +30,10 @@ from tests.e2e.real_jobs import tiny_training
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
+FATBIN = Path(__file__).resolve().parents[1] / "cuda_fatbin.py"
+
 PROBE = r"""
-import json, os, pwd
+import glob, json, os, pwd
 from importlib.metadata import version
 
 import horovod.torch as hvd
@@ -54,7 +58,21 @@ def decode():
 pipe = decode()
 pipe.build()
 (images,) = pipe.run()
+
+
+# An ELF library's RUNPATH (the one NUL-ended string holding NCCL's entry) and its GPU code (gpu_code, the
+# source of tests/cuda_fatbin.py, comes before this script).
+def linked(path):
+    data = open(path, "rb").read()
+    at = data.find(b"$ORIGIN/../../nvidia/nccl/lib")
+    start, end = data.rfind(b"\0", 0, at) + 1, data.find(b"\0", at)
+    return {"runpath": data[start:end].decode() if at >= 0 else "", "arches": gpu_code(data)}
+
+
+site = os.path.dirname(os.path.dirname(os.path.dirname(hvd.__file__)))  # .../horovod/torch/__init__.py
+libraries = sorted(glob.glob(os.path.join(site, "horovod", "**", "*.so"), recursive=True))
 print("PROBE " + json.dumps({
+    "horovod_libraries": {os.path.relpath(lib, site): linked(lib) for lib in libraries},
     "uid": os.getuid(),
     "user": pwd.getpwuid(os.getuid()).pw_name,
     "nccl_built": hvd.nccl_built(),
@@ -88,7 +106,8 @@ def _trainer_command() -> str:
 
 
 def _probe_pod(name: str) -> dict[str, Any]:
-    script = f"python - <<'EOF'\n{PROBE}\nEOF\n{_trainer_command()} 2>&1 | tail -n 30"
+    probe = f"{FATBIN.read_text()}\n{PROBE}"
+    script = f"python - <<'EOF'\n{probe}\nEOF\n{_trainer_command()} 2>&1 | tail -n 30"
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -145,5 +164,14 @@ def test_the_gpu_pytorch_image_has_nccl_horovod_and_dali_and_trains_on_cpu_as_ui
         "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
         "NVIDIA_REQUIRE_CUDA": "cuda>=13.0",
     }, probe
+    # Horovod's libraries find NCCL and the CUDA runtime in torch's own wheels, relative to themselves
+    # (nothing of the build stage), and carry kernels for A100 (8.0) and H100 (9.0), PTX for newer GPUs.
+    libraries = probe["horovod_libraries"]
+    assert libraries, probe
+    for path, lib in libraries.items():
+        entries = lib["runpath"].split(":")
+        assert entries[:2] == ["$ORIGIN/../../nvidia/nccl/lib", "$ORIGIN/../../nvidia/cu13/lib"], (path, lib)
+        assert all(e.startswith(("$ORIGIN/", "/usr/")) for e in entries), (path, lib)
+        assert lib["arches"] == ["compute_90", "sm_80", "sm_90"], (path, lib)
     # The trainer's own lines (dtjob_train.progress): the last step, then the closing figure.
     assert "epoch 1/1 step 3/3 " in log and "total images/sec: " in log, log[-4000:]
