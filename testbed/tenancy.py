@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +39,15 @@ def render_chart(helm: str, release: str, namespace: str, sets: tuple[str, ...] 
         args += ["--set", value]
     out = subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def refused(call: Callable[[], Any]) -> bool:
+    """Whether the API server refuses the call as forbidden (403); any other outcome is not a refusal."""
+    try:
+        call()
+    except ApiException as err:
+        return bool(err.status == 403)
+    return False
 
 
 def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:

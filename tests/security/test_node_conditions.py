@@ -10,21 +10,12 @@ from functools import partial
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
-from testbed.tenancy import ADMIN, EDITOR, Tenant
+from testbed.tenancy import ADMIN, EDITOR, Tenant, refused
 
 LONG_LAUNCHER = {"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}}
-
-
-def refused(call: Callable[[], Any]) -> bool:
-    try:
-        call()
-    except ApiException as err:
-        return bool(err.status == 403)
-    return False
 
 
 def test_a_tenant_cannot_flag_a_node_to_move_another_teams_workers(
@@ -58,3 +49,26 @@ def test_a_tenant_cannot_flag_a_node_to_move_another_teams_workers(
     assert {str(p.metadata.name): str(p.metadata.uid) for p in theirs.live_workers("theirs")} == before
     conditions = client.CoreV1Api(api_client).read_node_status(node).status.conditions or []
     assert not any(c.type in ("XIDErrors", "GPUMissing") for c in conditions)
+
+
+def test_a_tenants_own_avoided_nodes_annotation_never_reaches_its_workers(
+    tenant_a: Tenant, operator: OperatorProcess, api_client: client.ApiClient
+) -> None:
+    """dtjob.io/avoided-nodes says which nodes the operator kept a worker off; an unplaced worker whose
+    nodes have all recovered is made again. Set by the job itself (naming a node never flagged), it would
+    have the operator delete and create that worker at every reconcile."""
+    forged = {"dtjob.io/avoided-nodes": "aks-gpu-31415926-vmss000000"}
+    tenant_a.jobs().create(
+        "forged", launcher=LONG_LAUNCHER,
+        worker={"podAnnotations": forged, "template": {"metadata": {"annotations": forged}}},
+    )  # fmt: skip
+    mine = Jobs(api_client, tenant_a.namespace)
+    mine.wait_phase("forged", "Running", timeout=120)
+    workers = {str(p.metadata.name): p for p in mine.live_workers("forged")}
+    assert len(workers) == 2
+    assert not any("dtjob.io/avoided-nodes" in (p.metadata.annotations or {}) for p in workers.values())
+    seen = operator.reconciles()
+    wait_for(lambda: operator.reconciles() >= seen + 2, timeout=90, what="two more reconciles")
+    again = {str(p.metadata.name): str(p.metadata.uid) for p in mine.live_workers("forged")}
+    assert again == {n: str(p.metadata.uid) for n, p in workers.items()}
+    assert mine.status("forged")["restarts"] == 0

@@ -4,23 +4,21 @@ edit role, or gives the operator Secrets it may list, fails here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from testbed.operator_harness import GROUP, PLURAL, VERSION, Jobs
-from testbed.tenancy import ADMIN, EDITOR, Tenant, TenantCluster, service_account_token, token_kubeconfig
-
-
-def refused(call: Callable[[], Any]) -> bool:
-    try:
-        call()
-    except ApiException as err:
-        return bool(err.status == 403)
-    return False
+from testbed.tenancy import (
+    ADMIN,
+    EDITOR,
+    Tenant,
+    TenantCluster,
+    refused,
+    service_account_token,
+    token_kubeconfig,
+)
 
 
 def test_an_editor_manages_jobs_and_nothing_the_operator_guards(

@@ -218,3 +218,11 @@ def test_a_worker_kept_off_a_node_that_recovered_is_made_again_while_unplaced() 
     # Recovered: the unplaced worker is made again (free to go there); the placed one stays.
     d = decide(spec, Observed(pods=(placed, waiting)), running(phase="Pending"), NOW)
     assert [a for a in d.actions if isinstance(a, DeletePod)] == [DeletePod("rn50-worker-1", "uid-w1")]
+
+
+def test_a_jobs_own_avoided_nodes_annotation_never_reaches_a_worker() -> None:
+    forged = {"dtjob.io/avoided-nodes": "aks-gpu-0"}
+    spec = job_spec(worker={"podAnnotations": forged, "template": {"metadata": {"annotations": forged}}})
+    assert "dtjob.io/avoided-nodes" not in worker_pod(spec, {}, 0, 0)["metadata"].get("annotations", {})
+    pod = worker_pod(spec, {}, 0, 0, ("aks-gpu-3",))
+    assert pod["metadata"]["annotations"]["dtjob.io/avoided-nodes"] == "aks-gpu-3"

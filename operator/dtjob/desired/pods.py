@@ -99,7 +99,10 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int, avoid_nodes
     pod_spec = worker_with_topology(spec, pod_spec)
     pod_spec = off_nodes(pod_spec, avoid_nodes)
     annotations = {**annotations, **gang.pod_annotations(spec, names.ROLE_WORKER)}
-    if avoid_nodes:  # last: what the operator added, whatever the job's annotations say
+    # Only ever what the operator added, whatever the job's annotations say: a value of the job's own would
+    # have an unplaced worker made again at every reconcile, for a node that was never flagged.
+    annotations.pop(names.AVOIDED_NODES_ANNOTATION, None)
+    if avoid_nodes:
         annotations[names.AVOIDED_NODES_ANNOTATION] = ",".join(sorted(avoid_nodes))
     return {
         "apiVersion": "v1",
