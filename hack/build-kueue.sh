@@ -4,12 +4,18 @@
 #   $DTJOB_CACHE/bin/kueue-<version>/kueue
 #   $DTJOB_CACHE/bin/kueue-<version>/crds/*.yaml, webhook-manifests.yaml
 # A second run finds them and builds nothing.
+#   hack/build-kueue.sh [VERSION...]    (default: the pinned $KUEUE_VERSION and the newest, $KUEUE_NEWEST_VERSION)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # Go's caches in a directory of this run's own, removed at the end (hack/go-scratch.sh).
 [[ -n ${DTJOB_GO_SCRATCH:-} ]] || exec "$here/go-scratch.sh" "$0" "$@"
 # shellcheck source=versions.env
 source "$here/versions.env"
+if (($# == 0)); then
+  for version in "$KUEUE_VERSION" "$KUEUE_NEWEST_VERSION"; do "$0" "$version"; done
+  exit 0
+fi
+KUEUE_VERSION=$1
 cache=${DTJOB_CACHE:-$HOME/.cache/dtjob}
 out=$cache/bin/kueue-$KUEUE_VERSION
 log() { printf '[build-kueue] %s\n' "$*" >&2; }

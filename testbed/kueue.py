@@ -9,6 +9,10 @@ pod would have the Secret mounted. (With the certificate management off, Kueue v
 certificate from a fixed /etc path.) Only the `pod` integration is enabled, and Kueue's pod webhooks see
 only the namespaces `namespace_labels` select, so nothing else that shares the control plane is gated, or
 refused while Kueue is down.
+
+Two releases run: the pinned one (KUEUE_VERSION, whose Kubernetes libraries match the control plane's) and
+the newest the Go module proxy serves (KUEUE_NEWEST_VERSION), with kueue.x-k8s.io/v1beta1 no longer served
+by its CRDs, as from Kueue v0.20 on. The tests speak v1beta2 to both (served since v0.15).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import ssl
 import subprocess
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +41,11 @@ from testbed.cache import cache_root
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import free_port, kubectl, terminate
 
-# The Kueue CRDs whose versions (v1beta1 stored, v1beta2 served) convert through Kueue's /convert webhook.
+# The Kueue CRDs whose versions (v1beta1 and v1beta2) convert through Kueue's /convert webhook.
 GROUP = "kueue.x-k8s.io"
+# The version the tests write Kueue's objects in, as (group, version) for the typed client's custom calls.
+KUEUE = (GROUP, "v1beta2")
+API_VERSION = "/".join(KUEUE)
 CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
 # The webhooks kept from Kueue's manifest: those for pods and for Kueue's own kinds. The others are for
 # integrations left disabled; the manager serves no path for them, and a Fail policy would refuse every Job.
@@ -54,11 +62,34 @@ WEBHOOK_CONFIG_NAMES = {
 }
 
 
-def kueue_dir() -> Path:
+@dataclass(frozen=True)
+class KueueRelease:
+    """A Kueue release the tests run, and whether its CRDs still serve kueue.x-k8s.io/v1beta1."""
+
+    version: str
+    serves_v1beta1: bool = True
+
+    def __str__(self) -> str:
+        return self.version if self.serves_v1beta1 else f"{self.version}-v1beta2-only"
+
+    @property
+    def names_prebuilt_in_annotation(self) -> bool:
+        """MultiKueue names a copy's Workload in an annotation, not a label: from v0.18 (its
+        WorkloadIdentifierAnnotations gate, on by default)."""
+        major, minor = (int(part) for part in self.version.lstrip("v").split(".")[:2])
+        return (major, minor) >= (0, 18)
+
+
+def releases() -> tuple[KueueRelease, ...]:
+    """The pinned release, and the newest one with v1beta1 unserved (as Kueue v0.20 does)."""
+    pinned = os.environ.get("KUEUE_VERSION") or _pinned("KUEUE_VERSION")
+    newest = os.environ.get("KUEUE_NEWEST_VERSION") or _pinned("KUEUE_NEWEST_VERSION")
+    return KueueRelease(pinned), KueueRelease(newest, serves_v1beta1=False)
+
+
+def kueue_dir(release: KueueRelease) -> Path:
     """Where hack/build-kueue.sh put the manager, its CRDs and its webhook manifest."""
-    cache = cache_root()
-    version = os.environ.get("KUEUE_VERSION") or _pinned("KUEUE_VERSION")
-    return cache / "bin" / f"kueue-{version}"
+    return cache_root() / "bin" / f"kueue-{release.version}"
 
 
 def _pinned(key: str) -> str:
@@ -167,11 +198,15 @@ def webhook_configurations(
     return out
 
 
-def crds(crd_dir: Path, url: str, ca: bytes) -> list[dict[str, Any]]:
-    """Kueue's CRDs; the multi-version ones convert through Kueue's webhook at `url`."""
+def crds(crd_dir: Path, url: str, ca: bytes, serve_v1beta1: bool = True) -> list[dict[str, Any]]:
+    """Kueue's CRDs; the multi-version ones convert through Kueue's webhook at `url`. Without
+    `serve_v1beta1`, that version is no longer served (its objects stay readable in v1beta2)."""
     out = []
     for path in sorted(crd_dir.glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
+        for version in crd["spec"]["versions"]:
+            if version["name"] == "v1beta1" and not serve_v1beta1:
+                version["served"] = False
         if crd["spec"]["names"]["plural"] in CONVERTED:
             crd["spec"]["conversion"] = {
                 "strategy": "Webhook",
@@ -197,8 +232,11 @@ class KueueProcess:
         workdir: Path,
         namespace_labels: dict[str, str],
         extra_config: dict[str, Any] | None = None,
+        release: KueueRelease | None = None,
     ) -> None:
-        """`extra_config`: more of Kueue's Configuration (e.g. `multiKueue`), over configuration()'s."""
+        """`extra_config`: more of Kueue's Configuration (e.g. `multiKueue`), over configuration()'s;
+        `release`: the pinned one unless named."""
+        self.release = release or releases()[0]
         self.kubeconfig = kubeconfig
         self.extra_config = dict(extra_config or {})
         self.workdir = workdir
@@ -214,7 +252,7 @@ class KueueProcess:
         assert done.returncode == 0, done.stderr
 
     def start(self) -> None:
-        home = kueue_dir()
+        home = kueue_dir(self.release)
         binary = home / "kueue"
         assert binary.exists(), f"{binary} missing: run hack/build-kueue.sh"
         cert_dir = self.workdir / "kueue-certs"
@@ -227,7 +265,7 @@ class KueueProcess:
         url = f"https://127.0.0.1:{self.webhook_port}"
         # Before the manager starts: its certificate management waits for the Secret's namespace, and
         # injects the CA into the CRDs and webhook configurations, which must exist.
-        self._apply(crds(home / "crds", url, self.ca))
+        self._apply(crds(home / "crds", url, self.ca, self.release.serves_v1beta1))
         manifest = (home / "webhook-manifests.yaml").read_text()
         self._apply(webhook_configurations(manifest, url, self.ca, self.selector))
         secret = {

@@ -17,9 +17,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from testbed.kueue import API_VERSION
 from testbed.operator_harness import REPO, kubectl
 
-GROUP_VERSION = "kueue.x-k8s.io/v1beta1"
+GROUP_VERSION = API_VERSION  # v1beta2: what every Kueue the tests run serves
 CLUSTER_SCRIPT = REPO / "hack" / "cluster.sh"
 # The generic adapter's name for the kind: Kind.version.group.
 EXTERNAL_FRAMEWORK = "DistributedTrainingJob.v1alpha1.dtjob.io"
@@ -79,7 +80,7 @@ def _cluster_queue(name: str, flavor: str, checks: list[str]) -> dict[str, Any]:
         ],
     }
     if checks:
-        spec["admissionChecks"] = checks
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
     return _kueue("ClusterQueue", name, spec)
 
 
@@ -104,13 +105,20 @@ def manager_objects(namespace: str, queue: str, worker_kubeconfig: str) -> list[
     config = f"{CHECK}-{namespace}"
     parameters = {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": config}
     check = {"controllerName": MULTIKUEUE_CONTROLLER, "parameters": parameters}
+    kubeconfig = {"locationType": "Secret", "location": WORKER}
     return [
         secret,
-        _kueue("MultiKueueCluster", WORKER, {"kubeConfig": {"locationType": "Secret", "location": WORKER}}),
+        _kueue("MultiKueueCluster", WORKER, {"clusterSource": {"kubeConfig": kubeconfig}}),
         _kueue("MultiKueueConfig", config, {"clusters": [WORKER]}),
         _kueue("AdmissionCheck", config, check),
         *queue_objects(namespace, queue, [config]),
     ]
+
+
+def priority_class(name: str, value: int) -> dict[str, Any]:
+    """A WorkloadPriorityClass (cluster-scoped; its value and description beside the metadata)."""
+    return {"apiVersion": GROUP_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+            "value": value, "description": "the test's"}  # fmt: skip
 
 
 def workdir(base: Path, role: str) -> Path:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -201,10 +202,13 @@ class Jobs:
         self.batch = client.BatchV1Api(api_client)
 
     def create(self, name: str, **spec: Any) -> dict[str, Any]:
+        return self.create_labelled(name, {}, **spec)
+
+    def create_labelled(self, name: str, labels: Mapping[str, str], **spec: Any) -> dict[str, Any]:
         body_spec: dict[str, Any] = {"framework": "pytorch", "workers": 2, "gpusPerWorker": 4}
         body_spec.update(spec)
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DistributedTrainingJob",
-                "metadata": {"name": name}, "spec": body_spec}  # fmt: skip
+                "metadata": {"name": name, "labels": dict(labels)}, "spec": body_spec}  # fmt: skip
         created = self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
         return cast(dict[str, Any], created)
 

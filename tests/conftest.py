@@ -13,11 +13,13 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from kubernetes import client, config
 
 from testbed.kube_wait import wait_for
+from testbed.kueue import KueueRelease, releases
 from tests.tools import tool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,6 +108,12 @@ def local_control_plane(kubeconfig: str) -> Path:
     if Path(kubeconfig).resolve() != local.resolve():
         pytest.skip("needs the local control plane (KUBECONFIG points at another cluster)")
     return local.parent
+
+
+@pytest.fixture(params=releases(), ids=str)
+def kueue_release(request: pytest.FixtureRequest) -> KueueRelease:
+    """Each Kueue release the tests run (testbed.kueue.releases): a test taking it runs once per release."""
+    return cast(KueueRelease, request.param)
 
 
 # Where a run's time went, by tier (tests/<tier>/...): setup, call and teardown of every test, printed at the

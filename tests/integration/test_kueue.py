@@ -21,20 +21,22 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from testbed.kube_wait import wait_for
-from testbed.kueue import KueueProcess
+from testbed.kueue import KUEUE, KueueProcess, KueueRelease
 from testbed.operator_harness import Jobs
 
 pytestmark = pytest.mark.integration
 
-KUEUE = ("kueue.x-k8s.io", "v1beta1")
 QUEUE = "team"
 GPUS_PER_WORLD = 2  # workers=2 x gpusPerWorker=1
 LONG_LAUNCHER = {"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}}
 
 
 @pytest.fixture
-def kueue(kubeconfig: str, namespace: str, tmp_path: Path, jobs: Jobs) -> Iterator[KueueProcess]:
-    proc = KueueProcess(kubeconfig, tmp_path, {"kubernetes.io/metadata.name": namespace})
+def kueue(
+    kubeconfig: str, namespace: str, tmp_path: Path, jobs: Jobs, kueue_release: KueueRelease
+) -> Iterator[KueueProcess]:
+    selector = {"kubernetes.io/metadata.name": namespace}
+    proc = KueueProcess(kubeconfig, tmp_path, selector, release=kueue_release)
     proc.start()
     try:
         yield proc

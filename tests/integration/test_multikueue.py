@@ -26,13 +26,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from testbed.kube_wait import wait_for
-from testbed.kueue import KueueProcess
+from testbed.kueue import KUEUE, KueueProcess, KueueRelease
 from testbed.multikueue import (
     KUEUE_NAMESPACE,
     WORKER,
     WorkerCluster,
     manager_config,
     manager_objects,
+    priority_class,
     queue_objects,
     workdir,
 )
@@ -40,10 +41,11 @@ from testbed.operator_harness import Jobs, OperatorProcess, install_crd, kubectl
 
 pytestmark = pytest.mark.integration
 
-KUEUE = ("kueue.x-k8s.io", "v1beta1")
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 PREBUILT = "kueue.x-k8s.io/prebuilt-workload-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 QUEUE = "team"
+HIGH, HIGH_VALUE = "mk-high", 1000
 
 
 @pytest.fixture(scope="module")
@@ -95,17 +97,21 @@ def active(api: client.ApiClient, plural: str, name: str, namespace: str | None 
 
 
 @pytest.fixture
-def worker(worker_cluster: WorkerCluster, namespace: str, tmp_path: Path) -> Iterator[Jobs]:
-    """The worker: the CRD, the test's namespace, Kueue with the queue `team`, a dtjob operator."""
+def worker(
+    worker_cluster: WorkerCluster, namespace: str, tmp_path: Path, kueue_release: KueueRelease
+) -> Iterator[Jobs]:
+    """The worker: the CRD, the test's namespace, Kueue with the queue `team` and the WorkloadPriorityClass
+    `HIGH`, a dtjob operator."""
     kubeconfig = worker_cluster.kubeconfig
     install_crd(kubeconfig)
     api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
     core = client.CoreV1Api(api)
     labels = {"dtjob.io/test": "true"}
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace, labels=labels)))
-    kueue = KueueProcess(kubeconfig, workdir(tmp_path, "worker"), {"kubernetes.io/metadata.name": namespace})
+    selector = {"kubernetes.io/metadata.name": namespace}
+    kueue = KueueProcess(kubeconfig, workdir(tmp_path, "worker"), selector, release=kueue_release)
     operator = OperatorProcess(kubeconfig, namespace, tmp_path / "worker-operator.log")
-    objects = queue_objects(namespace, QUEUE, [])
+    objects = [*queue_objects(namespace, QUEUE, []), priority_class(HIGH, HIGH_VALUE)]
     kueue.start()
     try:
         apply(kubeconfig, objects)
@@ -128,14 +134,19 @@ def manager(
     worker_cluster: WorkerCluster,
     worker: Jobs,
     jobs: Jobs,
+    kueue_release: KueueRelease,
 ) -> Iterator[KueueProcess]:
     """The manager's Kueue with MultiKueue's adapter for the jobs, the worker (whose Kueue serves its kinds
     first: MultiKueue connects only then) as its MultiKueueCluster, and the queue `team` behind the MultiKueue
     admission check."""
+    selector = {"kubernetes.io/metadata.name": namespace}
     kueue = KueueProcess(
-        kubeconfig, workdir(tmp_path, "manager"), {"kubernetes.io/metadata.name": namespace}, manager_config()
+        kubeconfig, workdir(tmp_path, "manager"), selector, manager_config(), release=kueue_release
     )
-    objects = manager_objects(namespace, QUEUE, worker_cluster.flat_kubeconfig())
+    objects = [
+        *manager_objects(namespace, QUEUE, worker_cluster.flat_kubeconfig()),
+        priority_class(HIGH, HIGH_VALUE),
+    ]
     kueue.start()
     api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
     try:
@@ -162,9 +173,12 @@ def _nothing_on_the_manager(jobs: Jobs, name: str) -> None:
     assert _names(jobs.core.list_namespaced_secret(jobs.ns, label_selector=selector).items) == []
 
 
-def _dispatch(jobs: Jobs, name: str, launcher_cues: dict[str, str]) -> dict[str, Any]:
-    return jobs.create(
-        name, managedBy=MULTIKUEUE, workers=2, gpusPerWorker=1,
+def _dispatch(
+    jobs: Jobs, name: str, launcher_cues: dict[str, str], priority: str | None = None
+) -> dict[str, Any]:
+    return jobs.create_labelled(
+        name, {PRIORITY_CLASS_LABEL: priority} if priority else {},
+        managedBy=MULTIKUEUE, workers=2, gpusPerWorker=1,
         runPolicy={"scheduling": {"queueName": QUEUE}, "backoffLimit": 0},
         launcher={"podAnnotations": launcher_cues},
     )  # fmt: skip
@@ -190,15 +204,20 @@ def _check_the_workload(api: client.ApiClient, job: dict[str, Any], log: Path) -
     assert {name: p["count"] for name, p in pod_sets.items()} == {"worker": 2, "launcher": 1}
     worker_limits = pod_sets["worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert str(worker_limits["nvidia.com/gpu"]) == "1", worker_limits
+    # The job's kueue.x-k8s.io/priority-class label: the class and its value, as Kueue gives its own jobs.
+    assert workload["spec"]["priority"] == HIGH_VALUE, workload["spec"]
+    ref = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": HIGH}
+    assert workload["spec"]["priorityClassRef"] == ref, workload["spec"]
 
 
-def _check_the_copy(remote_jobs: Jobs, name: str) -> None:
-    """Kueue's copy on the worker: no managedBy, the prebuilt Workload's name, its pods on the simulated pool
-    and in no pod group of Kueue's."""
+def _check_the_copy(remote_jobs: Jobs, name: str, release: KueueRelease) -> None:
+    """Kueue's copy on the worker: no managedBy, the prebuilt Workload's name (in a label, or from Kueue
+    v0.18 in an annotation), its pods on the simulated pool and in no pod group of Kueue's."""
     remote_jobs.wait_phase(name, "Running", timeout=120)
     copy = remote_jobs.get(name) or {}
     assert "managedBy" not in copy["spec"]
-    assert copy["metadata"]["labels"][PREBUILT] == f"dtjob-{name}"
+    named_in = "annotations" if release.names_prebuilt_in_annotation else "labels"
+    assert (copy["metadata"].get(named_in) or {}).get(PREBUILT) == f"dtjob-{name}", copy["metadata"]
     pods = remote_jobs.pods(name, "worker")
     assert len(pods) == 2 and all(p.spec.node_name and not p.spec.scheduling_gates for p in pods)
     assert not any("kueue.x-k8s.io/queue-name" in (p.metadata.labels or {}) for p in pods)
@@ -211,12 +230,13 @@ def test_a_dispatched_job_runs_on_the_worker_and_reports_on_the_manager(
     worker: Jobs,
     api_client: client.ApiClient,
     namespace: str,
+    kueue_release: KueueRelease,
 ) -> None:
-    remote = _dispatch(jobs, "remote", {"sim.dtjob.io/run-duration": "15s"})
+    remote = _dispatch(jobs, "remote", {"sim.dtjob.io/run-duration": "15s"}, HIGH)
     gone = _dispatch(jobs, "gone", {"sim.dtjob.io/run-duration": "600s"})
     _dispatch(jobs, "broken", {"sim.dtjob.io/outcome": "Failed", "sim.dtjob.io/exit-code": "3"})
     _check_the_workload(api_client, remote, operator.log_path)
-    _check_the_copy(worker, "remote")
+    _check_the_copy(worker, "remote", kueue_release)
     admitted = get(api_client, "workloads", "dtjob-remote", namespace) or {}
     assert admitted["status"]["clusterName"] == WORKER, admitted["status"]
     assert [c["state"] for c in admitted["status"]["admissionChecks"]] == ["Ready"], admitted["status"]
@@ -226,7 +246,7 @@ def test_a_dispatched_job_runs_on_the_worker_and_reports_on_the_manager(
     _nothing_on_the_manager(jobs, "remote")
 
     # A dispatched job deleted on the manager: its Workload goes with it, and Kueue deletes the copy.
-    _check_the_copy(worker, "gone")
+    _check_the_copy(worker, "gone", kueue_release)
     jobs.delete(gone["metadata"]["name"])
     wait_for(lambda: get(api_client, "workloads", "dtjob-gone", namespace) is None, timeout=60,
              what="the deleted job's Workload gone (garbage collector)")  # fmt: skip
@@ -245,6 +265,30 @@ def test_a_dispatched_job_runs_on_the_worker_and_reports_on_the_manager(
     finished = _finished(api_client, namespace, "broken")
     assert finished["status"] == "True" and finished["reason"] == "Failed", finished
     _nothing_on_the_manager(jobs, "broken")
+    _check_partial_admission(jobs, worker, api_client, namespace)
+
+
+def _check_partial_admission(jobs: Jobs, worker: Jobs, api: client.ApiClient, namespace: str) -> None:
+    """An elastic job asking for more GPUs than the queues hold: Kueue admits the workers that fit (partial
+    admission, down to spec.elastic.minWorkers, the worker pod set's minCount) and the copy's world runs
+    just those."""
+    jobs.create(
+        "wide", managedBy=MULTIKUEUE, workers=3, gpusPerWorker=4,  # 12 GPUs against a quota of 8
+        elastic={"minWorkers": 1, "maxWorkers": 3},
+        runPolicy={"scheduling": {"queueName": QUEUE}, "backoffLimit": 0},
+        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "10s"}},
+    )  # fmt: skip
+    worker.wait_phase("wide", "Running", timeout=120)
+    copied = get(worker.custom.api_client, "workloads", "dtjob-wide", namespace) or {}
+    pod_sets = {p["name"]: p for p in copied["spec"]["podSets"]}
+    assert (pod_sets["worker"]["count"], pod_sets["worker"]["minCount"]) == (3, 1), pod_sets
+    assigned = {a["name"]: a.get("count") for a in copied["status"]["admission"]["podSetAssignments"]}
+    assert assigned["worker"] == 2, copied["status"]["admission"]
+    pods = worker.live_workers("wide")
+    assert sorted(str(p.metadata.name) for p in pods) == ["wide-worker-0", "wide-worker-1"]
+    status = jobs.wait_phase("wide", "Succeeded", timeout=120)
+    assert status.get("restarts", 0) == 0, status
+    assert _finished(api, namespace, "wide")["reason"] == "Succeeded"
 
 
 def test_a_dispatched_job_without_a_queue_is_told_so(jobs: Jobs, operator: OperatorProcess) -> None:

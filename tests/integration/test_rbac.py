@@ -31,7 +31,10 @@ Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 # Not the operator process: the CLI calls the API with its user's own credentials, the dataset tools and the
 # stager run elsewhere.
 NOT_THE_OPERATOR = ("cli", "datasets", "stager")
-CLUSTER_SCOPED = {"nodes", "namespaces", "customresourcedefinitions", "tokenreviews", "subjectaccessreviews"}
+CLUSTER_SCOPED = {
+    "nodes", "namespaces", "customresourcedefinitions", "tokenreviews", "subjectaccessreviews",
+    "workloadpriorityclasses",
+}  # fmt: skip
 # Used only when a chart value turns the feature on.
 OPTIONAL = {
     ("networking.k8s.io", "networkpolicies", "create"): "networkPolicy.enabled=true",

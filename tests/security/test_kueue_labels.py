@@ -28,17 +28,24 @@ from typing import Any, cast
 import pytest
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
-from dtjob.desired.workload import world_pod_sets
+from dtjob.desired.workload import PRIORITY_CLASS_LABEL, world_pod_sets
 from dtjob.gang import kueue as kq
-from dtjob.spec.managed_by import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD_FIELD, PREBUILT_WORKLOAD_LABEL
+from dtjob.reconcile.dispatch import NO_PRIORITY_CLASS
+from dtjob.spec.managed_by import (
+    MULTIKUEUE,
+    MULTIKUEUE_ORIGIN_LABEL,
+    PREBUILT_WORKLOAD_ANNOTATION_FIELD,
+    PREBUILT_WORKLOAD_FIELD,
+    PREBUILT_WORKLOAD_LABEL,
+)
 from dtjob.spec.parse import parse_spec
 from kubernetes import client
 
 from testbed.kube_wait import wait_for
-from testbed.kueue import KueueProcess
+from testbed.kueue import KUEUE, KueueProcess, releases
 from testbed.operator_harness import GROUP, PLURAL, VERSION, Jobs, OperatorProcess
 from testbed.tenancy import Tenant
-from tests.integration.test_kueue import KUEUE, condition, created, gated, wait_queues_active
+from tests.integration.test_kueue import condition, created, gated, wait_queues_active
 
 QUEUE = "team"
 VICTIM = "victim"
@@ -65,8 +72,9 @@ def kueue_selector() -> dict[str, str]:
 def kueue(
     kubeconfig: str, tmp_path_factory: pytest.TempPathFactory, kueue_selector: dict[str, str]
 ) -> Iterator[KueueProcess]:
-    """One Kueue for the module; it manages the pods of the namespaces labelled with `kueue_selector`."""
-    proc = KueueProcess(kubeconfig, tmp_path_factory.mktemp("kueue"), kueue_selector)
+    """One Kueue for the module, the newest release (v1beta2 only); it manages the pods of the namespaces
+    labelled with `kueue_selector`."""
+    proc = KueueProcess(kubeconfig, tmp_path_factory.mktemp("kueue"), kueue_selector, release=releases()[-1])
     proc.start()
     try:
         yield proc
@@ -74,11 +82,14 @@ def kueue(
         proc.stop()
 
 
-def create_job(jobs: Jobs, name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
-    """A DistributedTrainingJob with `labels`, created with `jobs`' credentials."""
+def create_job(
+    jobs: Jobs, name: str, labels: dict[str, str], annotations: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
+    """A DistributedTrainingJob with `labels` (and `annotations`), created with `jobs`' credentials."""
+    meta = {"name": name, "labels": labels, "annotations": annotations or {}}
     body = {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "DistributedTrainingJob",
-        "metadata": {"name": name, "labels": labels}, "spec": {"framework": "pytorch", **spec},
+        "metadata": meta, "spec": {"framework": "pytorch", **spec},
     }  # fmt: skip
     return cast(
         dict[str, Any], jobs.custom.create_namespaced_custom_object(GROUP, VERSION, jobs.ns, PLURAL, body)
@@ -221,17 +232,19 @@ def test_a_job_naming_another_jobs_workload_gets_no_pod_outside_kueue(
     admin.wait_phase("fair", "Running", timeout=120)
     assert gpus_reserved(custom, victim["cq"]) == str(2 * GPUS_PER_WORLD)
 
-    # No quota is left: a job that names the victim's Workload asks for none of Kueue's.
-    create_job(
-        tenant_a.jobs(), "thief", {PREBUILT_WORKLOAD_LABEL: VICTIM_WORKLOAD}, **world(launcher=LONG_RUN)
-    )
-    status = decided(admin, "thief")
-    assert outside_kueue(admin.pods("thief")) == [], f"pods outside Kueue's admission: {status}"
-    status = admin.wait_phase("thief", "Failed", timeout=30)
-    failed = admin.condition("thief", "Failed") or {}
-    assert failed.get("reason") == "InvalidSpec", status
-    assert status["message"].startswith(f"{PREBUILT_WORKLOAD_FIELD}: names Workload '{VICTIM_WORKLOAD}'")
-    stays_empty(lambda: [str(p.metadata.name) for p in admin.pods("thief")])
+    # No quota is left: a job that names the victim's Workload asks for none of Kueue's, whether by the label
+    # or by the annotation Kueue v0.18+ writes instead.
+    named = {PREBUILT_WORKLOAD_LABEL: VICTIM_WORKLOAD}
+    create_job(tenant_a.jobs(), "thief", named, **world(launcher=LONG_RUN))
+    create_job(tenant_a.jobs(), "thief-a", {}, named, **world(launcher=LONG_RUN))
+    for thief, field in (("thief", PREBUILT_WORKLOAD_FIELD), ("thief-a", PREBUILT_WORKLOAD_ANNOTATION_FIELD)):
+        status = decided(admin, thief)
+        assert outside_kueue(admin.pods(thief)) == [], f"pods outside Kueue's admission: {status}"
+        status = admin.wait_phase(thief, "Failed", timeout=30)
+        failed = admin.condition(thief, "Failed") or {}
+        assert failed.get("reason") == "InvalidSpec", status
+        assert status["message"].startswith(f"{field}: names Workload '{VICTIM_WORKLOAD}'"), status
+    stays_empty(lambda: [str(p.metadata.name) for p in admin.pods("thief") + admin.pods("thief-a")])
     assert admitted_and_not_finished(get_workload(custom, tenant_a.namespace, VICTIM_WORKLOAD))
     assert admin.status(VICTIM)["phase"] == "Running"
 
@@ -288,3 +301,47 @@ def test_a_job_in_another_namespace_cannot_reach_a_tenants_workload(
     assert admitted_and_not_finished(get_workload(custom, tenant_a.namespace, VICTIM_WORKLOAD))
     assert gpus_reserved(custom, victim["cq"]) == str(GPUS_PER_WORLD)
     assert Jobs(api_client, tenant_a.namespace).status(VICTIM)["phase"] == "Running"
+
+
+def test_a_priority_class_label_gives_a_dispatched_job_only_what_a_workloadpriorityclass_says(
+    kueue: KueueProcess, tenant_a: Tenant, api_client: client.ApiClient, operator: OperatorProcess
+) -> None:
+    """The label kueue.x-k8s.io/priority-class on a job MultiKueue dispatches: its Workload (made here, by the
+    operator) queues at the value of the cluster admin's WorkloadPriorityClass of that name. A tenant that
+    names a pod PriorityClass instead (system-node-critical: on every cluster, two billion) gets no Workload
+    at all, and one naming a class that is not there neither."""
+    custom = client.CustomObjectsApi(api_client)
+    admin = Jobs(api_client, tenant_a.namespace)
+    high = f"high-{tenant_a.namespace}"
+    wpc = {"apiVersion": "/".join(KUEUE), "kind": "WorkloadPriorityClass", "metadata": {"name": high},
+           "value": 1000, "description": "the cluster admin's"}  # fmt: skip
+    custom.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", wpc)
+    try:
+        dispatched = {"managedBy": MULTIKUEUE, **world()}
+        create_job(tenant_a.jobs(), "prio", {PRIORITY_CLASS_LABEL: high}, **dispatched)
+        create_job(tenant_a.jobs(), "critical", {PRIORITY_CLASS_LABEL: "system-node-critical"}, **dispatched)
+        create_job(tenant_a.jobs(), "missing", {PRIORITY_CLASS_LABEL: f"none-{high}"}, **dispatched)
+        workload = wait_for(
+            lambda: _workload_or_none(custom, tenant_a.namespace, "dtjob-prio"), timeout=60,
+            what="the dispatched job's Workload",
+        )  # fmt: skip
+        assert workload["spec"]["priority"] == 1000, workload["spec"]
+        ref = workload["spec"].get("priorityClassRef") or {"name": workload["spec"].get("priorityClassName")}
+        assert ref["name"] == high, workload["spec"]
+        for name in ("critical", "missing"):
+            admin.wait_event(name, NO_PRIORITY_CLASS)
+        stays_empty(lambda: [
+            n for n in ("dtjob-critical", "dtjob-missing")
+            if _workload_or_none(custom, tenant_a.namespace, n) is not None
+        ])  # fmt: skip
+    finally:
+        custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", high)
+
+
+def _workload_or_none(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return get_workload(custom, namespace, name)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise

@@ -25,7 +25,7 @@ from typing import Any
 from dtjob.fence import NotLeader
 from dtjob.kube.errors import ApiNotServed, Conflict, Forbidden, LogUnavailable, Rejected
 from dtjob.kube.permissions import PERMISSIONS
-from dtjob.kube.rest import permission
+from dtjob.kube.rest import RESOURCES, permission
 
 Json = dict[str, Any]
 JOB_KIND = "DistributedTrainingJob"
@@ -212,6 +212,13 @@ class RecordingKube:
         if pod not in self.logs:
             raise LogUnavailable(f"{namespace}/{pod} ({container}): 404")
         yield self.logs[pod].encode()
+
+    def served_versions(self, group: str) -> builtins.list[str]:
+        """Every version of `group` the client knows (the newest first), but those of `not_served`."""
+        known = sorted(
+            {v.rpartition("/")[2] for v, _ in RESOURCES if v.rpartition("/")[0] == group}, reverse=True
+        )
+        return [v for v in known if f"{group}/{v}" not in self.not_served]
 
     def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         self.events.append((kind, reason))

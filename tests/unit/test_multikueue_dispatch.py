@@ -13,10 +13,24 @@ from typing import Any
 import pytest
 from dtjob import names
 from dtjob.desired.common import owner_reference
-from dtjob.desired.workload import dispatch_queue, dispatch_workload, finished_conditions
+from dtjob.desired.workload import (
+    KUEUE_APIS,
+    PRIORITY_CLASS_KIND,
+    PRIORITY_CLASS_LABEL,
+    dispatch_queue,
+    dispatch_workload,
+    finished_conditions,
+)
 from dtjob.gang import registry
 from dtjob.machine import wound_down
-from dtjob.reconcile.dispatch import INVALID_SPEC, NO_QUEUE, WORKLOAD_CREATED, finish_prebuilt
+from dtjob.reconcile.dispatch import (
+    INVALID_SPEC,
+    NO_PRIORITY_CLASS,
+    NO_QUEUE,
+    PRIORITY_RETRY_S,
+    WORKLOAD_CREATED,
+    finish_prebuilt,
+)
 from dtjob.reconcile.job import reconcile
 from dtjob.spec.managed_by import (
     MULTIKUEUE,
@@ -65,11 +79,13 @@ def test_the_queue_is_the_specs_else_kueues_label() -> None:
     assert dispatch_queue(job_body()) is None
 
 
-def test_the_workload_asks_for_the_workers_and_the_launcher_owned_by_the_job() -> None:
+@pytest.mark.parametrize("api", KUEUE_APIS)
+def test_the_workload_asks_for_the_workers_and_the_launcher_owned_by_the_job(api: str) -> None:
     spec = job_spec(workers=3, gpusPerWorker=2, **QUEUED)
     owner = owner_reference("rn50", "uid-1")
-    workload = dispatch_workload(spec, owner, "team")
-    assert workload["apiVersion"] == "kueue.x-k8s.io/v1beta1" and workload["kind"] == WORKLOAD
+    workload = dispatch_workload(spec, owner, "team", api)
+    assert workload["apiVersion"] == api and workload["kind"] == WORKLOAD
+    assert not {"priority", "priorityClassRef", "priorityClassName"} & set(workload["spec"])
     assert workload["metadata"]["name"] == workload_name("rn50") == "dtjob-rn50"
     assert workload["metadata"]["ownerReferences"] == [owner] and owner["controller"] is True
     assert workload["spec"]["queueName"] == "team"
@@ -86,6 +102,70 @@ def test_the_workload_asks_for_the_workers_and_the_launcher_owned_by_the_job() -
     labels = worker["template"]["metadata"]["labels"]
     assert not any(k.startswith("kueue.x-k8s.io/") for k in labels), labels
     assert set(worker["template"]) == {"metadata", "spec"} and "name" not in worker["template"]["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("not_served", "api"),
+    [
+        (set(), "kueue.x-k8s.io/v1beta2"),  # Kueue v0.15 to v0.19: both, v1beta2 the newer
+        ({"kueue.x-k8s.io/v1beta1"}, "kueue.x-k8s.io/v1beta2"),  # v0.20 on
+        ({"kueue.x-k8s.io/v1beta2"}, "kueue.x-k8s.io/v1beta1"),  # before v0.15
+    ],
+)
+def test_the_workload_is_made_in_the_newest_version_the_cluster_serves(
+    not_served: set[str], api: str
+) -> None:
+    kube = RecordingKube(not_served=not_served)
+    dispatched_job(kube, **QUEUED)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert kube.objects[(WORKLOAD, "ml", "dtjob-rn50")]["apiVersion"] == api
+
+
+def _priority_class(kube: RecordingKube, name: str, value: Any) -> None:
+    kube.put({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": PRIORITY_CLASS_KIND, "metadata": {"name": name},
+              "value": value})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("not_served", "fields"),
+    [
+        (
+            set(),
+            {"priorityClassRef": {"group": "kueue.x-k8s.io", "kind": PRIORITY_CLASS_KIND, "name": "high"}},
+        ),
+        (
+            {"kueue.x-k8s.io/v1beta2"},
+            {"priorityClassName": "high", "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass"},
+        ),
+    ],
+)
+def test_the_priority_class_label_gives_the_workload_that_class_and_its_value(
+    not_served: set[str], fields: dict[str, Any]
+) -> None:
+    kube = RecordingKube(not_served=not_served)
+    _priority_class(kube, "high", 10_000)
+    dispatched_job(kube, {PRIORITY_CLASS_LABEL: "high"}, **QUEUED)
+    assert reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW) is None
+    spec = kube.objects[(WORKLOAD, "ml", "dtjob-rn50")]["spec"]
+    assert spec["priority"] == 10_000
+    assert {k: spec[k] for k in fields} == fields
+
+
+@pytest.mark.parametrize("value", [None, "10000", True])
+def test_a_priority_class_that_cannot_be_read_holds_the_workload_back_and_says_so(value: Any) -> None:
+    kube = RecordingKube()
+    if value is not None:
+        _priority_class(kube, "high", value)
+    job = dispatched_job(kube, {PRIORITY_CLASS_LABEL: "high"}, **QUEUED)
+    assert reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW) == PRIORITY_RETRY_S
+    assert kube.writes() == [] and kube.events == [("Warning", NO_PRIORITY_CLASS)]
+    # Once the class is there (a value Kueue's CRD accepts), the next look creates the Workload at it.
+    kube.put({"kind": "Event", "metadata": {"name": "rn50.1", "namespace": "ml"}, "reason": NO_PRIORITY_CLASS,
+              "involvedObject": {"uid": job["metadata"]["uid"]}})  # fmt: skip
+    _priority_class(kube, "high", 5)
+    assert reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW) is None
+    assert kube.objects[(WORKLOAD, "ml", "dtjob-rn50")]["spec"]["priority"] == 5
+    assert kube.events == [("Warning", NO_PRIORITY_CLASS), ("Normal", WORKLOAD_CREATED)]
 
 
 def test_the_manager_creates_only_the_workload_once_and_writes_no_status() -> None:
@@ -120,10 +200,11 @@ def test_a_dispatched_job_with_an_invalid_spec_is_warned_about_and_not_dispatche
     assert kube.writes() == [] and kube.events == [("Warning", INVALID_SPEC)]
 
 
-def test_the_copy_on_a_worker_joins_no_pod_group_of_kueue() -> None:
+@pytest.mark.parametrize("where", ["labels", "annotations"])  # Kueue before v0.18, and from it on
+def test_the_copy_on_a_worker_joins_no_pod_group_of_kueue(where: str) -> None:
     body = job_body(**QUEUED)
     assert registry.schedulers(parse_spec(body, CONFIG))  # on its own cluster, Kueue admits its world
-    body["metadata"]["labels"] = {PREBUILT_WORKLOAD_LABEL: "dtjob-rn50"}
+    body["metadata"][where] = {PREBUILT_WORKLOAD_LABEL: "dtjob-rn50"}
     assert prebuilt_workload(body) == "dtjob-rn50"
     spec = parse_spec(body, CONFIG)
     assert spec.run_policy.scheduling.queue_name is None and registry.schedulers(spec) == ()

@@ -14,11 +14,13 @@ import pytest
 from dtjob.desired.common import owner_reference
 from dtjob.desired.workload import world_pod_sets
 from dtjob.machine import decide
-from dtjob.machine.prebuilt import PREBUILT_NOT_ADMITTED, prebuilt_problem, world_problem
+from dtjob.machine.prebuilt import PREBUILT_NOT_ADMITTED, admitted_world, prebuilt_problem, world_problem
 from dtjob.reconcile.dispatch import finish_prebuilt
 from dtjob.reconcile.job import reconcile
 from dtjob.spec.managed_by import (
     MULTIKUEUE_ORIGIN_LABEL,
+    PREBUILT_WORKLOAD_ANNOTATION,
+    PREBUILT_WORKLOAD_ANNOTATION_FIELD,
     PREBUILT_WORKLOAD_FIELD,
     PREBUILT_WORKLOAD_LABEL,
     prebuilt_workload,
@@ -54,6 +56,33 @@ def labelled(value: str, name: str = "rn50", **spec: Any) -> dict[str, Any]:
     body = job_body(name, **QUEUED, **spec)
     body["metadata"]["labels"] = {PREBUILT_WORKLOAD_LABEL: value}
     return body
+
+
+@pytest.mark.parametrize(
+    ("label", "annotation", "field"),
+    [
+        ("dtjob-victim", "dtjob-rn50", PREBUILT_WORKLOAD_FIELD),
+        ("dtjob-rn50", "dtjob-victim", PREBUILT_WORKLOAD_ANNOTATION_FIELD),
+        (None, "dtjob-victim", PREBUILT_WORKLOAD_ANNOTATION_FIELD),
+    ],
+)
+def test_a_label_and_an_annotation_must_both_name_the_jobs_own_workload(
+    label: str | None, annotation: str, field: str
+) -> None:
+    """Kueue v0.18+ names the copy's Workload in an annotation (and reads it first), older Kueue in a label:
+    a job that sets both cannot have one of them name another job's Workload."""
+    body = job_body("rn50", **QUEUED)
+    body["metadata"]["labels"] = {PREBUILT_WORKLOAD_LABEL: label} if label else {}
+    body["metadata"]["annotations"] = {PREBUILT_WORKLOAD_ANNOTATION: annotation}
+    with pytest.raises(SpecError) as err:
+        parse_spec(body, CONFIG)
+    assert err.value.path == field and "'dtjob-victim'" in err.value.message
+    assert prebuilt_workload(body) is None
+    body["metadata"]["annotations"] = {PREBUILT_WORKLOAD_ANNOTATION: "dtjob-rn50"}
+    if label == "dtjob-victim":
+        body["metadata"]["labels"] = {}
+    spec = parse_spec(body, CONFIG)
+    assert (spec.prebuilt_workload, spec.prebuilt_field) == ("dtjob-rn50", PREBUILT_WORKLOAD_ANNOTATION_FIELD)
 
 
 def workload(*edits: tuple[str, Any]) -> dict[str, Any]:
@@ -206,3 +235,57 @@ def test_a_copy_edited_on_the_worker_runs_no_more_than_its_workload_admitted() -
     container["resources"]["limits"]["nvidia.com/gpu"] = "4000m"
     rewritten = prebuilt_state("dtjob-rn50", workload(("spec.podSets", canonical)), "uid-1")
     assert world_problem(rewritten, parse_spec(labelled("dtjob-rn50"), CONFIG), "uid-1") is None
+
+
+ELASTIC: dict[str, Any] = {"workers": 4, "elastic": {"minWorkers": 2, "maxWorkers": 4}}
+
+
+def _admitted(spec_fields: dict[str, Any], counts: list[dict[str, Any]]) -> dict[str, Any]:
+    """OURS for the world of `spec_fields`, its status.admission naming `counts` (podSetAssignments)."""
+    spec = parse_spec(labelled("dtjob-rn50", **spec_fields), CONFIG)
+    pod_sets = world_pod_sets(spec, owner_reference("rn50", "manager-uid"))
+    admission = {"clusterQueue": "cq", "podSetAssignments": counts}
+    return workload(("spec.podSets", pod_sets), ("status.admission", admission))
+
+
+def test_an_elastic_workload_lets_kueue_admit_down_to_min_workers() -> None:
+    spec = parse_spec(labelled("dtjob-rn50", **ELASTIC), CONFIG)
+    worker, launcher = world_pod_sets(spec, owner_reference("rn50", "uid-1"))
+    assert (worker["count"], worker["minCount"]) == (4, 2) and "minCount" not in launcher
+    fixed = parse_spec(labelled("dtjob-rn50", workers=4), CONFIG)
+    assert "minCount" not in world_pod_sets(fixed, owner_reference("rn50", "uid-1"))[0]
+
+
+def test_an_elastic_copy_admitted_in_part_runs_the_workers_kueue_admitted() -> None:
+    """Kueue's partial admission: 2 of the 4 workers (the pod set's minCount is spec.elastic.minWorkers). The
+    copy's world aims for 2, and is no more than the Workload admitted."""
+    found = _admitted(ELASTIC, [{"name": "worker", "count": 2}, {"name": "launcher", "count": 1}])
+    ours = prebuilt_state("dtjob-rn50", found, "uid-1")
+    assert ours.admitted_counts == {"worker": 2}
+    spec = admitted_world(parse_spec(labelled("dtjob-rn50", **ELASTIC), CONFIG), ours)
+    assert (spec.workers, spec.workload_workers) == (2, 4)
+    assert world_problem(ours, spec, "uid-1") is None
+    started = decide(spec, Observed(prebuilt=ours), JobStatus(), NOW)
+    assert [a for a in started.actions if isinstance(a, CreateWorker)] == [
+        CreateWorker(0, 0),
+        CreateWorker(1, 0),
+    ]
+    # Admitted whole (counts as asked, or none written): the spec's own world.
+    whole = prebuilt_state("dtjob-rn50", _admitted(ELASTIC, [{"name": "worker", "count": 4}]), "uid-1")
+    assert whole.admitted_counts == {} and admitted_world(spec, whole) is spec
+
+
+@pytest.mark.parametrize(
+    ("spec_fields", "count"),
+    [({"workers": 4}, 2), (ELASTIC, 1)],  # a fixed world; an elastic one below its minWorkers
+)
+def test_a_world_kueue_admitted_fewer_workers_than_it_runs_waits(
+    spec_fields: dict[str, Any], count: int
+) -> None:
+    found = _admitted(spec_fields, [{"name": "worker", "count": count}])
+    ours = prebuilt_state("dtjob-rn50", found, "uid-1")
+    spec = admitted_world(parse_spec(labelled("dtjob-rn50", **spec_fields), CONFIG), ours)
+    assert spec.workers == 4
+    waiting = decide(spec, Observed(prebuilt=ours), JobStatus(), NOW)
+    assert waiting.actions == [] and waiting.status.phase == "Pending"
+    assert f"Workload dtjob-rn50 admitted only {count} of the 4 workers" in waiting.status.message

@@ -12,6 +12,7 @@ manager's Workload (and free its quota), copy the status a last time and delete 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,8 +26,16 @@ from dtjob.state.prebuilt import FINISHED
 from dtjob.state.status import SUCCEEDED
 from dtjob.timefmt import format_time
 
-WORKLOAD_API = "kueue.x-k8s.io/v1beta1"
+# Kueue's API versions the operator speaks, the newest first: it takes the first the cluster serves
+# (v1beta2 from Kueue v0.15 on, its storage version from v0.16; v0.20 serves no v1beta1).
+KUEUE_APIS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1")
 WORKLOAD_KIND = "Workload"
+PRIORITY_CLASS_KIND = "WorkloadPriorityClass"
+# Kueue's label that names a job's WorkloadPriorityClass (constants.WorkloadPriorityClassLabel), as on its
+# own Jobs: the class's value is the Workload's priority.
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+# How a v1beta1 Workload says where its priority came from (v1beta2: spec.priorityClassRef).
+V1BETA1_PRIORITY_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 # The reasons of Kueue's Finished condition (kueue.WorkloadFinishedReason*).
 FINISHED_SUCCEEDED = "Succeeded"
 FINISHED_FAILED = "Failed"
@@ -41,24 +50,54 @@ def dispatch_queue(job: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def dispatch_workload(spec: JobSpec, owner: Json, queue: str) -> Json:
-    """The job's Workload on `queue`, owned by the job as its controller, asking for its world."""
+@dataclass(frozen=True)
+class Priority:
+    """A WorkloadPriorityClass as read: its name and value."""
+
+    name: str
+    value: int
+
+
+def priority_class(job: Mapping[str, Any]) -> str | None:
+    """The WorkloadPriorityClass the job's kueue.x-k8s.io/priority-class label names, if any."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    value = labels.get(PRIORITY_CLASS_LABEL) if isinstance(labels, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def dispatch_workload(
+    spec: JobSpec, owner: Json, queue: str, api_version: str, priority: Priority | None = None
+) -> Json:
+    """The job's Workload on `queue` in Kueue's `api_version`, owned by the job as its controller, asking for
+    its world, at `priority` (as Kueue's own jobs: the class named and its value)."""
     labels = names.labels(spec.name, "workload")
+    body: Json = {"queueName": queue, "podSets": world_pod_sets(spec, owner)}
+    if priority is not None:
+        body["priority"] = priority.value
+        if api_version.endswith("/v1beta1"):
+            body |= {"priorityClassName": priority.name, "priorityClassSource": V1BETA1_PRIORITY_SOURCE}
+        else:
+            group = api_version.rpartition("/")[0]
+            body["priorityClassRef"] = {"group": group, "kind": PRIORITY_CLASS_KIND, "name": priority.name}
     return {
-        "apiVersion": WORKLOAD_API,
+        "apiVersion": api_version,
         "kind": WORKLOAD_KIND,
         "metadata": metadata(workload_name(spec.name), spec.namespace, labels, owner),
-        "spec": {"queueName": queue, "podSets": world_pod_sets(spec, owner)},
+        "spec": body,
     }
 
 
 def world_pod_sets(spec: JobSpec, owner: Json) -> list[Json]:
     """Kueue's podSets of the job's world: its workers (each as desired.worker_pod builds them) and its
-    launcher, which the world needs once its workers are Ready."""
+    launcher, which the world needs once its workers are Ready. An elastic world's workers may be admitted
+    in part (Kueue's partial admission): down to spec.elastic.minWorkers."""
     world = unqueued(spec)  # the pods' own Kueue labels belong to a pod group, which a Workload replaces
     launcher = launcher_job(world, owner, 0)["spec"]["template"]
-    worker = worker_pod(world, owner, 0, 0)
-    return [_pod_set(names.ROLE_WORKER, spec.workers, worker), _pod_set(names.ROLE_LAUNCHER, 1, launcher)]
+    workers = spec.workload_workers or spec.workers
+    worker = _pod_set(names.ROLE_WORKER, workers, worker_pod(world, owner, 0, 0))
+    if spec.elastic is not None and spec.elastic.min_workers < workers:
+        worker["minCount"] = spec.elastic.min_workers
+    return [worker, _pod_set(names.ROLE_LAUNCHER, 1, launcher)]
 
 
 def _pod_set(name: str, count: int, pod: Json) -> Json:

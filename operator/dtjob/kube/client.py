@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 import urllib3
 from kubernetes import client
@@ -36,7 +37,16 @@ from dtjob.kube.errors import (
     refusal,
 )
 from dtjob.kube.events import post_event, reference
-from dtjob.kube.rest import Json, api_call, api_version_of, discard, json_or_none, list_pages, read_json
+from dtjob.kube.rest import (
+    Json,
+    api_call,
+    api_version_of,
+    discard,
+    json_or_none,
+    list_pages,
+    read_json,
+    rest_call,
+)
 
 __all__ = [
     "ApiNotServed",
@@ -63,7 +73,7 @@ class Kube(Protocol):
         Forbidden (403), ApiNotServed (404 for a kind no CRD serves)."""
 
     def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Json | None:
-        """The object, or None when there is none (nor any API serving its kind)."""
+        """The object, or None when there is none (nor any API serving its kind). Forbidden (403)."""
 
     def list(
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
@@ -96,6 +106,10 @@ class Kube(Protocol):
 
     def stream_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]:
         """A container's whole log in chunks as they arrive; the request starts at the first next()."""
+
+    def served_versions(self, group: str) -> builtins.list[str]:
+        """The versions of API group `group` the API server serves (its discovery), the preferred one first;
+        empty when it serves none (e.g. Kueue not installed)."""
 
     def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         """An Event about `obj` (a DistributedTrainingJob unless it names its kind), best effort."""
@@ -174,9 +188,14 @@ class KubeClient:
         return read_json(answer)
 
     def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Json | None:
-        return json_or_none(
-            lambda: api_call(self.api_client, "get", kind, namespace, name, api_version=api_version)
-        )
+        try:
+            return json_or_none(
+                lambda: api_call(self.api_client, "get", kind, namespace, name, api_version=api_version)
+            )
+        except ApiException as err:
+            if err.status == 403:
+                raise Forbidden(f"get {kind} {name} refused by the API server: {api_message(err)}") from err
+            raise
 
     def list(
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
@@ -322,6 +341,15 @@ class KubeClient:
             if not complete:
                 response.close()
             response.release_conn()
+
+    def served_versions(self, group: str) -> builtins.list[str]:
+        path = f"/apis/{quote(group, safe='')}"  # discovery: every authenticated user may read it
+        answer = json_or_none(lambda: rest_call(self.api_client, "GET", path))
+        if answer is None:
+            return []
+        preferred = (answer.get("preferredVersion") or {}).get("version")
+        versions = [str(v["version"]) for v in answer.get("versions") or () if v.get("version")]
+        return sorted(versions, key=lambda version: version != preferred)
 
     def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         involved = reference(obj, f"{API_GROUP}/{API_VERSION}", KIND)

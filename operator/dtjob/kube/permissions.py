@@ -84,6 +84,11 @@ PERMISSIONS: dict[Permission, str] = {
         "workloads/status",
         "patch",
     ): "on a worker, that Workload marked Finished when the job ends",
+    (
+        KUEUE_GROUP,
+        "workloadpriorityclasses",
+        "get",
+    ): "the priority a dispatched job's kueue.x-k8s.io/priority-class label names, for its Workload",
     ("coordination.k8s.io", "leases", "get"): "leader election: the Lease's holder",
     ("coordination.k8s.io", "leases", "create"): "leader election: the first replica creates the Lease",
     ("coordination.k8s.io", "leases", "update"): "leader election: renewals and takeovers",

@@ -39,7 +39,12 @@ RESOURCES: dict[tuple[str, str], str] = {
     (f"{API_GROUP}/{API_VERSION}", KIND): PLURAL,
     (f"{COSCHEDULING_GROUP}/v1alpha1", "PodGroup"): "podgroups",
     (f"{VOLCANO_GROUP}/v1beta1", "PodGroup"): "podgroups",
+    # Kueue's API in the version the cluster serves (dtjob.reconcile.reads.kueue_api): v1beta2 from Kueue
+    # v0.15 on (v0.20 serves only it), v1beta1 before.
+    (f"{KUEUE_GROUP}/v1beta2", "Workload"): "workloads",
     (f"{KUEUE_GROUP}/v1beta1", "Workload"): "workloads",
+    (f"{KUEUE_GROUP}/v1beta2", "WorkloadPriorityClass"): "workloadpriorityclasses",
+    (f"{KUEUE_GROUP}/v1beta1", "WorkloadPriorityClass"): "workloadpriorityclasses",
 }
 # kind -> the apiVersions it is known under (a PodGroup under each gang scheduler's).
 _VERSIONS: dict[str, tuple[str, ...]] = {

@@ -9,6 +9,7 @@ posted once per job and reason.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -17,13 +18,15 @@ from typing import Any
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
 from dtjob.desired.workload import (
-    WORKLOAD_API,
+    PRIORITY_CLASS_LABEL,
     WORKLOAD_KIND,
+    Priority,
     dispatch_queue,
     dispatch_workload,
     finished_conditions,
+    priority_class,
 )
-from dtjob.kube.client import Kube
+from dtjob.kube.client import Forbidden, Kube
 from dtjob.machine.prebuilt import prebuilt_problem
 from dtjob.reconcile import reads
 from dtjob.spec.managed_by import MULTIKUEUE, prebuilt_workload, workload_name
@@ -35,11 +38,22 @@ log = logging.getLogger(__name__)
 
 NO_QUEUE = "NoQueue"
 INVALID_SPEC = "InvalidSpec"
+NO_PRIORITY_CLASS = "NoPriorityClass"
 WORKLOAD_CREATED = "WorkloadCreated"
+# How often a job whose priority class cannot be read looks again (the operator watches no classes).
+PRIORITY_RETRY_S = 30.0
 
 
-def dispatch(kube: Kube, config: OperatorConfig, job: Mapping[str, Any], now: datetime) -> None:
-    """The manager's part for a job MultiKueue dispatches: its Workload, created once."""
+class Wait(enum.Enum):
+    WAIT = "wait"
+
+
+WAIT = Wait.WAIT
+
+
+def dispatch(kube: Kube, config: OperatorConfig, job: Mapping[str, Any], now: datetime) -> float | None:
+    """The manager's part for a job MultiKueue dispatches: its Workload, created once, in the Kueue API the
+    cluster serves. Returns when to look again (a priority class to wait for), or None."""
     meta = job["metadata"]
     name = meta["name"]
     queue = dispatch_queue(job)
@@ -48,18 +62,49 @@ def dispatch(kube: Kube, config: OperatorConfig, job: Mapping[str, Any], now: da
             f"spec.managedBy is {MULTIKUEUE}, but the job names no LocalQueue (runPolicy.scheduling."
             "queueName or the label kueue.x-k8s.io/queue-name): no Workload, so it is never dispatched"
         ), now)  # fmt: skip
-        return
+        return None
     try:
         spec = parse_spec(job, config)
     except SpecError as err:
         _warn_once(kube, job, INVALID_SPEC, f"not dispatched: {err.path}: {err.message}", now)
-        return
-    created = kube.create(dispatch_workload(spec, owner_reference(name, str(meta["uid"])), queue))
+        return None
+    api = reads.kueue_api(kube)
+    priority = _priority(kube, job, api, now)
+    if priority is WAIT:
+        return PRIORITY_RETRY_S
+    owner = owner_reference(name, str(meta["uid"]))
+    created = kube.create(dispatch_workload(spec, owner, queue, api, priority))
     if created is not None:
         kube.emit_event(job, "Normal", WORKLOAD_CREATED, (
             f"Workload {workload_name(name)} in LocalQueue {queue}: MultiKueue runs the job on a worker "
             "cluster once one admits it; its status is copied here from there"
         ), now)  # fmt: skip
+    return None
+
+
+def _priority(kube: Kube, job: Mapping[str, Any], api: str, now: datetime) -> Priority | Wait | None:
+    """The WorkloadPriorityClass the job's label names, as read (None: it names none); WAIT when it names one
+    the operator cannot read: as Kueue does for its own jobs, no Workload until the class exists, rather than
+    one queued at a priority the job did not ask for."""
+    name = priority_class(job)
+    if name is None:
+        return None
+    try:
+        found = reads.get_priority_class(kube, name, api)
+    except Forbidden:
+        found, why = None, "the operator may not read WorkloadPriorityClasses (a namespace-scoped install)"
+    else:
+        why = "there is no such WorkloadPriorityClass"
+    value = None if found is None else found.get("value")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Priority(name, value)
+    if found is not None:
+        why = "its value is not a number"
+    _warn_once(kube, job, NO_PRIORITY_CLASS, (
+        f"metadata.labels[{PRIORITY_CLASS_LABEL}] names WorkloadPriorityClass {name!r}: {why}; no Workload "
+        f"until it can be read (looked at again every {PRIORITY_RETRY_S:.0f} s)"
+    ), now)  # fmt: skip
+    return WAIT
 
 
 def finish_prebuilt(
@@ -90,7 +135,8 @@ def finish_prebuilt(
         {"op": "test", "path": "/metadata/resourceVersion", "value": version},
         {"op": "add", "path": "/status/conditions", "value": conditions},
     ]
-    kube.patch(f"{WORKLOAD_KIND}/status", namespace, name, patch, WORKLOAD_API)
+    api = str(workload.get("apiVersion") or reads.kueue_api(kube))
+    kube.patch(f"{WORKLOAD_KIND}/status", namespace, name, patch, api)
     log.info("Workload %s/%s marked Finished: the job %s", namespace, name, str(status.phase).lower())
 
 

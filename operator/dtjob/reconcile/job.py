@@ -19,6 +19,7 @@ from dtjob.desired.common import owner_reference
 from dtjob.desired.owned import owner_uids
 from dtjob.kube.client import Kube
 from dtjob.machine import decide, invalid_spec, settle, with_results, wound_down
+from dtjob.machine.prebuilt import admitted_world
 from dtjob.reconcile import reads
 from dtjob.reconcile.act import act, delete_world
 from dtjob.reconcile.dispatch import dispatch, finish_prebuilt
@@ -48,8 +49,7 @@ def reconcile(
     if job is None or job["metadata"].get("deletionTimestamp"):
         return None  # gone or going: ownerReferences let the garbage collector remove the children
     if dispatched(job):
-        dispatch(kube, config, job, now)  # its Workload, and nothing else: it runs on a worker cluster
-        return None
+        return dispatch(kube, config, job, now)  # its Workload, and nothing else: it runs on a worker cluster
     meta = job["metadata"]
     prev = status_from_dict(job.get("status"))
     try:
@@ -68,6 +68,7 @@ def reconcile(
         return decision.requeue_after
 
     observed = observe(kube, config, spec, job, prev, children, now)
+    spec = admitted_world(spec, observed.prebuilt)  # on a worker cluster, what Kueue admitted of it
     decision = decide(spec, observed, prev, now)
     version = _record(kube, job, decision.status, decision.events, now)
     # Counted once recorded: a Conflict in _record means the next reconcile decides the restart again.

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from dtjob import KIND
-from dtjob.desired.workload import WORKLOAD_API, WORKLOAD_KIND
+from dtjob.desired.workload import KUEUE_APIS, PRIORITY_CLASS_KIND, WORKLOAD_KIND
 from dtjob.kube.client import Conflict, Forbidden, Kube, Rejected
 
 log = logging.getLogger(__name__)
@@ -34,9 +34,22 @@ def get_job(kube: Kube, namespace: str, name: str) -> Json | None:
     return kube.get(KIND, namespace, name)
 
 
+def kueue_api(kube: Kube) -> str:
+    """The apiVersion to speak to Kueue in: the newest of those the operator knows that the cluster serves
+    (the newest, when it serves none: there is no Kueue to speak to yet)."""
+    served = kube.served_versions(KUEUE_APIS[0].rpartition("/")[0])
+    return next((api for api in KUEUE_APIS if api.rpartition("/")[2] in served), KUEUE_APIS[0])
+
+
 def get_workload(kube: Kube, namespace: str, name: str) -> Json | None:
     """A Kueue Workload; None when there is none (or Kueue's API is not served)."""
-    return kube.get(WORKLOAD_KIND, namespace, name, WORKLOAD_API)
+    return kube.get(WORKLOAD_KIND, namespace, name, kueue_api(kube))
+
+
+def get_priority_class(kube: Kube, name: str, api_version: str) -> Json | None:
+    """A Kueue WorkloadPriorityClass; None when there is none. Forbidden where the operator may not read them
+    (a namespace-scoped install)."""
+    return kube.get(PRIORITY_CLASS_KIND, None, name, api_version)
 
 
 def patch_status(

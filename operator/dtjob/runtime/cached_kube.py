@@ -8,6 +8,7 @@ children's cache. The client itself keeps nothing; these caches are the runtime'
 - the Namespaces' list (their names and dtjob.io annotations): every SAS minted reads every namespace's
   storage lists;
 - the log polls' memory (dtjob.runtime.log_polls);
+- the API versions served of a group (Kueue's, for its Workloads): an upgrade of Kueue is seen within minutes;
 - the children it creates or patches, pods, batch Jobs and EndpointSlices, handed at once to
   `children_written` (the controller puts them in its children cache): the next reconcile of their job sees
   them even when their watch events are still on the way, so it neither creates them again, nor reports them
@@ -40,6 +41,8 @@ NODE_LIST_LOCK_STRIPES = 64
 # How long the Namespaces' list may be reused: a cluster admin's change to a namespace's storage lists reaches
 # the other namespaces' checks at most this much later.
 NAMESPACE_LIST_TTL_S = 30.0
+# How long an API group's served versions are reused: Kueue installed or upgraded is seen this much later.
+SERVED_VERSIONS_TTL_S = 120.0
 # How long a job's cached copy serves without a watch event or a write confirming it.
 JOB_COPY_MAX_AGE_S = 60.0
 # A forbidden list is remembered too: asking again would not help.
@@ -83,6 +86,7 @@ class CachedKube:
         )
         self._namespace_list_lock = threading.Lock()
         self.polls = LogPolls() if polls is None else polls
+        self.served: TtlCache[str, builtins.list[str]] = TtlCache(SERVED_VERSIONS_TTL_S, max_entries=8)
         # (the cache's kind, the object as written): set by the controller, called in the reconcile's thread.
         self.children_written: Callable[[str, Json], None] | None = None
         # One lock per stripe of selectors, not per selector: selectors come from jobs' specs, and a lock
@@ -202,6 +206,13 @@ class CachedKube:
 
     def stream_log(self, namespace: str, pod: str, container: str) -> Generator[bytes, None, None]:
         return self.kube.stream_log(namespace, pod, container)
+
+    def served_versions(self, group: str) -> builtins.list[str]:
+        versions = self.served.get(group)
+        if versions is None:
+            versions = self.kube.served_versions(group)
+            self.served.put(group, versions)
+        return versions
 
     def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         self.kube.emit_event(obj, kind, reason, message, now)

@@ -4,13 +4,14 @@ and this operator leaves the job alone. Kueue's MultiKueue (`kueue.x-k8s.io/mult
 controller on a manager cluster: it dispatches the job to a worker cluster and mirrors its status back. There
 this operator does one thing for such a job, which Kueue leaves to the job's own controller: it creates the
 job's Workload (dtjob.reconcile.dispatch). On the worker, Kueue's copy of the job has no managedBy and names
-the Workload that holds its quota there (PREBUILT_WORKLOAD_LABEL): it runs as any job, outside Kueue's pod
+the Workload that holds its quota there (PREBUILT_WORKLOAD_LABEL, or from Kueue v0.18 with its default
+WorkloadIdentifierAnnotations gate, an annotation of the same key): it runs as any job, outside Kueue's pod
 groups, since that Workload already admitted it.
 
-The CRD checks managedBy's format and keeps it immutable, so a job never changes hands. The label is anyone's
-who may edit a job, so it is input: a job may name only its own Workload (the manager's operator names it
-after the job, and MultiKueue copies it under that name), and its world exists only while that Workload, as
-read, is MultiKueue's and admitted (dtjob.machine.prebuilt). Pure.
+The CRD checks managedBy's format and keeps it immutable, so a job never changes hands. The label and the
+annotation are anyone's who may edit a job, so they are input: a job may name only its own Workload (the
+manager's operator names it after the job, and MultiKueue copies it under that name), and its world exists
+only while that Workload, as read, is MultiKueue's and admitted (dtjob.machine.prebuilt). Pure.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 # (a copy of the manager's) that reserved the job's quota there.
 PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 PREBUILT_WORKLOAD_FIELD = f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]"
+# Kueue v0.18+ (its WorkloadIdentifierAnnotations gate, on by default) names it in an annotation of that key
+# instead, and reads the annotation first: both are read, and each one set must name the job's own Workload.
+PREBUILT_WORKLOAD_ANNOTATION = PREBUILT_WORKLOAD_LABEL
+PREBUILT_WORKLOAD_ANNOTATION_FIELD = f"metadata.annotations[{PREBUILT_WORKLOAD_ANNOTATION}]"
 # MultiKueue's label on every object it creates on a worker, the copy of the Workload included (its value
 # names the manager, which a worker cannot know); nothing else of Kueue sets it.
 MULTIKUEUE_ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
@@ -72,28 +77,46 @@ def workload_name(job_name: str) -> str:
 def prebuilt_workload(job: Mapping[str, Any]) -> str | None:
     """The Workload this copy of a dispatched job names, when it is the job's own; else None (and
     prebuilt_workload_problem says why a name was refused)."""
-    value = _prebuilt_label(job)
-    return value if value is not None and prebuilt_workload_problem(job) is None else None
+    named = _prebuilt_names(job)
+    if not named or prebuilt_workload_problem(job) is not None:
+        return None
+    return named[0][1]
 
 
-def prebuilt_workload_problem(job: Mapping[str, Any]) -> str | None:
-    """Why the job's prebuilt-workload label is refused, or None. MultiKueue's copy always names the Workload
-    made for the job of its name (workload_name): any other name is another job's Workload."""
-    value = _prebuilt_label(job)
+def prebuilt_workload_problem(job: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(the field, why) the job's prebuilt-workload label or annotation is refused, or None. MultiKueue's copy
+    always names the Workload made for the job of its name (workload_name): any other name is another job's
+    Workload."""
     metadata = job.get("metadata")
     own = workload_name(str(metadata.get("name", "")) if isinstance(metadata, Mapping) else "")
-    if value is None or value == own:
-        return None
-    return (
-        f"names Workload {value!r}, not this job's own {own!r}: a job runs only on its own Workload's quota"
-    )
+    for field, value in _prebuilt_names(job):
+        if value != own:
+            why = f"names Workload {value!r}, not this job's own {own!r}"
+            return field, f"{why}: a job runs only on its own Workload's quota"
+    return None
 
 
-def _prebuilt_label(job: Mapping[str, Any]) -> str | None:
+def prebuilt_workload_field(job: Mapping[str, Any]) -> str:
+    """The field that names the job's prebuilt Workload (the annotation's when both do); "" when none does."""
+    named = _prebuilt_names(job)
+    return named[0][0] if named else ""
+
+
+def _prebuilt_names(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, value) of the prebuilt-workload annotation and label the job carries, the annotation first."""
     metadata = job.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    value = labels.get(PREBUILT_WORKLOAD_LABEL) if isinstance(labels, Mapping) else None
-    return value if isinstance(value, str) and value else None
+    if not isinstance(metadata, Mapping):
+        return []
+    found = []
+    for field, key, where in (
+        (PREBUILT_WORKLOAD_ANNOTATION_FIELD, PREBUILT_WORKLOAD_ANNOTATION, "annotations"),
+        (PREBUILT_WORKLOAD_FIELD, PREBUILT_WORKLOAD_LABEL, "labels"),
+    ):
+        values = metadata.get(where)
+        value = values.get(key) if isinstance(values, Mapping) else None
+        if isinstance(value, str) and value:
+            found.append((field, value))
+    return found
 
 
 def unqueued(spec: JobSpec) -> JobSpec:

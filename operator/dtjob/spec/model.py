@@ -258,8 +258,12 @@ class JobSpec:
     elastic: Elastic | None = None
     installer_registry: InstallerRegistry = field(default_factory=InstallerRegistry)
     # On a worker cluster, Kueue's copy of a dispatched job: its own Workload there, which admitted it (the
-    # label kueue.x-k8s.io/prebuilt-workload-name); its world joins no pod group of Kueue's.
+    # label or annotation kueue.x-k8s.io/prebuilt-workload-name); its world joins no pod group of Kueue's.
     prebuilt_workload: str | None = None
+    prebuilt_field: str = ""  # where the job names it: the label's field, or the annotation's
+    # An elastic copy Kueue admitted in part: the workers its Workload asks for (spec.workers is then the
+    # admitted count, the size its world aims for); None otherwise.
+    workload_workers: int | None = None
 
     def pull_secrets(self, pod: PodOverrides) -> tuple[str, ...]:
         """The pull Secrets of a worker or launcher pod (`pod`: spec.worker or spec.launcher.pod): the spec's,

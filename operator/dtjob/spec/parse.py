@@ -22,9 +22,9 @@ from dtjob.config import OperatorConfig
 from dtjob.spec import validators as rules
 from dtjob.spec.elastic import check_elastic_launcher, parse_elastic
 from dtjob.spec.managed_by import (
-    PREBUILT_WORKLOAD_FIELD,
     managed_by_problem,
     prebuilt_workload,
+    prebuilt_workload_field,
     prebuilt_workload_problem,
     unqueued,
 )
@@ -145,18 +145,19 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
         append_training_flags=spec.boolean("appendTrainingFlags", False),
         elastic=elastic,
-        prebuilt_workload=_prebuilt_workload(body),
+        **_prebuilt_workload(body),
     )
     return unqueued(job) if job.prebuilt_workload else job  # a pod group would ask for its quota twice
 
 
-def _prebuilt_workload(body: Mapping[str, Any]) -> str | None:
-    """On a worker, MultiKueue's copy: the Workload that holds its quota there, the job's own only. Its world
-    waits until that Workload is seen admitted (dtjob.machine.prebuilt)."""
+def _prebuilt_workload(body: Mapping[str, Any]) -> dict[str, Any]:
+    """On a worker, MultiKueue's copy: the Workload that holds its quota there, the job's own only, and the
+    field that names it (JobSpec's fields). Its world waits until that Workload is seen admitted
+    (dtjob.machine.prebuilt)."""
     problem = prebuilt_workload_problem(body)
     if problem is not None:
-        raise SpecError(PREBUILT_WORKLOAD_FIELD, problem)
-    return prebuilt_workload(body)
+        raise SpecError(*problem)
+    return {"prebuilt_workload": prebuilt_workload(body), "prebuilt_field": prebuilt_workload_field(body)}
 
 
 def _name(metadata: Mapping[str, Any]) -> str:

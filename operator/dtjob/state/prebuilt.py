@@ -11,7 +11,7 @@ container of one requesting so much.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -44,6 +44,9 @@ class PrebuiltWorkload:
     evicted: bool = False
     finished: bool = False
     pod_sets: Mapping[str, PodSetShape] | None = None  # by name; None: unreadable
+    # Pods admitted of each pod set, where Kueue admitted fewer than asked (partial admission, down to the pod
+    # set's minCount); a pod set it admitted whole is not here.
+    admitted_counts: Mapping[str, int] = field(default_factory=dict)
 
 
 def prebuilt_state(name: str, workload: Json | None, job_uid: str) -> PrebuiltWorkload:
@@ -56,6 +59,7 @@ def prebuilt_state(name: str, workload: Json | None, job_uid: str) -> PrebuiltWo
     refs = meta.get("ownerReferences") or ()
     controller = next((r for r in refs if r.get("controller") and r.get("uid") != job_uid), None)
     reserved = bool(status.get("admission")) and _true(conditions, QUOTA_RESERVED)
+    pod_sets = (workload.get("spec") or {}).get("podSets") or []
     return PrebuiltWorkload(
         name=name,
         found=True,
@@ -64,7 +68,8 @@ def prebuilt_state(name: str, workload: Json | None, job_uid: str) -> PrebuiltWo
         admitted=reserved and _true(conditions, ADMITTED),
         evicted=_true(conditions, EVICTED),
         finished=_true(conditions, FINISHED),
-        pod_sets=pod_set_shapes((workload.get("spec") or {}).get("podSets") or ()),
+        pod_sets=pod_set_shapes(pod_sets),
+        admitted_counts=_admitted_counts(status.get("admission"), pod_sets),
     )
 
 
@@ -78,6 +83,22 @@ def pod_set_shapes(pod_sets: Iterable[Json]) -> dict[str, PodSetShape] | None:
 
 def _shape(pod_set: Json) -> PodSetShape:
     return PodSetShape(int(pod_set.get("count") or 0), container_requests(pod_set.get("template") or {}))
+
+
+def _admitted_counts(admission: Any, pod_sets: Any) -> dict[str, int]:
+    """status.admission.podSetAssignments' counts that are below their pod set's count (by name)."""
+    if not isinstance(admission, Mapping) or not isinstance(pod_sets, list):
+        return {}
+    asked = {str(p.get("name")): p.get("count") for p in pod_sets if isinstance(p, Mapping)}
+    counts = {}
+    for assignment in admission.get("podSetAssignments") or ():
+        if not isinstance(assignment, Mapping):
+            continue
+        name, count = str(assignment.get("name")), assignment.get("count")
+        wanted = asked.get(name)
+        if isinstance(count, int) and isinstance(wanted, int) and 0 <= count < wanted:
+            counts[name] = count
+    return counts
 
 
 def _true(conditions: Iterable[Json], kind: str) -> bool:
