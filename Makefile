@@ -113,7 +113,8 @@ test-binaries:
 # scheduler-plugins' coscheduling kube-scheduler and the PodGroup CRDs, for the gang-scheduling tests, and
 # prometheus-operator's ServiceMonitor CRD, for the chart's tests.
 gang-schedulers:
-	@$(PHASE) gang-schedulers hack/build-control-plane.sh scheduler_plugins volcano_crds servicemonitor_crd
+	@$(PHASE) gang-schedulers hack/build-control-plane.sh scheduler_plugins volcano_crds volcano_scheduler \
+	  servicemonitor_crd
 
 # Azurite (Blob Storage emulator) from the npm registry, for the tests marked `azure`.
 azurite:

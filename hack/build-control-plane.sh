@@ -207,6 +207,39 @@ build_volcano_crds() {
   log "volcano $VOLCANO_VERSION CRDs copied"
 }
 
+build_volcano_scheduler() {
+  # Volcano's scheduler (vc-scheduler), for the tests where Volcano itself places the world, and every CRD of
+  # Volcano's module beside it (PodGroup, Queue and the kinds its scheduler watches). Like scheduler-plugins,
+  # its go.mod pins the k8s.io staging modules with replace directives, so the module is built in place; it
+  # keeps its own Kubernetes libraries (v1.30 for Volcano v1.10: its scheduler plugins are written against
+  # that kube-scheduler). The scheduler needs no controller or webhook for a PodGroup made by the operator.
+  local v=$VOLCANO_VERSION
+  local out=$cache/bin/volcano-$v
+  built() { [[ -x $out/vc-scheduler && -f $out/crds/scheduling.volcano.sh_queues.yaml ]]; }
+  if cache_hit "volcano-scheduler-$v" "volcano scheduler $v" built; then
+    log "volcano scheduler $v cached"; return
+  fi
+  local src
+  src=$(go mod download -json "volcano.sh/volcano@$v" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  local work=$cache/build/volcano-$v.$$
+  rm -rf "$work"
+  mkdir -p "$work" "$out/crds"
+  cp -r "$src/." "$work/"
+  chmod -R u+w "$work"
+  cd "$work"
+  log "building volcano scheduler $v"
+  local tmp
+  for crd in config/crd/volcano/bases/*.yaml; do
+    tmp=$(tmp_name "$out/crds/$(basename "$crd")")
+    cp "$crd" "$tmp"
+    mv -T "$tmp" "$out/crds/$(basename "$crd")"
+  done
+  tmp=$(tmp_name "$out/vc-scheduler")
+  go build -trimpath -ldflags "-s -w" -o "$tmp" ./cmd/scheduler
+  mv -T "$tmp" "$out/vc-scheduler"
+  cd / && rm -rf "$work"
+}
+
 build_servicemonitor_crd() {
   # prometheus-operator's CRDs live in its main module, as Volcano's do; nothing is built.
   local v=$PROMETHEUS_OPERATOR_VERSION

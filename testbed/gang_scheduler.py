@@ -1,12 +1,14 @@
-"""A gang scheduler beside the local control plane's own: scheduler-plugins' kube-scheduler with its
-Coscheduling plugin, as a second scheduler (its own schedulerName; the default scheduler keeps every other
-pod), and the gang schedulers' PodGroup CRDs. Built and cached by `hack/build-control-plane.sh
-scheduler_plugins volcano_crds` (make gang-schedulers). Everything listens on 127.0.0.1.
+"""Gang schedulers beside the local control plane's own, each as a second scheduler (its own schedulerName;
+the default scheduler keeps every other pod): scheduler-plugins' kube-scheduler with its Coscheduling plugin,
+and Volcano's scheduler (vc-scheduler), with the gang schedulers' CRDs. Built and cached by
+`hack/build-control-plane.sh scheduler_plugins volcano_crds volcano_scheduler` (make gang-schedulers).
+Everything listens on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import subprocess
 import urllib.error
@@ -46,6 +48,11 @@ def volcano_crd_file() -> Path:
         / f"volcano-{pinned('VOLCANO_VERSION')}"
         / "scheduling.volcano.sh_podgroups.yaml"
     )
+
+
+def volcano_dir() -> Path:
+    """The cached build: vc-scheduler and crds/ (every CRD of Volcano's module)."""
+    return cache_root() / "bin" / f"volcano-{pinned('VOLCANO_VERSION')}"
 
 
 def coscheduling_crd_file() -> Path:
@@ -141,6 +148,88 @@ class CoschedulingScheduler:
         context.verify_mode = ssl.CERT_NONE  # its own self-signed serving certificate, on loopback
         try:
             with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/healthz", context=context, timeout=2):
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        terminate(self.proc)
+
+
+# Volcano's scheduler configuration as its chart ships it: enqueue (a PodGroup leaves Pending only when its
+# queue and the cluster have room for its minResources), allocate and backfill; gang (all of minMember or
+# none), proportion (each queue's share and capability) and the predicates of kube-scheduler.
+VOLCANO_CONF = """actions: "enqueue, allocate, backfill"
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+    enablePreemptable: false
+  - name: conformance
+- plugins:
+  - name: overcommit
+  - name: drf
+    enablePreemptable: false
+  - name: predicates
+  - name: proportion
+  - name: nodeorder
+  - name: binpack
+"""
+VOLCANO_SCHEDULER_NAME = "volcano"
+
+
+class VolcanoScheduler:
+    """Volcano's vc-scheduler as a process: no leader election, its health check on a loopback port, its
+    metrics off. It creates Volcano's `default` Queue when it starts."""
+
+    def __init__(self, kubeconfig: str, work_dir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.work_dir = work_dir
+        self.port = free_port()
+        self.log_path = work_dir / "vc-scheduler.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = volcano_dir() / "vc-scheduler"
+        if not binary.is_file():
+            raise FileNotFoundError(f"{binary} is not built: run `make gang-schedulers`")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        config = self.work_dir / "volcano-scheduler.conf"
+        config.write_text(VOLCANO_CONF)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                str(binary),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--scheduler-conf={config}",
+                f"--scheduler-name={VOLCANO_SCHEDULER_NAME}",
+                "--schedule-period=1s",
+                "--leader-elect=false",
+                "--enable-healthz=true",
+                f"--healthz-address=127.0.0.1:{self.port}",
+                "--listen-address=127.0.0.1:0",
+                f"--cache-dump-dir={self.work_dir}",
+                "--v=3",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # A plugin of its (HAMi vGPU) reads $HOME/.kube/config at start; the test's cluster is elsewhere.
+            env={**os.environ, "KUBECONFIG": self.kubeconfig, "HOME": str(self.work_dir)},
+        )
+        wait_for(self._healthy, timeout=60, interval=0.25, what="Volcano's scheduler healthy")
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"vc-scheduler exited ({self.proc.returncode}):\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2):
                 return True
         except (urllib.error.URLError, OSError):
             return False
