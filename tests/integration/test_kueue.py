@@ -212,3 +212,41 @@ def test_a_higher_priority_job_preempts_without_spending_the_backoff_limit(
     assert resumed.get("status") == "False" and resumed.get("reason") == "Admitted", resumed
     reasons = [e.reason for e in jobs.events("low")]
     assert "Preempted" in reasons and "Admitted" in reasons, reasons
+
+
+def test_an_elastic_worlds_lost_worker_is_replaced_on_the_quota_the_group_holds(
+    jobs: Jobs, operator: Any, queues: dict[str, str], api_client: client.ApiClient, namespace: str
+) -> None:
+    """Kueue serves its elastic Workloads (workload slices) to none of the kinds a dtjob world is: a pod group
+    keeps the size it was admitted with. A worker lost from an elastic world leaves its share reserved, and
+    its replacement joins the admitted group at once (no new admission, no counted restart)."""
+    jobs.create("el", **world(elastic={"minWorkers": 1, "maxWorkers": 2}, launcher=LONG_LAUNCHER))
+    jobs.wait_phase("el", "Running", timeout=120)
+    admitted = workload(api_client, namespace, "el")
+    assert condition(admitted, "Admitted").get("status") == "True", admitted
+    assert gpus_reserved(client.CustomObjectsApi(api_client), queues["cq"]) == str(GPUS_PER_WORLD)
+    lost = next(p for p in jobs.live_workers("el") if p.metadata.name == "el-worker-1")
+    jobs.core.delete_namespaced_pod("el-worker-1", namespace, grace_period_seconds=0)
+
+    def replaced() -> client.V1Pod | None:
+        pods = [p for p in jobs.live_workers("el") if p.metadata.name == "el-worker-1"]
+        fresh = [p for p in pods if p.metadata.uid != lost.metadata.uid]
+        return fresh[0] if fresh and fresh[0].spec.node_name and not gated(fresh[0]) else None
+
+    wait_for(replaced, timeout=90, what="el-worker-1 replaced, ungated and bound")
+    status = jobs.status("el")
+    assert status["phase"] == "Running" and status.get("restarts", 0) == 0, status
+    after = workload(api_client, namespace, "el")
+    assert after["metadata"]["uid"] == admitted["metadata"]["uid"], "the group was admitted anew"
+    assert condition(after, "Admitted").get("status") == "True", after
+    assert gpus_reserved(client.CustomObjectsApi(api_client), queues["cq"]) == str(GPUS_PER_WORLD)
+
+
+def gpus_reserved(custom: client.CustomObjectsApi, cluster_queue: str) -> str:
+    """The GPUs the ClusterQueue's admitted Workloads hold (Kueue's own count)."""
+    found = cast(dict[str, Any], custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue))
+    for flavor in (found.get("status") or {}).get("flavorsReservation") or []:
+        for resource in flavor.get("resources") or []:
+            if resource["name"] == "nvidia.com/gpu":
+                return str(resource["total"])
+    return "0"

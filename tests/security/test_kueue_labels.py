@@ -45,7 +45,7 @@ from testbed.kube_wait import wait_for
 from testbed.kueue import KUEUE, KueueProcess, releases
 from testbed.operator_harness import GROUP, PLURAL, VERSION, Jobs, OperatorProcess
 from testbed.tenancy import Tenant
-from tests.integration.test_kueue import condition, created, gated, wait_queues_active
+from tests.integration.test_kueue import condition, created, gated, gpus_reserved, wait_queues_active
 
 QUEUE = "team"
 VICTIM = "victim"
@@ -98,16 +98,6 @@ def create_job(
 
 def get_workload(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
     return cast(dict[str, Any], custom.get_namespaced_custom_object(*KUEUE, namespace, "workloads", name))
-
-
-def gpus_reserved(custom: client.CustomObjectsApi, cluster_queue: str) -> str:
-    """The GPUs the ClusterQueue's admitted Workloads hold (Kueue's own count)."""
-    found = cast(dict[str, Any], custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue))
-    for flavor in (found.get("status") or {}).get("flavorsReservation") or []:
-        for resource in flavor.get("resources") or []:
-            if resource["name"] == "nvidia.com/gpu":
-                return str(resource["total"])
-    return "0"
 
 
 def stays_empty(found: Callable[[], list[str]], seconds: float = STAYS_SECONDS) -> None:
