@@ -19,8 +19,8 @@ SCALE, GOOD_STEPS = 1024.0, 7
 def pytorch(save: bool, checkpoints: Path) -> dict[str, Any]:
     import horovod.torch as hvd
     import torch
-    from dtjob_train import pytorch as trainer
     from dtjob_train import torch_checkpoint
+    from dtjob_train import torch_train as trainer
 
     hvd.init()
     model = torch.nn.Linear(2, 2)
@@ -34,7 +34,7 @@ def pytorch(save: bool, checkpoints: Path) -> dict[str, Any]:
         return {}
     if hvd.rank() == 0:
         assert torch_checkpoint.restore_latest(checkpoints, model, optimizer, scaler, torch.device("cpu"))
-    trainer.broadcast_scaler(scaler)
+    trainer.broadcast_scaler(hvd, scaler)
     state = scaler.state_dict()
     return {"rank": hvd.rank(), "scale": state["scale"], "goodSteps": state["_growth_tracker"]}
 

@@ -19,6 +19,7 @@ import horovod.tensorflow.keras as hvd
 # isort: on
 
 from dtjob_train import keras as trainer
+from dtjob_train import keras_train
 from dtjob_train.cli import parse_args
 from dtjob_train.run import TrainingRun
 
@@ -39,13 +40,13 @@ def main() -> None:
     cfg = parse_args("keras_logs_ranks", flags, framework="keras")
     run = TrainingRun("keras", cfg, hvd_tf)
     model, _ = trainer.compiled_model(cfg, run)
-    train, _ = trainer.make_inputs(run, tf.Variable(0, dtype=tf.int64))
+    train, _ = keras_train.make_inputs(run, tf.Variable(0, dtype=tf.int64))
     probe = Probe()
     model.fit(
         train,
         steps_per_epoch=run.steps_per_epoch,
         epochs=cfg.epochs,
-        callbacks=[*trainer.callbacks(run), probe],
+        callbacks=[*keras_train.callbacks(run), probe],
         verbose=0,
     )
     out.write_text(json.dumps({"kinds": probe.kinds}))

@@ -51,7 +51,7 @@ def test_without_dali_the_trainer_says_how_to_get_it(tmp_path: Path) -> None:
 def test_auto_takes_dali_on_a_gpu_where_it_is_installed_and_the_dataloader_elsewhere(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dtjob_train import pytorch
+    from dtjob_train import torch_train as pytorch
     from dtjob_train.data import dali_data
 
     for installed in (True, False):

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from dtjob_train import checkpoints
 from dtjob_train.cli import parse_args
-from dtjob_train.common import NoGpuError, expect_gpu, gpu_for_rank
 from dtjob_train.data.folder import DataError, epoch_shard, scan
+from dtjob_train.host import NoGpuError, expect_gpu, gpu_for_rank
 from dtjob_train.progress import Reporter, Throughput
 from dtjob_train.schedule import learning_rate, scaled_lr
 

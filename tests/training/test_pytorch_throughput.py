@@ -7,9 +7,9 @@ import os
 
 import pytest
 import torch
-from dtjob_train.common import cores_per_rank
 from dtjob_train.data.folder import MEAN_RGB, STD_RGB
 from dtjob_train.data.torch_data import default_workers
+from dtjob_train.host import cores_per_rank
 from dtjob_train.models.resnet_torch import build
 
 pytestmark = pytest.mark.training
@@ -48,7 +48,7 @@ def _loader_batches(count: int) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
 
 @pytest.mark.parametrize("channels_last", [True, False])
 def test_the_prefetcher_hands_over_normalised_float_batches(channels_last: bool) -> None:
-    from dtjob_train.pytorch import Normalize, Prefetcher
+    from dtjob_train.torch_train import Normalize, Prefetcher
 
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     batches = _loader_batches(3)
@@ -79,7 +79,7 @@ def _activation_dtypes(amp: object, model: torch.nn.Module) -> set[torch.dtype]:
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_bf16_autocast_needs_no_loss_scaler(dtype: str) -> None:
-    from dtjob_train.pytorch import Amp
+    from dtjob_train.torch_train import Amp
 
     model = build("resnet-tiny", 2)
     amp = Amp(True, dtype, torch.device("cpu"))
@@ -93,7 +93,7 @@ def test_bf16_autocast_needs_no_loss_scaler(dtype: str) -> None:
 def test_a_bf16_step_trains_without_a_scaler() -> None:
     """train_step's path without loss scaling: a plain backward and optimizer step (Horovod's optimizer
     synchronises inside its step; the runs on real ranks cover that)."""
-    from dtjob_train.pytorch import Amp, train_step
+    from dtjob_train.torch_train import Amp, train_step
 
     torch.manual_seed(0)
     model = build("resnet-tiny", 2)

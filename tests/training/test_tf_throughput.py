@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 from dtjob_train.cli import TrainConfig, parse_args
-from dtjob_train.common import cores_per_rank
 from dtjob_train.data.folder import MEAN_RGB, STD_RGB
+from dtjob_train.host import cores_per_rank
 from dtjob_train.run import TrainingRun
 from dtjob_train.schedule import learning_rate
 from dtjob_train.tf_env import keras, tf
@@ -102,7 +102,7 @@ def test_the_model_takes_uint8_images_and_normalises_them() -> None:
 
 
 def test_tf_data_ships_uint8_on_this_ranks_share_of_the_cores(tmp_path: Path) -> None:
-    from dtjob_train.data.tf_data import imagenet_datasets
+    from dtjob_train.tf_inputs import imagenet_datasets
 
     cfg = parse_args("t", ["--data", "imagenet", "--data-dir", str(make_tree(tmp_path, per_class_train=4)),
                            "--image-size", "32", "--batch-size", "4", "--epochs", "1"])  # fmt: skip
@@ -122,7 +122,7 @@ def test_tf_data_ships_uint8_on_this_ranks_share_of_the_cores(tmp_path: Path) ->
 
 @pytest.mark.parametrize("world_size", [1, 8])
 def test_the_keras_learning_rate_is_the_shared_schedule_inside_the_step(world_size: int) -> None:
-    from dtjob_train.keras import StepSchedule
+    from dtjob_train.keras_train import StepSchedule
 
     steps_per_epoch = 10
     schedule = StepSchedule(

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from testbed.operator_harness import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 FRAMEWORKS = ("pytorch", "tensorflow", "keras")
@@ -101,6 +103,8 @@ def launch(
         rank_dir = f"{per_rank_dir}/rank-$HOROVOD_RANK"
         if launcher == "mpi":
             rank_dir = f"{per_rank_dir}/rank-$OMPI_COMM_WORLD_RANK"
+        if launcher == "torchrun":
+            rank_dir = f"{per_rank_dir}/rank-$RANK"
         extra = f"--checkpoint-dir {rank_dir}/ckpt --output-dir {rank_dir}/out"
         extra += f" --progress-file {rank_dir}/progress.json"
         train = ["sh", "-c", " ".join(train) + " " + extra]
@@ -137,6 +141,13 @@ def launch(
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
         cmd += ["-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "OMP_NUM_THREADS", *train]
+    elif launcher == "torchrun":
+        # One node: torchrun's c10d rendezvous on loopback, Gloo's sockets on lo. A per-rank directory needs
+        # the shell to expand $RANK, so torchrun then starts `sh -c` instead of Python.
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(np)]
+        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+        cmd += ["--no-python", *train] if per_rank_dir is not None else train[1:]
+        env = {"GLOO_SOCKET_IFNAME": "lo", **(env or {})}
     elif launcher == "single":
         cmd = train
     else:

@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dtjob_train.cli import parse_args
+from dtjob_train.cli import DEFAULT_COMMIT_EVERY, parse_args
 from dtjob_train.data.folder import elastic_shard, epoch_shard
 from dtjob_train.elastic import (
-    DEFAULT_COMMIT_EVERY,
     RANK_PID_DIR_ENV,
     LeaveRequest,
     Position,

@@ -9,7 +9,7 @@ import pytest
 from dtjob.contract.training import EXPECT_GPU_ENV
 from dtjob.desired.command import rank_env, training_flags
 from dtjob.spec.parse import SpecError
-from dtjob_train import common
+from dtjob_train import host
 from dtjob_train.cli import TrainConfig, parse_args
 
 from tests.unit.operator_fixtures import job_spec
@@ -88,7 +88,7 @@ def test_what_the_trainers_refuse_the_operator_refuses_first(
 def test_the_operators_gpu_expectation_is_the_one_the_trainers_read() -> None:
     env = {e["name"]: e["value"] for e in rank_env(job_spec())}
     # One name (dtjob.contract.training): the operator sets it, the trainers read it.
-    assert env[EXPECT_GPU_ENV] and common.expect_gpu(env)
+    assert env[EXPECT_GPU_ENV] and host.expect_gpu(env)
 
 
 def test_the_operators_default_rate_is_the_trainers() -> None:

@@ -29,14 +29,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from dtjob.contract import training as contract
 from horovod.common.exceptions import HorovodInternalError
 
-if TYPE_CHECKING:  # progress imports cli, which takes its default from here
+if TYPE_CHECKING:
     from .progress import Reporter
 
-# A commit copies the model and optimizer state and broadcasts a small object (the check for host changes):
-# 57 ms for ResNet-50 measured on CPU (2 ranks), an upper bound on a GPU, where TorchState copies on the
-# device. Against a ~50 ms ResNet-50 step at batch 256 on an H100, a commit every 50 steps costs at most 2.3%,
-# and a rank that dies without SIGTERM costs at most 50 steps (2.5 s). See training/README.md.
-DEFAULT_COMMIT_EVERY = 50
 # TensorFlow and Keras take the leave vote as a blocking allreduce (horovod.tensorflow has no asynchronous
 # one): 1.2-1.6 ms with 2 ranks on CPU loopback, up to 3% of a 50 ms step, so they vote every 10th step
 # (0.3%). A leaving rank then waits at most 10 steps (0.5 s of its grace period); the world still commits at

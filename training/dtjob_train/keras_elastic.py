@@ -17,11 +17,11 @@ import horovod.tensorflow.keras as hvd
 # isort: on
 
 from . import tf_checkpoint
-from .data.tf_data import imagenet_datasets
 from .elastic import LeaveRequest, commit_and_leave, commit_due, run_elastic, vote_due
-from .keras import Checkpoint, Progress, make_inputs, without_log_sync
+from .keras_train import Checkpoint, Progress, make_inputs, without_log_sync
 from .run import TrainingRun
 from .tf_elastic import VariablesState, leave_vote
+from .tf_inputs import imagenet_datasets
 
 
 class ElasticProgress(Progress):

@@ -19,7 +19,9 @@ from torch import nn
 from . import torch_checkpoint
 from .cli import TrainConfig
 from .elastic import LeaveRequest, commit_and_leave, commit_due, run_elastic
-from .pytorch import (
+from .run import TrainingRun
+from .torch_compile import Forward, compiled
+from .torch_train import (
     Amp,
     Batch,
     Normalize,
@@ -29,8 +31,6 @@ from .pytorch import (
     synthetic_batches,
     train_step,
 )
-from .run import TrainingRun
-from .torch_compile import Forward, compiled
 
 # An epoch's batches from an offset into it: the images (all ranks together) earlier worlds trained on.
 BatchesFrom = Callable[[int, int], Iterator[Batch]]
@@ -43,8 +43,8 @@ def make_elastic_inputs(
     ranks as they are now. The PyTorch DataLoader only: it can start an epoch's shard at an offset."""
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     if run.train_split is None:
-        return (lambda epoch, offset: synthetic_batches(cfg, device, fmt)), None
-    loader = folder_loader(cfg, run, device, elastic=True)
+        return (lambda epoch, offset: synthetic_batches(cfg, device, fmt, hvd.rank())), None
+    loader = folder_loader(cfg, run, device, hvd.local_size(), elastic=True)
     prefetch = Prefetcher(Normalize(device, fmt))
     train_loader = loader(run.train_split, train=True)
 
@@ -105,7 +105,7 @@ class ElasticTrainer:
             epoch = state.position.epoch
             self._epoch(state, batches)
             if val_batches is not None:
-                run.validated(evaluate(self.model, val_batches(), cfg.val_steps, self.amp), epoch)
+                run.validated(evaluate(self.model, val_batches(), cfg.val_steps, self.amp, hvd), epoch)
             if (directory := run.checkpoint_dir) is not None:  # whichever rank is rank 0 now
                 torch_checkpoint.save(directory, epoch + 1, self.model, self.optimizer, self.amp.scaler)
             state.position = state.position.next_epoch()

@@ -20,9 +20,10 @@ import horovod.tensorflow as hvd
 
 from . import tf_checkpoint
 from .cli import TrainConfig, parse_args
-from .data.tf_data import imagenet_datasets, synthetic_batch
+from .data.tf_data import synthetic_batch
 from .models.resnet_keras import build, l2_penalty
 from .run import TrainingRun
+from .tf_inputs import imagenet_datasets
 
 
 def make_inputs(run: TrainingRun, skipped: Any) -> tuple[Iterator[Any], Any]:

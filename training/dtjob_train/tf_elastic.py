@@ -20,9 +20,10 @@ from horovod.common.elastic import ObjectState
 
 from . import tf_checkpoint
 from .cli import TrainConfig
-from .data.tf_data import imagenet_datasets, synthetic_batch
+from .data.tf_data import synthetic_batch
 from .elastic import LeaveRequest, commit_and_leave, commit_due, run_elastic, vote_due
 from .run import TrainingRun
+from .tf_inputs import imagenet_datasets
 
 
 class VariablesState(ObjectState):  # type: ignore[misc]

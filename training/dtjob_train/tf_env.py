@@ -15,7 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from tensorflow import keras
 
-from .common import cpu_threads_per_rank, pick_gpu
+from .host import cpu_threads_per_rank, pick_gpu
 
 
 def configure_devices(local_rank: int, local_size: int) -> bool:

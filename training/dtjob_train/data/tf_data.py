@@ -11,13 +11,10 @@ of the node's cores.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from dtjob_train.cli import TrainConfig
-from dtjob_train.common import cores_per_rank
-from dtjob_train.run import TrainingRun
 from dtjob_train.tf_env import tf
 
 from .folder import Split, epoch_shard
@@ -164,30 +161,3 @@ def synthetic_batch(cfg: TrainConfig, rank: int) -> tuple[Any, Any]:
     images = tf.cast(tf.random.uniform(shape, maxval=256, dtype=tf.int32), tf.uint8)
     labels = tf.random.uniform((cfg.batch_size,), maxval=cfg.num_classes, dtype=tf.int32)
     return images, labels
-
-
-def imagenet_datasets(
-    run: TrainingRun, skipped: Any, *, one_hot: bool, local_size: int, epochs: range | None = None
-) -> tuple[Any, Any]:
-    """This rank's training dataset of an ImageNet run and its validation dataset (None without one);
-    one-hot labels for Keras's fit, class indices otherwise. `local_size`: the ranks on this host, which
-    share its cores. `epochs`: the epochs the training dataset covers (default: the rest of the run)."""
-    cfg = run.cfg
-    assert run.train_split is not None
-    num_classes = run.num_classes if one_hot else None
-    dataset = functools.partial(
-        make_dataset,
-        rank=run.rank,
-        size=run.size,
-        batch_size=cfg.batch_size,
-        image_size=cfg.image_size,
-        seed=cfg.seed,
-        num_classes=num_classes,
-        skipped=skipped,
-        threads=cores_per_rank(local_size),
-    )
-    # From the epoch the run resumes at: call after TrainingRun.resume.
-    epochs = run.epochs() if epochs is None else epochs
-    train = dataset(run.train_split, train=True, epochs=epochs, steps_per_epoch=run.steps_per_epoch)
-    val = None if run.val_split is None else dataset(run.val_split, train=False)
-    return train, val

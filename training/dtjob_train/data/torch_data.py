@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from dtjob_train.common import cores_per_rank
+from dtjob_train.host import cores_per_rank
 
 from .folder import Split, elastic_shard, epoch_shard
 

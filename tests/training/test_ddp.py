@@ -1,0 +1,62 @@
+"""The PyTorch trainer under torchrun with DDP (dtjob_train.ddp): real ranks on this host, Gloo on CPU, the
+c10d rendezvous on loopback. The same flags, progress lines, metrics and checkpoints as the Horovod trainer,
+whose checkpoints it resumes from and which resumes from its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.training.training_helpers import launch, make_tree, tiny_args
+
+pytestmark = pytest.mark.training
+DDP = "dtjob_train.ddp"
+
+
+def metrics(runs: Path) -> dict[str, object]:
+    found: dict[str, object] = json.loads((runs / "rank-0" / "out" / "metrics.json").read_text())
+    return found
+
+
+def test_two_ddp_ranks_train_in_step_and_report_as_the_horovod_trainer(tmp_path: Path) -> None:
+    args = tiny_args(None, "--arch", "resnet-tiny", "--epochs", "1", "--steps-per-epoch", "3")
+    run = launch("pytorch", args, launcher="torchrun", module=DDP, per_rank_dir=tmp_path)
+    assert run.proc.returncode == 0, run.out
+    progress = run.progress_lines()
+    assert [p["step"] for p in progress] == [1, 2, 3], run.out
+    assert {(p["worldSize"], p["globalBatch"]) for p in progress} == {(2, 8)}
+    assert all(loss == loss for loss in run.losses()), run.out  # finite
+    found = metrics(tmp_path)
+    assert found["worldSize"] == 2 and found["runner"] == "torchrun", found
+    # DDP averaged the same gradients on both ranks: their trained weights are identical.
+    digests = found["weightDigests"]
+    assert isinstance(digests, list) and len(digests) == 2 and found["weightsConsistent"], found
+    assert not any((tmp_path / "rank-1").rglob("*.*")), "only rank 0 writes outputs"
+
+
+def test_ddp_learns_and_resumes_from_its_own_and_the_horovod_trainers_checkpoints(tmp_path: Path) -> None:
+    data = make_tree(tmp_path / "data")
+    args = tiny_args(data, "--arch", "resnet-tiny", "--base-lr", "3.2", "--warmup-epochs", "0")
+    args += ["--label-smoothing", "0", "--workers", "1"]  # default weight decay: momentum must be in sync
+    runs = tmp_path / "runs"
+
+    first = launch("pytorch", [*args, "--epochs", "2"], launcher="torchrun", module=DDP, per_rank_dir=runs)
+    assert first.proc.returncode == 0, first.out
+    losses = first.losses()
+    assert len(losses) == 8 and sum(losses[-2:]) < sum(losses[:2]), f"loss did not fall: {losses}"
+    assert metrics(runs)["weightsConsistent"] and metrics(runs)["valTop1"] is not None
+
+    # Horovod's trainer takes the DDP checkpoint (the model's own keys, not DDP's wrapper's) and goes on.
+    horovod = launch("pytorch", [*args, "--epochs", "3"], per_rank_dir=runs)
+    assert horovod.proc.returncode == 0, horovod.out
+    assert "resuming from" in horovod.out and "2 epochs done" in horovod.out, horovod.out
+    assert len(horovod.losses()) == 4 and metrics(runs)["weightsConsistent"]
+
+    # And back: DDP resumes Horovod's checkpoint, rank 0's optimizer state on every rank.
+    again = launch("pytorch", [*args, "--epochs", "4"], launcher="torchrun", module=DDP, per_rank_dir=runs)
+    assert again.proc.returncode == 0, again.out
+    assert "3 epochs done" in again.out and {p["epoch"] for p in again.progress_lines()} == {4}, again.out
+    resumed = metrics(runs)
+    assert resumed["resumedFromEpoch"] == 3 and resumed["weightsConsistent"], resumed

@@ -1,0 +1,163 @@
+"""PyTorch DDP ResNet-50 trainer under torchrun, no MPI and no Horovod:
+``torchrun --nnodes N --nproc-per-node P ... -m dtjob_train.ddp [flags]``.
+
+The same model, data loaders, mixed precision, compile, checkpoints, progress lines and metrics as the Horovod
+trainer (dtjob_train.torch_train); torch.distributed forms the world from what torchrun sets (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT): NCCL on GPUs, Gloo on CPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from . import torch_checkpoint
+from .cli import parse_args
+from .common import EXIT_BAD_INPUT, fail
+from .data import dali_data
+from .models.resnet_torch import build
+from .run import TrainingRun
+from .torch_compile import compile_mode
+from .torch_train import (
+    Amp,
+    begin,
+    broadcast_scaler,
+    data_loader,
+    make_inputs,
+    param_groups,
+    refuse_what_the_device_lacks,
+    save_model,
+    set_up_device,
+    train,
+)
+
+
+class TorchDistributed:
+    """torch.distributed as torch_train.Comm (the names horovod.torch gives its collectives)."""
+
+    Sum = "sum"
+    Average = "average"
+
+    def __init__(self) -> None:
+        gpus = torch.cuda.is_available() and torch.cuda.device_count() > 0
+        self.backend = "nccl" if gpus else "gloo"
+        dist.init_process_group(self.backend)
+        # NCCL reduces tensors on this rank's GPU (set_up_device picks it before any collective).
+        self.on_gpu = gpus
+
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    def size(self) -> int:
+        return dist.get_world_size()
+
+    def local_rank(self) -> int:
+        return int(os.environ.get("LOCAL_RANK", "0"))
+
+    def local_size(self) -> int:
+        return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+    def allreduce(self, tensor: Tensor, op: Any = None, name: str | None = None) -> Tensor:
+        """A new tensor: the sum over the ranks, or (op Average, Horovod's default) the mean."""
+        device = torch.device("cuda", torch.cuda.current_device()) if self.on_gpu else torch.device("cpu")
+        reduced = tensor.detach().clone().to(device)
+        dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+        if op != self.Sum:
+            reduced /= self.size()
+        return reduced.to(tensor.device)
+
+    def broadcast_object(self, obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
+        box = [obj]
+        dist.broadcast_object_list(box, src=root_rank)
+        return box[0]
+
+    def allgather_object(self, obj: Any, name: str | None = None) -> list[Any]:
+        gathered: list[Any] = [None] * self.size()
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+
+def sync_optimizer(comm: TorchDistributed, optimizer: torch.optim.Optimizer) -> None:
+    """Rank 0's optimizer state (restored from a checkpoint, or empty) on every rank: DDP broadcasts only the
+    parameters and buffers, and ranks with other momentum would drift apart. Sent from host memory; each
+    rank's load_state_dict moves it to its parameters' device."""
+    state = optimizer.state_dict() if comm.rank() == 0 else None
+    if state is not None:
+        state = {**state, "state": {k: _to_cpu(v) for k, v in state["state"].items()}}
+    optimizer.load_state_dict(comm.broadcast_object(state, root_rank=0, name="optimizer"))
+
+
+def _to_cpu(per_param: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.cpu() if isinstance(v, Tensor) else v for k, v in per_param.items()}
+
+
+def wrapped(
+    model: nn.Module, device: torch.device, comm: TorchDistributed, *, fp16_allreduce: bool
+) -> nn.Module:
+    """The model in DDP's wrapper (it broadcasts rank 0's parameters and buffers); with --fp16-allreduce on
+    NCCL, DDP's fp16 compression hook halves the bytes each allreduce sends, as Horovod's Compression.fp16
+    (Gloo's CPU allreduce keeps fp32)."""
+    ddp = nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None
+    )
+    if fp16_allreduce and comm.backend == "nccl":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    return ddp
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    cfg = parse_args("torchrun ... -m dtjob_train.ddp", argv, framework="pytorch")
+    comm = TorchDistributed()
+    if cfg.elastic:
+        fail("--elastic is Horovod Elastic's (dtjob_train.pytorch): not under torchrun", rank=comm.rank())
+    device = set_up_device(comm)
+    pipeline = data_loader(cfg.data_loader, device)
+    refuse_what_the_device_lacks(cfg, device, pipeline, comm.rank())
+    torch.manual_seed(cfg.seed)
+    run = TrainingRun("pytorch", cfg, comm)
+    run.resolved["compile"] = compile_mode(cfg.compile, device)
+    run.resolved["runner"] = "torchrun"
+    if cfg.data == "imagenet":
+        run.resolved["dataLoader"] = pipeline
+    train_batches, val_batches = make_inputs(cfg, run, device, pipeline, comm)
+
+    model = build(cfg.arch, run.num_classes).to(device)
+    optimizer = torch.optim.SGD(
+        param_groups(model, cfg.weight_decay), lr=run.learning_rate(0), momentum=cfg.momentum
+    )
+    amp = Amp(cfg.amp, cfg.amp_dtype, device)
+    # Rank 0 restores the newest checkpoint and broadcasts the epoch to start from; its optimizer state and
+    # loss scale go to every rank, and DDP's wrapper broadcasts its parameters and buffers.
+    run.resume(
+        lambda directory: torch_checkpoint.restore_latest(directory, model, optimizer, amp.scaler, device)
+    )
+    sync_optimizer(comm, optimizer)
+    broadcast_scaler(comm, amp.scaler)
+    ddp = wrapped(model, device, comm, fp16_allreduce=cfg.fp16_allreduce)
+    begin(run, device)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    model.train()
+    try:
+        train(comm, cfg, run, ddp, optimizer, amp, loss_fn, train_batches, val_batches)
+    except dali_data.UndecodableImage as e:
+        print(f"error: rank {run.rank}: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+
+    if device.type == "cuda":
+        run.resolved["peakMemoryBytes"] = torch.cuda.max_memory_allocated(device)
+    # finish gathers every rank's skipped images and weight digest (equal: the ranks kept in step).
+    weights = (p.detach().cpu().numpy().tobytes() for p in model.parameters())
+    run.finish(weights=weights, save=lambda out: save_model(model, run.num_classes, out))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
