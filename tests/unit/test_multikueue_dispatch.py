@@ -168,6 +168,18 @@ def test_a_priority_class_that_cannot_be_read_holds_the_workload_back_and_says_s
     assert kube.events == [("Warning", NO_PRIORITY_CLASS), ("Normal", WORKLOAD_CREATED)]
 
 
+def test_a_class_gone_after_the_workload_was_made_changes_nothing() -> None:
+    """The class is read when the Workload is made; its deletion later neither warns nor polls."""
+    kube = RecordingKube()
+    _priority_class(kube, "high", 10_000)
+    dispatched_job(kube, {PRIORITY_CLASS_LABEL: "high"}, **QUEUED)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    del kube.objects[(PRIORITY_CLASS_KIND, "", "high")]
+    assert reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW) is None
+    assert kube.events == [("Normal", WORKLOAD_CREATED)]
+    assert kube.objects[(WORKLOAD, "ml", "dtjob-rn50")]["spec"]["priority"] == 10_000
+
+
 def test_the_manager_creates_only_the_workload_once_and_writes_no_status() -> None:
     kube = RecordingKube()
     dispatched_job(kube, **QUEUED)

@@ -9,7 +9,6 @@ posted once per job and reason.
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -44,13 +43,6 @@ WORKLOAD_CREATED = "WorkloadCreated"
 PRIORITY_RETRY_S = 30.0
 
 
-class Wait(enum.Enum):
-    WAIT = "wait"
-
-
-WAIT = Wait.WAIT
-
-
 def dispatch(kube: Kube, config: OperatorConfig, job: Mapping[str, Any], now: datetime) -> float | None:
     """The manager's part for a job MultiKueue dispatches: its Workload, created once, in the Kueue API the
     cluster serves. Returns when to look again (a priority class to wait for), or None."""
@@ -69,8 +61,14 @@ def dispatch(kube: Kube, config: OperatorConfig, job: Mapping[str, Any], now: da
         _warn_once(kube, job, INVALID_SPEC, f"not dispatched: {err.path}: {err.message}", now)
         return None
     api = reads.kueue_api(kube)
-    priority = _priority(kube, job, api, now)
-    if priority is WAIT:
+    priority = _priority(kube, job, api)
+    if isinstance(priority, str):
+        if reads.get_workload(kube, meta["namespace"], workload_name(name)) is not None:
+            return None  # made while the class could be read: its priority stays what it was then
+        _warn_once(kube, job, NO_PRIORITY_CLASS, (
+            f"metadata.labels[{PRIORITY_CLASS_LABEL}] names WorkloadPriorityClass {priority_class(job)!r}: "
+            f"{priority}; no Workload until it can be read (looked at again every {PRIORITY_RETRY_S:.0f} s)"
+        ), now)  # fmt: skip
         return PRIORITY_RETRY_S
     owner = owner_reference(name, str(meta["uid"]))
     created = kube.create(dispatch_workload(spec, owner, queue, api, priority))
@@ -82,29 +80,23 @@ def dispatch(kube: Kube, config: OperatorConfig, job: Mapping[str, Any], now: da
     return None
 
 
-def _priority(kube: Kube, job: Mapping[str, Any], api: str, now: datetime) -> Priority | Wait | None:
-    """The WorkloadPriorityClass the job's label names, as read (None: it names none); WAIT when it names one
-    the operator cannot read: as Kueue does for its own jobs, no Workload until the class exists, rather than
-    one queued at a priority the job did not ask for."""
+def _priority(kube: Kube, job: Mapping[str, Any], api: str) -> Priority | str | None:
+    """The WorkloadPriorityClass the job's label names, as read (None: it names none), or why it cannot be
+    read: then, as Kueue does for its own jobs, no Workload until the class exists, rather than one queued at
+    a priority the job did not ask for."""
     name = priority_class(job)
     if name is None:
         return None
     try:
         found = reads.get_priority_class(kube, name, api)
     except Forbidden:
-        found, why = None, "the operator may not read WorkloadPriorityClasses (a namespace-scoped install)"
-    else:
-        why = "there is no such WorkloadPriorityClass"
-    value = None if found is None else found.get("value")
+        return "the operator may not read WorkloadPriorityClasses (a namespace-scoped install)"
+    if found is None:
+        return "there is no such WorkloadPriorityClass"
+    value = found.get("value")
     if isinstance(value, int) and not isinstance(value, bool):
         return Priority(name, value)
-    if found is not None:
-        why = "its value is not a number"
-    _warn_once(kube, job, NO_PRIORITY_CLASS, (
-        f"metadata.labels[{PRIORITY_CLASS_LABEL}] names WorkloadPriorityClass {name!r}: {why}; no Workload "
-        f"until it can be read (looked at again every {PRIORITY_RETRY_S:.0f} s)"
-    ), now)  # fmt: skip
-    return WAIT
+    return "its value is not a number"
 
 
 def finish_prebuilt(

@@ -96,7 +96,7 @@ def _admitted_counts(admission: Any, pod_sets: Any) -> dict[str, int]:
             continue
         name, count = str(assignment.get("name")), assignment.get("count")
         wanted = asked.get(name)
-        if isinstance(count, int) and isinstance(wanted, int) and 0 <= count < wanted:
+        if type(count) is int and type(wanted) is int and 0 <= count < wanted:  # not a bool
             counts[name] = count
     return counts
 
