@@ -14,6 +14,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from testbed.cache import cache_root
 from testbed.kube_wait import wait_for
@@ -100,27 +101,66 @@ profiles:
 """
 
 
-class CoschedulingScheduler:
-    """scheduler-plugins' kube-scheduler as a process, serving /healthz on a loopback port."""
+class SchedulerProcess:
+    """A second scheduler as a process of the test: its binary from the cache (make gang-schedulers), its
+    log in `work_dir`, up once its health check answers on a loopback port."""
+
+    name = ""  # for messages
+    log_name = ""
 
     def __init__(self, kubeconfig: str, work_dir: Path) -> None:
         self.kubeconfig = kubeconfig
         self.work_dir = work_dir
         self.port = free_port()
-        self.log_path = work_dir / "scheduler-plugins.log"
+        self.log_path = work_dir / self.log_name
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        binary = scheduler_plugins_dir() / "kube-scheduler"
+    def _spawn(self, binary: Path, args: list[str], env: dict[str, str] | None = None) -> None:
         if not binary.is_file():
             raise FileNotFoundError(f"{binary} is not built: run `make gang-schedulers`")
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        config = self.work_dir / "scheduler-config.yaml"
-        config.write_text(scheduler_config(self.kubeconfig))
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
+            [str(binary), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+        wait_for(self._healthy, timeout=60, interval=0.25, what=f"{self.name} healthy")
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited ({self.proc.returncode}):\n{self.log_tail()}")
+        try:
+            with self._healthz():
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _healthz(self) -> Any:
+        """The answer of its health check (raises while it does not answer)."""
+        raise NotImplementedError
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        terminate(self.proc)
+
+
+class CoschedulingScheduler(SchedulerProcess):
+    """scheduler-plugins' kube-scheduler, serving /healthz over TLS on a loopback port."""
+
+    name = "scheduler-plugins' kube-scheduler"
+    log_name = "scheduler-plugins.log"
+
+    def start(self) -> None:
+        config = self.work_dir / "scheduler-config.yaml"
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        config.write_text(scheduler_config(self.kubeconfig))
+        self._spawn(
+            scheduler_plugins_dir() / "kube-scheduler",
             [
-                str(binary),
                 f"--config={config}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={self.port}",
@@ -133,32 +173,13 @@ class CoschedulingScheduler:
                 f"--pod-max-in-unschedulable-pods-duration={UNSCHEDULABLE_FLUSH_S}s",
                 "--v=3",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
         )
-        wait_for(self._healthy, timeout=60, interval=0.25, what="scheduler-plugins' kube-scheduler healthy")
 
-    def _healthy(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"kube-scheduler exited ({self.proc.returncode}):\n{self.log_tail()}")
+    def _healthz(self) -> Any:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE  # its own self-signed serving certificate, on loopback
-        try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/healthz", context=context, timeout=2):
-                return True
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        terminate(self.proc)
+        return urllib.request.urlopen(f"https://127.0.0.1:{self.port}/healthz", context=context, timeout=2)
 
 
 # Volcano's scheduler configuration as its chart ships it: enqueue (a PodGroup leaves Pending only when its
@@ -183,28 +204,20 @@ tiers:
 VOLCANO_SCHEDULER_NAME = "volcano"
 
 
-class VolcanoScheduler:
-    """Volcano's vc-scheduler as a process: no leader election, its health check on a loopback port, its
-    metrics off. It creates Volcano's `default` Queue when it starts."""
+class VolcanoScheduler(SchedulerProcess):
+    """Volcano's vc-scheduler: no leader election, its health check on a loopback port, its metrics off. It
+    creates Volcano's `default` Queue when it starts."""
 
-    def __init__(self, kubeconfig: str, work_dir: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.work_dir = work_dir
-        self.port = free_port()
-        self.log_path = work_dir / "vc-scheduler.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+    name = "Volcano's scheduler"
+    log_name = "vc-scheduler.log"
 
     def start(self) -> None:
-        binary = volcano_dir() / "vc-scheduler"
-        if not binary.is_file():
-            raise FileNotFoundError(f"{binary} is not built: run `make gang-schedulers`")
-        self.work_dir.mkdir(parents=True, exist_ok=True)
         config = self.work_dir / "volcano-scheduler.conf"
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         config.write_text(VOLCANO_CONF)
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
+        self._spawn(
+            volcano_dir() / "vc-scheduler",
             [
-                str(binary),
                 f"--kubeconfig={self.kubeconfig}",
                 f"--scheduler-conf={config}",
                 f"--scheduler-name={VOLCANO_SCHEDULER_NAME}",
@@ -216,28 +229,9 @@ class VolcanoScheduler:
                 f"--cache-dump-dir={self.work_dir}",
                 "--v=3",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
             # A plugin of its (HAMi vGPU) reads $HOME/.kube/config at start; the test's cluster is elsewhere.
             env={**os.environ, "KUBECONFIG": self.kubeconfig, "HOME": str(self.work_dir)},
         )
-        wait_for(self._healthy, timeout=60, interval=0.25, what="Volcano's scheduler healthy")
 
-    def _healthy(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"vc-scheduler exited ({self.proc.returncode}):\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2):
-                return True
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        terminate(self.proc)
+    def _healthz(self) -> Any:
+        return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2)

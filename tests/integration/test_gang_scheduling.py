@@ -9,7 +9,7 @@ their GPUs while the fifth never fits)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,7 @@ from testbed.gang_scheduler import (
     SCHEDULER_NAME,
     VOLCANO_CRD,
     CoschedulingScheduler,
+    SchedulerProcess,
     coscheduling_crd_file,
     delete_crd,
     install_crd_file,
@@ -87,8 +88,15 @@ def free_gpus(core_v1: client.CoreV1Api) -> int:
 
 
 @contextmanager
-def explained(jobs: Jobs, operator: OperatorProcess) -> Iterator[None]:
-    """A failed wait says what the job, its workers, the operator and the gang scheduler saw."""
+def explained(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    name: str = "gang",
+    scheduler: SchedulerProcess | None = None,
+    also: Callable[[], str] = str,
+) -> Iterator[None]:
+    """A failed wait says what the job `name`, its workers, the operator and the gang scheduler (coscheduling
+    unless named) saw, and `also()`."""
     try:
         yield
     except AssertionError as err:
@@ -97,11 +105,12 @@ def explained(jobs: Jobs, operator: OperatorProcess) -> Iterator[None]:
                 p.spec.node_name,
                 [(c.type, c.status, c.message) for c in p.status.conditions or []],
             )
-            for p in jobs.pods("gang", "worker")
+            for p in jobs.pods(name, "worker")
         }
+        tail = (scheduler or COSCHEDULER[0]).log_tail(60)
         raise AssertionError(
-            f"{err}\nstatus: {json.dumps(jobs.status('gang'), indent=1)}\nworkers: {verdicts}\n"
-            f"operator log:\n{operator.log_tail(40)}\nscheduler log:\n{COSCHEDULER[0].log_tail(60)}"
+            f"{err}\nstatus: {json.dumps(jobs.status(name), indent=1)}\nworkers: {verdicts}\n{also()}\n"
+            f"operator log:\n{operator.log_tail(40)}\nscheduler log:\n{tail}"
         ) from None
 
 

@@ -11,9 +11,8 @@ pool. Volcano's controllers and webhooks are not run: the operator makes the Pod
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from testbed.gang_scheduler import VOLCANO_SCHEDULER_NAME, VolcanoScheduler, ins
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess, kubectl
 from tests.integration.test_gang_scheduling import GPU, VOLCANO, free_gpus, n_workers, pod_group
+from tests.integration.test_gang_scheduling import explained as gang_explained
 from tests.integration.test_testbed import gpu_pod
 
 pytestmark = pytest.mark.integration
@@ -73,27 +73,16 @@ def small_queue(api_client: client.ApiClient, volcano: VolcanoScheduler, namespa
                 raise
 
 
-@contextmanager
 def explained(
     jobs: Jobs, name: str, operator: OperatorProcess, api_client: client.ApiClient
-) -> Iterator[None]:
+) -> AbstractContextManager[None]:
     """A failed wait says what the job, its workers, its PodGroup, the operator and Volcano saw."""
-    try:
-        yield
-    except AssertionError as err:
-        verdicts = {
-            p.metadata.name: (
-                p.spec.node_name,
-                [(c.type, c.status, c.message) for c in p.status.conditions or []],
-            )
-            for p in jobs.pods(name, "worker")
-        }
+
+    def group_status() -> str:
         group = pod_group(api_client, VOLCANO, jobs.ns, name)
-        raise AssertionError(
-            f"{err}\nstatus: {json.dumps(jobs.status(name), indent=1)}\nworkers: {verdicts}\n"
-            f"PodGroup status: {(group or {}).get('status')}\noperator log:\n{operator.log_tail(40)}\n"
-            f"vc-scheduler log:\n{RUNNING[0].log_tail(60)}"
-        ) from None
+        return f"PodGroup status: {(group or {}).get('status')}"
+
+    return gang_explained(jobs, operator, name, RUNNING[0], group_status)
 
 
 def bound_workers(jobs: Jobs, name: str) -> set[str]:

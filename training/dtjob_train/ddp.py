@@ -9,7 +9,6 @@ WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT): NCCL on GPUs, Gloo 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,21 +19,16 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from . import torch_checkpoint
 from .cli import parse_args
-from .common import EXIT_BAD_INPUT, fail
-from .data import dali_data
-from .models.resnet_torch import build
-from .run import TrainingRun
-from .torch_compile import compile_mode
+from .common import fail
 from .torch_train import (
     Amp,
+    bad_input_exits,
     begin,
     broadcast_scaler,
-    data_loader,
+    finish,
     make_inputs,
-    param_groups,
-    refuse_what_the_device_lacks,
-    save_model,
-    set_up_device,
+    model_and_optimizer,
+    plan_run,
     train,
 )
 
@@ -117,21 +111,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     comm = TorchDistributed()
     if cfg.elastic:
         fail("--elastic is Horovod Elastic's (dtjob_train.pytorch): not under torchrun", rank=comm.rank())
-    device = set_up_device(comm)
-    pipeline = data_loader(cfg.data_loader, device)
-    refuse_what_the_device_lacks(cfg, device, pipeline, comm.rank())
-    torch.manual_seed(cfg.seed)
-    run = TrainingRun("pytorch", cfg, comm)
-    run.resolved["compile"] = compile_mode(cfg.compile, device)
+    device, pipeline, run = plan_run(cfg, comm)
     run.resolved["runner"] = "torchrun"
-    if cfg.data == "imagenet":
-        run.resolved["dataLoader"] = pipeline
     train_batches, val_batches = make_inputs(cfg, run, device, pipeline, comm)
-
-    model = build(cfg.arch, run.num_classes).to(device)
-    optimizer = torch.optim.SGD(
-        param_groups(model, cfg.weight_decay), lr=run.learning_rate(0), momentum=cfg.momentum
-    )
+    model, optimizer = model_and_optimizer(cfg, run, device)
     amp = Amp(cfg.amp, cfg.amp_dtype, device)
     # Rank 0 restores the newest checkpoint and broadcasts the epoch to start from; its optimizer state and
     # loss scale go to every rank, and DDP's wrapper broadcasts its parameters and buffers.
@@ -144,17 +127,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     begin(run, device)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     model.train()
-    try:
+    with bad_input_exits(run.rank):
         train(comm, cfg, run, ddp, optimizer, amp, loss_fn, train_batches, val_batches)
-    except dali_data.UndecodableImage as e:
-        print(f"error: rank {run.rank}: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_BAD_INPUT) from None
-
-    if device.type == "cuda":
-        run.resolved["peakMemoryBytes"] = torch.cuda.max_memory_allocated(device)
-    # finish gathers every rank's skipped images and weight digest (equal: the ranks kept in step).
-    weights = (p.detach().cpu().numpy().tobytes() for p in model.parameters())
-    run.finish(weights=weights, save=lambda out: save_model(model, run.num_classes, out))
+    finish(run, model, device)
     dist.destroy_process_group()
 
 

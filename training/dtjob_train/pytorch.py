@@ -5,7 +5,6 @@ dtjob_train.pytorch_elastic."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,23 +14,18 @@ from torch import nn
 
 from . import torch_checkpoint
 from .cli import TrainConfig, parse_args
-from .common import EXIT_BAD_INPUT
-from .data import dali_data
-from .models.resnet_torch import build
 from .run import TrainingRun
-from .torch_compile import compile_mode
 from .torch_train import (
     Amp,
     Batches,
     EpochBatches,
+    bad_input_exits,
     begin,
     broadcast_scaler,
-    data_loader,
+    finish,
     make_inputs,
-    param_groups,
-    refuse_what_the_device_lacks,
-    save_model,
-    set_up_device,
+    model_and_optimizer,
+    plan_run,
     train,
 )
 
@@ -73,23 +67,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = parse_args("python -m dtjob_train.pytorch", argv, framework="pytorch")
     # Horovod: initialise, then pin this process to its GPU (its local rank) or to its share of the cores.
     hvd.init()
-    device = set_up_device(hvd)
-    pipeline = data_loader(cfg.data_loader, device, elastic=cfg.elastic)
-    refuse_what_the_device_lacks(cfg, device, pipeline, hvd.rank())
-    torch.manual_seed(cfg.seed)
-    run = TrainingRun("pytorch", cfg, hvd)
-    run.resolved["compile"] = compile_mode(cfg.compile, device)
-    if cfg.data == "imagenet":
-        run.resolved["dataLoader"] = pipeline
+    device, pipeline, run = plan_run(cfg, hvd)
     # --elastic builds its inputs anew for every world (pytorch_elastic).
     inputs = None if cfg.elastic else make_inputs(cfg, run, device, pipeline, hvd)
-
-    # The parameters stay NCHW with --channels-last: Horovod 0.28.1 allreduces and broadcasts only tensors
-    # contiguous in the default format.
-    model = build(cfg.arch, run.num_classes).to(device)
-    optimizer = torch.optim.SGD(
-        param_groups(model, cfg.weight_decay), lr=run.learning_rate(0), momentum=cfg.momentum
-    )
+    model, optimizer = model_and_optimizer(cfg, run, device)
     # Horovod: the optimizer averages the gradients over the ranks (allreduce; in fp16 with --fp16-allreduce).
     compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(
@@ -101,21 +82,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     run.resume(
         lambda directory: torch_checkpoint.restore_latest(directory, model, optimizer, amp.scaler, device)
     )
-    try:
+    with bad_input_exits(run.rank):  # Horovod stops the other ranks
         if inputs is None:
             train_elastic(cfg, run, model, optimizer, amp, device)
         else:
             start_and_train(cfg, run, model, optimizer, amp, *inputs)
-    except dali_data.UndecodableImage as e:
-        # The rank that met the file says so (it may not be rank 0); Horovod stops the others.
-        print(f"error: rank {run.rank}: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_BAD_INPUT) from None
-
-    if device.type == "cuda":
-        run.resolved["peakMemoryBytes"] = torch.cuda.max_memory_allocated(device)
-    # Horovod: finish gathers every rank's skipped images and weight digest (equal: the ranks kept in step).
-    weights = (p.detach().cpu().numpy().tobytes() for p in model.parameters())
-    run.finish(weights=weights, save=lambda out: save_model(model, run.num_classes, out))
+    finish(run, model, device)
     hvd.shutdown()
 
 

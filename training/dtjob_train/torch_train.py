@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,13 +18,14 @@ from torch import Tensor, nn
 
 from . import torch_checkpoint
 from .cli import TrainConfig
-from .common import fail
+from .common import EXIT_BAD_INPUT, fail
 from .data import dali_data
 from .data.folder import MEAN_RGB, STD_RGB
 from .host import cores_per_rank, cpu_threads_per_rank, pick_gpu
+from .models.resnet_torch import build
 from .progress import write_json_atomic
 from .run import TrainingRun
-from .torch_compile import Forward, compiled
+from .torch_compile import Forward, compile_mode, compiled
 
 
 class Comm(Protocol):
@@ -326,3 +328,48 @@ def refuse_what_the_device_lacks(cfg: TrainConfig, device: torch.device, pipelin
             dali_data.require()
         except dali_data.DaliMissing as e:
             fail(str(e), rank=rank)
+
+
+def plan_run(cfg: TrainConfig, comm: Comm) -> tuple[torch.device, str, TrainingRun]:
+    """This rank's device, its input pipeline (data_loader's choice) and the run's plan, each refused with a
+    message where the device lacks what the flags ask for."""
+    device = set_up_device(comm)
+    pipeline = data_loader(cfg.data_loader, device, elastic=cfg.elastic)
+    refuse_what_the_device_lacks(cfg, device, pipeline, comm.rank())
+    torch.manual_seed(cfg.seed)
+    run = TrainingRun("pytorch", cfg, comm)
+    run.resolved["compile"] = compile_mode(cfg.compile, device)
+    if cfg.data == "imagenet":
+        run.resolved["dataLoader"] = pipeline
+    return device, pipeline, run
+
+
+def model_and_optimizer(cfg: TrainConfig, run: TrainingRun, device: torch.device) -> tuple[nn.Module, Any]:
+    """ResNet on the device and its SGD with momentum (no weight decay on BatchNorm and biases). The
+    parameters stay NCHW with --channels-last: Horovod 0.28.1 allreduces and broadcasts only tensors
+    contiguous in the default format."""
+    model = build(cfg.arch, run.num_classes).to(device)
+    optimizer = torch.optim.SGD(
+        param_groups(model, cfg.weight_decay), lr=run.learning_rate(0), momentum=cfg.momentum
+    )
+    return model, optimizer
+
+
+@contextlib.contextmanager
+def bad_input_exits(rank: int) -> Iterator[None]:
+    """An image the input pipeline cannot decode ends this rank with EXIT_BAD_INPUT, saying so: the rank that
+    met the file (it may not be rank 0); the world's runner stops the others."""
+    try:
+        yield
+    except dali_data.UndecodableImage as e:
+        print(f"error: rank {rank}: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+
+
+def finish(run: TrainingRun, model: nn.Module, device: torch.device) -> None:
+    """Peak memory, then TrainingRun.finish: every rank's skipped images and weight digest (equal: the ranks
+    kept in step) and the model saved by rank 0."""
+    if device.type == "cuda":
+        run.resolved["peakMemoryBytes"] = torch.cuda.max_memory_allocated(device)
+    weights = (p.detach().cpu().numpy().tobytes() for p in model.parameters())
+    run.finish(weights=weights, save=lambda out: save_model(model, run.num_classes, out))
