@@ -1,7 +1,9 @@
 """Probes of every bound the CRD's spec schema sets, for comparing it with the operator's parser.
 
 The schema is walked leaf by leaf; each constrained leaf (minimum, maximum, enum, pattern, length, or a CEL
-rule about it) gets values on and beyond its bounds, set one at a time into a full, valid job. The unit test
+rule about it) gets values on and beyond its bounds, set one at a time into a full, valid job. Rules that
+tie fields together are probed in further bases (CROSS), and rules about an object's presence by setting
+it whole (PRESENT). The unit test
 judges each probe by the schema's keywords and the parser (tests/unit/test_crd_contract.py); the integration
 test by the real API server, CEL rules included, and the parser (tests/integration/test_crd_contract_api.py).
 """
@@ -83,6 +85,22 @@ def _output(credentials: Json) -> Json:
             "credentials": credentials}  # fmt: skip
 
 
+def _with(base: Json, **fields: Any) -> Json:
+    """`base` with the top-level `fields` replaced; None leaves one out."""
+    out = {k: v for k, v in base.items() if k not in fields}
+    out.update({k: v for k, v in fields.items() if v is not None})
+    return out
+
+
+# A torchrun (torch.distributed) world: no launcher and no launcher placement, no Horovod Elastic, and
+# slotsPerWorker left out (it may only repeat processesPerWorker: CROSS probes that).
+_TORCHRUN: Json = _with(
+    _COMMON, launcher=None, slotsPerWorker=None,
+    placement={k: v for k, v in _COMMON["placement"].items() if k != "launcher"},
+    torchrun={"processesPerWorker": 4, "rendezvousTimeoutSeconds": 900},
+)  # fmt: skip
+
+
 # Full, valid jobs; between them every field of the schema appears (nfs and PVC variants, both auth modes).
 BASES: tuple[Json, ...] = (
     {**_COMMON,
@@ -106,6 +124,35 @@ BASES: tuple[Json, ...] = (
     {**_COMMON, "elastic": {"minWorkers": 1, "maxWorkers": 4, "timeoutSeconds": 300,
                              "commitEverySteps": 50},
      "launcher": {"runner": "horovodrun", "runAsWorker": False}},
+    _TORCHRUN,
+)  # fmt: skip
+
+# Leaves that a CEL rule ties to other fields, probed again in another base (the walk probes each leaf in the
+# first base that holds it only): (path, base, what the base is, for the probe's name). Their probe values
+# include the one each base accepts (2, or 1 and 0 for gpusPerWorker), so a rule refusing too much shows.
+CROSS: tuple[tuple[Path_, Json, str], ...] = (
+    # spec.slotsPerWorker must be torchrun's processesPerWorker: given, or defaulted from gpusPerWorker.
+    (("slotsPerWorker",), _with(_TORCHRUN, torchrun={"processesPerWorker": 2}),
+     "torchrun.processesPerWorker 2, gpusPerWorker 4"),
+    (("slotsPerWorker",), _with(_TORCHRUN, torchrun={}, gpusPerWorker=2), "torchrun {}, gpusPerWorker 2"),
+    (("slotsPerWorker",), _with(_TORCHRUN, torchrun={}, gpusPerWorker=0), "torchrun {}, gpusPerWorker 0"),
+    (("slotsPerWorker",), _with(_TORCHRUN, torchrun={}, gpusPerWorker=None), "torchrun {}, no gpusPerWorker"),
+    (("gpusPerWorker",), _with(_TORCHRUN, torchrun={}, slotsPerWorker=1), "torchrun {}, slotsPerWorker 1"),
+    (("torchrun", "processesPerWorker"), _with(_TORCHRUN, slotsPerWorker=2), "slotsPerWorker 2"),
+    # torchrun starts PyTorch processes: framework pytorch or custom.
+    (("framework",), _TORCHRUN, "torchrun"),
+)  # fmt: skip
+
+# Objects whose presence a CEL rule decides, set whole into a base: (path, value, base, what the base is).
+PRESENT: tuple[tuple[Path_, Any, Json, str], ...] = (
+    # A torchrun job has no launcher and is not elastic.
+    (("launcher",), {}, _TORCHRUN, "torchrun"),
+    (("launcher",), {"runner": "horovodrun"}, _TORCHRUN, "torchrun"),
+    (("placement", "launcher"), {}, _TORCHRUN, "torchrun"),
+    (("placement", "launcher"), {"nodePool": "system"}, _TORCHRUN, "torchrun"),
+    (("elastic",), {"minWorkers": 1, "maxWorkers": 4}, _TORCHRUN, "torchrun"),
+    (("torchrun",), {}, _with(_TORCHRUN, torchrun=None, slotsPerWorker=4), "no torchrun, slotsPerWorker 4"),
+    (("torchrun",), {}, BASES[0], "a launcher"),
 )  # fmt: skip
 
 # Decided by the operator's configuration, not by the schema: which emulator hosts may serve plain http.
@@ -137,6 +184,7 @@ class Probe:
     body: Json  # the whole spec with the value set
     keywords_ok: bool  # what the schema's keywords (not its CEL rules) say
     cel: bool  # a CEL rule may decide this field too
+    where: str = ""  # the base, for a probe of CROSS or PRESENT (a leaf's own probes need no word)
 
     @property
     def field(self) -> str:
@@ -147,7 +195,8 @@ class Probe:
 
     @property
     def name(self) -> str:
-        return f"{self.field}={_short(self.value)}"
+        where = f" (in a base with {self.where})" if self.where else ""
+        return f"{self.field}={_short(self.value)}{where}"
 
 
 def _short(value: Any) -> str:
@@ -286,31 +335,44 @@ def leaves(schema: Json, path: Path_ = (), rules: tuple[str, ...] = ()) -> Itera
 
 def probes() -> Iterator[Probe]:
     schema = spec_schema()
+    found: dict[Path_, tuple[Json, bool]] = {}
     for path, node, cel in leaves(schema):
+        found[path] = (node, cel)
         if str(path[-1]) in OPERATOR_CONFIG_FIELDS:
             continue
         base = next((b for b in BASES if _get(b, path) is not _MISSING), None)
         base = base or next((b for b in BASES if isinstance(_get(b, path[:-1]), dict)), None)
         if base is None:
             raise AssertionError(f"no base job holds {path}: add it to tests/crd_contract.py BASES")
-        sample = _get(base, path)
-        kind = node.get("type")
-        if kind == "object":  # a map: its keys, which only CEL checks
-            if "x-kubernetes-validations" in node:
-                for key in KEYS:
-                    yield Probe(path, {key: "v"}, _rename_key(base, path, key), True, True)
-            if "maxProperties" in node:
-                for n in (node["maxProperties"], node["maxProperties"] + 1):
-                    many = {f"k{i}": "v" for i in range(n)}
-                    yield Probe(path, many, _set(base, path, many), keyword_ok_size(node, n), bool(cel))
-            continue
-        if kind == "array":
-            for n in (node["maxItems"], node["maxItems"] + 1):
-                items = [copy.deepcopy(sample[0]) for _ in range(n)]
-                yield Probe(path, items, _set(base, path, items), n <= node["maxItems"], cel)
-            continue
-        for value in _values(node, sample):
-            yield Probe(path, value, _set(base, path, value), keyword_ok(node, value), cel)
+        yield from _leaf_probes(path, node, cel, base)
+    for path, base, where in CROSS:
+        if path not in found:
+            raise AssertionError(f"CROSS names {path}, which is no constrained leaf of the schema")
+        node, cel = found[path]
+        yield from _leaf_probes(path, node, cel, base, where)
+    for path, value, base, where in PRESENT:
+        yield Probe(path, value, _set(base, path, value), True, True, where)
+
+
+def _leaf_probes(path: Path_, node: Json, cel: bool, base: Json, where: str = "") -> Iterator[Probe]:
+    sample = _get(base, path)
+    kind = node.get("type")
+    if kind == "object":  # a map: its keys, which only CEL checks
+        if "x-kubernetes-validations" in node:
+            for key in KEYS:
+                yield Probe(path, {key: "v"}, _rename_key(base, path, key), True, True, where)
+        if "maxProperties" in node:
+            for n in (node["maxProperties"], node["maxProperties"] + 1):
+                many = {f"k{i}": "v" for i in range(n)}
+                yield Probe(path, many, _set(base, path, many), keyword_ok_size(node, n), bool(cel), where)
+        return
+    if kind == "array":
+        for n in (node["maxItems"], node["maxItems"] + 1):
+            items = [copy.deepcopy(sample[0]) for _ in range(n)]
+            yield Probe(path, items, _set(base, path, items), n <= node["maxItems"], cel, where)
+        return
+    for value in _values(node, sample):
+        yield Probe(path, value, _set(base, path, value), keyword_ok(node, value), cel, where)
 
 
 def keyword_ok_size(node: Json, n: int) -> bool:

@@ -250,3 +250,29 @@ def gpus_reserved(custom: client.CustomObjectsApi, cluster_queue: str) -> str:
             if resource["name"] == "nvidia.com/gpu":
                 return str(resource["total"])
     return "0"
+
+
+def test_a_torchrun_world_is_admitted_as_its_workers_alone_and_frees_the_quota_as_they_end(
+    jobs: Jobs, operator: Any, queues: dict[str, str], api_client: client.ApiClient, namespace: str
+) -> None:
+    """A torchrun job has no launcher: Kueue's pod group is its two workers, admitted whole; the job succeeds
+    when both end 0, and the quota they held goes to the next job."""
+    jobs.create("ddp-first", **world(torchrun={}))
+    jobs.wait_phase("ddp-first", "Running", timeout=120)
+    pods = jobs.pods("ddp-first")
+    assert {p.metadata.labels["dtjob.io/role"] for p in pods} == {"worker"}, [p.metadata.name for p in pods]
+    assert {p.metadata.annotations[kq.POD_GROUP_TOTAL_COUNT] for p in pods} == {"2"}
+    assert condition(workload(api_client, namespace, "ddp-first"), "Admitted").get("status") == "True"
+
+    jobs.create("ddp-second", **world(torchrun={}))
+    wait_for(
+        lambda: len(waiting := jobs.pods("ddp-second", "worker")) == 2 and all(gated(p) for p in waiting),
+        timeout=60, what="ddp-second's workers gated, waiting for ddp-first's quota",
+    )  # fmt: skip
+    for pod in jobs.pods("ddp-first", "worker"):  # both torchrun agents exit 0
+        patch = {"metadata": {"annotations": {"sim.dtjob.io/outcome": "Succeeded"}}}
+        jobs.core.patch_namespaced_pod(pod.metadata.name, namespace, patch)
+    first = jobs.wait_phase("ddp-first", "Succeeded", "Failed", timeout=60)
+    assert condition({"status": first}, "Succeeded").get("reason") == "WorkersSucceeded", first
+    jobs.wait_phase("ddp-second", "Running", timeout=120)
+    assert jobs.status("ddp-second").get("restarts", 0) == 0

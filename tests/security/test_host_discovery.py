@@ -92,15 +92,23 @@ def settles(problem: Callable[[], str | None], seconds: float) -> None:
         time.sleep(0.25)
 
 
+# An elastic MPI job, whose discovery script lists the Service's Ready endpoints; a torchrun job, whose
+# workers all meet at worker 0's name (the rendezvous store, which asks for no credential).
+VICTIMS: dict[str, dict[str, Any]] = {
+    "elastic-mpi": {"elastic": {"minWorkers": 1, "maxWorkers": 2}, "launcher": LONG_LAUNCHER},
+    "torchrun": {"torchrun": {}},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(VICTIMS))
 def test_a_pod_labelled_like_a_jobs_worker_is_never_published_under_its_names(
-    api_client: client.ApiClient, tenant_a: Tenant, operator: OperatorProcess
+    api_client: client.ApiClient, tenant_a: Tenant, operator: OperatorProcess, kind: str
 ) -> None:
-    """An elastic job (whose discovery script lists the Service's Ready endpoints) and an impostor of its
-    worker 0, Ready, on a node, with an address: the Service's slices list only the operator's pods."""
-    victim, service = "victim", "victim-workers"
-    tenant_a.jobs().create(
-        victim, workers=2, gpusPerWorker=1, elastic={"minWorkers": 1, "maxWorkers": 2}, launcher=LONG_LAUNCHER
-    )
+    """A job and an impostor of its worker 0, Ready, on a node, with an address: the Service's slices list
+    only the operator's pods, so neither the MPI hosts' names nor the torchrun rendezvous reach it."""
+    victim = f"victim-{kind}"
+    service = f"{victim}-workers"
+    tenant_a.jobs().create(victim, workers=2, gpusPerWorker=1, **VICTIMS[kind])
     admin = Jobs(api_client, tenant_a.namespace)
     admin.wait_phase(victim, "Running", timeout=120)
     ours = wait_for(
@@ -112,7 +120,7 @@ def test_a_pod_labelled_like_a_jobs_worker_is_never_published_under_its_names(
     )
 
     worker = admin.core.read_namespaced_pod(f"{victim}-worker-0", admin.ns)
-    impostor = impersonate(tenant_a, worker, "impostor")
+    impostor = impersonate(tenant_a, worker, f"impostor-{kind}")
     rogue = wait_for(
         lambda: address_of(admin, impostor), timeout=60, what="the impostor Ready with an address"
     )

@@ -5,11 +5,15 @@ whose checkpoints it resumes from and which resumes from its own."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from dtjob.desired.torchrun import TORCHRUN
 
-from tests.training.training_helpers import launch, make_tree, tiny_args
+from testbed.operator_harness import free_port
+from tests.training.training_helpers import launch, make_tree, run_env, tiny_args
 
 pytestmark = pytest.mark.training
 DDP = "dtjob_train.ddp"
@@ -60,3 +64,30 @@ def test_ddp_learns_and_resumes_from_its_own_and_the_horovod_trainers_checkpoint
     assert "3 epochs done" in again.out and {p["epoch"] for p in again.progress_lines()} == {4}, again.out
     resumed = metrics(runs)
     assert resumed["resumedFromEpoch"] == 3 and resumed["weightsConsistent"], resumed
+
+
+# Rank 1 ends first (a code of the user's, or a signal); rank 0 waits, then ends as its peer's loss would.
+ENDINGS = {
+    "an exit code of the rank's own": ("raise SystemExit(3)", 3),
+    "a signal": ("os.kill(os.getpid(), signal.SIGKILL)", 128 + 9),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_the_operators_torchrun_launch_exits_with_the_first_failed_ranks_code(ending: str) -> None:
+    """torchrun itself exits 1 whatever ended a rank; the launch the operator gives each torchrun worker
+    (dtjob.desired.torchrun.TORCHRUN) exits with the code of the rank that failed first, so that
+    runPolicy.restartPolicy ExitCode tells the user's error from a killed process."""
+    how, code = ENDINGS[ending]
+    program = (
+        "import os, signal, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        f"    {how}\n"
+        "time.sleep(3)\n"
+        "raise SystemExit(1)\n"
+    )
+    argv = [sys.executable, "-c", TORCHRUN, "--nnodes", "1", "--nproc-per-node", "2",
+            "--rdzv-backend", "static", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+            "--max-restarts", "0", "--no-python", sys.executable, "-c", program]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=run_env())
+    assert proc.returncode == code, proc.stdout + proc.stderr

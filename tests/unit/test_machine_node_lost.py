@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dtjob.machine import decide, with_results
-from dtjob.machine.world import FORCE_DELETE_AFTER
+from dtjob.machine.stale import FORCE_DELETE_AFTER
 from dtjob.reconcile.job import reconcile
 from dtjob.state.decision import CreateWorker, EnsureWorld, ForceDeletePod, PodForceDeleted
 from dtjob.state.observed import Children, LauncherState, Observed, PodState, observe_children

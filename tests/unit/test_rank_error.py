@@ -289,3 +289,27 @@ def test_a_failed_launcher_of_an_older_world_is_not_read_for_an_error() -> None:
     prev = JobStatus(phase="Restarting", start_time=format_time(NOW - timedelta(minutes=10)), restarts=1)
     observed = observe_failed(kube, prev, attempt=0)
     assert observed.launcher is not None and observed.launcher.log_error is None
+
+
+# A torchrun worker's own log (dtjob.desired.torchrun): torchrun's banner, the failing rank's traceback tagged by
+# torch.distributed once its process group exists, then the agent's report of the exit.
+TORCHRUN_WORKER = """\
+W1129 12:47:28.451000 6719 torch/distributed/run.py:874] *****************************************
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/tmp/train.py", line 5, in <module>
+[rank1]:     raise ValueError("shard 1 of the training set is missing")
+[rank1]: ValueError: shard 1 of the training set is missing
+W1129 12:47:29.968000 6719 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 6723 closing
+E1129 12:47:30.000000 6719 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1
+Traceback (most recent call last):
+  File "<string>", line 5, in <module>
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+"""
+
+
+def test_a_torchrun_ranks_tagged_traceback_gives_its_rank_and_line_not_torchruns_report() -> None:
+    found = rank_error(TORCHRUN_WORKER)
+    assert found == RankError("ValueError: shard 1 of the training set is missing", rank=1)
+    # Without the rank's own lines, torchrun's report says only that a rank exited: no line at all.
+    report_only = "\n".join(TORCHRUN_WORKER.splitlines()[5:])
+    assert rank_error(report_only) is None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dtjob.machine.world import STARTUP_HOPELESS
+from dtjob.machine.world import LAUNCH_FAILED_REASONS, STARTUP_HOPELESS
 from dtjob.state.status import Phase
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,6 +81,8 @@ COMPUTED: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("dtjob.state.conditions", "with_kstatus_conditions", "reason"): tuple(Phase),
     # A container that can never start fails the world under its own waiting reason.
     ("dtjob.machine.world", "startup_failure", "pod.waiting"): tuple(sorted(STARTUP_HOPELESS)),
+    # A world's launch failed: its launcher's pod, or a torchrun world's worker.
+    ("dtjob.machine.world", "_launcher_failure", "reason"): LAUNCH_FAILED_REASONS,
     # A condition read back from the stored status: its reason was written by one of the calls scanned.
     ("dtjob.state.status", "status_from_dict", "str(c.get('reason') or '')"): (),
 }

@@ -117,12 +117,15 @@ def rank_env(spec: JobSpec) -> list[Json]:
 
 
 def training_command(spec: JobSpec) -> list[str]:
-    """What each rank runs: `python -m dtjob_train.<framework>` and the flags built from the spec; or the
-    user's command and args as given (the flags too only with appendTrainingFlags)."""
+    """What each rank runs: `python -m dtjob_train.<framework>` (`dtjob_train.ddp` for pytorch under
+    torchrun) and the flags built from the spec; or the user's command and args as given (the flags too only
+    with appendTrainingFlags)."""
     if spec.command:
         flags = training_flags(spec) if spec.append_training_flags else []
         return [*spec.command, *(spec.args or ()), *flags]
-    program = ["python", "-m", f"dtjob_train.{spec.framework}"]
+    # Under torchrun the PyTorch trainer is its DDP variant (torch.distributed, no Horovod).
+    module = "ddp" if spec.torchrun is not None and spec.framework == "pytorch" else spec.framework
+    program = ["python", "-m", f"dtjob_train.{module}"]
     return program + (list(spec.args) if spec.args is not None else training_flags(spec))
 
 

@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from dtjob import names
-from dtjob.desired.common import SSH_PORT, Json, metadata
+from dtjob.desired.common import Json, metadata
+from dtjob.desired.torchrun import service_port
 from dtjob.spec.parse import JobSpec
 from dtjob.state.hosts import MANAGED_BY_LABEL, SERVICE_NAME_LABEL, MpiHost
 from dtjob.state.observed import PodState
@@ -50,6 +51,7 @@ def hosts_slice(spec: JobSpec, owner: Json, hosts: Iterable[MpiHost]) -> Json:
         MANAGED_BY_LABEL: names.SLICE_MANAGER,
         HEADLESS_LABEL: "",
     }
+    port = service_port(spec)  # the Service's: sshd's, or a torchrun world's rendezvous
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -57,7 +59,7 @@ def hosts_slice(spec: JobSpec, owner: Json, hosts: Iterable[MpiHost]) -> Json:
         # A cluster gives every pod an address of its primary family (status.podIP).
         "addressType": "IPv6" if any(":" in host.address for host in listed) else "IPv4",
         "endpoints": [_endpoint(spec, host) for host in listed],
-        "ports": [{"name": "ssh", "port": SSH_PORT, "protocol": "TCP"}],
+        "ports": [{"name": port[0], "port": port[1], "protocol": "TCP"}],
     }
 
 

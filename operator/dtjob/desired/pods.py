@@ -28,6 +28,7 @@ from dtjob.desired.common import (
 )
 from dtjob.desired.template import merge_pod_spec, template_annotations
 from dtjob.desired.topology import with_topology, worker_with_topology
+from dtjob.desired.torchrun import RENDEZVOUS_PORT, torchrun_worker_script
 from dtjob.names import Access
 from dtjob.spec import validators as rules
 from dtjob.spec.parse import DataVolume, JobSpec, PodOverrides
@@ -63,18 +64,12 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int, avoid_nodes
         names.WORKER_INDEX_LABEL: str(index),
         names.MPI_HOST_LABEL: "true",
     }
+    if spec.torchrun is not None:
+        labels[names.WORLD_SIZE_LABEL] = str(spec.workers)
     container: Json = {
         "name": names.WORKER_CONTAINER,
         "image": spec.image,
-        "command": ["/bin/sh", "-c", elastic_worker_script() if spec.elastic else worker_sshd_script()],
-        "ports": [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}],
-        # Ready means sshd accepts connections: the launcher is created only after every worker is Ready.
-        "readinessProbe": {
-            "tcpSocket": {"port": SSH_PORT},
-            "initialDelaySeconds": 1,
-            "periodSeconds": 2,
-            "failureThreshold": 3,
-        },
+        **_worker_program(spec, index, str(owner.get("uid", "")), attempt),
         "env": _env(spec) if spec.gpus_per_worker else [*_env(spec), _hidden_gpus()],
         "resources": _gpu_resources(spec.worker, spec.gpus_per_worker),
         "volumeMounts": _mounts(spec, with_hostfile=False, rank0=_rank0_worker(spec, index)),
@@ -109,6 +104,27 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int, avoid_nodes
         "kind": "Pod",
         "metadata": metadata(name, spec.namespace, labels, owner, annotations),
         "spec": pod_spec,
+    }
+
+
+def _worker_program(spec: JobSpec, index: int, uid: str, attempt: int) -> Json:
+    """The worker's command, ports and probe: sshd for an MPI world (Ready once sshd accepts connections, and
+    the launcher is created only after every worker is Ready); torchrun for a torchrun world, whose worker 0
+    takes the others' rendezvous (Ready as soon as it runs: its name must resolve for the others to join)."""
+    if spec.torchrun is not None:
+        program: Json = {"command": ["/bin/sh", "-c", torchrun_worker_script(spec, index, uid, attempt)]}
+        if index == 0:
+            program["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}]
+        return program
+    return {
+        "command": ["/bin/sh", "-c", elastic_worker_script() if spec.elastic else worker_sshd_script()],
+        "ports": [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "tcpSocket": {"port": SSH_PORT},
+            "initialDelaySeconds": 1,
+            "periodSeconds": 2,
+            "failureThreshold": 3,
+        },
     }
 
 
@@ -298,7 +314,7 @@ def _quantities(resources: Json | None) -> dict[str, Any]:
 
 def _mounts(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: bool = False) -> list[Json]:
     mounts: list[Json] = [
-        {"name": "ssh", "mountPath": SSH_DIR, "readOnly": True},
+        *([] if spec.torchrun is not None else [{"name": "ssh", "mountPath": SSH_DIR, "readOnly": True}]),
         {"name": "output", "mountPath": OUTPUT_DIR},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
@@ -317,15 +333,16 @@ def _mounts(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: b
 
 def _volumes(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: bool = False) -> list[Json]:
     ssh_files = LAUNCHER_SSH_FILES if with_hostfile else WORKER_SSH_FILES
-    volumes: list[Json] = [
-        {
-            "name": "ssh",
-            "secret": {
-                "secretName": names.ssh_secret_name(spec.name),
-                "defaultMode": SSH_KEY_MODE,
-                "items": [{"key": f, "path": f} for f in ssh_files],
-            },
+    ssh: Json = {
+        "name": "ssh",
+        "secret": {
+            "secretName": names.ssh_secret_name(spec.name),
+            "defaultMode": SSH_KEY_MODE,
+            "items": [{"key": f, "path": f} for f in ssh_files],
         },
+    }
+    volumes: list[Json] = [
+        *([] if spec.torchrun is not None else [ssh]),  # a torchrun world has no SSH key
         {"name": "output", "emptyDir": {}},
         # NCCL and PyTorch data loaders share memory through /dev/shm, which defaults to 64 MiB.
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},

@@ -89,15 +89,16 @@ def dispatch_workload(
 
 def world_pod_sets(spec: JobSpec, owner: Json) -> list[Json]:
     """Kueue's podSets of the job's world: its workers (each as desired.worker_pod builds them) and its
-    launcher, which the world needs once its workers are Ready. An elastic world's workers may be admitted
-    in part (Kueue's partial admission): down to spec.elastic.minWorkers."""
+    launcher, which the world needs once its workers are Ready (a torchrun world has none). An elastic world's
+    workers may be admitted in part (Kueue's partial admission): down to spec.elastic.minWorkers."""
     world = unqueued(spec)  # the pods' own Kueue labels belong to a pod group, which a Workload replaces
-    launcher = launcher_job(world, owner, 0)["spec"]["template"]
     workers = spec.workload_workers or spec.workers
     worker = _pod_set(names.ROLE_WORKER, workers, worker_pod(world, owner, 0, 0))
     if spec.elastic is not None and spec.elastic.min_workers < workers:
         worker["minCount"] = spec.elastic.min_workers
-    return [worker, _pod_set(names.ROLE_LAUNCHER, 1, launcher)]
+    if spec.torchrun is not None:
+        return [worker]
+    return [worker, _pod_set(names.ROLE_LAUNCHER, 1, launcher_job(world, owner, 0)["spec"]["template"])]
 
 
 def _pod_set(name: str, count: int, pod: Json) -> Json:

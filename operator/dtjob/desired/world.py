@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dtjob import names
-from dtjob.desired.common import SSH_KEY_FILE, SSH_PORT, Json, metadata
+from dtjob.desired.common import SSH_KEY_FILE, Json, metadata
 from dtjob.desired.sshkeys import SshKeyPair
+from dtjob.desired.torchrun import service_port
 from dtjob.spec.parse import JobSpec
 
 # Horovod elastic's --host-discovery-script format (host:slots), derived from the static hostfile.
@@ -92,9 +93,10 @@ def hostfile_config_map(spec: JobSpec, owner: Json) -> Json:
 
 
 def network_policy(spec: JobSpec, owner: Json) -> Json:
-    """Only pods of this job may reach its MPI hosts: sshd, and the ports Open MPI, Gloo and NCCL open between
-    ranks (any port, so the policy never breaks a framework). Pods of other jobs, namespaces or the internet
-    reach none. Selects by the operator's job label, so it needs a network plugin that enforces policies."""
+    """Only pods of this job may reach its MPI hosts: sshd (or a torchrun world's rendezvous store), and the
+    ports Open MPI, Gloo and NCCL open between ranks (any port, so the policy never breaks a framework). Pods
+    of other jobs, namespaces or the internet reach none. Selects by the operator's job label, so it needs a
+    network plugin that enforces policies."""
     same_job = {names.JOB_NAME_LABEL: spec.name}
     return _ingress_only_from(spec, owner, names.network_policy_name(spec.name), _mpi_hosts(spec), same_job)
 
@@ -137,12 +139,13 @@ def workers_service(spec: JobSpec, owner: Json) -> Json:
     (dtjob.desired.hosts), and a drift patch takes the selector off a Service an older operator created.
     """
     name = names.service_name(spec.name)
+    port = service_port(spec)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": metadata(name, spec.namespace, names.labels(spec.name, "workers"), owner),
         "spec": {
             "clusterIP": "None",
-            "ports": [{"name": "ssh", "port": SSH_PORT, "targetPort": SSH_PORT, "protocol": "TCP"}],
+            "ports": [{"name": port[0], "port": port[1], "targetPort": port[1], "protocol": "TCP"}],
         },
     }

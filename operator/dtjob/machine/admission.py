@@ -43,7 +43,9 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
         return False
     size = spec.workers
     live = {p.index: p for p in mine if not p.deleting and p.index is not None and p.index < size}
-    back = eviction is None and observed.launcher is None and len(live) == size
+    # Admitted again: a fresh world, before its launcher (a torchrun world's workers may already run).
+    launched = observed.launcher is not None and observed.launcher.is_job
+    back = eviction is None and not launched and len(live) == size
     if back and not any(p.gated for p in live.values()):
         b.cond("Suspended", False, "Admitted", kueue.ADMITTED_AGAIN)
         b.events.append(Event("Normal", "Admitted", f"{kueue.ADMITTED_AGAIN}: resuming"))
@@ -55,7 +57,7 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
         b.cond_false_if_present("Running", PREEMPTED, text)
         b.cond_false_if_present("Restarting", PREEMPTED, text)
     b.status = replace(b.status, start_time=None, launcher_state="Absent", launcher_pod=None, workers_ready=0)
-    if observed.launcher is not None and not observed.launcher.deleting:
+    if observed.launcher is not None and observed.launcher.is_job and not observed.launcher.deleting:
         b.actions.append(DeleteLauncher())
     blocked: set[str] = set()
     for pod in observed.workers():

@@ -142,7 +142,12 @@ def _ended(b: Builder, spec: JobSpec, observed: Observed, world: _World) -> bool
         if spec.output is not None:
             said = observed.results_upload.message if observed.results_upload is not None else "uploaded"
             b.status = replace(b.status, results_state=UPLOADED, results_message=said)
-        finish(b, spec, observed, SUCCEEDED, "LauncherSucceeded", f"launcher pod {pod} completed")
+        if launcher.is_job:
+            finish(b, spec, observed, SUCCEEDED, "LauncherSucceeded", f"launcher pod {pod} completed")
+        else:
+            finish(
+                b, spec, observed, SUCCEEDED, "WorkersSucceeded", f"all {world.size} worker pods completed"
+            )
         return True
     if launcher is not None and results_upload_failed(spec, launcher, observed):
         results_not_uploaded(b, spec, observed)

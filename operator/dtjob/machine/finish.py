@@ -137,7 +137,9 @@ def cleanup(b: Builder, spec: JobSpec, observed: Observed) -> None:
         if not pod.deleting and (policy == "All" or not pod.finished):
             b.actions.append(DeletePod(pod.name, pod.uid))
     launcher = observed.launcher
-    if launcher is not None and not launcher.deleting and (policy == "All" or not launcher.finished):
+    if launcher is None or not launcher.is_job or launcher.deleting:
+        return
+    if policy == "All" or not launcher.finished:
         b.actions.append(DeleteLauncher())
 
 
@@ -183,7 +185,7 @@ def delete_world_pods(b: Builder, observed: Observed) -> None:
     for pod in observed.workers():
         if not pod.deleting:
             b.actions.append(DeletePod(pod.name, pod.uid))
-    if observed.launcher is not None and not observed.launcher.deleting:
+    if observed.launcher is not None and observed.launcher.is_job and not observed.launcher.deleting:
         b.actions.append(DeleteLauncher())
 
 

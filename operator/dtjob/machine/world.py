@@ -10,20 +10,18 @@ from datetime import datetime, timedelta
 
 from dtjob import names
 from dtjob.gang import kueue, placement
-from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
-from dtjob.machine.elastic import elastic_ranks, lost, replaced_now, replaces_lost_workers
+from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
 from dtjob.machine.finish import delete_world_pods, finish
 from dtjob.machine.hosts import publish_hosts, world_hosts
+from dtjob.machine.stale import clear_stale
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     CreateLauncher,
     CreateWorker,
     DeleteLauncher,
-    DeletePod,
     EnsureWorld,
     Event,
-    ForceDeletePod,
     UploadLogs,
 )
 from dtjob.state.node_health import NODE_UNHEALTHY
@@ -41,16 +39,17 @@ from dtjob.state.status import (
     SUSPENDED,
     JobStatus,
 )
+from dtjob.state.torchrun import trained
 
-# A live kubelet confirms a pod's end within its grace period. A pod still terminating this long after that is
-# on a lost node (no kubelet left to confirm): it is force-deleted so that the next world can reuse its name,
-# instead of waiting until the node comes back or is deleted.
-FORCE_DELETE_AFTER = timedelta(seconds=30)
 # Why a pod's container cannot start that only a change of spec or cluster fixes: each fails the job once
 # runPolicy.startupDeadlineSeconds has passed since the pod was created (so does being unschedulable).
 STARTUP_STUCK = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
 # ... and one that no waiting fixes: fails the job at once.
 STARTUP_HOPELESS = frozenset({"InvalidImageName"})
+
+
+# Why a world's launch failed: its launcher's pod, or in a torchrun world one of its workers.
+LAUNCH_FAILED_REASONS = ("LauncherFailed", "WorkerFailed")
 
 
 @dataclass(frozen=True)
@@ -90,6 +89,9 @@ def first_failure(
 ) -> WorldFailure | None:
     """The first failure of the current attempt (its message names the pod), or None. A worker the cluster
     took away (evicted from a lost node, removed with a deleted one) is lost, not failed."""
+    if launcher is None and prev.launcher_pod is not None and spec.torchrun is not None:
+        # The torchrun world formed before and no longer does: one of its workers is gone.
+        return _missing_worker(spec, size, workers, leaving)
     if launcher is None and prev.launcher_pod is not None and prev.phase != SUSPENDED:
         # Its pod was seen, so this is no cache lag after our own create: the Job was deleted by hand.
         return WorldFailure(
@@ -116,7 +118,8 @@ def _launcher_failure(
     if on_sick_node is not None:
         return on_sick_node
     pod = launcher.pod_name or names.launcher_name(spec.name)
-    message = f"launcher pod {pod} failed: {launcher.reason or 'unknown reason'}"
+    message = f"{launcher.role} pod {pod} failed: {launcher.reason or 'unknown reason'}"
+    reason = LAUNCH_FAILED_REASONS[0] if launcher.is_job else LAUNCH_FAILED_REASONS[1]
     if launcher.log_error is not None:  # what the rank said, where the user would otherwise have to look
         message += f": {launcher.log_error.describe()}"
     failed = launcher.failed_pod
@@ -124,25 +127,47 @@ def _launcher_failure(
     infrastructure = failed is not None and (failed.disruption or failed.termination_reason == "OOMKilled")
     policy = spec.run_policy
     if not policy.is_permanent(code) or infrastructure:
-        return WorldFailure("LauncherFailed", message)
-    broken = _worker_failure(spec, size, workers, None, leaving, now) or _missing_worker(spec, size, workers)
+        return WorldFailure(reason, message)
+    if launcher.is_job:
+        broken = _worker_failure(spec, size, workers, None, leaving, now)
+    else:  # the failed worker is the launch's own failure; only another one taken away breaks the world
+        broken = next((_lost(w) for w in workers.values() if w.name != pod and w.disruption), None)
+    broken = broken or _missing_worker(spec, size, workers, leaving)
     if broken is not None:
         return broken
     ranges = ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in policy.permanent_exit_codes)
     return WorldFailure(
-        "LauncherFailed",
+        reason,
         f"{message}; exit code {code} is permanent under runPolicy.restartPolicy ExitCode "
         f"(permanentExitCodes {ranges}): not restarting",
         permanent=True,
     )
 
 
-def _missing_worker(spec: JobSpec, size: int, workers: Mapping[int, PodState]) -> WorldFailure | None:
+def _missing_worker(
+    spec: JobSpec, size: int, workers: Mapping[int, PodState], leaving: Mapping[int | None, PodState]
+) -> WorldFailure | None:
+    """A worker gone while its world ran (evicted, deleted): the world is broken."""
+    running = "the launcher was running" if spec.torchrun is None else "the world was running"
     for index in range(size):
         if index not in workers:
             name = names.worker_name(spec.name, index)
-            return WorldFailure("WorkerLost", f"worker pod {name} disappeared while the launcher was running")
+            gone = leaving.get(index)
+            if gone is not None and gone.disruption:
+                return WorldFailure(
+                    "WorkerLost", f"worker pod {name} was lost while {running}: {gone.disruption}"
+                )
+            return WorldFailure("WorkerLost", f"worker pod {name} disappeared while {running}")
     return None
+
+
+def _trained(spec: JobSpec, workers: Mapping[int, PodState]) -> bool:
+    """A torchrun world whose training is over: a worker that is gone since has done its part."""
+    return spec.torchrun is not None and trained(workers.values())
+
+
+def _lost(worker: PodState) -> WorldFailure:
+    return WorldFailure("WorkerLost", f"worker pod {worker.name} was lost: {worker.disruption}")
 
 
 def _worker_failure(
@@ -161,26 +186,16 @@ def _worker_failure(
         if elastic and (lost(worker, now) or worker.node_problem is not None):
             continue  # replaced (a node about to go: once its ranks left) while the others train on
         if worker.phase == "Failed" and worker.disruption:
-            return WorldFailure("WorkerLost", f"worker pod {worker.name} was lost: {worker.disruption}")
+            return _lost(worker)
         if worker.phase == "Failed":
             reason = worker.reason or "unknown reason"
             return WorldFailure("WorkerFailed", f"worker pod {worker.name} failed: {reason}")
-        if worker.phase == "Succeeded":  # sshd must never exit while the world lives
+        # sshd must never exit while the world lives (a torchrun worker ends when its ranks are done).
+        if worker.phase == "Succeeded" and spec.torchrun is None:
             return WorldFailure("WorkerFailed", f"worker pod {worker.name} exited")
-    if launcher is not None and not launcher.finished and not elastic:
+    if launcher is not None and not launcher.finished and not elastic and not _trained(spec, workers):
         # Once the launcher runs, every worker must stay: a vanished one (evicted, deleted) breaks the world.
-        for index in range(size):
-            if index not in workers:
-                name = names.worker_name(spec.name, index)
-                gone = leaving.get(index)
-                if gone is not None and gone.disruption:
-                    return WorldFailure(
-                        "WorkerLost",
-                        f"worker pod {name} was lost while the launcher was running: {gone.disruption}",
-                    )
-                return WorldFailure(
-                    "WorkerLost", f"worker pod {name} disappeared while the launcher was running"
-                )
+        return _missing_worker(spec, size, workers, leaving)
     return None
 
 
@@ -268,7 +283,7 @@ def advance_world(
     size: int,
 ) -> None:
     """Toward a world of `size` workers (spec.workers, or the running world's own size)."""
-    blocked = _clear_stale(b, observed, attempt, size, replaces_lost_workers(spec, launcher))
+    blocked = clear_stale(b, observed, attempt, size, replaces_lost_workers(spec, launcher))
     stale_launcher = observed.launcher is not None and launcher is None
     if stale_launcher and observed.launcher and not observed.launcher.deleting:
         b.actions.append(DeleteLauncher())
@@ -280,7 +295,7 @@ def advance_world(
         b.actions.append(EnsureWorld())
         b.actions.extend(CreateWorker(i, attempt, observed.avoid_nodes) for i in missing)
     all_ready = len(workers) == size and all(p.ready and p.phase == "Running" for p in workers.values())
-    create_launcher = launcher is None and all_ready and not stale_launcher
+    create_launcher = launcher is None and all_ready and not stale_launcher and spec.torchrun is None
     if create_launcher:
         b.actions.append(CreateLauncher(attempt))
         b.status = replace(b.status, launcher_state="Pending")
@@ -294,23 +309,19 @@ def advance_world(
         b.phase(RESTARTING if b.prev.phase == RESTARTING else PENDING, refused.message)
         return
     if not b.status.is_true("Created"):
-        b.cond("Created", True, "WorldCreated", "SSH secret, hostfile, service and worker pods created")
+        made = (
+            "service and worker pods"
+            if spec.torchrun is not None
+            else "SSH secret, hostfile, service and worker pods"
+        )
+        b.cond("Created", True, "WorldCreated", f"{made} created")
 
     restarting = b.prev.phase == RESTARTING or b.status.is_true("Restarting")
     if launcher is not None and launcher.running:
-        ranks = f"{size * spec.total_slots // spec.workers} ranks on {size} workers"
-        if spec.elastic is not None:
-            ranks = elastic_ranks(spec, b.status.workers_ready, b.status.training_progress)
-        elif size != spec.workers:
-            ranks += f" (spec.workers={spec.workers} applies at the next world)"
-        b.cond("Running", True, "LauncherRunning", ranks)
-        b.cond_false_if_present("Restarting", "Recovered", f"world running again after {attempt} restarts")
-        if restarting:
-            b.events.append(Event("Normal", "Recovered", f"world running again after {attempt} restarts"))
-        b.phase(RUNNING, f"training: {ranks}")
+        _running(b, spec, launcher, size, attempt, restarting)
         return
     if launcher is not None or all_ready:
-        message = "all workers ready; launcher starting"
+        message = "all workers ready; " + ("launcher starting" if spec.torchrun is None else "world forming")
         phase = STARTING
     else:
         waiting = _waiting_message(spec, workers, missing, blocked)
@@ -320,44 +331,19 @@ def advance_world(
     b.phase(RESTARTING if restarting else phase, message)
 
 
-def _clear_stale(
-    b: Builder, observed: Observed, attempt: int, size: int, replace_lost: bool = False
-) -> set[str]:
-    """Children of older attempts (or beyond the world's size) go first: their names are reused; so do the
-    lost workers of an elastic world, whose replacements take their names. Returns the names still held
-    (going, or just told to go)."""
-    blocked: set[str] = set()
-    for pod in observed.workers():
-        stale = pod.attempt != attempt or (pod.index is not None and pod.index >= size)
-        if replace_lost and not stale and not pod.deleting:
-            stale = replaced_now(b, pod)
-        # Kept off a node that has recovered since, and not placed: made again, so it may go there.
-        stale = stale or (not pod.node and not pod.deleting and _recovered(pod, observed.avoid_nodes))
-        if stale or pod.deleting:
-            blocked.add(pod.name)
-            if not pod.deleting:
-                b.actions.append(DeletePod(pod.name, pod.uid))
-            elif not release_when_ended(b, pod):
-                _force_delete_when_stuck(b, pod)
-    return blocked
-
-
-def _recovered(pod: PodState, avoid_nodes: Iterable[str]) -> bool:
-    return bool(set(pod.avoided_nodes) - set(avoid_nodes))
-
-
-def _force_delete_when_stuck(b: Builder, pod: PodState) -> None:
-    """A terminating pod whose kubelet never confirms (its node lost) would hold its name, and with it the
-    next world, until the node comes back or is deleted: force-delete it once FORCE_DELETE_AFTER past its
-    grace period, and look again then (a stuck pod sends no event)."""
-    if pod.deletion_deadline is None:
-        return
-    due = pod.deletion_deadline + FORCE_DELETE_AFTER
-    if b.now >= due:
-        overdue = (b.now - pod.deletion_deadline).total_seconds()
-        b.actions.append(ForceDeletePod(pod.name, pod.uid, overdue))
-    else:
-        b.requeue((due - b.now).total_seconds())
+def _running(
+    b: Builder, spec: JobSpec, launcher: LauncherState, size: int, attempt: int, restarting: bool
+) -> None:
+    ranks = f"{size * spec.total_slots // spec.workers} ranks on {size} workers"
+    if spec.elastic is not None:
+        ranks = elastic_ranks(spec, b.status.workers_ready, b.status.training_progress)
+    elif size != spec.workers:
+        ranks += f" (spec.workers={spec.workers} applies at the next world)"
+    b.cond("Running", True, "LauncherRunning" if launcher.is_job else "WorkersRunning", ranks)
+    b.cond_false_if_present("Restarting", "Recovered", f"world running again after {attempt} restarts")
+    if restarting:
+        b.events.append(Event("Normal", "Recovered", f"world running again after {attempt} restarts"))
+    b.phase(RUNNING, f"training: {ranks}")
 
 
 def _waiting_message(

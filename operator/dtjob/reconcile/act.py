@@ -164,17 +164,7 @@ def _run(
                 # Before anything else: a cluster without the gang scheduler's API gets nothing of the world.
                 worker = desired.worker_pod(spec, owner, 0, 0)
                 _ensure(kube, desired.pod_group(spec, owner, worker))
-            # A fresh key pair costs microseconds; an existing Secret keeps its keys (Secrets are never
-            # patched), so creating first spares a read in the common case.
-            keys = generate_keypair(comment=f"dtjob-{spec.name}")
-            world = [
-                desired.ssh_secret(spec, owner, keys),
-                desired.hostfile_config_map(spec, owner),
-                desired.workers_service(spec, owner),
-            ]
-            if config.network_policy:
-                world += [desired.network_policy(spec, owner), desired.launcher_network_policy(spec, owner)]
-            _ensure_all(kube, world)
+            _ensure_all(kube, _world_objects(config, spec, owner))
         case PublishHosts(hosts=hosts, published=published):
             _publish(kube, desired.hosts_slice(spec, owner, hosts), published)
         case RetireSelector(slices=slices):
@@ -238,6 +228,22 @@ def _publish(kube: Kube, endpoint_slice: Json, published: bool) -> None:
     body = {key: endpoint_slice[key] for key in ("endpoints", "ports")}
     if not (published and kube.patch(endpoint_slice["kind"], meta["namespace"], meta["name"], body)):
         _ensure(kube, endpoint_slice)
+
+
+def _world_objects(config: OperatorConfig, spec: JobSpec, owner: Json) -> list[Json]:
+    """What the world needs before its pods: the headless Service, and for an MPI world its SSH key Secret
+    and hostfile; with the operator's networkPolicy option, the policies that admit only the job's pods."""
+    world = [desired.workers_service(spec, owner)]
+    if spec.torchrun is None:
+        # A fresh key pair costs microseconds; an existing Secret keeps its keys (Secrets are never
+        # patched), so creating first spares a read in the common case.
+        keys = generate_keypair(comment=f"dtjob-{spec.name}")
+        world = [desired.ssh_secret(spec, owner, keys), desired.hostfile_config_map(spec, owner), *world]
+    if config.network_policy:
+        world.append(desired.network_policy(spec, owner))
+        if spec.torchrun is None:  # no launcher in a torchrun world
+            world.append(desired.launcher_network_policy(spec, owner))
+    return world
 
 
 def _ensure_all(kube: Kube, objs: Sequence[Json]) -> None:

@@ -50,6 +50,7 @@ from dtjob.state.prebuilt import PrebuiltWorkload, prebuilt_state
 from dtjob.state.rank_error import rank_error
 from dtjob.state.staging import StagingOutcome
 from dtjob.state.status import FINISHED, SAS_SCOPE_CONTAINER, SAS_SCOPE_DIRECTORY, JobStatus
+from dtjob.state.torchrun import torchrun_launch
 from dtjob.timefmt import parse_time
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,8 @@ def observe(
     meta = job["metadata"]
     uid = str(meta.get("uid") or "")
     seen = observe_children(children.pods, children.launcher, uid)
+    if spec.torchrun is not None:  # no launcher: the workers' torchrun agents are the world's launch
+        seen = replace(seen, launcher=torchrun_launch(seen.workers(), prev.restarts, spec.workers))
     active = prev.phase not in FINISHED and not spec.run_policy.suspend
     workers, avoid_nodes = _node_health(kube, config, spec, seen.pods) if active else (seen.pods, ())
     blocker = preflight(kube, spec, uid, config) if active and not world_started(prev, seen) else None
@@ -243,7 +246,7 @@ def _launcher_log(kube: Kube, namespace: str, prev: JobStatus, seen: Observed, e
         return None
     if not (launcher.running or launcher.finished):
         return None
-    pod, container = launcher.pod_name, names.LAUNCHER_CONTAINER
+    pod, container = launcher.pod_name, names.CONTAINER_OF_ROLE[launcher.role]
     try:
         if _failed_now(prev, launcher):
             return kube.read_log(

@@ -141,6 +141,20 @@ class Launcher:
     mpi_implementation: str = "OpenMPI"
 
 
+# How long a torchrun world's workers wait for each other at the rendezvous (torchrun's own default: 600 s).
+DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS = 900
+MAX_RENDEZVOUS_TIMEOUT_SECONDS = 86400
+
+
+@dataclass(frozen=True)
+class Torchrun:
+    """spec.torchrun: the world runs under torchrun (torch.distributed), not MPI: no launcher, no SSH. Each
+    worker's torchrun agent starts processes_per_worker processes; worker 0's hosts the rendezvous store."""
+
+    processes_per_worker: int
+    rendezvous_timeout_seconds: int = DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
+
+
 # How long an elastic world may train below spec.elastic.minWorkers before the operator restarts it.
 DEFAULT_ELASTIC_TIMEOUT_SECONDS = 300
 
@@ -264,6 +278,7 @@ class JobSpec:
     # An elastic copy Kueue admitted in part: the workers its Workload asks for (spec.workers is then the
     # admitted count, the size its world aims for); None otherwise.
     workload_workers: int | None = None
+    torchrun: Torchrun | None = None  # spec.torchrun: the world runs under torchrun instead of MPI
 
     def pull_secrets(self, pod: PodOverrides) -> tuple[str, ...]:
         """The pull Secrets of a worker or launcher pod (`pod`: spec.worker or spec.launcher.pod): the spec's,

@@ -58,6 +58,7 @@ from dtjob.spec.run import (
 )
 from dtjob.spec.storage import parse_output
 from dtjob.spec.template import check_mount_paths
+from dtjob.spec.torchrun import parse_torchrun
 from dtjob.spec.volumes import parse_checkpoints, parse_dataset
 
 __all__ = [
@@ -102,9 +103,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
     if framework == CUSTOM and not command:
         raise SpecError("spec.command", "is required with framework custom (the program each rank runs)")
     if framework == CUSTOM and image is None:
-        raise SpecError(
-            "spec.image", "is required with framework custom (an image with your program and MPI)"
-        )
+        raise SpecError("spec.image", "is required with framework custom (an image with your program)")
     env = _env(spec)
     pull_secrets = _pull_secrets(spec)
     data = parse_dataset(spec.child("dataset"), config)
@@ -120,6 +119,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         check_elastic_launcher(launcher)
     if run_policy.scheduling.gang is not None:
         _one_scheduler_for_the_gang(worker, launcher)
+    torchrun = parse_torchrun(spec, framework, gpus) if spec.has("torchrun") else None
     job = JobSpec(
         name=name,
         namespace=str(metadata.get("namespace", "default")),
@@ -133,7 +133,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         env=env,
         workers=workers,
         gpus_per_worker=gpus,
-        slots_per_worker=slots,
+        slots_per_worker=torchrun.processes_per_worker if torchrun else slots,
         worker=worker,
         dataset=data,
         hyperparameters=parse_hyperparameters(spec.child("hyperparameters"), framework),
@@ -145,6 +145,7 @@ def parse_spec(body: Mapping[str, Any], config: OperatorConfig) -> JobSpec:
         automount_service_account_token=spec.boolean("automountServiceAccountToken", False),
         append_training_flags=spec.boolean("appendTrainingFlags", False),
         elastic=elastic,
+        torchrun=torchrun,
         **_prebuilt_workload(body),
     )
     return unqueued(job) if job.prebuilt_workload else job  # a pod group would ask for its quota twice

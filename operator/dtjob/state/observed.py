@@ -96,6 +96,8 @@ class PodState:
     avoided_nodes: tuple[str, ...] = ()  # the nodes the operator kept it off when it made it
     # Its node's condition that says it cannot keep the pod (read only for the workers of an active job).
     node_problem: NodeProblem | None = None
+    world_size: int | None = None  # a torchrun worker's: the workers its torchrun was started for (--nnodes)
+    ended: datetime | None = None  # when its failed container ended (to tell the first failure of several)
 
     @property
     def finished(self) -> bool:
@@ -115,10 +117,17 @@ class LauncherState:
     failed_pod: PodState | None = None  # the launcher pod that failed: its exit code, reason, disruption
     # Why a rank failed, as its log says (the failed launcher's log tail, read once by the observer).
     log_error: RankError | None = None
+    # Whose pod this is: the launcher Job's, or for a torchrun world (dtjob.state.torchrun) a worker's.
+    role: str = names.ROLE_LAUNCHER
 
     @property
     def finished(self) -> bool:
         return self.succeeded or self.failed
+
+    @property
+    def is_job(self) -> bool:
+        """A launcher Job of the operator's (there is none to delete in a torchrun world)."""
+        return self.role == names.ROLE_LAUNCHER
 
 
 @dataclass(frozen=True)
@@ -210,7 +219,7 @@ def pod_state(pod: Json) -> PodState:
     ready = _condition(conditions, "Ready")
     scheduled = _condition(conditions, "PodScheduled")
     role = str(labels.get(names.ROLE_LABEL, ""))
-    exit_code, termination_reason = _failed_termination(status, names.CONTAINER_OF_ROLE.get(role))
+    exit_code, termination_reason, ended = _failed_termination(status, names.CONTAINER_OF_ROLE.get(role))
     return PodState(
         name=str(meta.get("name", "")),
         role=role,
@@ -235,6 +244,8 @@ def pod_state(pod: Json) -> PodState:
         address=str(status.get("podIP") or ""),
         node=str((pod.get("spec") or {}).get("nodeName") or ""),
         avoided_nodes=_avoided_nodes(meta),
+        world_size=_int_label(labels, names.WORLD_SIZE_LABEL),
+        ended=ended,
     )
 
 
@@ -257,15 +268,18 @@ def _waiting_reason(status: Json) -> str | None:
     return None
 
 
-def _failed_termination(status: Json, main: str | None = None) -> tuple[int | None, str | None]:
-    """(exit code, reason) of the first container that ended with a nonzero code, the pod's own container
-    (`main`, e.g. the launcher's, whose code the restart policy judges) before a sidecar; or (None, None)."""
+def _failed_termination(
+    status: Json, main: str | None = None
+) -> tuple[int | None, str | None, datetime | None]:
+    """(exit code, reason, end) of the first container that ended with a nonzero code, the pod's own
+    container (`main`, e.g. the launcher's, whose code the restart policy judges) before a sidecar; or
+    (None, None, None)."""
     statuses = sorted(_statuses(status), key=lambda cs: cs.get("name") != main)
     for cs in statuses:
         term = (cs.get("state") or {}).get("terminated")
         if term and isinstance(term.get("exitCode"), int) and term["exitCode"] != 0:
-            return int(term["exitCode"]), term.get("reason")
-    return None, None
+            return int(term["exitCode"]), term.get("reason"), _timestamp(term.get("finishedAt"))
+    return None, None, None
 
 
 def _timestamp(value: Any) -> datetime | None:

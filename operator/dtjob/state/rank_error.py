@@ -1,7 +1,8 @@
 """Why a rank failed, from the tail of the launcher's log: the line a user would otherwise have to find there.
 
 horovodrun and mpirun forward every rank's output to the launcher, behind a rank tag under horovodrun
-(`[1,0]<stderr>:` with Open MPI, `[0]<stderr>:` with Gloo, sometimes after a timestamp). The most telling
+(`[1,0]<stderr>:` with Open MPI, `[0]<stderr>:` with Gloo, sometimes after a timestamp); a torchrun world's
+ranks write to their worker's own log, torch.distributed tagging a traceback `[rank1]: `. The most telling
 line is, in this order:
 
 1. our own error line: the trainers' `error: ...` (training/dtjob_train: bad input, no GPU visible, an
@@ -27,8 +28,9 @@ from dtjob.redaction import redact
 MAX_CHARS = 300
 
 # A rank tag at the start of a line: an optional timestamp (horovodrun --prefix-output-with-timestamp), then
-# `[jobid,rank]` (Open MPI's --tag-output) or `[rank]` (horovodrun's Gloo launcher), then the stream.
-_TAG = re.compile(r"^[^\[\]]{0,40}\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")
+# `[jobid,rank]` (Open MPI's --tag-output) or `[rank]` (horovodrun's Gloo launcher), then the stream; or
+# `[rankN]: `, with which torch.distributed tags a rank's traceback once its process group exists.
+_TAG = re.compile(r"^[^\[\]]{0,40}\[(?:\d+,)?(\d+)\]<std(?:out|err)>:|^\[rank(\d+)\]: ?")
 # mpirun sometimes writes the next line's tag at the end of a line.
 _TRAILING_TAG = re.compile(r"\[(?:\d+,)?\d+\]<std(?:out|err)>:$")
 # Ours: the trainers' fail(), the launcher script's own, the results upload's (dtjob.stager after horovodrun).
@@ -40,10 +42,11 @@ _RANK_LINE = re.compile(r"^error: rank (\d+): ")
 _TRACEBACK = "Traceback (most recent call last):"
 # The last line of a traceback: the exception's (dotted) class name, alone or with its message.
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:: .*)?$")
-# horovodrun's own traceback once a rank exited: the rank's line says why, this one only that it did.
+# horovodrun's and torchrun's own traceback once a rank exited: the rank's line says why, this that it did.
 _LAUNCHER_REPORTS = (
     "RuntimeError: Horovod detected that one or more processes exited",
     "RuntimeError: mpirun failed with exit code",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",  # torchrun's, after a rank's own
 )
 
 # Terminal colours and other control characters (a tab becomes a space).
@@ -99,7 +102,7 @@ def _lines(log_text: str) -> Iterable[tuple[int | None, str]]:
     for raw in log_text.splitlines():
         raw = _CONTROL.sub("", raw)
         match = _TAG.match(raw)
-        rank = int(match.group(1)) if match else None
+        rank = int(match.group(1) or match.group(2)) if match else None
         line = raw[match.end() :] if match else raw
         yield rank, _TRAILING_TAG.sub("", line).rstrip()
 

@@ -1,0 +1,118 @@
+"""A torchrun world's worker: no sshd and no launcher. Each worker runs torchrun with its node rank, and
+worker 0's agent hosts the rendezvous store (torchrun's static rendezvous, a c10d TCPStore) at worker 0's
+name in the job's headless Service; rank 0 runs on worker 0, which uploads the results after training. Pure.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from dtjob import names
+from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
+from dtjob.desired.command import results_upload_command, training_command
+from dtjob.desired.common import OUTPUT_DIR, SSH_PORT
+from dtjob.names import run_prefix
+from dtjob.spec.parse import JobSpec
+
+# torchrun's usual rendezvous port; the job's NetworkPolicy admits only the job's own pods to it.
+RENDEZVOUS_PORT = 29400
+# torchrun itself exits 1 whatever ended a rank; this runs the same torchrun (torch.distributed.run) and exits
+# with the code of the first rank that failed (128 + the signal that killed one), so the pod's exit code is
+# the rank's, which runPolicy.restartPolicy ExitCode judges as it judges an MPI launcher's.
+TORCHRUN = """import sys
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import main
+try:
+    main(sys.argv[1:])
+except ChildFailedError as failed:
+    code = failed.get_first_failure()[1].exitcode
+    sys.exit(128 - code if code < 0 else code or 1)
+"""
+
+
+def service_port(spec: JobSpec) -> tuple[str, int]:
+    """The port the workers' headless Service names: the rendezvous of a torchrun world, else sshd's."""
+    return ("rendezvous", RENDEZVOUS_PORT) if spec.torchrun is not None else ("ssh", SSH_PORT)
+
+
+def rendezvous_host(spec: JobSpec) -> str:
+    """Worker 0's name, published by the operator in the headless Service once its pod runs."""
+    return names.host_fqdn(names.worker_name(spec.name, 0), spec.name, spec.namespace)
+
+
+def rendezvous_id(uid: str, attempt: int) -> str:
+    """Unique to the job's attempt: an agent of an older world never joins a newer one's rendezvous."""
+    return f"{uid or 'job'}-{attempt}"
+
+
+def torchrun_command(spec: JobSpec, index: int, uid: str, attempt: int) -> list[str]:
+    """torchrun for worker `index` of a fixed world: its node rank, the processes per worker, the rendezvous
+    at worker 0; the training command (the trainer under DDP, or the user's program) follows --no-python."""
+    assert spec.torchrun is not None
+    torchrun = spec.torchrun
+    return [
+        "python", "-c", TORCHRUN,
+        "--nnodes", str(spec.workers),
+        "--node-rank", str(index),
+        "--nproc-per-node", str(torchrun.processes_per_worker),
+        "--rdzv-backend", "static",
+        "--rdzv-id", rendezvous_id(uid, attempt),
+        "--rdzv-conf", f"timeout={torchrun.rendezvous_timeout_seconds}",
+        "--master-addr", rendezvous_host(spec),
+        "--master-port", str(RENDEZVOUS_PORT),
+        # A failed process fails the pod: restarting the world is the operator's (runPolicy.backoffLimit).
+        "--max-restarts", "0",
+        "--no-python",
+        *training_command(spec),
+    ]  # fmt: skip
+
+
+def _wait_for_rendezvous_host(spec: JobSpec) -> str:
+    """Worker 0's name resolves once the operator publishes its pod, which can be after this worker starts:
+    wait for it (bounded by the rendezvous timeout), then fail naming it. Images without getent skip this."""
+    assert spec.torchrun is not None
+    host = shlex.quote(rendezvous_host(spec))
+    seconds = spec.torchrun.rendezvous_timeout_seconds
+    return f"""if command -v getent >/dev/null 2>&1; then
+  waited=0
+  until getent hosts {host} >/dev/null; do
+    if [ "$waited" -ge {seconds} ]; then
+      echo "dtjob: the rendezvous host {host} does not resolve after {seconds} s" >&2
+      exit 1
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+fi
+"""
+
+
+# torchrun as a child, so the pod's SIGTERM (a deletion, an eviction) reaches its agent, which stops the
+# processes; `wait` returns early when the trap runs, so it waits again for the agent's own exit code. Its
+# Python is the image's python3, else python (torch's own images have both; some only one).
+def _run_then(command: list[str], after: str) -> str:
+    program, *args = command
+    assert program == "python"
+    return f"""python=$(command -v python3 || command -v python || echo python)
+"$python" {shlex.join(args)} &
+agent=$!
+trap 'kill -TERM "$agent" 2>/dev/null' TERM
+wait "$agent"
+code=$?
+if kill -0 "$agent" 2>/dev/null; then wait "$agent"; code=$?; fi
+[ "$code" -eq 0 ] || exit "$code"
+{after}"""
+
+
+def torchrun_worker_script(spec: JobSpec, index: int, uid: str, attempt: int) -> str:
+    """The worker's shell: wait for the rendezvous name, run torchrun, and on worker 0 (rank 0's) upload the
+    results with spec.output. An upload that failed for good exits with the code the operator reads as
+    "trained, results not uploaded"."""
+    command = torchrun_command(spec, index, uid, attempt)
+    upload = ""
+    if index == 0 and spec.output is not None:
+        prefix = run_prefix(spec.output.target.prefix, spec.namespace, spec.name, uid)
+        retry = spec.output.upload_retry_seconds
+        upload = shlex.join(results_upload_command(spec.name, OUTPUT_DIR, prefix, retry))
+        upload = f"{upload} || exit {UPLOAD_FAILED_EXIT}\n"
+    return _wait_for_rendezvous_host(spec) + _run_then(command, upload)
