@@ -78,6 +78,11 @@ def test_results_arrive_after_storage_refused_just_as_the_upload_started(
     assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
 
 
+# An MPI world's worker 0 runs sshd on; a torchrun world's stays after its own upload failed.
+WORLDS: dict[str, dict[str, Any]] = {"mpi": {}, "torchrun": {"torchrun": {}}}
+
+
+@pytest.mark.parametrize("world", sorted(WORLDS))
 def test_results_that_storage_refused_for_good_are_uploaded_later_from_the_pod_that_kept_them(
     real_cluster: RealCluster,
     real_jobs: Jobs,
@@ -85,18 +90,26 @@ def test_results_that_storage_refused_for_good_are_uploaded_later_from_the_pod_t
     node_azurite: Azurite,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    world: str,
 ) -> None:
     """Before: the results of a run whose upload failed for good could only be copied off worker 0 by hand,
     and the job stayed Failed holding that pod's GPUs."""
     container = new_container(node_azurite)
     upstream = urlsplit(node_azurite.endpoint)
     assert upstream.hostname is not None and upstream.port is not None
-    name = "later"
+    name = f"later-{world}"
     with OutageProxy(NODE_IP, upstream.hostname, upstream.port) as proxy:
         proxy.arm(3600)  # down until the test says so: far past the upload's retries
         output = output_location(node_azurite, container)
         output["endpoint"] = f"{proxy.url}{upstream.path}"
-        create_tiny_job(real_jobs, name, node_azurite, container, output={**output, "uploadRetrySeconds": 10})
+        create_tiny_job(
+            real_jobs,
+            name,
+            node_azurite,
+            container,
+            output={**output, "uploadRetrySeconds": 10},
+            **WORLDS[world],
+        )
         status = real_jobs.wait_phase(name, "Succeeded", "Failed", timeout=900)
         failed = real_jobs.condition(name, "Failed")
         assert failed and failed["reason"] == "ResultsUploadFailed", status
@@ -121,7 +134,7 @@ def test_results_that_storage_refused_for_good_are_uploaded_later_from_the_pod_t
     assert (
         status["output"]["results"]["state"] == "Uploaded" and "keptOnPod" not in status["output"]["results"]
     )
-    # The pod's sshd ends at SIGTERM; on a real node busy with other runs the kubelet may take minutes.
+    # The pod ends at SIGTERM; on a real node busy with other runs the kubelet may take minutes.
     deadline = time.monotonic() + 300
     while any(p.metadata.name == kept for p in real_jobs.pods(name)) and time.monotonic() < deadline:
         time.sleep(2)

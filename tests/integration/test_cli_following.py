@@ -504,3 +504,23 @@ def test_logs_follow_the_stager_until_staging_ends_and_say_when_its_pod_is_gone(
         ["logs", "unstaged", "--stager", "-n", jobs.ns, "--kubeconfig", kubeconfig], capfdbinary
     )
     assert code == ExitCode.NOT_FOUND and b"stages no dataset (no spec.dataset.stageFrom)" in err
+
+
+def test_logs_of_a_torchrun_job_are_worker_0s_where_rank_0_runs(
+    jobs: Jobs,
+    operator: OperatorProcess,
+    kubeconfig: str,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    jobs.create("ddp-logs", torchrun={})
+    jobs.wait_phase("ddp-logs", "Running", timeout=120)
+    rank0 = tmp_path / "worker-0.log"
+    serve_pod_log(api_client, jobs.ns, "ddp-logs-worker-0", "worker", rank0)
+    append_log(rank0, "rank 0: step 1")
+    argv = ["logs", "ddp-logs", "-n", jobs.ns, "--kubeconfig", kubeconfig]
+    code, out, err = read_logs(argv, capfdbinary)
+    assert (code, out) == (0, b"rank 0: step 1\n"), err
+    code, out, err = read_logs([*argv, "--launcher"], capfdbinary)
+    assert code == 2 and b"runs under torchrun and has no launcher" in err and not out, err

@@ -270,8 +270,7 @@ def test_a_torchrun_world_is_admitted_as_its_workers_alone_and_frees_the_quota_a
         timeout=60, what="ddp-second's workers gated, waiting for ddp-first's quota",
     )  # fmt: skip
     for pod in jobs.pods("ddp-first", "worker"):  # both torchrun agents exit 0
-        patch = {"metadata": {"annotations": {"sim.dtjob.io/outcome": "Succeeded"}}}
-        jobs.core.patch_namespaced_pod(pod.metadata.name, namespace, patch)
+        jobs.annotate_pod(str(pod.metadata.name), {"sim.dtjob.io/outcome": "Succeeded"})
     first = jobs.wait_phase("ddp-first", "Succeeded", "Failed", timeout=60)
     assert condition({"status": first}, "Succeeded").get("reason") == "WorkersSucceeded", first
     jobs.wait_phase("ddp-second", "Running", timeout=120)

@@ -319,6 +319,28 @@ def test_worker_0s_upload_that_failed_for_good_fails_the_job_without_training_ag
     no_launcher_actions(d)
 
 
+def test_worker_0_keeps_the_results_it_could_not_upload_and_the_job_keeps_it() -> None:
+    # Worker 0's upload failed for good: its last line says so, and worker 0 runs on holding the results.
+    spec = torchrun(output={"account": "acct1", "container": "results",
+                            "credentials": {"authMode": "workloadIdentity"}})  # fmt: skip
+    obs = observed(spec, raw_worker(0, "Running"), raw_worker(1, "Succeeded"))
+    report = latest_report(results_upload.failed_line(3, 70, "storage refused: 503", "rn50-worker-0"))
+    d = decide(spec, replace(obs, results_upload=report), running(), NOW)
+    assert d.status.phase == "Failed" and d.status.restarts == 0, d.status.message
+    cond = d.status.condition("Failed")
+    assert cond is not None and cond.reason == "ResultsUploadFailed"
+    assert d.status.results_pod == "rn50-worker-0" and "kept on pod rn50-worker-0" in d.status.message
+    # Cleaning up once finished spares the pod that holds the results.
+    after = decide(spec, replace(obs, results_upload=report), d.status, NOW)
+    deleted = [a.name for a in after.actions if type(a).__name__ == "DeletePod"]
+    assert "rn50-worker-0" not in deleted, after.actions
+    no_launcher_actions(after)
+    # While the upload still retries, the world runs on.
+    retrying = latest_report(results_upload.retry_line(1, 2, 60, "storage refused: 503"))
+    again = decide(spec, replace(obs, results_upload=retrying), running(), NOW)
+    assert again.status.phase == "Running", again.status.message
+
+
 def test_a_finished_worker_whose_pod_is_gone_does_not_make_a_succeeded_world_train_again() -> None:
     # Worker 1 exited 0, then its completed pod went (a node with only completed pods is scaled down, a Spot
     # node reclaimed, a cleanup of Succeeded pods); worker 0 then exited 0 too: rank 0 trained to the end (a

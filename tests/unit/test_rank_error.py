@@ -291,8 +291,8 @@ def test_a_failed_launcher_of_an_older_world_is_not_read_for_an_error() -> None:
     assert observed.launcher is not None and observed.launcher.log_error is None
 
 
-# A torchrun worker's own log (dtjob.desired.torchrun): torchrun's banner, the failing rank's traceback tagged by
-# torch.distributed once its process group exists, then the agent's report of the exit.
+# A torchrun worker's own log (dtjob.desired.torchrun): torchrun's banner, the failing rank's traceback tagged
+# by torch.distributed once its process group exists, then the agent's report of the exit.
 TORCHRUN_WORKER = """\
 W1129 12:47:28.451000 6719 torch/distributed/run.py:874] *****************************************
 [rank1]: Traceback (most recent call last):
@@ -300,7 +300,7 @@ W1129 12:47:28.451000 6719 torch/distributed/run.py:874] ***********************
 [rank1]:     raise ValueError("shard 1 of the training set is missing")
 [rank1]: ValueError: shard 1 of the training set is missing
 W1129 12:47:29.968000 6719 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 6723 closing
-E1129 12:47:30.000000 6719 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1
+E1129 12:47:30.000000 6719 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) rank 1
 Traceback (most recent call last):
   File "<string>", line 5, in <module>
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 from dtjob import desired, names
 from dtjob.config import OperatorConfig
-from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
 from dtjob.desired.common import owner_reference
 from dtjob.desired.hosts import mpi_hosts
-from dtjob.desired.torchrun import TORCHRUN
+from dtjob.desired.torchrun import KEEP_RESULTS, TORCHRUN
 from dtjob.desired.workload import world_pod_sets
 from dtjob.reconcile.act import _world_objects
 from dtjob.spec.parse import JobSpec
@@ -125,7 +124,7 @@ def test_only_worker_0_declares_the_rendezvous_port() -> None:
     assert not one.get("ports")
 
 
-def test_only_worker_0_mounts_the_output_token_and_uploads_exiting_200_when_it_fails() -> None:
+def test_only_worker_0_mounts_the_output_token_and_uploads_keeping_the_pod_when_it_fails() -> None:
     spec = torchrun_spec(output=OUTPUT)
     sas = names.sas_secret_name("rn50", names.Access.OUTPUT)
     zero = desired.worker_pod(spec, OWNER, 0, 0)
@@ -133,8 +132,8 @@ def test_only_worker_0_mounts_the_output_token_and_uploads_exiting_200_when_it_f
     assert secrets == [sas]
     assert any(m["name"] == "sas-out" for m in container(zero)["volumeMounts"])
     upload = [line for line in script(zero).splitlines() if "dtjob.stager upload" in line]
-    assert len(upload) == 1 and upload[0].endswith(f"|| exit {UPLOAD_FAILED_EXIT}")
-    assert UPLOAD_FAILED_EXIT == 200
+    assert len(upload) == 1 and upload[0].endswith("&& exit 0")
+    assert script(zero).endswith(upload[0] + "\n" + KEEP_RESULTS)
     argv = shlex.split(upload[0])
     assert flag(argv, "--prefix") == "ml/rn50/uid-1/"
     # The upload comes after torchrun, only once it exited 0.
@@ -147,6 +146,19 @@ def test_only_worker_0_mounts_the_output_token_and_uploads_exiting_200_when_it_f
     assert "dtjob.stager upload" not in script(one)
     # Without spec.output no worker uploads.
     assert "dtjob.stager upload" not in script(desired.worker_pod(torchrun_spec(), OWNER, 0, 0))
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="no POSIX shell")
+def test_a_failed_upload_keeps_worker_0_running_until_its_pod_is_deleted() -> None:
+    """The script's end as worker 0 runs it, the upload replaced by its outcome: done, the pod ends 0; failed
+    for good, the pod stays (with the results) and ends at the kubelet's SIGTERM."""
+    done = subprocess.run(["sh", "-c", f"true && exit 0\n{KEEP_RESULTS}"], timeout=10)
+    assert done.returncode == 0
+    kept = subprocess.Popen(["sh", "-c", f"false && exit 0\n{KEEP_RESULTS}"])
+    with pytest.raises(subprocess.TimeoutExpired):
+        kept.wait(timeout=1.5)
+    kept.terminate()
+    assert kept.wait(timeout=10) == 143
 
 
 def test_every_worker_is_labelled_with_the_world_size_it_was_started_for() -> None:

@@ -55,8 +55,14 @@ def register(subparsers: Any) -> None:
     )
     logs.add_argument("job", metavar="JOB", help="the DistributedTrainingJob's name")
     which = logs.add_mutually_exclusive_group()
-    which.add_argument("--launcher", action="store_true", help="the launcher's log: every rank (default)")
-    which.add_argument("--worker", type=int, metavar="N", help="worker N's log (its sshd and pod output)")
+    which.add_argument(
+        "--launcher",
+        action="store_true",
+        help="the launcher's log: every rank (default; a torchrun job has none: worker 0's is its default)",
+    )
+    which.add_argument(
+        "--worker", type=int, metavar="N", help="worker N's log (its sshd, or a torchrun job's ranks)"
+    )
     which.add_argument(
         "--stager", action="store_true",
         help="the stager's log: the staging Job's pod that copies spec.dataset.stageFrom onto the data "
@@ -138,6 +144,7 @@ class Follower:
 
     def run(self) -> int:
         job = self.cluster.read_job(self.target.job)
+        self._rank0_of_torchrun(job)
         current = int((job.get("status") or {}).get("restarts") or 0)
         if self.args.attempt is not None and self.args.attempt > current:
             raise StorageFailure(
@@ -174,6 +181,20 @@ class Follower:
             if self._over(job) and (pod is None or has_ended(pod)):
                 return 0
             time.sleep(POLL_S)
+
+    def _rank0_of_torchrun(self, job: Mapping[str, Any]) -> None:
+        """A torchrun job has no launcher: every worker's log holds its own ranks' output, and by default the
+        log followed is worker 0's, where rank 0 runs."""
+        if self.target.role != names.ROLE_LAUNCHER or "torchrun" not in (job.get("spec") or {}):
+            return
+        if self.args.launcher:
+            raise StorageFailure(
+                ExitCode.USAGE,
+                f"job {self.target.job} runs under torchrun and has no launcher: each worker's log holds its "
+                "own ranks' output (rank 0's is worker 0's, the default; --worker N for another)",
+            )
+        self.target = LogTarget(self.target.job, 0)
+        self.container = self.args.container or self.target.container
 
     def _over(self, job: Mapping[str, Any]) -> bool:
         """Whether no new pod of the target can come: the job has ended; for the stager, staging has."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import shlex
 
 from dtjob import names
-from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT
 from dtjob.desired.command import results_upload_command, training_command
 from dtjob.desired.common import OUTPUT_DIR, SSH_PORT
 from dtjob.names import run_prefix
@@ -104,15 +103,22 @@ if kill -0 "$agent" 2>/dev/null; then wait "$agent"; code=$?; fi
 {after}"""
 
 
+# After an upload that failed for good (its last line says so, and the operator reads it from this pod's log):
+# the pod stays, and with it the results in its output directory, until `dtjob results upload` uploads them
+# or the job is deleted; the operator fails the job ResultsUploadFailed and keeps this pod.
+KEEP_RESULTS = """trap 'kill "$!" 2>/dev/null; exit 143' TERM
+while :; do sleep 3600 & wait $!; done
+"""
+
+
 def torchrun_worker_script(spec: JobSpec, index: int, uid: str, attempt: int) -> str:
     """The worker's shell: wait for the rendezvous name, run torchrun, and on worker 0 (rank 0's) upload the
-    results with spec.output. An upload that failed for good exits with the code the operator reads as
-    "trained, results not uploaded"."""
+    results with spec.output, keeping them on the pod when that upload failed for good."""
     command = torchrun_command(spec, index, uid, attempt)
     upload = ""
     if index == 0 and spec.output is not None:
         prefix = run_prefix(spec.output.target.prefix, spec.namespace, spec.name, uid)
         retry = spec.output.upload_retry_seconds
         upload = shlex.join(results_upload_command(spec.name, OUTPUT_DIR, prefix, retry))
-        upload = f"{upload} || exit {UPLOAD_FAILED_EXIT}\n"
+        upload = f"{upload} && exit 0\n{KEEP_RESULTS}"
     return _wait_for_rendezvous_host(spec) + _run_then(command, upload)

@@ -45,19 +45,16 @@ def finish(b: Builder, spec: JobSpec, observed: Observed, phase: str, reason: st
 
 
 def results_upload_failed(spec: JobSpec, launcher: LauncherState, observed: Observed) -> bool:
-    """The current world's launcher ended because the results upload failed for good after training: its
-    reserved exit code, and the upload's own last line saying so (a user program that exits with that code
-    during training is not mistaken for it)."""
-    failed = launcher.failed_pod
+    """The results upload failed for good after training, as its own last line says: the current world's
+    launcher ended with the reserved exit code (a user program that exits with that code during training is
+    not mistaken for it), or a torchrun world's worker 0 keeps running with the results."""
     report = observed.results_upload
-    return (
-        spec.output is not None
-        and launcher.failed
-        and failed is not None
-        and failed.exit_code == UPLOAD_FAILED_EXIT
-        and report is not None
-        and report.state == RESULTS_FAILED
-    )
+    if spec.output is None or report is None or report.state != RESULTS_FAILED:
+        return False
+    failed = launcher.failed_pod
+    if launcher.failed:
+        return failed is not None and failed.exit_code == UPLOAD_FAILED_EXIT
+    return not launcher.is_job and launcher.running
 
 
 def results_not_uploaded(b: Builder, spec: JobSpec, observed: Observed) -> None:
