@@ -115,3 +115,11 @@ def test_an_elastic_job_shows_the_ranks_training_and_its_bounds() -> None:
     elastic["spec"]["elastic"] = {"minWorkers": 2, "maxWorkers": 4}
     lines = render(elastic, [], NOW).splitlines()
     assert "Workers:    2/3 ready, 3 GPUs; 2 ranks training; elastic 2..4 workers" in lines
+
+
+def test_a_torchrun_job_shows_its_workers_torchrun_and_rank_0s_pod_not_a_launcher() -> None:
+    torchrun = {**job({"phase": "Running", "launcher": {"state": "Running", "pod": "r50-worker-0"}})}
+    torchrun["spec"] = {"framework": "pytorch", "torchrun": {}}
+    lines = render(torchrun, [], NOW).splitlines()
+    assert "Torchrun:   Running (rank 0 on pod r50-worker-0)" in lines
+    assert not any(line.startswith("Launcher:") for line in lines)

@@ -83,6 +83,14 @@ def _world_line(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
     return text
 
 
+def _launcher_line(spec: Mapping[str, Any], launcher: Mapping[str, Any]) -> str:
+    """The launcher's state and pod; a torchrun job has none: its workers' agents, rank 0 on worker 0."""
+    state = launcher.get("state", "Absent")
+    if "torchrun" in spec:
+        return f"Torchrun:   {state}" + (f" (rank 0 on pod {launcher['pod']})" if launcher.get("pod") else "")
+    return f"Launcher:   {state}" + (f" (pod {launcher['pod']})" if launcher.get("pod") else "")
+
+
 def render(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: datetime) -> str:
     meta = job.get("metadata") or {}
     spec = job.get("spec") or {}
@@ -97,8 +105,7 @@ def render(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: dat
         f"Age:        {_age(meta.get('creationTimestamp'), now)}",
         f"Workers:    {status.get('workersReady', '0/0')} ready, {status.get('gpus', 0)} GPUs"
         + _world_line(spec, status),
-        f"Launcher:   {launcher.get('state', 'Absent')}"
-        + (f" (pod {launcher['pod']})" if launcher.get("pod") else ""),
+        _launcher_line(spec, launcher),
         f"Restarts:   {status.get('restarts', 0)}",
     ]
     progress = status.get("progress")
