@@ -241,7 +241,11 @@ def test_the_queue_depth_counts_waiting_jobs_and_the_oldest_ages() -> None:
         await asyncio.sleep(0.05)
         assert controller.metrics_snapshot().queue_oldest_s >= 0.05
         controller.start()
-        await until(lambda: stub.count(A) == 1 and stub.count(B) == 1)
+
+        def only_a_runs() -> bool:  # B's reconcile is over (not only begun); A's is held by its gate
+            return stub.count(A) == stub.count(B) == 1 and controller.metrics_snapshot().queue_active == 1
+
+        await until(only_a_runs)
         controller.enqueue(A)  # while A runs: dirty, so waiting, not queued beside it
         samples = scrape()
         assert samples[("dtjob_workqueue_depth", ())] == 1

@@ -88,12 +88,18 @@ DNS_WAIT_SECONDS = 120
 
 def wait_for_host_names(hostfile: str, seconds: int) -> str:
     """Shell that waits until every host of `hostfile` resolves, failing after `seconds`."""
+    return wait_for_hosts(f"$(sed -e 's/[: ].*//' {hostfile})", "MPI host", seconds)
+
+
+def wait_for_hosts(hosts: str, what: str, seconds: int) -> str:
+    """Shell that waits until every host `hosts` (shell words) names resolves, failing after `seconds`, the
+    message naming the host as `what`."""
     return f"""if command -v getent >/dev/null 2>&1; then
-  for host in $(sed -e 's/[: ].*//' {hostfile}); do
+  for host in {hosts}; do
     waited=0
     until getent hosts "$host" >/dev/null; do
       if [ "$waited" -ge {seconds} ]; then
-        echo "dtjob: MPI host $host does not resolve after {seconds} s" >&2
+        echo "dtjob: {what} $host does not resolve after {seconds} s" >&2
         exit 1
       fi
       sleep 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 
 from dtjob import names
-from dtjob.desired.command import results_upload_command, training_command
+from dtjob.desired.command import results_upload_command, training_command, wait_for_hosts
 from dtjob.desired.common import OUTPUT_DIR, SSH_PORT
 from dtjob.names import run_prefix
 from dtjob.spec.parse import JobSpec
@@ -71,19 +71,7 @@ def _wait_for_rendezvous_host(spec: JobSpec) -> str:
     wait for it (bounded by the rendezvous timeout), then fail naming it. Images without getent skip this."""
     assert spec.torchrun is not None
     host = shlex.quote(rendezvous_host(spec))
-    seconds = spec.torchrun.rendezvous_timeout_seconds
-    return f"""if command -v getent >/dev/null 2>&1; then
-  waited=0
-  until getent hosts {host} >/dev/null; do
-    if [ "$waited" -ge {seconds} ]; then
-      echo "dtjob: the rendezvous host {host} does not resolve after {seconds} s" >&2
-      exit 1
-    fi
-    sleep 1
-    waited=$((waited + 1))
-  done
-fi
-"""
+    return wait_for_hosts(host, "the rendezvous host", spec.torchrun.rendezvous_timeout_seconds)
 
 
 # torchrun as a child, so the pod's SIGTERM (a deletion, an eviction) reaches its agent, which stops the
