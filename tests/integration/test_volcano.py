@@ -168,3 +168,28 @@ def test_a_volcano_queue_too_small_for_the_world_keeps_it_out(
     client.CustomObjectsApi(api_client).patch_cluster_custom_object(*VOLCANO, "queues", small_queue, patch)
     with explained(jobs, "vq", operator, api_client):
         placed_and_done(jobs, "vq")
+
+
+def test_volcano_places_a_torchrun_world_whole_and_its_workers_end_it(
+    jobs: Jobs, operator: OperatorProcess, volcano: VolcanoScheduler, core_v1: client.CoreV1Api,
+    api_client: client.ApiClient, namespace: str,
+) -> None:  # fmt: skip
+    """A torchrun world has no launcher: its PodGroup is its workers, bound together, and the job ends when
+    they all end 0."""
+    wait_for(lambda: free_gpus(core_v1) == 16, timeout=120, what="the 16 GPUs of the pool free")
+    gang = {"scheduler": "volcano", "scheduleTimeoutSeconds": 30}
+    jobs.create("vt", workers=4, torchrun={}, runPolicy={"scheduling": {"gang": gang}})
+    workers = wait_for(lambda: n_workers(jobs, "vt", 4), timeout=60, what="4 workers")
+    assert all(p.spec.scheduler_name == VOLCANO_SCHEDULER_NAME for p in workers)
+    group = pod_group(api_client, VOLCANO, namespace, "vt")
+    assert group["spec"]["minMember"] == 4 and group["spec"]["minResources"][GPU] == "16", group["spec"]
+    with explained(jobs, "vt", operator, api_client):
+        wait_for(lambda: len(bound_workers(jobs, "vt")) == 4, timeout=90, what="every worker bound")
+        running = jobs.wait_phase("vt", "Running", timeout=60)
+    assert "16 ranks on 4 workers" in running["message"], running
+    for pod in jobs.pods("vt", "worker"):
+        jobs.annotate_pod(str(pod.metadata.name), {"sim.dtjob.io/outcome": "Succeeded"})
+    done = jobs.wait_phase("vt", "Succeeded", "Failed", timeout=60)
+    assert done["phase"] == "Succeeded" and not jobs.pods("vt", "launcher"), done
+    placed = jobs.condition("vt", "GangScheduled")
+    assert placed and placed["message"] == f"all 4 workers placed together by {VOLCANO_SCHEDULER_NAME}"
