@@ -4,10 +4,12 @@ edit role, or gives the operator Secrets it may list, fails here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from testbed.operator_harness import GROUP, PLURAL, VERSION, Jobs
 from testbed.tenancy import (
@@ -80,3 +82,34 @@ def test_the_operator_lists_no_secret_anywhere(
     )
     answer = client.AuthorizationV1Api(operator).create_self_subject_access_review(review)
     assert answer.status.allowed is False
+
+
+def invalid(call: Callable[[], Any]) -> bool:
+    """Whether the API server refuses the call as invalid (422: the CRD's schema or CEL rules)."""
+    try:
+        call()
+    except ApiException as err:
+        return bool(err.status == 422)
+    return False
+
+
+def test_an_editor_can_neither_switch_a_world_to_torchrun_nor_resize_a_torchrun_world_by_its_labels(
+    tenant_a: Tenant,
+) -> None:
+    """spec.torchrun is fixed at creation (a running MPI world never becomes a torchrun one, nor the reverse),
+    refuses a launcher beside it, and the world-size label the operator reads on a torchrun worker is out of
+    an editor's reach (it may patch no pod)."""
+    editor = tenant_a.jobs(EDITOR)
+    ns = tenant_a.namespace
+    custom = client.CustomObjectsApi(tenant_a.api(EDITOR))
+    editor.create("mpi-world", workers=1, gpusPerWorker=1)
+    editor.create("ddp-world", workers=1, gpusPerWorker=1, torchrun={})
+
+    def patch(name: str, body: Any) -> Callable[[], Any]:
+        return lambda: custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, body)
+
+    assert invalid(patch("mpi-world", {"spec": {"torchrun": {}}}))
+    assert invalid(patch("ddp-world", {"spec": {"torchrun": None}}))  # a merge patch's removal
+    assert invalid(patch("ddp-world", {"spec": {"launcher": {"runner": "mpirun"}}}))
+    label = {"metadata": {"labels": {"dtjob.io/world-size": "1"}}}
+    assert refused(lambda: tenant_a.core(EDITOR).patch_namespaced_pod("ddp-world-worker-0", ns, label))
