@@ -93,10 +93,12 @@ def settles(problem: Callable[[], str | None], seconds: float) -> None:
 
 
 # An elastic MPI job, whose discovery script lists the Service's Ready endpoints; a torchrun job, whose
-# workers all meet at worker 0's name (the rendezvous store, which asks for no credential).
+# workers all meet at worker 0's name (the rendezvous store, which asks for no credential); an elastic one,
+# whose agents meet there again after every loss and whose replacement workers join there.
 VICTIMS: dict[str, dict[str, Any]] = {
     "elastic-mpi": {"elastic": {"minWorkers": 1, "maxWorkers": 2}, "launcher": LONG_LAUNCHER},
     "torchrun": {"torchrun": {}},
+    "elastic-torchrun": {"torchrun": {}, "elastic": {"minWorkers": 1, "maxWorkers": 2}},
 }
 
 

@@ -51,7 +51,6 @@ def test_the_processes_and_timeout_given_are_kept_and_set_the_ranks() -> None:
         ({"launcher": {"runAsWorker": True}}, "spec.launcher"),
         ({"launcher": {"podLabels": {"team": "ml"}}}, "spec.launcher"),
         ({"placement": {"launcher": {"nodePool": "tools"}}}, "spec.placement.launcher"),
-        ({"elastic": {"minWorkers": 1, "maxWorkers": 4}}, "spec.elastic"),
         ({"slotsPerWorker": 2}, "spec.slotsPerWorker"),  # 4 GPUs: torchrun starts 4 processes
         ({"slotsPerWorker": 3, "torchrun": {"processesPerWorker": 2}}, "spec.slotsPerWorker"),
         ({"torchrun": {"processesPerWorker": 0}}, "spec.torchrun.processesPerWorker"),

@@ -250,3 +250,30 @@ def test_kueue_admits_only_the_workers_of_a_torchrun_world() -> None:
     assert LAUNCH in template["containers"][0]["command"][2]
     mpi = world_pod_sets(job_spec(runPolicy={"scheduling": {"queueName": "gpu-queue"}}), OWNER)
     assert [s["name"] for s in mpi] == [names.ROLE_WORKER, names.ROLE_LAUNCHER]
+
+
+def test_an_elastic_world_rendezvouses_over_its_node_range_with_rank_0_on_worker_0() -> None:
+    spec = job_spec(
+        workers=3, gpusPerWorker=2, torchrun={"rendezvousTimeoutSeconds": 120},
+        elastic={"minWorkers": 2, "maxWorkers": 4, "commitEverySteps": 7},
+    )  # fmt: skip
+    addrs = []
+    for index in range(3):
+        argv = torchrun_argv(desired.worker_pod(spec, OWNER, index, 0))
+        assert flag(argv, "--nnodes") == "2:4"
+        assert "--node-rank" not in argv and "--master-addr" not in argv  # the rendezvous ranks the nodes
+        assert flag(argv, "--rdzv-backend") == "c10d"
+        assert flag(argv, "--rdzv-endpoint") == f"{RENDEZVOUS_HOST}:29400"
+        conf = dict(kv.split("=") for kv in flag(argv, "--rdzv-conf").split(","))
+        # Only worker 0's agent hosts the store, whatever its hostname resolves to.
+        assert conf == {"join_timeout": "120", "is_host": "true" if index == 0 else "false"}
+        addrs.append(flag(argv, "--local-addr"))
+        # The agent restarts its processes when a peer is lost, a bounded number of times.
+        assert int(flag(argv, "--max-restarts")) >= 3
+        program = argv[argv.index("--no-python") + 1 :]
+        assert program[:3] == ["python", "-m", "dtjob_train.ddp"]
+        assert "--elastic" in program and flag(program, "--commit-every") == "7"
+    # Ranks follow the sorted addresses: worker 0's sorts first (rank 0 there), even past ten workers.
+    assert addrs[0] == RENDEZVOUS_HOST and sorted(addrs) == addrs
+    tenth = flag(torchrun_argv(desired.worker_pod(spec, OWNER, 10, 0)), "--local-addr")
+    assert min(addrs[0], tenth) == addrs[0]

@@ -1,6 +1,7 @@
-"""A torchrun world's worker: no sshd and no launcher. Each worker runs torchrun with its node rank, and
-worker 0's agent hosts the rendezvous store (torchrun's static rendezvous, a c10d TCPStore) at worker 0's
-name in the job's headless Service; rank 0 runs on worker 0, which uploads the results after training. Pure.
+"""A torchrun world's worker: no sshd and no launcher. Each worker runs torchrun, with its node rank in a
+fixed world (static rendezvous) or over spec.elastic's node range (c10d rendezvous); worker 0's agent hosts
+the rendezvous store (a c10d TCPStore) at worker 0's name in the job's headless Service; rank 0 runs on
+worker 0, which uploads the results after training. Pure.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from dtjob.spec.parse import JobSpec
 
 # torchrun's usual rendezvous port; the job's NetworkPolicy admits only the job's own pods to it.
 RENDEZVOUS_PORT = 29400
+# How many times an elastic world's agent restarts its processes after a failure (a peer lost) before it
+# gives up; the operator's restarts (runPolicy.backoffLimit) count past that.
+ELASTIC_AGENT_RESTARTS = 10
 # torchrun itself exits 1 whatever ended a rank; this runs the same torchrun (torch.distributed.run) and exits
 # with the code of the first rank that failed (128 + the signal that killed one), so the pod's exit code is
 # the rank's, which runPolicy.restartPolicy ExitCode judges as it judges an MPI launcher's.
@@ -45,24 +49,52 @@ def rendezvous_id(uid: str, attempt: int) -> str:
 
 
 def torchrun_command(spec: JobSpec, index: int, uid: str, attempt: int) -> list[str]:
-    """torchrun for worker `index` of a fixed world: its node rank, the processes per worker, the rendezvous
-    at worker 0; the training command (the trainer under DDP, or the user's program) follows --no-python."""
+    """torchrun for worker `index`: the processes per worker and the rendezvous at worker 0, fixed or
+    elastic; the training command (the trainer under DDP, or the user's program) follows --no-python."""
     assert spec.torchrun is not None
-    torchrun = spec.torchrun
+    elastic = spec.elastic is not None
+    rendezvous = _elastic_rendezvous(spec, index) if elastic else _fixed_rendezvous(spec, index)
     return [
         "python", "-c", TORCHRUN,
+        *rendezvous,
+        "--nproc-per-node", str(spec.torchrun.processes_per_worker),
+        "--rdzv-id", rendezvous_id(uid, attempt),
+        "--no-python",
+        *training_command(spec),
+    ]  # fmt: skip
+
+
+def _fixed_rendezvous(spec: JobSpec, index: int) -> list[str]:
+    """Static rendezvous: every worker knows its node rank, and worker 0 (node rank 0) hosts the store."""
+    assert spec.torchrun is not None
+    return [
         "--nnodes", str(spec.workers),
         "--node-rank", str(index),
-        "--nproc-per-node", str(torchrun.processes_per_worker),
         "--rdzv-backend", "static",
-        "--rdzv-id", rendezvous_id(uid, attempt),
-        "--rdzv-conf", f"timeout={torchrun.rendezvous_timeout_seconds}",
+        "--rdzv-conf", f"timeout={spec.torchrun.rendezvous_timeout_seconds}",
         "--master-addr", rendezvous_host(spec),
         "--master-port", str(RENDEZVOUS_PORT),
         # A failed process fails the pod: restarting the world is the operator's (runPolicy.backoffLimit).
         "--max-restarts", "0",
-        "--no-python",
-        *training_command(spec),
+    ]  # fmt: skip
+
+
+def _elastic_rendezvous(spec: JobSpec, index: int) -> list[str]:
+    """The c10d rendezvous over spec.elastic's node range, its store hosted by worker 0's agent. The ranks
+    follow the sorted --local-addr, and worker names sort worker 0 first, so rank 0 stays on worker 0 (whose
+    pod keeps the checkpoints and uploads the results) however the world re-forms."""
+    assert spec.torchrun is not None and spec.elastic is not None
+    timeout = spec.torchrun.rendezvous_timeout_seconds
+    host = "true" if index == 0 else "false"
+    return [
+        "--nnodes", f"{spec.elastic.min_workers}:{spec.elastic.max_workers}",
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"{rendezvous_host(spec)}:{RENDEZVOUS_PORT}",
+        "--rdzv-conf", f"join_timeout={timeout},is_host={host}",
+        "--local-addr", names.host_fqdn(names.worker_name(spec.name, index), spec.name, spec.namespace),
+        # Each peer lost costs every other agent one restart of its processes (a peer that joins costs
+        # none); past these, the agent fails its pod and the world restarts, counted (runPolicy).
+        "--max-restarts", str(ELASTIC_AGENT_RESTARTS),
     ]  # fmt: skip
 
 

@@ -79,7 +79,8 @@ def observe(
     uid = str(meta.get("uid") or "")
     seen = observe_children(children.pods, children.launcher, uid)
     if spec.torchrun is not None:  # no launcher: the workers' torchrun agents are the world's launch
-        seen = replace(seen, launcher=torchrun_launch(seen.workers(), prev.restarts, spec.workers))
+        formed = None if spec.elastic is None else prev.launcher_pod is not None
+        seen = replace(seen, launcher=torchrun_launch(seen.workers(), prev.restarts, spec.workers, formed))
     active = prev.phase not in FINISHED and not spec.run_policy.suspend
     workers, avoid_nodes = _node_health(kube, config, spec, seen.pods) if active else (seen.pods, ())
     blocker = preflight(kube, spec, uid, config) if active and not world_started(prev, seen) else None

@@ -1,7 +1,8 @@
 """spec.torchrun: a PyTorch world under torchrun, no MPI and no SSH, and what such a job cannot have. Pure.
 
-Each worker runs torchrun itself with its node rank; worker 0's agent hosts the rendezvous store that the
-others reach through the job's headless Service. There is no launcher, so nothing of spec.launcher applies,
+Each worker runs torchrun itself, with its node rank in a fixed world or over spec.elastic's node range in
+an elastic one; worker 0's agent hosts the rendezvous store that the others reach through the job's headless
+Service. There is no launcher, so nothing of spec.launcher applies,
 and the processes per worker are torchrun's --nproc-per-node (spec.slotsPerWorker may only agree).
 """
 
@@ -35,12 +36,6 @@ def parse_torchrun(spec: Reader, framework: str, gpus: int) -> Torchrun:
             raise SpecError(f"spec.{path}", f"must be left out with spec.torchrun: {NO_LAUNCHER}")
     if spec.child("placement").has("launcher"):
         raise SpecError("spec.placement.launcher", f"must be left out with spec.torchrun: {NO_LAUNCHER}")
-    if spec.has("elastic"):
-        raise SpecError(
-            "spec.elastic",
-            "runs Horovod Elastic: it cannot be combined with spec.torchrun (an elastic torchrun world is "
-            "not supported yet)",
-        )
     processes = r.integer("processesPerWorker", None, minimum=1, maximum=MAX_PROCESSES_PER_WORKER)
     processes = processes or max(gpus, 1)
     slots = spec.integer("slotsPerWorker", None, minimum=1)

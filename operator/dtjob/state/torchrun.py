@@ -9,6 +9,8 @@ state machine decides on a torchrun world as on any other:
   well while the others finish (worker 0 still uploading the results);
 - succeeded once every worker exited 0;
 - failed as soon as one worker failed: that worker's pod, log and exit code say why.
+
+An elastic world forms as a fixed one does, then lives as long as worker 0 runs (see torchrun_launch).
 """
 
 from __future__ import annotations
@@ -22,10 +24,17 @@ from dtjob.state.observed import LauncherState, PodState
 _LATEST = datetime.max.replace(tzinfo=UTC)
 
 
-def torchrun_launch(workers: Iterable[PodState], attempt: int, workers_wanted: int) -> LauncherState | None:
+def torchrun_launch(
+    workers: Iterable[PodState], attempt: int, workers_wanted: int, elastic_formed: bool | None = None
+) -> LauncherState | None:
     """The launch of attempt `attempt`, or None while its world has not formed yet. Its size is the one its
     workers were started with (an edit of spec.workers, `workers_wanted`, applies at the next world), when
-    they all agree."""
+    they all agree.
+
+    elastic_formed (None: a fixed world) tells an elastic world whether it formed before. Once it has, it
+    runs as long as worker 0 (the rendezvous store) does: a worker the cluster takes away is no failure of
+    the launch (the operator replaces it, its peers re-rendezvous), and too few workers is spec.elastic's
+    minimum to judge."""
     mine = sorted(
         (p for p in workers if p.attempt == attempt and p.index is not None and not p.deleting),
         key=lambda p: p.index or 0,
@@ -34,7 +43,7 @@ def torchrun_launch(workers: Iterable[PodState], attempt: int, workers_wanted: i
     agreed = sizes.pop() if len(sizes) == 1 else None
     size = agreed or workers_wanted
     # The first worker to fail is the cause; the others' ranks lost a peer (a tie goes to the lower index).
-    failures = [p for p in mine if p.phase == "Failed"]
+    failures = [p for p in mine if p.phase == "Failed" and not (elastic_formed is not None and _replaced(p))]
     failed = min(failures, key=lambda p: (p.ended or _LATEST, p.index or 0), default=None)
     if failed is not None:
         return _launch(attempt, size, failed.name, failed=True, reason=failed.reason, failed_pod=failed)
@@ -45,7 +54,15 @@ def torchrun_launch(workers: Iterable[PodState], attempt: int, workers_wanted: i
         still = [p for p in world if p.phase != "Succeeded"]  # worker 0 still uploading the results
         return _launch(attempt, size, rank0, running=bool(still), succeeded=not still)
     formed = len(world) == size and all(p.phase == "Running" for p in world)
+    if elastic_formed:
+        formed = any(p.index == 0 and p.phase == "Running" for p in world)
     return _launch(attempt, size, rank0, running=True) if formed else None
+
+
+def _replaced(worker: PodState) -> bool:
+    """An elastic world's worker (not worker 0, whose agent hosts the store) that the cluster took away:
+    the operator replaces it."""
+    return worker.index != 0 and worker.disruption is not None
 
 
 def trained(workers: Iterable[PodState]) -> bool:
