@@ -2,24 +2,21 @@
 ``torchrun --nnodes N --nproc-per-node P ... -m dtjob_train.ddp [flags]``.
 
 The same model, data loaders, mixed precision, compile, checkpoints, progress lines and metrics as the Horovod
-trainer (dtjob_train.torch_train); torch.distributed forms the world from what torchrun sets (RANK,
-WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT): NCCL on GPUs, Gloo on CPUs.
+trainer (dtjob_train.torch_train); torch.distributed forms the world (dtjob_train.ddp_world). --elastic, under
+``torchrun --nnodes MIN:MAX``, is dtjob_train.ddp_elastic.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
 
-import torch
-import torch.distributed as dist
-from torch import Tensor, nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch import nn
 
 from . import torch_checkpoint
 from .cli import parse_args
-from .common import fail
+from .ddp_elastic import train_elastic
+from .ddp_world import TorchDistributed, end_world, sync_optimizer, wrapped
 from .torch_train import (
     Amp,
     bad_input_exits,
@@ -33,86 +30,19 @@ from .torch_train import (
 )
 
 
-class TorchDistributed:
-    """torch.distributed as torch_train.Comm (the names horovod.torch gives its collectives)."""
-
-    Sum = "sum"
-    Average = "average"
-
-    def __init__(self) -> None:
-        gpus = torch.cuda.is_available() and torch.cuda.device_count() > 0
-        self.backend = "nccl" if gpus else "gloo"
-        dist.init_process_group(self.backend)
-        # NCCL reduces tensors on this rank's GPU (set_up_device picks it before any collective).
-        self.on_gpu = gpus
-
-    def rank(self) -> int:
-        return dist.get_rank()
-
-    def size(self) -> int:
-        return dist.get_world_size()
-
-    def local_rank(self) -> int:
-        return int(os.environ.get("LOCAL_RANK", "0"))
-
-    def local_size(self) -> int:
-        return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-
-    def allreduce(self, tensor: Tensor, op: Any = None, name: str | None = None) -> Tensor:
-        """A new tensor: the sum over the ranks, or (op Average, Horovod's default) the mean."""
-        device = torch.device("cuda", torch.cuda.current_device()) if self.on_gpu else torch.device("cpu")
-        reduced = tensor.detach().clone().to(device)
-        dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
-        if op != self.Sum:
-            reduced /= self.size()
-        return reduced.to(tensor.device)
-
-    def broadcast_object(self, obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
-        box = [obj]
-        dist.broadcast_object_list(box, src=root_rank)
-        return box[0]
-
-    def allgather_object(self, obj: Any, name: str | None = None) -> list[Any]:
-        gathered: list[Any] = [None] * self.size()
-        dist.all_gather_object(gathered, obj)
-        return gathered
-
-
-def sync_optimizer(comm: TorchDistributed, optimizer: torch.optim.Optimizer) -> None:
-    """Rank 0's optimizer state (restored from a checkpoint, or empty) on every rank: DDP broadcasts only the
-    parameters and buffers, and ranks with other momentum would drift apart. Sent from host memory; each
-    rank's load_state_dict moves it to its parameters' device."""
-    state = optimizer.state_dict() if comm.rank() == 0 else None
-    if state is not None:
-        state = {**state, "state": {k: _to_cpu(v) for k, v in state["state"].items()}}
-    optimizer.load_state_dict(comm.broadcast_object(state, root_rank=0, name="optimizer"))
-
-
-def _to_cpu(per_param: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.cpu() if isinstance(v, Tensor) else v for k, v in per_param.items()}
-
-
-def wrapped(
-    model: nn.Module, device: torch.device, comm: TorchDistributed, *, fp16_allreduce: bool
-) -> nn.Module:
-    """The model in DDP's wrapper (it broadcasts rank 0's parameters and buffers); with --fp16-allreduce on
-    NCCL, DDP's fp16 compression hook halves the bytes each allreduce sends, as Horovod's Compression.fp16
-    (Gloo's CPU allreduce keeps fp32)."""
-    ddp = nn.parallel.DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None
-    )
-    if fp16_allreduce and comm.backend == "nccl":
-        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    return ddp
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     cfg = parse_args("torchrun ... -m dtjob_train.ddp", argv, framework="pytorch")
     comm = TorchDistributed()
-    if cfg.elastic:
-        fail("--elastic is Horovod Elastic's (dtjob_train.pytorch): not under torchrun", rank=comm.rank())
     device, pipeline, run = plan_run(cfg, comm)
     run.resolved["runner"] = "torchrun"
+    if cfg.elastic:
+        # Every start of the processes (torchrun restarts them all when the world resizes) resumes from rank
+        # 0's newest state; the inputs are made for the world as it is then.
+        model, optimizer = model_and_optimizer(cfg, run, device)
+        with bad_input_exits(run.rank):
+            train_elastic(cfg, comm, run, model, optimizer, Amp(cfg.amp, cfg.amp_dtype, device), device)
+        end_world(comm)
+        return
     train_batches, val_batches = make_inputs(cfg, run, device, pipeline, comm)
     model, optimizer = model_and_optimizer(cfg, run, device)
     amp = Amp(cfg.amp, cfg.amp_dtype, device)
@@ -130,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with bad_input_exits(run.rank):
         train(comm, cfg, run, ddp, optimizer, amp, loss_fn, train_batches, val_batches)
     finish(run, model, device)
-    dist.destroy_process_group()
+    end_world(comm)
 
 
 if __name__ == "__main__":

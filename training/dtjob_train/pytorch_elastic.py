@@ -9,7 +9,6 @@ follows the new global batch (TrainingRun.rejoin).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import horovod.torch as hvd
@@ -21,45 +20,8 @@ from .cli import TrainConfig
 from .elastic import LeaveRequest, commit_and_leave, commit_due, run_elastic
 from .run import TrainingRun
 from .torch_compile import Forward, compiled
-from .torch_train import (
-    Amp,
-    Batch,
-    Normalize,
-    Prefetcher,
-    evaluate,
-    folder_loader,
-    synthetic_batches,
-    train_step,
-)
-
-# An epoch's batches from an offset into it: the images (all ranks together) earlier worlds trained on.
-BatchesFrom = Callable[[int, int], Iterator[Batch]]
-
-
-def make_elastic_inputs(
-    cfg: TrainConfig, run: TrainingRun, device: torch.device
-) -> tuple[BatchesFrom, Callable[[], Iterator[Batch]] | None]:
-    """This world's training batches (from an epoch offset) and validation batches (None without), for the
-    ranks as they are now. The PyTorch DataLoader only: it can start an epoch's shard at an offset."""
-    fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
-    if run.train_split is None:
-        return (lambda epoch, offset: synthetic_batches(cfg, device, fmt, hvd.rank())), None
-    loader = folder_loader(cfg, run, device, hvd.local_size(), elastic=True)
-    prefetch = Prefetcher(Normalize(device, fmt))
-    train_loader = loader(run.train_split, train=True)
-
-    def train(epoch: int, offset: int) -> Iterator[Batch]:
-        train_loader.sampler.set_position(epoch, offset)
-        return prefetch(iter(train_loader))
-
-    if run.val_split is None:
-        return train, None
-    val_loader = loader(run.val_split, train=False)
-    return train, lambda: prefetch(iter(val_loader))
-
-
-def scaler_state(amp: Amp) -> dict[str, Any] | None:
-    return None if amp.scaler is None else amp.scaler.state_dict()
+from .torch_elastic import BatchesFrom, make_elastic_inputs, scaler_state
+from .torch_train import Amp, evaluate, train_step
 
 
 class ElasticTrainer:
@@ -100,7 +62,7 @@ class ElasticTrainer:
         state.position = run.rejoin(state.position)
         if self.amp.scaler is not None and state.scaler is not None:
             self.amp.scaler.load_state_dict(state.scaler)
-        batches, val_batches = make_elastic_inputs(cfg, run, self.device)
+        batches, val_batches = make_elastic_inputs(cfg, run, self.device, hvd.local_size())
         while state.position.epoch < cfg.epochs:
             epoch = state.position.epoch
             self._epoch(state, batches)

@@ -1,7 +1,7 @@
 """What the PyTorch trainers share, whoever forms the world (Horovod under ``horovodrun``, or
 torch.distributed under ``torchrun``): the device, mixed precision, the input pipelines, the training step,
 validation and the epochs. The world's collectives come in as a Comm: the ``horovod.torch`` module, or
-dtjob_train.ddp's TorchDistributed."""
+dtjob_train.ddp_world's TorchDistributed."""
 
 from __future__ import annotations
 
