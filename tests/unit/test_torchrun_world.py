@@ -266,7 +266,12 @@ def test_an_elastic_world_rendezvouses_over_its_node_range_with_rank_0_on_worker
         assert flag(argv, "--rdzv-endpoint") == f"{RENDEZVOUS_HOST}:29400"
         conf = dict(kv.split("=") for kv in flag(argv, "--rdzv-conf").split(","))
         # Only worker 0's agent hosts the store, whatever its hostname resolves to.
-        assert conf == {"join_timeout": "120", "is_host": "true" if index == 0 else "false"}
+        assert conf == {
+            "join_timeout": "120", "last_call_timeout": "10", "is_host": "true" if index == 0 else "false"
+        }  # fmt: skip
+        # Every round's rank 0 publishes its store to the ranks (a replacement joins a later round).
+        worker = script(desired.worker_pod(spec, OWNER, index, 0))
+        assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n" in worker
         addrs.append(flag(argv, "--local-addr"))
         # The agent restarts its processes when a peer is lost, a bounded number of times.
         assert int(flag(argv, "--max-restarts")) >= 3
@@ -277,3 +282,6 @@ def test_an_elastic_world_rendezvouses_over_its_node_range_with_rank_0_on_worker
     assert addrs[0] == RENDEZVOUS_HOST and sorted(addrs) == addrs
     tenth = flag(torchrun_argv(desired.worker_pod(spec, OWNER, 10, 0)), "--local-addr")
     assert min(addrs[0], tenth) == addrs[0]
+    # A fixed world shares torchrun's store with its ranks, as torchrun does by default.
+    fixed = job_spec(workers=3, torchrun={})
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in script(desired.worker_pod(fixed, OWNER, 1, 0))

@@ -19,6 +19,13 @@ RENDEZVOUS_PORT = 29400
 # How many times an elastic world's agent restarts its processes after a failure (a peer lost) before it
 # gives up; the operator's restarts (runPolicy.backoffLimit) count past that.
 ELASTIC_AGENT_RESTARTS = 10
+# Once minWorkers agents are at an elastic rendezvous, how long it waits for more before the world forms
+# (torchrun's default is 30 s): each loss would idle the survivors that long.
+LAST_CALL_SECONDS = 10
+# torch 2.13's agents share one store with the ranks, whose address rank 0's agent publishes only in the
+# first rendezvous round: an agent that joins a later round (a replacement) waits for it until it fails.
+# Unshared, every round's rank 0 publishes its own.
+UNSHARED_STORE = "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1\n"
 # torchrun itself exits 1 whatever ended a rank; this runs the same torchrun (torch.distributed.run) and exits
 # with the code of the first rank that failed (128 + the signal that killed one), so the pod's exit code is
 # the rank's, which runPolicy.restartPolicy ExitCode judges as it judges an MPI launcher's.
@@ -90,7 +97,7 @@ def _elastic_rendezvous(spec: JobSpec, index: int) -> list[str]:
         "--nnodes", f"{spec.elastic.min_workers}:{spec.elastic.max_workers}",
         "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"{rendezvous_host(spec)}:{RENDEZVOUS_PORT}",
-        "--rdzv-conf", f"join_timeout={timeout},is_host={host}",
+        "--rdzv-conf", f"join_timeout={timeout},last_call_timeout={LAST_CALL_SECONDS},is_host={host}",
         "--local-addr", names.host_fqdn(names.worker_name(spec.name, index), spec.name, spec.namespace),
         # Each peer lost costs every other agent one restart of its processes (a peer that joins costs
         # none); past these, the agent fails its pod and the world restarts, counted (runPolicy).
@@ -141,4 +148,5 @@ def torchrun_worker_script(spec: JobSpec, index: int, uid: str, attempt: int) ->
         retry = spec.output.upload_retry_seconds
         upload = shlex.join(results_upload_command(spec.name, OUTPUT_DIR, prefix, retry))
         upload = f"{upload} && exit 0\n{KEEP_RESULTS}"
-    return _wait_for_rendezvous_host(spec) + _run_then(command, upload)
+    unshared = UNSHARED_STORE if spec.elastic is not None else ""
+    return unshared + _wait_for_rendezvous_host(spec) + _run_then(command, upload)
