@@ -33,6 +33,7 @@ pytestmark = pytest.mark.training
 
 COMMIT_EVERY = 3
 EPOCHS, STEPS_PER_EPOCH = 2, 100
+TREE_STEPS = STEPS_PER_EPOCH  # an epoch of the ImageNet tree's training images, 4 a step
 # Fast rendezvous rounds for a test: a round completes 3 s after its minimum of nodes is in (30 s by default;
 # long enough for both agents to make the first round), and a node whose heartbeat (every second) stopped is
 # dropped after 4 s (15 s by default; a live node's heartbeat can be 2 s old when its timer fires early).
@@ -241,7 +242,9 @@ def test_without_a_checkpoint_volume_a_restarted_process_resumes_from_rank_0s_lo
     """One node, no --checkpoint-dir, ImageNet: its process dies (SIGKILL) mid-epoch; torchrun's agent starts
     it again and it resumes from the step checkpoint in the run's local directory (the loader's shard from
     the images the steps before it took), which goes when the run is done."""
-    data = make_tree(tmp_path / "imagenet", per_class_train=64)  # 128 images: 32 steps of 4 an epoch
+    # 400 images: 100 steps of 4 an epoch, about a second on two idle cores, so the kill lands mid-epoch
+    # (32 steps once took less than the test took to see a step and act on it, on a loaded machine).
+    data = make_tree(tmp_path / "imagenet", per_class_train=TREE_STEPS * 2)
     endpoint, run_id = f"127.0.0.1:{free_port()}", f"test-{os.getpid()}-{time.monotonic_ns()}"
     a = Agent(
         tmp_path, "a", addr="127.0.0.1", host=True, endpoint=endpoint, run_id=run_id, nodes="1", data=data
@@ -249,9 +252,11 @@ def test_without_a_checkpoint_volume_a_restarted_process_resumes_from_rank_0s_lo
     try:
         wait_for("training", past_a_commit(a, 1), a.log)
         run_dir = a.dir / "tmp" / f"dtjob-elastic-{run_id}"
-        os.kill(a.worker(), signal.SIGKILL)
-        # The last step the process finished, as rank 0 noted it (read before the agent starts a new one).
+        worker = a.worker()
+        # Stopped first, so the last step the process finished, as rank 0 noted it, is the one it dies at.
+        os.kill(worker, signal.SIGSTOP)
         reached = int((run_dir / "reached").read_text())
+        os.kill(worker, signal.SIGKILL)
         assert a.proc.wait(90) == 0, a.log()
     finally:
         a.kill()
@@ -260,10 +265,10 @@ def test_without_a_checkpoint_volume_a_restarted_process_resumes_from_rank_0s_lo
     assert (size, epoch) == (1, 1) and step > 0 and step % COMMIT_EVERY == 0, log
     assert redone == reached - step and 0 <= redone <= COMMIT_EVERY, (reached, log)
     steps = [(p["epoch"], p["step"]) for _, p in a.steps()]
-    assert steps[-1] == (EPOCHS, 32) and (1, step + 1) in steps[steps.index((1, step)) + 1 :], log
+    assert steps[-1] == (EPOCHS, TREE_STEPS) and (1, step + 1) in steps[steps.index((1, step)) + 1 :], log
     metrics = json.loads((a.dir / "out" / "metrics.json").read_text())
     assert metrics["worldSizes"] == [1, 1] and metrics["stepsRedone"] == redone, metrics
-    assert metrics["globalStep"] == EPOCHS * 32 and metrics["valTop1"] is not None, metrics
+    assert metrics["globalStep"] == EPOCHS * TREE_STEPS and metrics["valTop1"] is not None, metrics
     assert not run_dir.exists() and not (a.dir / "ckpt").exists()
 
 
