@@ -65,6 +65,13 @@ def progress_records(
         n for n in blob_names(azurite, container, folder) if "/" not in n[len(folder) :] and "launcher" in n
     ]
     text = "".join(blob_text(azurite, container, n) for n in sorted(logs))
+    records = progress_in(text)
+    assert records, f"no progress record in the launcher's log ({logs} under {folder}):\n{text[-3000:]}"
+    return records
+
+
+def progress_in(text: str) -> list[dict[str, Any]]:
+    """Every whole progress record in a rank 0 log, in order (with its world size and time)."""
     records = []
     for match in RECORD.finditer(text):
         try:
@@ -73,8 +80,12 @@ def progress_records(
             continue
         if isinstance(record.get("worldSize"), int) and record.get("updatedAt"):
             records.append(record)
-    assert records, f"no progress record in the launcher's log ({logs} under {folder}):\n{text[-3000:]}"
     return records
+
+
+def first_at_size(records: list[dict[str, Any]], size: int, after: float) -> dict[str, Any] | None:
+    """The first record at `size` ranks later than `after`."""
+    return next((r for r in records if r["worldSize"] == size and at(r) > after), None)
 
 
 def at(record: dict[str, Any]) -> float:
@@ -122,15 +133,9 @@ def cordoned(jobs: Jobs, node: str) -> Iterator[None]:
 def trained_at_size(jobs: Jobs, name: str, size: int, after: float) -> dict[str, Any] | None:
     """Rank 0's first progress record at `size` workers later than `after`, from the launcher's live log."""
     pod = jobs.status(name)["launcher"]["pod"]
-    text = jobs.core.read_namespaced_pod_log(pod, jobs.ns, container="launcher")
-    for match in RECORD.finditer(text):
-        try:
-            record = json.loads(match.group(1))
-        except ValueError:  # a line another rank's output cut into
-            continue
-        if record.get("worldSize") == size and record.get("updatedAt") and at(record) > after:
-            return dict(record)
-    return None
+    return first_at_size(
+        progress_in(jobs.core.read_namespaced_pod_log(pod, jobs.ns, container="launcher")), size, after
+    )
 
 
 def replacement_ready(jobs: Jobs, name: str, old_uid: str) -> float | None:

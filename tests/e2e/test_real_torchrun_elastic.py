@@ -30,10 +30,11 @@ from tests.e2e.real_jobs import (
     wait_finished,
 )
 from tests.e2e.test_real_elastic import (
-    RECORD,
     at,
     cordoned,
     evict_worker,
+    first_at_size,
+    progress_in,
     replacement_ready,
     training_at_step,
 )
@@ -46,16 +47,7 @@ COMMIT_EVERY = 5
 
 def rank0_records(jobs: Jobs, name: str) -> list[dict[str, Any]]:
     """Every progress record rank 0 printed so far, from worker 0's live log (rank 0 always runs there)."""
-    text = jobs.core.read_namespaced_pod_log(f"{name}-worker-0", jobs.ns, container="worker")
-    records = []
-    for match in RECORD.finditer(text):
-        try:
-            record = json.loads(match.group(1))
-        except ValueError:  # a line another rank's output cut into
-            continue
-        if isinstance(record.get("worldSize"), int) and record.get("updatedAt"):
-            records.append(record)
-    return records
+    return progress_in(jobs.core.read_namespaced_pod_log(f"{name}-worker-0", jobs.ns, container="worker"))
 
 
 def shrank_and_grew_back(sizes: list[int]) -> bool:
@@ -63,10 +55,6 @@ def shrank_and_grew_back(sizes: list[int]) -> bool:
     straggler's agent at the first rendezvous may add a start at 2 before the first at 3)."""
     after_full = sizes[sizes.index(3) :] if 3 in sizes else []
     return 2 in after_full and sizes[-1] == 3
-
-
-def first_at_size(records: list[dict[str, Any]], size: int, after: float) -> dict[str, Any] | None:
-    return next((r for r in records if r["worldSize"] == size and at(r) > after), None)
 
 
 def test_an_elastic_torchrun_world_loses_a_worker_trains_on_and_grows_back_without_a_restart(
