@@ -23,6 +23,8 @@ configs=("$here/kwok/kwokctl.yaml" "$here/kwok/stages.yaml")
 source "$here/cache-lock.sh"
 # shellcheck source=ports-lock.sh
 source "$here/ports-lock.sh"
+# shellcheck source=kwokctl-create.sh
+source "$here/kwokctl-create.sh"
 # A cluster remembers the hash of the configuration and binaries it was created from; `up` recreates it when
 # they change, so an edited Stage or a new pinned version takes effect.
 config_hash=$(cat "${configs[@]}" "$here/versions.env" | sha256sum | cut -c1-16)
@@ -59,21 +61,6 @@ reconcile_nodes() {
     "$(kctl get nodes -l kubernetes.azure.com/agentpool=gpu -o name | wc -l) gpu (${GPU_VM_SIZE:-Standard_NC24s_v3})"
 }
 
-create_cluster() {
-  # --kubeconfig= keeps the user's ~/.kube/config untouched; the cluster's own kubeconfig is printed below.
-  # The lock's descriptor is closed for kwokctl, so the daemons it starts do not hold the lock.
-  "$kwokctl" create cluster --name "$name" --runtime binary {ports_fd}>&- \
-    --kube-apiserver-binary "$k8s_bin/kube-apiserver" \
-    --kube-controller-manager-binary "$k8s_bin/kube-controller-manager" \
-    --kube-scheduler-binary "$k8s_bin/kube-scheduler" \
-    --etcd-binary "$cache/bin/etcd-$ETCD_VERSION/etcd" \
-    --kwok-controller-binary "$cache/bin/kwok-$KWOK_VERSION/kwok" \
-    --config "${configs[0]}" --config "${configs[1]}" \
-    --disable-qps-limits \
-    --kubeconfig= \
-    --wait 3m >&2
-}
-
 up() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     [[ -x $k8s_bin/$b ]] || { log "missing $k8s_bin/$b: run hack/build-control-plane.sh (make control-plane)"; exit 1; }
@@ -87,13 +74,7 @@ up() {
     fi
     log "starting cluster '$name' (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
     ports_lock
-    # kwokctl gives up when the new API server does not serve discovery yet as it installs its own CRDs
-    # ("failed to init crds": seen on a loaded machine); that cluster is half made, so it goes and once more.
-    if ! create_cluster; then
-      log "kwokctl could not create cluster '$name': deleting it and creating it once more"
-      "$kwokctl" delete cluster --name "$name" >/dev/null 2>&1 || true
-      create_cluster
-    fi
+    kwokctl_create "$name" --config "${configs[0]}" --config "${configs[1]}" --disable-qps-limits
     ports_unlock
     echo "$config_hash" >"$config_stamp"
   fi

@@ -62,6 +62,8 @@ die() { log "error: $*"; exit 1; }
 source "$here/cache-lock.sh"
 # shellcheck source=ports-lock.sh
 source "$here/ports-lock.sh"
+# shellcheck source=kwokctl-create.sh
+source "$here/kwokctl-create.sh"
 kctl() { kubectl --kubeconfig "$kubeconfig" "$@"; }
 
 node_name() { local n=$1; [[ $n == gpu ]] && echo "$gpu_node" || echo "$system_node"; }
@@ -285,17 +287,7 @@ componentsPatches:
       - {key: unsafe-no-fsync, value: "true"}
 EOF
   ports_lock
-  # The lock's descriptor is closed for kwokctl, so the daemons it starts do not hold the lock.
-  "$kwokctl" create cluster --name "$name" --runtime binary {ports_fd}>&- \
-    --kube-apiserver-binary "$k8s_bin/kube-apiserver" \
-    --kube-controller-manager-binary "$k8s_bin/kube-controller-manager" \
-    --kube-scheduler-binary "$k8s_bin/kube-scheduler" \
-    --etcd-binary "$cache/bin/etcd-$ETCD_VERSION/etcd" \
-    --kwok-controller-binary "$cache/bin/kwok-$KWOK_VERSION/kwok" \
-    --disable kwok-controller \
-    --config "$config" \
-    --kubeconfig= \
-    --wait 3m >&2
+  kwokctl_create "$name" --disable kwok-controller --config "$config"
   ports_unlock
 }
 
