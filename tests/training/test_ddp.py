@@ -5,6 +5,7 @@ whose checkpoints it resumes from and which resumes from its own."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +25,21 @@ def metrics(runs: Path) -> dict[str, object]:
     return found
 
 
+def without_horovod(tmp_path: Path) -> dict[str, str]:
+    """An environment in which `import horovod` fails, as in an image built without Horovod."""
+    shim = tmp_path / "no-horovod" / "horovod"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('this image has no Horovod')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(shim.parent), run_env()["PYTHONPATH"]])}
+
+
 def test_two_ddp_ranks_train_in_step_and_report_as_the_horovod_trainer(tmp_path: Path) -> None:
+    """Without Horovod, too: the DDP trainer needs none of it."""
     args = tiny_args(None, "--arch", "resnet-tiny", "--epochs", "1", "--steps-per-epoch", "3")
-    run = launch("pytorch", args, launcher="torchrun", module=DDP, per_rank_dir=tmp_path)
+    env = without_horovod(tmp_path)
+    run = launch("pytorch", args, launcher="torchrun", module=DDP, per_rank_dir=tmp_path, env=env)
     assert run.proc.returncode == 0, run.out
+    assert "torchrun: 2 ranks" in run.out and "has no Horovod" not in run.out, run.out
     progress = run.progress_lines()
     assert [p["step"] for p in progress] == [1, 2, 3], run.out
     assert {(p["worldSize"], p["globalBatch"]) for p in progress} == {(2, 8)}

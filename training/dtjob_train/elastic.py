@@ -27,7 +27,6 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from dtjob.contract import training as contract
-from horovod.common.exceptions import HorovodInternalError
 
 if TYPE_CHECKING:
     from .progress import Reporter
@@ -141,6 +140,9 @@ def commit_and_leave(
     down and exits; the others go straight to hvd.elastic.run's recovery (restore this commit, shut down,
     re-form the world), whose shutdown meets the leaving rank's. Waiting instead for a collective to fail
     costs Gloo's timeout (30 s) on every rank not directly connected to the one that left."""
+    # Imported here: the DDP trainers share this module's Position and commit_due, and run without Horovod.
+    from horovod.common.exceptions import HorovodInternalError
+
     state.save()
     reporter.say(f"elastic: a rank is leaving; every rank committed at step {state.position.step}")
     if leave.requested:

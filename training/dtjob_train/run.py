@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-import horovod
-
 from .cli import TrainConfig
 from .common import digest, metrics_record, scan_imagenet
 from .data.folder import ImageFolderDataset, Split
@@ -115,10 +113,18 @@ class TrainingRun:
         if self.resumed_from is not None:
             self.reporter.say(f"resuming from {self.resumed_from}: {self.start_epoch} epochs done")
         self.reporter.say(
-            f"{versions} horovod {horovod.__version__}: {self.size} ranks, {cfg.arch}, {cfg.data}, "
+            f"{versions} {self._runner()}: {self.size} ranks, {cfg.arch}, {cfg.data}, "
             f"batch {cfg.batch_size}/worker, {self.steps_per_epoch} steps/epoch, {device}"
         )
         self.meter = Throughput()
+
+    def _runner(self) -> str:
+        """What formed the world: torchrun (the DDP trainers, which run without Horovod), or Horovod."""
+        if self.resolved.get("runner") == "torchrun":
+            return "torchrun"
+        import horovod
+
+        return f"horovod {horovod.__version__}"
 
     def epochs(self) -> range:
         return range(self.start_epoch, self.cfg.epochs)
