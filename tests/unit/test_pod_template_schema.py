@@ -5,6 +5,7 @@ API server takes it in tests/integration/test_pod_templates.py)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,10 +67,16 @@ def test_the_snapshot_is_the_pinned_kubernetes_release(snapshot: dict[str, Any])
     assert set(gen.reachable(snapshot["schemas"])) == set(snapshot["schemas"])
 
 
-def test_both_templates_carry_the_rendered_pod_spec(crd: dict[str, Any], rendered: dict[str, Any]) -> None:
-    for role in ("worker", "launcher"):
+def test_both_templates_carry_the_rendered_pod_spec(
+    crd: dict[str, Any], rendered: dict[str, Any], snapshot: dict[str, Any]
+) -> None:
+    """The launcher's is the same schema without the descriptions, which the worker's carries."""
+    bare = gen.render(snapshot["schemas"], documented=False)
+    for role, wanted in (("worker", rendered), ("launcher", bare)):
         spec = template_of(crd, role)["properties"]["spec"]
-        assert {k: v for k, v in spec.items() if k != "description"} == rendered
+        assert {k: v for k, v in spec.items() if k != "description"} == wanted, role
+    assert '"description"' in json.dumps(rendered) and '"description"' not in json.dumps(bare)
+    assert template_of(crd, "launcher")["properties"]["metadata"] == template_of(crd, "worker")["properties"]["metadata"]
     containers = rendered["properties"]["containers"]
     assert containers["x-kubernetes-list-map-keys"] == ["name"]
     container = containers["items"]["properties"]
@@ -118,6 +125,18 @@ def test_enums_are_kept_and_an_optional_one_takes_empty(rendered: dict[str, Any]
 def test_the_crd_fits_client_side_apply(crd: dict[str, Any]) -> None:
     size = len(json.dumps(crd, separators=(",", ":")))
     assert size < LAST_APPLIED_LIMIT * 0.8, size
+
+
+def test_every_region_is_rendered_with_anchors_of_its_own(snapshot: dict[str, Any]) -> None:
+    """Two copies of the schema in one document: an anchor's name may be defined once, so the second
+    region's are renamed, and YAML still reads both copies whole."""
+    text = gen.CRD.read_text()
+    assert text.count(gen.BEGIN) == 2 and text.count(gen.END) == 2
+    anchors = re.findall(r"(?<=\s)&([A-Za-z][\w-]*)(?=\s)", text)  # YAML anchors, not CEL's &&
+    assert len(anchors) == len(set(anchors)), "an anchor defined twice"
+    assert any(a.startswith("r2-id") for a in anchors) and any(a.startswith("id") for a in anchors)
+    with pytest.raises(ValueError, match="END"):
+        gen.splice(text.replace(gen.END, "# the end", 1), snapshot["schemas"])
 
 
 def test_first_sentences() -> None:
