@@ -56,6 +56,9 @@ UNHEALTHY_CONDITIONS = frozenset(
 )
 # ... and the node is about to go (Azure scheduled event: a redeploy, a reboot, a spot eviction).
 DRAIN_CONDITIONS = frozenset({"VMEventScheduled"})
+# How long after such a condition appears a worker there is deleted (and replaced elsewhere); its ranks leave
+# the world at their next commit at once. Azure gives a spot eviction about 30 s, maintenance about 15 min.
+DRAIN_GRACE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class NodeHealthPolicy:
 
     unhealthy: frozenset[str] = UNHEALTHY_CONDITIONS
     drain: frozenset[str] = DRAIN_CONDITIONS
+    drain_grace_seconds: float = DRAIN_GRACE_SECONDS
 
     @property
     def enabled(self) -> bool:
@@ -166,6 +170,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         node_health=NodeHealthPolicy(
             unhealthy=parse_condition_types(env.get("DTJOB_NODE_UNHEALTHY_CONDITIONS"), UNHEALTHY_CONDITIONS),
             drain=parse_condition_types(env.get("DTJOB_NODE_DRAIN_CONDITIONS"), DRAIN_CONDITIONS),
+            drain_grace_seconds=_positive(
+                env, "DTJOB_NODE_DRAIN_GRACE_SECONDS", DRAIN_GRACE_SECONDS, allow_zero=True
+            ),
         ),
         heap_trim_seconds=float(env.get("DTJOB_HEAP_TRIM_SECONDS", d.heap_trim_seconds)),
         stager_image=env.get("DTJOB_STAGER_IMAGE", d.stager_image),
@@ -225,7 +232,10 @@ def _positive(env: Mapping[str, str], name: str, default: float, allow_zero: boo
     text = env.get(name)
     if text is None:
         return default
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan  # refused below, naming the setting
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(
             f"{name} must be a {'non-negative' if allow_zero else 'positive'} number, got {text}"

@@ -8,12 +8,20 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dtjob.config import DRAIN_CONDITIONS, UNHEALTHY_CONDITIONS, NodeHealthPolicy, load_config
+import pytest
+
+from dtjob.config import (
+    DRAIN_CONDITIONS,
+    DRAIN_GRACE_SECONDS,
+    UNHEALTHY_CONDITIONS,
+    NodeHealthPolicy,
+    load_config,
+)
 from dtjob.desired.pods import off_nodes, worker_pod
 from dtjob.machine import decide
 from dtjob.machine.hosts import world_hosts
 from dtjob.state.decision import CreateWorker, DeletePod, PublishHosts
-from dtjob.state.node_health import DRAIN_GRACE, NodeProblem, node_problems
+from dtjob.state.node_health import NodeProblem, node_problems
 from dtjob.state.observed import LauncherState, Observed, PodState, pod_state
 from dtjob.state.status import JobStatus, status_from_dict
 from dtjob.timefmt import format_time
@@ -24,6 +32,7 @@ NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 XID = NodeProblem("aks-gpu-3", "XIDErrors", "XID 79 on GPU 2", NOW - timedelta(seconds=5), drain=False)
 SINCE = NOW - timedelta(seconds=5)
 VM_EVENT = NodeProblem("aks-gpu-3", "VMEventScheduled", "Reboot at 12:10", SINCE, drain=True)
+DRAIN_GRACE = timedelta(seconds=DRAIN_GRACE_SECONDS)
 ELASTIC = {"minWorkers": 2, "maxWorkers": 4}
 
 
@@ -82,6 +91,19 @@ def test_the_operator_setting_picks_the_conditions_or_none() -> None:
     off = load_config({"DTJOB_NODE_UNHEALTHY_CONDITIONS": "", "DTJOB_NODE_DRAIN_CONDITIONS": ""}).node_health
     assert not off.enabled
     assert node_problems([node("b", condition("GPUMissing"))], off) == {}
+
+
+def test_the_drain_grace_is_the_operators_setting() -> None:
+    """A spot pool's eviction comes about 30 s after its notice: an installer can replace sooner."""
+    assert load_config({}).node_health.drain_grace_seconds == DRAIN_GRACE_SECONDS == 60
+    spot = load_config({"DTJOB_NODE_DRAIN_GRACE_SECONDS": "20"}).node_health
+    found = node_problems([node("c", condition("VMEventScheduled"))], spot)
+    assert found["c"].leave_at() == SINCE + timedelta(seconds=20)
+    at_once = load_config({"DTJOB_NODE_DRAIN_GRACE_SECONDS": "0"}).node_health
+    assert node_problems([node("c", condition("VMEventScheduled"))], at_once)["c"].leave_at() == SINCE
+    for bad in ("-1", "nan", "soon"):
+        with pytest.raises(ValueError, match="DTJOB_NODE_DRAIN_GRACE_SECONDS"):
+            load_config({"DTJOB_NODE_DRAIN_GRACE_SECONDS": bad})
 
 
 def test_a_fixed_world_restarts_on_other_nodes_without_spending_the_backoff_limit() -> None:

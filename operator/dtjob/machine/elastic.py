@@ -29,7 +29,7 @@ def replaces_lost_workers(spec: JobSpec, launcher: LauncherState | None) -> bool
 
 def lost(pod: PodState, now: datetime) -> bool:
     """A worker the cluster took away (its pod failed by a disruption), or one its node cannot keep (a GPU
-    fault now; a node about to go, once its ranks had DRAIN_GRACE to leave): replaced in an elastic world."""
+    fault now; a node about to go, once its ranks had the drain grace to leave): replaced in an elastic world."""
     if pod.phase == "Failed" and pod.disruption is not None:
         return True
     problem = pod.node_problem
@@ -42,7 +42,7 @@ def lost(pod: PodState, now: datetime) -> bool:
 def replaced_now(b: Builder, pod: PodState) -> bool:
     """An elastic world's worker the cluster took away, or one its node cannot keep: deleted, and replaced
     on another node. On a node about to go it is out of the published hosts already (its ranks leave the
-    world at their next commit) and goes DRAIN_GRACE after the node said so: looked at again then."""
+    world at their next commit) and goes the drain grace after the node said so: looked at again then."""
     problem = pod.node_problem
     if not lost(pod, b.now):
         leave_at = problem.leave_at() if problem is not None and pod.phase != "Succeeded" else None

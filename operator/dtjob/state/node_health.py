@@ -10,16 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from dtjob.config import NodeHealthPolicy
+from dtjob.config import DRAIN_GRACE_SECONDS, NodeHealthPolicy
 from dtjob.timefmt import parse_time
 
 Json = Mapping[str, Any]
 
 # The reason a worker's world restarts, or the worker is replaced, when its node cannot keep it.
 NODE_UNHEALTHY = "NodeUnhealthy"
-# A rank of an elastic world on a node that is about to go leaves the world at its next commit (its host is no
-# longer published); its pod is deleted, and replaced on another node, this long after the condition appeared.
-DRAIN_GRACE = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -29,6 +26,10 @@ class NodeProblem:
     message: str  # the condition's message ("" when it has none)
     since: datetime | None  # its lastTransitionTime
     drain: bool  # about to go (VMEventScheduled), not broken now
+    # A rank of an elastic world on a node about to go leaves the world at its next commit (its host is no
+    # longer published); its pod is deleted, and replaced on another node, this long after the condition
+    # appeared (the operator's setting, NodeHealthPolicy.drain_grace_seconds).
+    grace: timedelta = timedelta(seconds=DRAIN_GRACE_SECONDS)
 
     def describe(self) -> str:
         text = f"node {self.node} reports {self.condition}"
@@ -36,7 +37,7 @@ class NodeProblem:
 
     def leave_at(self) -> datetime | None:
         """When a rank on a node about to go should be gone (None: at once)."""
-        return self.since + DRAIN_GRACE if self.drain and self.since is not None else None
+        return self.since + self.grace if self.drain and self.since is not None else None
 
 
 def node_problems(nodes: Iterable[Json], policy: NodeHealthPolicy) -> dict[str, NodeProblem]:
@@ -59,6 +60,7 @@ def node_problems(nodes: Iterable[Json], policy: NodeHealthPolicy) -> dict[str, 
             message=" ".join(str(worst.get("message") or "").split()),
             since=_since(worst.get("lastTransitionTime")),
             drain=kind not in policy.unhealthy,
+            grace=timedelta(seconds=policy.drain_grace_seconds),
         )
     return found
 
