@@ -4,7 +4,7 @@ own io.k8s.api.core.v1.PodSpec, made a structural CRD schema and spliced into th
     python hack/gen_pod_template_schema.py snapshot --kubeconfig FILE   (or --openapi api__v1_openapi.json)
         keeps the schemas PodSpec reaches, as the API server serves them at /openapi/v3/api/v1, in SNAPSHOT
     python hack/gen_pod_template_schema.py write
-        renders SNAPSHOT into the CRD, between each BEGIN marker under a template's `spec` and the END after it
+        renders SNAPSHOT into the CRD, between each BEGIN marker under a template's `spec` and the next END
     python hack/gen_pod_template_schema.py check
         exits 1 when the CRD is not what SNAPSHOT renders (tests/unit/test_pod_template_schema.py runs it too)
 
@@ -202,13 +202,14 @@ def splice(crd_text: str, schemas: Json) -> str:
     begins = [i for i, line in enumerate(lines) if line.strip().startswith(BEGIN)]
     ends = [i for i, line in enumerate(lines) if line.strip().startswith(END)]
     paired = len(begins) == len(ends) and all(
-        b < e and (n + 1 == len(begins) or e < begins[n + 1]) for n, (b, e) in enumerate(zip(begins, ends))
+        b < e and (n + 1 == len(begins) or e < begins[n + 1])
+        for n, (b, e) in enumerate(zip(begins, ends, strict=True))
     )
     if not begins or not paired:
         raise ValueError(f"{CRD.name}: expected '{BEGIN}' lines, each with an '{END}' line after it")
     new: list[str] = []
     done = 0
-    for n, (start, stop) in enumerate(zip(begins, ends)):
+    for n, (start, stop) in enumerate(zip(begins, ends, strict=True)):
         indent = len(lines[start]) - len(lines[start].lstrip())
         schema = render(schemas, documented=BARE not in lines[start])
         body = {k: v for k, v in schema.items() if k != "description"}

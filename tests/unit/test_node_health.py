@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
 from dtjob.config import (
     DRAIN_CONDITIONS,
     DRAIN_GRACE_SECONDS,

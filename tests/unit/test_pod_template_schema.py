@@ -76,7 +76,8 @@ def test_both_templates_carry_the_rendered_pod_spec(
         spec = template_of(crd, role)["properties"]["spec"]
         assert {k: v for k, v in spec.items() if k != "description"} == wanted, role
     assert '"description"' in json.dumps(rendered) and '"description"' not in json.dumps(bare)
-    assert template_of(crd, "launcher")["properties"]["metadata"] == template_of(crd, "worker")["properties"]["metadata"]
+    metadata = [template_of(crd, role)["properties"]["metadata"] for role in ("launcher", "worker")]
+    assert metadata[0] == metadata[1]
     containers = rendered["properties"]["containers"]
     assert containers["x-kubernetes-list-map-keys"] == ["name"]
     container = containers["items"]["properties"]

@@ -29,7 +29,8 @@ def replaces_lost_workers(spec: JobSpec, launcher: LauncherState | None) -> bool
 
 def lost(pod: PodState, now: datetime) -> bool:
     """A worker the cluster took away (its pod failed by a disruption), or one its node cannot keep (a GPU
-    fault now; a node about to go, once its ranks had the drain grace to leave): replaced in an elastic world."""
+    fault now; a node about to go, once its ranks had the drain grace to leave): replaced in an elastic
+    world."""
     if pod.phase == "Failed" and pod.disruption is not None:
         return True
     problem = pod.node_problem
