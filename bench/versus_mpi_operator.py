@@ -17,7 +17,10 @@ created at once; a watch of the namespace's pods and Jobs, opened before, timest
 - launchers: the time until all N launcher Jobs exist;
 - launcher latency: per job, from the event that showed its last worker Ready to the launcher Job's ADDED
   event (the same watch sees both, so the watch's own delay cancels out), p50 and p99;
-- the operator's CPU seconds (utime + stime from /proc) until then, and its peak RSS (VmHWM).
+- the operator's CPU seconds (utime + stime from /proc) until then, and its peak RSS (VmHWM);
+- the operator's API requests per job, writes and reads, as the API server counts them (bench.api_requests:
+  each operator runs as one ServiceAccount that FlowSchemas count apart), from the first create until it
+  has been quiet for 5 s; its Lease renewals apart.
 
 Prints the table and dtjob's ratios against each mpi-operator run (> 1: dtjob better).
 """
@@ -41,6 +44,7 @@ from dtjob import names
 from dtjob.config import OperatorConfig
 from kubernetes import client, config, watch
 
+from bench import api_requests
 from bench.operator_scale import kubeconfig_path, proc_usage
 from testbed.cache import cache_root
 from testbed.kube_wait import wait_for
@@ -127,6 +131,7 @@ class Result:
     peak_rss_mib: float
     latency_p50_s: float
     latency_p99_s: float
+    requests: api_requests.Requests
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -196,13 +201,14 @@ class MpiOperatorProcess:
 
 def measure(
     api: client.ApiClient, name: str, namespace: str, pid: int, create: Any, count: int, workers: int,
-    label: str,
+    label: str, admin_kubeconfig: str,
 ) -> Result:  # fmt: skip
     seen = Watched(label)
     stop = threading.Event()
     watch_namespace(api, namespace, seen, stop)
     time.sleep(1.0)  # the watches open before the first job exists
     cpu0, _ = proc_usage(pid)
+    requests0 = api_requests.dispatched(admin_kubeconfig)
     start = time.monotonic()
     for i in range(count):
         create(f"vs-{i}")
@@ -217,6 +223,7 @@ def measure(
     finally:
         stop.set()
     cpu1, _ = proc_usage(pid)
+    requests = api_requests.settled(admin_kubeconfig) - requests0
     latencies = [
         at - max(seen.ready[job].values())
         for job, at in seen.launchers.items()
@@ -230,6 +237,7 @@ def measure(
         peak_rss_mib=peak_rss_mib(pid),
         latency_p50_s=statistics.median(latencies) if latencies else float("nan"),
         latency_p99_s=percentile(latencies, 0.99),
+        requests=requests,
     )
 
 
@@ -247,7 +255,7 @@ def delete_namespace(core: client.CoreV1Api, namespace: str) -> None:
 
 def mpi_run(
     api: client.ApiClient, kubeconfig: str, binary: Path, name: str, flags: list[str], count: int,
-    workers: int,
+    workers: int, admin_kubeconfig: str,
 ) -> Result:  # fmt: skip
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
@@ -265,15 +273,17 @@ def mpi_run(
             custom.create_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs",
                                                    mpi_job(job, workers))  # fmt: skip
 
-        return measure(api, name, namespace, operator.proc.pid, create, count, workers, MPI_JOB_LABEL)
+        return measure(api, name, namespace, operator.proc.pid, create, count, workers, MPI_JOB_LABEL,
+                       admin_kubeconfig)  # fmt: skip
     finally:
         operator.stop()
         delete_namespace(core, namespace)
 
 
 def dtjob_run(
-    api: client.ApiClient, kubeconfig: str, count: int, workers: int, profile: Path | None = None
-) -> Result:
+    api: client.ApiClient, kubeconfig: str, count: int, workers: int, admin_kubeconfig: str,
+    profile: Path | None = None,
+) -> Result:  # fmt: skip
     core = client.CoreV1Api(api)
     namespace = new_namespace(core)
     # As deployed: the chart's log level and resync period (the harness shortens the resync for tests).
@@ -293,7 +303,8 @@ def dtjob_run(
             jobs.create(job, workers=workers, gpusPerWorker=1, launcher={"podAnnotations": RUN_FOREVER})
 
         pid = operator.proc.pid
-        result = measure(api, "dtjob", namespace, pid, create, count, workers, names.JOB_NAME_LABEL)
+        result = measure(api, "dtjob", namespace, pid, create, count, workers, names.JOB_NAME_LABEL,
+                         admin_kubeconfig)  # fmt: skip
         # What its liveness endpoint says then, and how long until its queue is empty (every job Running).
         depth = (operator.probes() or {}).get("queue")
         start = time.monotonic()
@@ -329,11 +340,20 @@ def report(results: list[Result], count: int, workers: int) -> None:
         print(f"{r.name:28s} {r.pods_s:8.1f}s {r.launchers_s:9.1f}s {r.cpu_s:7.2f}s "
               f"{r.cpu_s / count * 1e3:6.1f}ms {r.peak_rss_mib:6.0f}MiB {r.latency_p50_s:11.2f}s "
               f"{r.latency_p99_s:6.2f}s")  # fmt: skip
+    print("API requests, as the API server counted them:")
+    for r in results:
+        print(f"  {r.name:28s} {api_requests.per_job(r.requests, count)}")
     ours = results[-1]
     for other in results[:-1]:
         print(f"dtjob vs {other.name} (> 1: dtjob better): all pods {other.pods_s / ours.pods_s:.2f}x, "
               f"launchers {other.launchers_s / ours.launchers_s:.2f}x, CPU {ours.cpu_s / other.cpu_s:.2f}x "
-              f"as much, peak RSS {ours.peak_rss_mib / other.peak_rss_mib:.2f}x as much")  # fmt: skip
+              f"as much, peak RSS {ours.peak_rss_mib / other.peak_rss_mib:.2f}x as much, writes "
+              f"{_ratio(ours.requests.writes, other.requests.writes)} as many, reads "
+              f"{_ratio(ours.requests.reads, other.requests.reads)} as many")  # fmt: skip
+
+
+def _ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}x" if theirs else "n/a"
 
 
 def mpi_rate_flags(qps: int) -> list[str]:
@@ -354,9 +374,20 @@ def main() -> int:
                         help="run only these (repeatable); default all four")  # fmt: skip
     parser.add_argument("--profile", type=Path, help="py-spy's raw samples of dtjob's run, written here")
     args = parser.parse_args()
-    kubeconfig = kubeconfig_path()
+    admin_kubeconfig = kubeconfig_path()
     only = set(args.only or choices)
-    api = config.new_client_from_config(config_file=kubeconfig)
+    api = config.new_client_from_config(config_file=admin_kubeconfig)
+    # The operators act as one ServiceAccount whose requests the API server counts apart; the bench is admin.
+    as_operator = api_requests.set_up(api, admin_kubeconfig)
+    try:
+        return _run(api, admin_kubeconfig, str(as_operator), only, args)
+    finally:
+        api_requests.tear_down(api, as_operator)
+
+
+def _run(
+    api: client.ApiClient, admin_kubeconfig: str, kubeconfig: str, only: set[str], args: argparse.Namespace
+) -> int:
     nodes = client.CoreV1Api(api).list_node().items
     gpus = 0
     for node in nodes:
@@ -368,10 +399,11 @@ def main() -> int:
     results: list[Result] = []
     if only - {"dtjob"}:
         binary = mpi_operator_dir()
-        kubectl(kubeconfig, "apply", "--server-side", "-f", str(binary / "kubeflow.org_mpijobs.yaml"))
-        kubectl(kubeconfig, "create", "namespace", LOCK_NAMESPACE)  # its leader-election lock; may exist
+        kubectl(admin_kubeconfig, "apply", "--server-side", "-f", str(binary / "kubeflow.org_mpijobs.yaml"))
+        # Its leader-election lock's namespace (may exist).
+        kubectl(admin_kubeconfig, "create", "namespace", LOCK_NAMESPACE)
         established = "--for=condition=Established"
-        kubectl(kubeconfig, "wait", established, "crd/mpijobs.kubeflow.org", "--timeout=60s")
+        kubectl(admin_kubeconfig, "wait", established, "crd/mpijobs.kubeflow.org", "--timeout=60s")
         qps = args.raised_qps
         tuned = [*mpi_rate_flags(1000), "--threadiness", str(args.tuned_threads)]
         runs = {
@@ -382,11 +414,11 @@ def main() -> int:
         for key, (name, flags) in runs.items():
             if key in only:
                 results.append(mpi_run(api, kubeconfig, binary / "mpi-operator", name, flags, args.jobs,
-                                       args.workers))  # fmt: skip
+                                       args.workers, admin_kubeconfig))  # fmt: skip
                 print(results[-1], flush=True)
     if "dtjob" in only:
-        install_crd(kubeconfig)
-        results.append(dtjob_run(api, kubeconfig, args.jobs, args.workers, args.profile))
+        install_crd(admin_kubeconfig)
+        results.append(dtjob_run(api, kubeconfig, args.jobs, args.workers, admin_kubeconfig, args.profile))
         print(results[-1], flush=True)
     report(results, args.jobs, args.workers)
     return 0

@@ -6,7 +6,8 @@
 #   hack/cluster.sh up | down | status | kubeconfig
 #
 # `up` is idempotent: a healthy running cluster is kept and only its node pools are reconciled.
-# Pool shape: SYSTEM_POOL_SIZE, GPU_POOL_SIZE, GPU_VM_SIZE, SYSTEM_VM_SIZE (see hack/sim_nodes.py).
+# Pool shape: SYSTEM_POOL_SIZE, GPU_POOL_SIZE, GPU_VM_SIZE, SYSTEM_VM_SIZE (see hack/sim_nodes.py); CLUSTER_APF=1
+# keeps the API server's request limits and API Priority and Fairness on.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -25,9 +26,13 @@ source "$here/cache-lock.sh"
 source "$here/ports-lock.sh"
 # shellcheck source=kwokctl-create.sh
 source "$here/kwokctl-create.sh"
+# kwokctl's --disable-qps-limits also turns API Priority and Fairness off; CLUSTER_APF=1 keeps both on, as on
+# a real cluster (bench.api_requests counts a client's requests by the FlowSchemas that classify them).
+qps_flags=(--disable-qps-limits)
+[[ ${CLUSTER_APF:-} == 1 ]] && qps_flags=()
 # A cluster remembers the hash of the configuration and binaries it was created from; `up` recreates it when
 # they change, so an edited Stage or a new pinned version takes effect.
-config_hash=$(cat "${configs[@]}" "$here/versions.env" | sha256sum | cut -c1-16)
+config_hash=$( (cat "${configs[@]}" "$here/versions.env"; echo "${qps_flags[*]}") | sha256sum | cut -c1-16)
 config_stamp=$KWOK_WORKDIR/clusters/$name/dtjob-config-hash
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
@@ -74,7 +79,7 @@ up() {
     fi
     log "starting cluster '$name' (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
     ports_lock
-    kwokctl_create "$name" --config "${configs[0]}" --config "${configs[1]}" --disable-qps-limits
+    kwokctl_create "$name" --config "${configs[0]}" --config "${configs[1]}" "${qps_flags[@]}"
     ports_unlock
     echo "$config_hash" >"$config_stamp"
   fi
