@@ -180,14 +180,18 @@ def mpi_job(name: str, workers: int) -> dict[str, Any]:
 
 class MpiOperatorProcess:
     def __init__(self, binary: Path, kubeconfig: str, namespace: str, flags: list[str], log: Path) -> None:
+        self.kubeconfig = kubeconfig
         self.args = [str(binary), "--kubeConfig", kubeconfig, "--namespace", namespace,
                      "--lock-namespace", LOCK_NAMESPACE, *flags]  # fmt: skip
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        # Its kubeconfig also as KUBECONFIG: with the bench's own in the environment, some of its clients
+        # took that one (the admin's, as the API server's counts showed) over --kubeConfig.
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=env)
 
     def stop(self) -> None:
         if self.proc is not None:
