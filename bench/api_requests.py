@@ -121,6 +121,12 @@ def tear_down(api: client.ApiClient, account_kubeconfig: Path) -> None:
     account_kubeconfig.unlink(missing_ok=True)
 
 
+def counting(admin_kubeconfig: str) -> bool:
+    """Whether the API server counts what it dispatches: without API Priority and Fairness it counts nothing,
+    and every client would read as making no request."""
+    return f"{DISPATCHED}{{" in _metrics(admin_kubeconfig)
+
+
 def dispatched(admin_kubeconfig: str) -> Requests:
     """The account's requests the API server has dispatched so far."""
     return counted(_metrics(admin_kubeconfig))

@@ -1,7 +1,7 @@
 """dtjob beside Kubeflow's mpi-operator (v0.8.2, Go) on the same local control plane, with equivalent jobs.
 
     hack/build-mpi-operator.sh        # once: builds it from its module into $DTJOB_CACHE/bin (cached)
-    GPU_POOL_SIZE=50 GPU_VM_SIZE=Standard_ND96isr_H100_v5 make cluster-up   # 400 simulated GPUs
+    CLUSTER_APF=1 GPU_POOL_SIZE=50 GPU_VM_SIZE=Standard_ND96isr_H100_v5 make cluster-up   # 400 simulated GPUs
     python -m bench.versus_mpi_operator [--jobs 100] [--raised-qps 500]
 
 Each job is 1 launcher + W workers (--workers, 4), each worker one simulated GPU on the kwok GPU pool
@@ -381,6 +381,9 @@ def main() -> int:
     admin_kubeconfig = kubeconfig_path()
     only = set(args.only or choices)
     api = config.new_client_from_config(config_file=admin_kubeconfig)
+    if not api_requests.counting(admin_kubeconfig):
+        sys.exit("the API server counts no requests (API Priority and Fairness is off): restart the cluster "
+                 "with CLUSTER_APF=1")  # fmt: skip
     # The operators act as one ServiceAccount whose requests the API server counts apart; the bench is admin.
     as_operator = api_requests.set_up(api, admin_kubeconfig)
     try:
