@@ -1,11 +1,13 @@
 """The API requests of one client, as the API server itself counts them.
 
 The client under test runs as a ServiceAccount of its own (bound to cluster-admin, as an operator's wide
-role would be). Two FlowSchemas classify that account's requests, its writes (create, update, patch, delete)
-and its reads (get, list, watch), into a priority level of their own, so the API server's
-`apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}` counts them apart from everything else on
-the cluster: kwok's pod statuses, the scheduler's bindings, the Job controller's pods, the bench's own
-creates and watches. A watch counts once, when it is opened.
+role would be). Three FlowSchemas classify that account's requests, its writes (create, update, patch,
+delete), its reads (get, list, watch) and its Lease renewals, into a priority level of their own, so the API
+server's `apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}` counts them apart from
+everything else on the cluster: kwok's pod statuses, the scheduler's bindings, the Job controller's pods,
+the bench's own creates and watches. A watch counts once, when it is opened; a log read is long-running,
+which flow control leaves alone, and is not counted. The count needs API Priority and Fairness on
+(`CLUSTER_APF=1` for hack/cluster.sh).
 
 The priority level is as wide as the built-in ones together (its nominal shares), so classifying the
 client's requests never queues them: a run measures the client, not the classification.

@@ -13,8 +13,8 @@ map semantics, so the API server validates a template at apply and `kubectl expl
 field's enum takes "" too (Kubernetes defaults an empty value or reads it as "any"). It leaves out:
 - descriptions, except the first sentence of the fields of the types users set most (DOCUMENTED): with all
   of them the CRD would pass kubectl's 256 KiB limit on the last-applied annotation (client-side apply). The
-  launcher's template, a second copy of the same schema, keeps none (its BEGIN marker says BARE): the
-  worker's documents the same fields, and the room is the CRD's own fields';
+  launcher's template, a second copy of the same schema, keeps none (its BEGIN marker says "without
+  descriptions"): the worker's documents the same fields, and the room it leaves is for the CRD's own;
 - defaults: the CRD writes none into spec, so GitOps tools see no drift;
 - strategic-merge-patch hints and unions, which a CRD schema cannot carry;
 - `ephemeralContainers` (refused on create: they are added to running pods only), and `containers` as a
