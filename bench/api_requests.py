@@ -59,13 +59,13 @@ def set_up(api: client.ApiClient, admin_kubeconfig: str) -> Path:
     kubeconfig that acts as it (a token of TOKEN_SECONDS), for the client under test."""
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     custom = client.CustomObjectsApi(api)
-    _ensure(core.create_namespaced_service_account, NAMESPACE, {"metadata": {"name": IDENTITY}})
-    _ensure(rbac.create_cluster_role_binding, {
+    _tolerating(409, core.create_namespaced_service_account, NAMESPACE, {"metadata": {"name": IDENTITY}})
+    _tolerating(409, rbac.create_cluster_role_binding, {
         "metadata": {"name": IDENTITY},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
         "subjects": [{"kind": "ServiceAccount", "name": IDENTITY, "namespace": NAMESPACE}],
     })  # fmt: skip
-    _ensure(custom.create_cluster_custom_object, *FLOWCONTROL, "prioritylevelconfigurations", {
+    _tolerating(409, custom.create_cluster_custom_object, *FLOWCONTROL, "prioritylevelconfigurations", {
         "apiVersion": "/".join(FLOWCONTROL), "kind": "PriorityLevelConfiguration",
         "metadata": {"name": IDENTITY},
         "spec": {"type": "Limited", "limited": {
@@ -76,7 +76,7 @@ def set_up(api: client.ApiClient, admin_kubeconfig: str) -> Path:
         }},
     })  # fmt: skip
     account = {"kind": "ServiceAccount", "serviceAccount": {"name": IDENTITY, "namespace": NAMESPACE}}
-    _ensure(custom.create_cluster_custom_object, *FLOWCONTROL, "flowschemas", {
+    _tolerating(409, custom.create_cluster_custom_object, *FLOWCONTROL, "flowschemas", {
         "apiVersion": "/".join(FLOWCONTROL), "kind": "FlowSchema", "metadata": {"name": LEASES},
         "spec": {
             "priorityLevelConfiguration": {"name": IDENTITY},
@@ -90,7 +90,7 @@ def set_up(api: client.ApiClient, admin_kubeconfig: str) -> Path:
     for schema, verbs in VERBS.items():
         # Discovery (/api, /apis) is a read too.
         non_resource = [{"verbs": ["get"], "nonResourceURLs": ["*"]}] if schema == READS else []
-        _ensure(custom.create_cluster_custom_object, *FLOWCONTROL, "flowschemas", {
+        _tolerating(409, custom.create_cluster_custom_object, *FLOWCONTROL, "flowschemas", {
             "apiVersion": "/".join(FLOWCONTROL), "kind": "FlowSchema", "metadata": {"name": schema},
             "spec": {
                 "priorityLevelConfiguration": {"name": IDENTITY},
@@ -116,10 +116,12 @@ def tear_down(api: client.ApiClient, account_kubeconfig: Path) -> None:
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     custom = client.CustomObjectsApi(api)
     for schema in (LEASES, *VERBS):
-        _absent(custom.delete_cluster_custom_object, *FLOWCONTROL, "flowschemas", schema)
-    _absent(custom.delete_cluster_custom_object, *FLOWCONTROL, "prioritylevelconfigurations", IDENTITY)
-    _absent(rbac.delete_cluster_role_binding, IDENTITY)
-    _absent(core.delete_namespaced_service_account, IDENTITY, NAMESPACE)
+        _tolerating(404, custom.delete_cluster_custom_object, *FLOWCONTROL, "flowschemas", schema)
+    _tolerating(
+        404, custom.delete_cluster_custom_object, *FLOWCONTROL, "prioritylevelconfigurations", IDENTITY
+    )
+    _tolerating(404, rbac.delete_cluster_role_binding, IDENTITY)
+    _tolerating(404, core.delete_namespaced_service_account, IDENTITY, NAMESPACE)
     account_kubeconfig.unlink(missing_ok=True)
 
 
@@ -169,19 +171,12 @@ def _metrics(admin_kubeconfig: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
-def _ensure(create: Any, *args: Any) -> None:
+def _tolerating(status: int, call: Any, *args: Any) -> None:
+    """call(*args), where an answer of `status` is as good as success (409: it exists; 404: it is gone)."""
     try:
-        create(*args)
+        call(*args)
     except client.ApiException as e:
-        if e.status != 409:
-            raise
-
-
-def _absent(delete: Any, *args: Any) -> None:
-    try:
-        delete(*args)
-    except client.ApiException as e:
-        if e.status != 404:
+        if e.status != status:
             raise
 
 
