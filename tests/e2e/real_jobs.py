@@ -4,6 +4,7 @@ results, metrics and logs."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -153,3 +154,19 @@ def create_tiny_job(jobs: Jobs, name: str, azurite: Azurite, output_container: s
             **spec,
         },
     )
+
+
+RECORD = re.compile(r"DTJOB_PROGRESS (\{[^{}]*\})")
+
+
+def progress_in(text: str) -> list[dict[str, Any]]:
+    """Every whole progress record in a rank 0 log, in order (with its world size and time)."""
+    records = []
+    for match in RECORD.finditer(text):
+        try:
+            record = json.loads(match.group(1))
+        except ValueError:  # a line another rank's output cut into
+            continue
+        if isinstance(record.get("worldSize"), int) and record.get("updatedAt"):
+            records.append(record)
+    return records

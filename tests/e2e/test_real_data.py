@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from tests.e2e.real_jobs import (
     create_tiny_job,
     new_container,
     output_location,
+    progress_in,
     run_metrics,
     tiny_training,
     wait_finished,
@@ -152,16 +154,19 @@ def test_imagenet_tree_is_staged_from_blob_onto_a_claim_and_trained_on(
     assert_trained_together(metrics)
 
 
-def _kill_rank(jobs: Jobs, pod: str) -> None:
-    """SIGKILL the training process in a worker, as an OOM kill or a crash would end it."""
+def _kill_rank(jobs: Jobs, pod: str) -> int:
+    """SIGKILL the training process in a worker, as an OOM kill or a crash would end it; how many it killed
+    (the exec's output: a failed exec or a rank already gone must not pass for a kill)."""
+    # "dtjob[_]train" matches the ranks' command lines, not this shell's own (which holds the pattern).
     script = (
-        "for p in /proc/[0-9]*; do "
-        'if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q "dtjob_train"; then kill -9 ${p#/proc/}; fi; '
-        "done"
+        "n=0; for p in /proc/[0-9]*; do "
+        'if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q "dtjob[_]train"; '
+        "then kill -9 ${p#/proc/} && n=$((n+1)); fi; "
+        "done; echo killed=$n"
     )
     from kubernetes.stream import stream
 
-    stream(
+    said = stream(
         jobs.core.connect_get_namespaced_pod_exec,
         pod,
         jobs.ns,
@@ -171,6 +176,22 @@ def _kill_rank(jobs: Jobs, pod: str) -> None:
         stdin=False,
         tty=False,
     )
+    found = re.search(r"killed=(\d+)", str(said))
+    assert found, f"the kill in {pod} said: {said!r}"
+    return int(found.group(1))
+
+
+def launcher_epoch(jobs: Jobs, name: str) -> int:
+    """The epoch of rank 0's latest progress record in the launcher's live log (0 before the first): read
+    straight from the log, since the job's status takes it up only at the operator's next log read."""
+    pod = (jobs.status(name).get("launcher") or {}).get("pod")
+    if not pod:
+        return 0
+    try:
+        records = progress_in(jobs.core.read_namespaced_pod_log(pod, jobs.ns, container="launcher"))
+    except client.ApiException:  # not started yet
+        return 0
+    return int(records[-1].get("epoch") or 0) if records else 0
 
 
 def test_a_lost_rank_restarts_the_world_which_resumes_from_the_checkpoint(
@@ -195,14 +216,14 @@ def test_a_lost_rank_restarts_the_world_which_resumes_from_the_checkpoint(
         runPolicy={"backoffLimit": 2, "activeDeadlineSeconds": 1500, "cleanPodPolicy": "Running"},
     )
 
-    def in_second_epoch() -> dict[str, Any] | None:
+    def in_second_epoch() -> bool:
         status = real_jobs.status(name)
         assert status.get("phase") not in ("Succeeded", "Failed"), json.dumps(status, indent=1)
-        progress = status.get("progress") or {}
-        return progress if progress.get("epoch", 0) >= 2 and status.get("restarts", 0) == 0 else None
+        return status.get("restarts", 0) == 0 and launcher_epoch(real_jobs, name) >= 2
 
     wait_for(in_second_epoch, timeout=900, interval=0.5, what=f"{name} training its second epoch")
-    _kill_rank(real_jobs, f"{name}-worker-1")
+    killed = _kill_rank(real_jobs, f"{name}-worker-1")
+    assert killed >= 1, f"nothing to kill in {name}-worker-1: {json.dumps(real_jobs.status(name))}"
 
     status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=results)
     assert status["restarts"] == 1, json.dumps(status, indent=1)

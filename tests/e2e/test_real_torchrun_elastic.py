@@ -25,6 +25,7 @@ from tests.e2e.real_jobs import (
     create_tiny_job,
     new_container,
     pod_logs,
+    progress_in,
     run_metrics,
     tiny_training,
     wait_finished,
@@ -34,7 +35,6 @@ from tests.e2e.test_real_elastic import (
     cordoned,
     evict_worker,
     first_at_size,
-    progress_in,
     replacement_ready,
     training_at_step,
 )
