@@ -25,7 +25,7 @@ from dtjob.state.decision import (
 )
 from dtjob.state.observed import Observed, observe_children
 from dtjob.state.rank_error import RankError, rank_error
-from dtjob.state.status import Condition, JobStatus
+from dtjob.state.status import Condition, JobStatus, status_from_dict
 from dtjob.state.torchrun import torchrun_launch
 from dtjob.timefmt import format_time
 
@@ -73,12 +73,17 @@ def raw_worker(
 
 
 def observed(
-    spec: JobSpec, *pods: dict[str, Any], attempt: int = 0, log_error: RankError | None = None
+    spec: JobSpec,
+    *pods: dict[str, Any],
+    attempt: int = 0,
+    log_error: RankError | None = None,
+    prev: JobStatus | None = None,
 ) -> Observed:
     """As dtjob.reconcile.observe builds it: the children, then the launch read from the workers (with the
-    failed worker's error line, read from its log)."""
+    failed worker's error line, read from its log, and whether `prev` saw a worker exit 0)."""
     seen = observe_children(list(pods), None, "uid-1")
-    launch = torchrun_launch(seen.workers(), attempt, spec.workers)
+    trained_before = prev is not None and prev.workers_succeeded > 0
+    launch = torchrun_launch(seen.workers(), attempt, spec.workers, trained_before=trained_before)
     if launch is not None and launch.failed and log_error is not None:
         launch = replace(launch, log_error=log_error)
     return replace(seen, launcher=launch, uid="uid-1")
@@ -291,6 +296,51 @@ def test_the_launch_ends_with_its_workers() -> None:
         observe_children([raw_worker(0), raw_worker(1, "Succeeded")], None).workers(), 0, 2
     )
     assert half is not None and half.running and not half.finished
+
+
+def test_a_worker_that_exited_0_may_go_while_worker_0_uploads() -> None:
+    """Its agent passed torchrun's exit barrier, so the training is over. Its pod may go then (its node taken
+    back by the autoscaler: an ended pod does not hold a node), and the job waits for worker 0's upload:
+    no lost worker, no restart, no new worker 1."""
+    spec = torchrun()
+    half = decide(spec, observed(spec, raw_worker(0), raw_worker(1, "Succeeded")), running(), NOW)
+    assert half.status.phase == "Running" and half.status.workers_succeeded == 1
+    assert half.status.to_dict()["workers"]["succeeded"] == 1
+    kept = status_from_dict(half.status.to_dict())  # as the API server keeps it
+    later = NOW + timedelta(seconds=30)
+    gone = decide(spec, observed(spec, raw_worker(0), prev=kept), kept, later)
+    assert gone.status.phase == "Running" and gone.status.restarts == 0, gone.status.message
+    assert not any(isinstance(a, CreateWorker | DeletePod) for a in gone.actions), gone.actions
+    assert gone.status.workers_succeeded == 1
+    done = decide(spec, observed(spec, raw_worker(0, "Succeeded"), prev=gone.status), gone.status, later)
+    assert done.status.phase == "Succeeded", done.status.message
+    # Worker 0 gone before it exited: its upload never ended, and the world is lost.
+    lost = decide(spec, observed(spec, prev=gone.status), gone.status, later)
+    assert lost.status.phase == "Restarting" and lost.status.restarts == 1
+    cond = lost.status.condition("Restarting")
+    assert cond is not None and cond.reason == "WorkerLost" and "rn50-worker-0" in cond.message
+    # The next world starts from no worker done.
+    assert lost.status.workers_succeeded == 0
+    assert "succeeded" not in _present(lost.status.to_dict()["workers"])
+
+
+def test_an_edited_succeeded_count_finishes_no_job_its_workers_did_not() -> None:
+    """status.workers.succeeded is the operator's (no tenant role writes status); hand-edited, it only
+    stops the replacement of its own job's gone workers: the job still succeeds only once every worker it
+    sees exited 0, with worker 0 among them, and a garbage count reads as none."""
+    spec = torchrun()
+    forged = running(workers_succeeded=2)
+    d = decide(spec, observed(spec, raw_worker(0), raw_worker(1), prev=forged), forged, NOW)
+    assert d.status.phase == "Running"
+    gone = decide(spec, observed(spec, raw_worker(1, "Succeeded"), prev=forged), forged, NOW)
+    assert gone.status.phase == "Restarting" and gone.status.restarts == 1, gone.status.message
+    for garbage in (-3, "two", None, [1]):
+        parsed = status_from_dict({"workers": {"total": 2, "ready": 2, "succeeded": garbage}})
+        assert parsed.workers_succeeded == 0, garbage
+
+
+def _present(workers: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in workers.items() if v is not None}
 
 
 def test_the_launch_fails_with_the_failed_worker() -> None:

@@ -56,7 +56,10 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
         b.cond("Suspended", True, PREEMPTED, text)
         b.cond_false_if_present("Running", PREEMPTED, text)
         b.cond_false_if_present("Restarting", PREEMPTED, text)
-    b.status = replace(b.status, start_time=None, launcher_state="Absent", launcher_pod=None, workers_ready=0)
+    b.status = replace(
+        b.status, start_time=None, launcher_state="Absent", launcher_pod=None, workers_ready=0,
+        workers_succeeded=0,
+    )  # fmt: skip
     if observed.launcher is not None and observed.launcher.is_job and not observed.launcher.deleting:
         b.actions.append(DeleteLauncher())
     blocked: set[str] = set()

@@ -213,7 +213,7 @@ def _suspended(b: Builder, spec: JobSpec, observed: Observed) -> bool:
         b.cond("Suspended", True, "Suspended", "runPolicy.suspend is true: pods deleted, job kept")
         b.cond_false_if_present("Running", "Suspended")
         b.cond_false_if_present("Restarting", "Suspended")
-        b.status = replace(b.status, start_time=None)
+        b.status = replace(b.status, start_time=None, workers_succeeded=0)
         b.phase(SUSPENDED, "suspended: pods deleted; set runPolicy.suspend=false to resume")
         return True
     held = b.prev.condition("Suspended")

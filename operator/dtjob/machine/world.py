@@ -39,7 +39,6 @@ from dtjob.state.status import (
     SUSPENDED,
     JobStatus,
 )
-from dtjob.state.torchrun import trained
 
 # Why a pod's container cannot start that only a change of spec or cluster fixes: each fails the job once
 # runPolicy.startupDeadlineSeconds has passed since the pod was created (so does being unschedulable).
@@ -65,6 +64,7 @@ def count_workers(
     b: Builder, spec: JobSpec, workers: Mapping[int, PodState], launcher: LauncherState | None
 ) -> None:
     ready = sum(1 for p in workers.values() if p.ready and p.phase == "Running")
+    succeeded = sum(1 for p in workers.values() if p.phase == "Succeeded") if spec.torchrun else 0
     if launcher is None:
         state, pod = "Absent", None
     else:
@@ -75,7 +75,11 @@ def count_workers(
             else "Pending"
         )  # fmt: skip
         pod = launcher.pod_name
-    b.status = replace(b.status, workers_ready=ready, launcher_state=state, launcher_pod=pod)
+    # The most seen: a worker that exited 0 stays counted once its pod is gone (a restart starts again at 0).
+    succeeded = max(succeeded, b.prev.workers_succeeded)
+    b.status = replace(
+        b.status, workers_ready=ready, workers_succeeded=succeeded, launcher_state=state, launcher_pod=pod
+    )
 
 
 def first_failure(
@@ -161,11 +165,6 @@ def _missing_worker(
     return None
 
 
-def _trained(spec: JobSpec, workers: Mapping[int, PodState]) -> bool:
-    """A torchrun world whose training is over: a worker that is gone since has done its part."""
-    return spec.torchrun is not None and trained(workers.values())
-
-
 def _lost(worker: PodState) -> WorldFailure:
     return WorldFailure("WorkerLost", f"worker pod {worker.name} was lost: {worker.disruption}")
 
@@ -193,8 +192,9 @@ def _worker_failure(
         # sshd must never exit while the world lives (a torchrun worker ends when its ranks are done).
         if worker.phase == "Succeeded" and spec.torchrun is None:
             return WorldFailure("WorkerFailed", f"worker pod {worker.name} exited")
-    if launcher is not None and not launcher.finished and not elastic and not _trained(spec, workers):
+    if launcher is not None and not launcher.finished and not elastic and not launcher.trained:
         # Once the launcher runs, every worker must stay: a vanished one (evicted, deleted) breaks the world.
+        # A torchrun world whose training is over is no longer broken by it: a gone worker did its part.
         return _missing_worker(spec, size, workers, leaving)
     return None
 
@@ -257,7 +257,7 @@ def fail_world(b: Builder, spec: JobSpec, observed: Observed, failure: WorldFail
     infrastructure = b.prev.infrastructure_restarts + int(failure.infrastructure)
     b.status = replace(
         b.status, restarts=restarts, infrastructure_restarts=infrastructure, launcher_state="Absent",
-        launcher_pod=None, workers_ready=0,
+        launcher_pod=None, workers_ready=0, workers_succeeded=0,
     )  # fmt: skip
     if failure.infrastructure:
         text = f"{message}; restarting the world on other nodes (not counted against runPolicy.backoffLimit)"
@@ -291,6 +291,8 @@ def advance_world(
     publish_hosts(b, spec, observed, world_hosts(spec, observed, workers, attempt))
 
     missing = [i for i in range(size) if i not in workers and names.worker_name(spec.name, i) not in blocked]
+    if launcher is not None and launcher.trained:
+        missing = []  # a worker gone after the training ended did its part: none replaces it
     if missing:
         b.actions.append(EnsureWorld())
         b.actions.extend(CreateWorker(i, attempt, observed.avoid_nodes) for i in missing)

@@ -79,8 +79,7 @@ def observe(
     uid = str(meta.get("uid") or "")
     seen = observe_children(children.pods, children.launcher, uid)
     if spec.torchrun is not None:  # no launcher: the workers' torchrun agents are the world's launch
-        formed = None if spec.elastic is None else prev.launcher_pod is not None
-        seen = replace(seen, launcher=torchrun_launch(seen.workers(), prev.restarts, spec.workers, formed))
+        seen = replace(seen, launcher=_torchrun_launch(spec, prev, seen))
     active = prev.phase not in FINISHED and not spec.run_policy.suspend
     workers, avoid_nodes = _node_health(kube, config, spec, seen.pods) if active else (seen.pods, ())
     blocker = preflight(kube, spec, uid, config) if active and not world_started(prev, seen) else None
@@ -234,6 +233,14 @@ def _worst(*blockers: Blocker | None) -> Blocker | None:
 def _failed_now(prev: JobStatus, launcher: LauncherState) -> bool:
     """The launcher of the current world failed: this reconcile restarts or fails the job, naming why."""
     return launcher.failed and launcher.attempt == prev.restarts
+
+
+def _torchrun_launch(spec: JobSpec, prev: JobStatus, seen: Observed) -> LauncherState | None:
+    """The launch read from the workers, with what only the status remembers: whether an elastic world
+    formed before, and whether a worker exited 0 (its pod may be gone since)."""
+    formed = None if spec.elastic is None else prev.launcher_pod is not None
+    trained = prev.workers_succeeded > 0
+    return torchrun_launch(seen.workers(), prev.restarts, spec.workers, formed, trained)
 
 
 def _launcher_log(kube: Kube, namespace: str, prev: JobStatus, seen: Observed, every_s: float) -> str | None:

@@ -119,6 +119,8 @@ class LauncherState:
     log_error: RankError | None = None
     # Whose pod this is: the launcher Job's, or for a torchrun world (dtjob.state.torchrun) a worker's.
     role: str = names.ROLE_LAUNCHER
+    # A torchrun world whose training is over (a worker exited 0): its other workers may go.
+    trained: bool = False
 
     @property
     def finished(self) -> bool:

@@ -109,6 +109,9 @@ class JobStatus:
     observed_generation: int | None = None
     workers_total: int = 0
     workers_ready: int = 0
+    # A torchrun world's workers that exited 0: its training is over, and a worker whose pod went since (its
+    # node taken back) is no loss. Kept while the world lives, since the pods may not be.
+    workers_succeeded: int = 0
     total_gpus: int = 0
     launcher_state: str = "Absent"
     launcher_pod: str | None = None
@@ -150,7 +153,12 @@ class JobStatus:
             "startTime": self.start_time,
             "completionTime": self.completion_time,
             "observedGeneration": self.observed_generation,
-            "workers": {"total": self.workers_total, "ready": self.workers_ready},
+            # succeeded: null (removed by the merge patch) while none did.
+            "workers": {
+                "total": self.workers_total,
+                "ready": self.workers_ready,
+                "succeeded": self.workers_succeeded or None,
+            },
             "workersReady": f"{self.workers_ready}/{self.workers_total}",
             "gpus": self.total_gpus,
             "launcher": {"state": self.launcher_state, "pod": self.launcher_pod},
@@ -259,6 +267,7 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
         observed_generation=_generation(data.get("observedGeneration")),
         workers_total=_count(workers.get("total")),
         workers_ready=_count(workers.get("ready")),
+        workers_succeeded=_count(workers.get("succeeded")),
         total_gpus=_count(data.get("gpus")),
         launcher_state=str(launcher.get("state") or "Absent"),
         launcher_pod=_text(launcher.get("pod")),

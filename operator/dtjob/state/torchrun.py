@@ -25,7 +25,11 @@ _LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 def torchrun_launch(
-    workers: Iterable[PodState], attempt: int, workers_wanted: int, elastic_formed: bool | None = None
+    workers: Iterable[PodState],
+    attempt: int,
+    workers_wanted: int,
+    elastic_formed: bool | None = None,
+    trained_before: bool = False,
 ) -> LauncherState | None:
     """The launch of attempt `attempt`, or None while its world has not formed yet. Its size is the one its
     workers were started with (an edit of spec.workers, `workers_wanted`, applies at the next world), when
@@ -34,7 +38,10 @@ def torchrun_launch(
     elastic_formed (None: a fixed world) tells an elastic world whether it formed before. Once it has, it
     runs as long as worker 0 (the rendezvous store) does: a worker the cluster takes away is no failure of
     the launch (the operator replaces it, its peers re-rendezvous), and too few workers is spec.elastic's
-    minimum to judge."""
+    minimum to judge.
+
+    trained_before: a worker of this world exited 0 earlier (the job's status keeps the count), whose pod
+    may be gone since."""
     mine = sorted(
         (p for p in workers if p.attempt == attempt and p.index is not None and not p.deleting),
         key=lambda p: p.index or 0,
@@ -50,9 +57,11 @@ def torchrun_launch(
     world = [p for p in mine if (p.index or 0) < size]
     # Worker 0 runs rank 0: its log holds the progress and the upload's report (`<job>-worker-0`).
     rank0 = world[0].name.rsplit("-", 1)[0] + "-0" if world else ""
-    if trained(world):
+    if trained(world) or trained_before:
+        if not any(p.index == 0 for p in world):
+            return None  # worker 0 gone before it exited 0: its upload never ended, the world is lost
         still = [p for p in world if p.phase != "Succeeded"]  # worker 0 still uploading the results
-        return _launch(attempt, size, rank0, running=bool(still), succeeded=not still)
+        return _launch(attempt, size, rank0, running=bool(still), succeeded=not still, trained=True)
     formed = len(world) == size and all(p.phase == "Running" for p in world)
     if elastic_formed:
         formed = any(p.index == 0 and p.phase == "Running" for p in world)
@@ -81,6 +90,7 @@ def _launch(
     failed: bool = False,
     reason: str | None = None,
     failed_pod: PodState | None = None,
+    trained: bool = False,
 ) -> LauncherState:
     return LauncherState(
         attempt=attempt,
@@ -93,4 +103,5 @@ def _launch(
         world_size=size,
         failed_pod=failed_pod,
         role=names.ROLE_WORKER,
+        trained=trained,
     )
