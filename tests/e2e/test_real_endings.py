@@ -78,6 +78,58 @@ def test_results_arrive_after_storage_refused_just_as_the_upload_started(
     assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
 
 
+def test_a_torchrun_worker_that_exited_0_may_go_while_worker_0_uploads(
+    real_jobs: Jobs,
+    real_operator: OperatorProcess,
+    node_azurite: Azurite,
+) -> None:
+    """Worker 1's agent passed torchrun's exit barrier, so the training is over; its pod then goes (force-
+    deleted, as the pod garbage collector removes the pods of a node the autoscaler took back) while worker
+    0's upload waits for storage. Before: the world read as broken, WorkerLost restarted the training and a
+    new worker 1 was made."""
+    container = new_container(node_azurite)
+    upstream = urlsplit(node_azurite.endpoint)
+    assert upstream.hostname is not None and upstream.port is not None
+    name = "gone-after"
+    with OutageProxy(NODE_IP, upstream.hostname, upstream.port) as proxy:
+        output = output_location(node_azurite, container)
+        output["endpoint"] = f"{proxy.url}{upstream.path}"
+        output["uploadRetrySeconds"] = 600
+        create_tiny_job(real_jobs, name, node_azurite, container, torchrun={}, output=output)
+        wait_for(lambda: real_jobs.core.list_namespaced_secret(
+            real_jobs.ns, field_selector=f"metadata.name={name}-sas-out").items, timeout=120,
+            what=f"{name}-sas-out minted")  # fmt: skip
+        proxy.arm(3600)  # from worker 0's first upload call until the test says so
+
+        def worker_1_ended_and_worker_0_uploads() -> str | None:
+            status = real_jobs.status(name)
+            assert status.get("phase") not in ("Succeeded", "Failed"), status
+            results = (status.get("output") or {}).get("results") or {}
+            ended = [p for p in real_jobs.pods(name, "worker") if p.status.phase == "Succeeded"]
+            one = [p for p in ended if p.metadata.name == f"{name}-worker-1"]
+            return str(one[0].metadata.uid) if one and results.get("state") == "Retrying" else None
+
+        uid = wait_for(worker_1_ended_and_worker_0_uploads, timeout=600, interval=1, what="worker 1 ended")
+        real_jobs.core.delete_namespaced_pod(f"{name}-worker-1", real_jobs.ns, grace_period_seconds=0)
+        # Long enough for the operator to see worker 1 gone and act on it, storage still away.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            status = real_jobs.status(name)
+            assert status.get("restarts", 0) == 0 and status.get("phase") == "Running", status
+            again = [p for p in real_jobs.pods(name, "worker") if p.metadata.name == f"{name}-worker-1"]
+            assert not again, f"worker 1 made again: {[p.metadata.uid for p in again]} (ended: {uid})"
+            time.sleep(1)
+        proxy.arm(0)  # storage is back
+        status = wait_finished(real_jobs, name, timeout=600, azurite=node_azurite, container=container)
+        assert proxy.refused > 0, "the outage never happened: the test proved nothing"
+    assert status["phase"] == "Succeeded" and status["restarts"] == 0, status
+    assert status["workers"].get("succeeded", 0) >= 1, status
+    assert status["output"]["results"]["state"] == "Uploaded", status
+    said = [str(e.reason) for e in real_jobs.events(name)]
+    assert "WorkerLost" not in said and "Restarting" not in said, said
+    assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
+
+
 # An MPI world's worker 0 runs sshd on; a torchrun world's stays after its own upload failed.
 WORLDS: dict[str, dict[str, Any]] = {"mpi": {}, "torchrun": {"torchrun": {}}}
 
