@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pytest part of `make test`: three pytest runs side by side, inside the test bed's network namespace.
 #   heavy: tests/training and tests/e2e (real Horovod ranks and the real node: CPU-bound);
-#   waits: the integration files that mostly wait on the control plane's own timers (a node lost, staging,
-#          faults), against a local control plane of their own ($CLUSTER_NAME-b), then the demo's playground
+#   waits: the two GPU-build checks of tests/training, the integration files that mostly wait on the control
+#          plane's own timers (a node lost, staging, faults), against a local control plane of their own
+#          ($CLUSTER_NAME-b), then the demo's playground
 #          (a real-node cluster of its own, in a network namespace of its own): the heavy run is the longest,
 #          and this one ends first;
 #   main:  every other tier (unit, Azurite, the rest of the integration tests), live.
@@ -24,9 +25,12 @@ base=$(mktemp -d "${TMPDIR:-/tmp}/dtjob-tests.XXXXXX")
 cluster=${CLUSTER_NAME:-dtjob}
 
 heavy=(tests/training tests/e2e)
-# The trainers' tests stay in the heavy run: Horovod ranks in two runs at once slowed the real node's training
-# to 20 s a step, and the real-node tests that take a rank away mid-training failed.
-waits=(tests/integration/test_operator_node_lost.py tests/integration/test_operator_storage.py
+# The trainers' tests stay in the heavy run: run beside its real-node tests, their Horovod ranks slowed the
+# node's training to 20 s a step, and the tests that take a rank away mid-training failed. The waits run starts
+# with the two GPU-build checks (venvs from the wheelhouse, the bench on CPU; no cluster), which so run beside
+# the heavy run's trainers' tests (it runs tests/training first), not beside its real-node tests.
+waits=(tests/training/test_gpu_build.py tests/training/test_gpu_bench.py
+  tests/integration/test_operator_node_lost.py tests/integration/test_operator_storage.py
   tests/integration/test_operator_faults.py tests/e2e/test_demo_playground.py)
 
 declare -A pid_of=()
