@@ -76,7 +76,7 @@ def count_workers(
         )  # fmt: skip
         pod = launcher.pod_name
     # The most seen: a worker that exited 0 stays counted once its pod is gone (a restart starts again at 0).
-    succeeded = max(succeeded, b.prev.workers_succeeded)
+    succeeded = max(succeeded, b.prev.workers_succeeded) if spec.torchrun else 0
     b.status = replace(
         b.status, workers_ready=ready, workers_succeeded=succeeded, launcher_state=state, launcher_pod=pod
     )
