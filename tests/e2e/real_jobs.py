@@ -170,3 +170,15 @@ def progress_in(text: str) -> list[dict[str, Any]]:
         if isinstance(record.get("worldSize"), int) and record.get("updatedAt"):
             records.append(record)
     return records
+
+
+def live_launcher_records(jobs: Jobs, name: str) -> list[dict[str, Any]]:
+    """Rank 0's progress records so far, from the launcher's live log (read straight from it: the job's
+    status takes them up only at the operator's next log read); none before the launcher's pod runs."""
+    pod = (jobs.status(name).get("launcher") or {}).get("pod")
+    if not pod:
+        return []
+    try:
+        return progress_in(jobs.core.read_namespaced_pod_log(pod, jobs.ns, container="launcher"))
+    except client.ApiException:  # not started yet
+        return []

@@ -29,9 +29,9 @@ from tests.e2e.real_jobs import (
     blob_names,
     blob_text,
     create_tiny_job,
+    live_launcher_records,
     new_container,
     output_location,
-    progress_in,
     run_metrics,
     tiny_training,
     wait_finished,
@@ -181,19 +181,6 @@ def _kill_rank(jobs: Jobs, pod: str) -> int:
     return int(found.group(1))
 
 
-def launcher_epoch(jobs: Jobs, name: str) -> int:
-    """The epoch of rank 0's latest progress record in the launcher's live log (0 before the first): read
-    straight from the log, since the job's status takes it up only at the operator's next log read."""
-    pod = (jobs.status(name).get("launcher") or {}).get("pod")
-    if not pod:
-        return 0
-    try:
-        records = progress_in(jobs.core.read_namespaced_pod_log(pod, jobs.ns, container="launcher"))
-    except client.ApiException:  # not started yet
-        return 0
-    return int(records[-1].get("epoch") or 0) if records else 0
-
-
 def test_a_lost_rank_restarts_the_world_which_resumes_from_the_checkpoint(
     real_jobs: Jobs,
     real_operator: OperatorProcess,
@@ -219,7 +206,8 @@ def test_a_lost_rank_restarts_the_world_which_resumes_from_the_checkpoint(
     def in_second_epoch() -> bool:
         status = real_jobs.status(name)
         assert status.get("phase") not in ("Succeeded", "Failed"), json.dumps(status, indent=1)
-        return status.get("restarts", 0) == 0 and launcher_epoch(real_jobs, name) >= 2
+        records = live_launcher_records(real_jobs, name)
+        return status.get("restarts", 0) == 0 and bool(records) and int(records[-1].get("epoch") or 0) >= 2
 
     wait_for(in_second_epoch, timeout=900, interval=0.5, what=f"{name} training its second epoch")
     killed = _kill_rank(real_jobs, f"{name}-worker-1")

@@ -32,6 +32,7 @@ from tests.e2e.real_jobs import (
     blob_names,
     blob_text,
     create_tiny_job,
+    live_launcher_records,
     new_container,
     pod_logs,
     progress_in,
@@ -118,10 +119,7 @@ def cordoned(jobs: Jobs, node: str) -> Iterator[None]:
 
 def trained_at_size(jobs: Jobs, name: str, size: int, after: float) -> dict[str, Any] | None:
     """Rank 0's first progress record at `size` workers later than `after`, from the launcher's live log."""
-    pod = jobs.status(name)["launcher"]["pod"]
-    return first_at_size(
-        progress_in(jobs.core.read_namespaced_pod_log(pod, jobs.ns, container="launcher")), size, after
-    )
+    return first_at_size(live_launcher_records(jobs, name), size, after)
 
 
 def replacement_ready(jobs: Jobs, name: str, old_uid: str) -> float | None:

@@ -33,6 +33,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 OUTAGE_SECONDS = 45
 
 
+def output_sas_minted(jobs: Jobs, name: str) -> None:
+    """Waits for the job's output SAS Secret: the operator has checked the results container by then, and
+    nothing talks to the output endpoint again before rank 0's upload (signing is local)."""
+    wait_for(lambda: jobs.core.list_namespaced_secret(
+        jobs.ns, field_selector=f"metadata.name={name}-sas-out").items, timeout=120,
+        what=f"{name}-sas-out minted")  # fmt: skip
+
+
 def test_results_arrive_after_storage_refused_just_as_the_upload_started(
     real_jobs: Jobs,
     real_operator: OperatorProcess,
@@ -53,9 +61,7 @@ def test_results_arrive_after_storage_refused_just_as_the_upload_started(
         # The operator checks that the results container exists before it signs the output token; after
         # that nothing talks to this endpoint before the upload (signing is local): the first connection
         # once armed is rank 0's upload, and it starts the outage.
-        wait_for(lambda: real_jobs.core.list_namespaced_secret(
-            real_jobs.ns, field_selector=f"metadata.name={name}-sas-out").items, timeout=120,
-            what=f"{name}-sas-out minted")  # fmt: skip
+        output_sas_minted(real_jobs, name)
         proxy.arm(OUTAGE_SECONDS)
         seen: list[dict[str, Any]] = []
         deadline = time.monotonic() + 900
@@ -96,9 +102,7 @@ def test_a_torchrun_worker_that_exited_0_may_go_while_worker_0_uploads(
         output["endpoint"] = f"{proxy.url}{upstream.path}"
         output["uploadRetrySeconds"] = 600
         create_tiny_job(real_jobs, name, node_azurite, container, torchrun={}, output=output)
-        wait_for(lambda: real_jobs.core.list_namespaced_secret(
-            real_jobs.ns, field_selector=f"metadata.name={name}-sas-out").items, timeout=120,
-            what=f"{name}-sas-out minted")  # fmt: skip
+        output_sas_minted(real_jobs, name)
         proxy.arm(3600)  # from worker 0's first upload call until the test says so
 
         def worker_1_ended_and_worker_0_uploads() -> str | None:

@@ -64,7 +64,11 @@ def count_workers(
     b: Builder, spec: JobSpec, workers: Mapping[int, PodState], launcher: LauncherState | None
 ) -> None:
     ready = sum(1 for p in workers.values() if p.ready and p.phase == "Running")
-    succeeded = sum(1 for p in workers.values() if p.phase == "Succeeded") if spec.torchrun else 0
+    succeeded = 0
+    if spec.torchrun is not None:
+        # The most seen: a worker that exited 0 stays counted once its pod is gone (a restart resets it).
+        done = sum(1 for p in workers.values() if p.phase == "Succeeded")
+        succeeded = max(done, b.prev.workers_succeeded)
     if launcher is None:
         state, pod = "Absent", None
     else:
@@ -75,8 +79,6 @@ def count_workers(
             else "Pending"
         )  # fmt: skip
         pod = launcher.pod_name
-    # The most seen: a worker that exited 0 stays counted once its pod is gone (a restart starts again at 0).
-    succeeded = max(succeeded, b.prev.workers_succeeded) if spec.torchrun else 0
     b.status = replace(
         b.status, workers_ready=ready, workers_succeeded=succeeded, launcher_state=state, launcher_pod=pod
     )
