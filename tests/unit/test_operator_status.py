@@ -57,7 +57,30 @@ def test_new_job_creates_world_and_workers_but_no_launcher() -> None:
     assert d.status.is_true("Created")
     assert d.status.observed_generation == 1
     assert d.status.to_dict()["workersReady"] == "0/2"
-    assert [e.reason for e in d.events] == ["Pending"]
+    assert d.events == []  # Pending is a routine step of every start: the status says it, no event
+
+
+def test_a_start_posts_one_event_running_and_none_for_its_routine_steps() -> None:
+    """Pending and Starting show in the phase and the conditions; an event each would be two more writes
+    per job on the API server. Entering Running posts one."""
+    spec = job_spec()
+    placed = Observed(pods=(worker(0, ready=False, reason="ContainersNotReady"), worker(1, ready=False)))
+    starting = decide(spec, placed, started(phase="Pending"), NOW)
+    ready = decide(spec, Observed(pods=(worker(0), worker(1))), starting.status, NOW)
+    pending_launcher = launcher(running=False)
+    named = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=pending_launcher), ready.status, NOW)
+    running = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=launcher()), named.status, NOW)
+    assert [starting.status.phase, ready.status.phase, named.status.phase] == ["Starting"] * 3
+    assert starting.events == ready.events == named.events == []
+    assert running.status.phase == "Running"
+    assert [(e.type, e.reason) for e in running.events] == [("Normal", "Running")]
+
+
+def test_a_blocker_in_a_routine_phase_still_posts_its_warning() -> None:
+    blocker = Blocker("SecretNotFound", "secret data-sas not found")
+    d = decide(job_spec(), Observed(generation=1, blocker=blocker), JobStatus(), NOW)
+    assert d.status.phase == "Pending"
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "SecretNotFound")]
 
 
 def test_same_inputs_twice_create_nothing_new() -> None:

@@ -13,13 +13,19 @@ from dtjob.state.decision import (
     Event,
 )
 from dtjob.state.status import (
+    PENDING,
     RUNNING,
+    STARTING,
     SUCCEEDED,
     JobStatus,
     set_condition,
 )
 
 MAX_REQUEUE_SECONDS = 24 * 3600.0
+# Every start passes through these on its way to Running: an event each would be two writes per job on a
+# shared API server for what the phase, the message and the conditions already say. A Warning (a blocker
+# named as the reason) still posts in them.
+ROUTINE_PHASES = frozenset({PENDING, STARTING})
 
 
 class Builder:
@@ -42,7 +48,7 @@ class Builder:
             self.cond(kind, False, reason, message)
 
     def phase(self, phase: str, message: str, event_type: str = "Normal", reason: str | None = None) -> None:
-        if phase != self.prev.phase:
+        if phase != self.prev.phase and (event_type != "Normal" or phase not in ROUTINE_PHASES):
             self.events.append(Event(event_type, reason or phase, message or phase))
         self.status = replace(self.status, phase=phase, message=message)
 
