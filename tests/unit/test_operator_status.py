@@ -72,8 +72,32 @@ def test_a_start_posts_one_event_running_and_none_for_its_routine_steps() -> Non
     running = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=launcher()), named.status, NOW)
     assert [starting.status.phase, ready.status.phase, named.status.phase] == ["Starting"] * 3
     assert starting.events == ready.events == named.events == []
+    assert named.status == ready.status  # the launcher's pod, not yet running, costs no patch of its own
     assert running.status.phase == "Running"
     assert [(e.type, e.reason) for e in running.events] == [("Normal", "Running")]
+
+
+def test_the_launchers_pod_is_named_with_its_running_state() -> None:
+    spec = job_spec()
+    workers = (worker(0), worker(1))
+    waiting = Observed(pods=workers, launcher=launcher(running=False))
+    pending = decide(spec, waiting, started(phase="Starting"), NOW)
+    assert pending.status.launcher_state == "Pending" and pending.status.launcher_pod is None
+    running = decide(spec, Observed(pods=workers, launcher=launcher()), pending.status, NOW)
+    assert running.status.launcher_pod == "rn50-launcher-x"
+
+
+def test_a_launcher_job_deleted_before_its_pod_ran_is_created_again_not_lost() -> None:
+    spec = job_spec()
+    workers = (worker(0), worker(1))
+    waiting = Observed(pods=workers, launcher=launcher(running=False))
+    pending = decide(spec, waiting, started(phase="Starting"), NOW)
+    gone = decide(spec, Observed(pods=workers), pending.status, NOW)
+    assert gone.actions == [CreateLauncher(0)]
+    assert gone.status.restarts == 0 and gone.status.phase == "Starting"
+    running = decide(spec, Observed(pods=workers, launcher=launcher()), pending.status, NOW)
+    lost = decide(spec, Observed(pods=workers), running.status, NOW)
+    assert lost.status.phase == "Restarting" and lost.status.condition("Restarting").reason == "LauncherLost"
 
 
 def test_a_blocker_in_a_routine_phase_still_posts_its_warning() -> None:

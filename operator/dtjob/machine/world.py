@@ -79,6 +79,10 @@ def count_workers(
             else "Pending"
         )  # fmt: skip
         pod = launcher.pod_name
+        if state == "Pending" and launcher.is_job:
+            # Named with its Running state, in that patch, not in one of its own (a write per job): until
+            # it runs, a Job found gone is recreated, as any launcher not yet seen, not counted as lost.
+            pod = b.prev.launcher_pod
     b.status = replace(
         b.status, workers_ready=ready, workers_succeeded=succeeded, launcher_state=state, launcher_pod=pod
     )
