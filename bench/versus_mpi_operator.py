@@ -16,7 +16,9 @@ created at once; a watch of the namespace's pods and Jobs, opened before, timest
 - pods: the time until all N x (1 + W) pods exist (the launchers' pods included);
 - launchers: the time until all N launcher Jobs exist;
 - launcher latency: per job, from the event that showed its last worker Ready to the launcher Job's ADDED
-  event (the same watch sees both, so the watch's own delay cancels out), p50 and p99;
+  event, p50 and p99. Two watches see them (pods, Jobs), each on a thread of its own. Under load the pods'
+  watch, with five times the events to decode, can fall behind the Jobs'; both operators' figures then come
+  out low by the difference (the likely cause of dtjob's p50 below zero at 500 jobs);
 - the operator's CPU seconds (utime + stime from /proc) until then, and its peak RSS (VmHWM);
 - the operator's API requests per job, writes and reads, as the API server counts them (bench.api_requests:
   each operator runs as one ServiceAccount that FlowSchemas count apart), from the first create until it
