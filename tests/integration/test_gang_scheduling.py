@@ -174,6 +174,8 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_gpus_are_freed(
         f"4 nodes matching {GPU_POOL}); not placed together within "
         "runPolicy.scheduling.gang.scheduleTimeoutSeconds (5s)"
     ), cond["message"]
+    # Posted after the status patch that carries the condition: waited for, not listed at once.
+    jobs.wait_event("gang", "GangScheduleTimeout")
     events = [e for e in jobs.events("gang") if e.reason == "GangScheduleTimeout"]
     assert [e.type for e in events] == ["Warning"] and events[0].message == cond["message"]
     status = jobs.status("gang")

@@ -48,7 +48,7 @@ def test_pod_security_refusal_fails_the_job_naming_the_field(
     assert "violates PodSecurity" in status["message"] and "persistentVolumeClaim" in status["message"]
     cond = jobs.condition("nfsdata", "Failed")
     assert cond and cond["reason"] == "PodSecurityViolation"
-    assert any(e.reason == "PodSecurityViolation" for e in jobs.events("nfsdata"))
+    jobs.wait_event("nfsdata", "PodSecurityViolation")  # posted after the status patch just read
     wait_for(lambda: not jobs.pods("nfsdata"), timeout=30, what="no pods left behind")
     assert jobs.launcher("nfsdata") is None
 
@@ -78,7 +78,7 @@ def test_quota_refusal_waits_with_the_cause_and_goes_on_once_it_fits(
     assert status["phase"] == "Pending" and "exceeded quota" in status["message"]
     assert "creating" not in status["message"]
     assert len(jobs.pods("quota")) == 1  # worker 0 fitted; the job keeps it while it waits for room
-    assert any(e.reason == "CreateForbidden" for e in jobs.events("quota"))
+    jobs.wait_event("quota", "CreateForbidden")  # posted after the status patch just read
 
     # Room for the world: the next retry creates worker 1, and the launcher follows once both are Ready. (The
     # launcher's own pod is the Job controller's to create, under the same quota, with its own backoff.)
@@ -204,7 +204,7 @@ def test_a_launcher_pod_refused_by_a_quota_says_so_then_fails_at_the_startup_dea
     assert "exceeded quota: pods" in cond["message"]
     assert "at most runPolicy.startupDeadlineSeconds (60s)" in cond["message"]
     assert jobs.status("full")["message"] == cond["message"]
-    assert any(e.reason == "PodRefused" for e in jobs.events("full"))
+    jobs.wait_event("full", "PodRefused")  # posted after the status patch just read
     status = jobs.wait_phase("full", "Failed", "Succeeded", timeout=120)
     failed = jobs.condition("full", "Failed")
     assert failed and failed["reason"] == "StartupDeadlineExceeded", status
