@@ -226,7 +226,12 @@ def test_a_sas_token_a_namespace_admin_replaces_is_minted_again(
     )
     assert permissions(token) == "cw"
     checked = Jobs(api_client, ns)
-    assert checked.status("swap")["sasTokenDigests"]["out"] == token_sha256(token)
+    # The Secret is written first, then the status that records its digest, then the event.
+    wait_for(
+        lambda: (checked.status("swap").get("sasTokenDigests") or {}).get("out") == token_sha256(token),
+        timeout=30, what="the new token's digest in status",
+    )  # fmt: skip
+    checked.wait_event("swap", "SasSecretAltered")
     altered = [e.message for e in checked.events("swap") if e.reason == "SasSecretAltered"]
     assert altered == [
         "the out SAS Secret holds a token the operator did not write: replaced with a fresh token and the "
