@@ -210,6 +210,7 @@ def test_a_higher_priority_job_preempts_without_spending_the_backoff_limit(
     assert status.get("restarts", 0) == 0, status
     resumed = jobs.condition("low", "Suspended") or {}
     assert resumed.get("status") == "False" and resumed.get("reason") == "Admitted", resumed
+    jobs.wait_event("low", "Admitted")  # events go after the status patch they belong to
     reasons = [e.reason for e in jobs.events("low")]
     assert "Preempted" in reasons and "Admitted" in reasons, reasons
 

@@ -233,6 +233,7 @@ def test_logs_of_64_workers_stream_to_storage_in_bounded_memory(
     over = sorted(pod for pod, size in big.items() if size > CAP)
     assert big_output["logsTruncated"] == {"pods": over, "capBytes": CAP}
     assert "logsMissing" not in big_output
+    jobs.wait_event("big", "LogsUploaded")  # posted after the status patch just read
     events = [e.message for e in jobs.events("big") if e.reason == "LogsUploaded"]
     assert events and f"cut to the {CAP}-byte cap: {over[0]}, " in events[0]
 
