@@ -136,9 +136,8 @@ def test_what_only_the_operator_can_refuse_fails_the_job_naming_it_and_creates_n
     assert status["message"].startswith(f"{field}: OMPI_MCA_plm_rsh_no_tree_spawn is set by the operator")
     failed = jobs.condition("owned", "Failed")
     assert failed and failed["reason"] == "InvalidSpec" and field in failed["message"]
-    # The event goes after the status patch just read.
-    wait_for(lambda: any(field in (e.message or "") for e in jobs.events("owned")), timeout=15,
-             what="the event naming the field")  # fmt: skip
+    jobs.wait_event("owned", "InvalidSpec")  # posted after the status patch just read
+    assert any(field in (e.message or "") for e in jobs.events("owned"))
     assert jobs.pods("owned") == [] and jobs.launcher("owned") is None
     secrets = jobs.core.list_namespaced_secret(jobs.ns, label_selector="dtjob.io/job-name=owned").items
     assert secrets == []
