@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,34 @@ def test_the_pytorch_loader_follows_the_epoch_order(tmp_path: Path) -> None:
     assert list(resumed.sampler) == orders[2] == epoch_shard(10, epoch=2, rank=0, size=2, seed=3).tolist()
     set_epoch(other := loader(1), 2)
     assert sorted(orders[2] + list(other.sampler)) == list(range(10))
+
+
+def test_the_pytorch_loaders_workers_start_from_a_fork_server_not_from_the_rank(tmp_path: Path) -> None:
+    """A rank has Horovod's and MPI's threads running when its validation loader starts its workers; a child
+    forked from it can wait forever on a lock one of them held (a rank hung so in CI, the others waiting for
+    it in the next allreduce). The workers fork from a clean server instead, and decode what the rank
+    would."""
+    import numpy as np
+    from dtjob_train.data.torch_data import make_loader
+
+    split = scan(make_tree(tmp_path, per_class_train=2, per_class_val=2)).val
+    assert split is not None
+
+    def loader(workers: int) -> Any:
+        return make_loader(
+            split, rank=0, size=1, batch_size=2, image_size=8, train=False, workers=workers, seed=3,
+            pin_memory=False,
+        )  # fmt: skip
+
+    batches = iter(loader(1))
+    workers = [w.pid for w in batches._workers]
+    parents = [int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in workers]
+    assert workers and all(parent != os.getpid() for parent in parents), (os.getpid(), parents)
+    in_workers = list(batches)
+    in_rank = list(loader(0))
+    assert len(in_workers) == len(in_rank) == 2
+    for (images, labels, _), (images_0, labels_0, _) in zip(in_workers, in_rank, strict=True):
+        assert np.array_equal(images.numpy(), images_0.numpy()) and labels.tolist() == labels_0.tolist()
 
 
 def test_the_tf_pipeline_follows_the_epoch_order() -> None:

@@ -9,6 +9,7 @@ is most of the decode cost saved for large photos.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import random
 from collections.abc import Iterator, Sequence
 
@@ -171,6 +172,17 @@ def default_workers(local_size: int, cpus: int | None = None) -> int:
     return max(1, cores_per_rank(local_size, cpus) - 1)
 
 
+def worker_processes() -> multiprocessing.context.BaseContext:
+    """How the decode workers start: from a fork server, not forked from the rank. A rank runs Horovod's and
+    MPI's (or Gloo's) threads by the time its loaders start their workers, and a child forked from a
+    threaded process can wait forever on a lock some thread held at the fork: the rank then waits on a batch
+    that never comes while the others wait on it in the next allreduce. The server is a fresh interpreter
+    with this module (so torch) imported once; each worker forks from it."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
 def make_loader(
     split: Split,
     *,
@@ -211,5 +223,6 @@ def make_loader(
         pin_memory=pin_memory,
         persistent_workers=workers > 0,
         prefetch_factor=4 if workers > 0 else None,
+        multiprocessing_context=worker_processes() if workers > 0 else None,
         generator=generator,
     )
