@@ -1,13 +1,17 @@
 """Training progress from the launcher's log reaches `status.progress` and `kubectl get dtj -o wide`; a failed
-launcher's message quotes the error line a rank left in that log."""
+launcher's message quotes the error line a rank left in that log; a world whose log shows no progress past
+runPolicy.progressDeadlineSeconds is restarted."""
 
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from dtjob.timefmt import parse_time
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -141,3 +145,65 @@ def test_a_failed_launcher_quotes_the_ranks_error_line(
     wait_for(
         lambda: any(quoted in (e.message or "") for e in jobs.events("nogpu")), timeout=30, what="the event"
     )
+
+
+def test_a_world_that_stops_making_progress_restarts_then_fails_at_its_backoff_limit(
+    api_client: client.ApiClient, jobs: Jobs, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """runPolicy.progressDeadlineSeconds on the real control plane: each record one step further restarts the
+    clock; a world silent past the deadline restarts (counted), and the next world, which prints no record
+    at all, is timed from its start of Running and fails the job at backoffLimit."""
+    launcher = {"podAnnotations": {"sim.dtjob.io/run-duration": "10m"}}
+    jobs.create("hang", launcher=launcher, runPolicy={"progressDeadlineSeconds": 30, "backoffLimit": 1})
+
+    def launcher_pod() -> str | None:
+        pods = [p for p in jobs.pods("hang", "launcher") if p.metadata.deletion_timestamp is None]
+        return pods[0].metadata.name if pods and pods[0].status.phase == "Running" else None
+
+    first = wait_for(launcher_pod, timeout=90, what="the launcher running")
+    log = tmp_path / "first.log"
+    append_log(log, progress_line(10, 2400.0))
+    serve_pod_log(api_client, jobs.ns, first, "launcher", log)
+    seen = wait_for(lambda: jobs.status("hang").get("lastProgressTime"), timeout=60, what="step 10 seen")
+
+    # Within the deadline of the last record, a step further: the clock starts again from it.
+    time.sleep(20)
+    append_log(log, progress_line(11, 2400.0))
+    wait_for(
+        lambda: (jobs.status("hang").get("progress") or {}).get("step") == 11, timeout=30, what="step 11 seen"
+    )
+    again = jobs.status("hang")["lastProgressTime"]
+    assert parse_time(again) > parse_time(seen)
+    time.sleep(15)
+    running = jobs.condition("hang", "Running")
+    assert running and running["status"] == "True", running
+    since_start = (datetime.now(UTC) - parse_time(running["lastTransitionTime"])).total_seconds()
+    assert since_start > 30, "the world has not run past the deadline yet: this proves nothing"
+    assert jobs.status("hang").get("restarts", 0) == 0, jobs.status("hang")
+
+    # Silent past the deadline: the world restarts, counted, naming the last record.
+    restarting = wait_for(
+        lambda: (c := jobs.condition("hang", "Restarting")) and c["status"] == "True" and c,
+        timeout=90,
+        what="the hung world restarted",
+    )
+    assert restarting["reason"] == "ProgressDeadlineExceeded", restarting
+    assert f"launcher pod {first} showed no training progress for" in restarting["message"], restarting
+    assert "its last record (epoch 1 step 11)" in restarting["message"], restarting
+    assert jobs.status("hang")["restarts"] == 1
+
+    # The next world prints no record: timed from its start of Running, it fails the job.
+    def next_launcher() -> str | None:
+        pod = launcher_pod()
+        return pod if pod != first else None
+
+    second = wait_for(next_launcher, timeout=120, what="the next world's launcher")
+    quiet = tmp_path / "second.log"
+    append_log(quiet, "[0]<stdout>:horovodrun: 8 ranks")
+    serve_pod_log(api_client, jobs.ns, second, "launcher", quiet)
+    jobs.wait_phase("hang", "Failed", timeout=120)
+    failed = jobs.condition("hang", "Failed")
+    assert failed and failed["reason"] == "ProgressDeadlineExceeded", failed
+    assert "no progress record since the world started running" in failed["message"], failed
+    assert "runPolicy.backoffLimit (1) reached after 1 restarts" in failed["message"], failed
+    jobs.wait_event("hang", "ProgressDeadlineExceeded", timeout=30)

@@ -27,6 +27,7 @@ from dtjob.machine.finish import (
 from dtjob.machine.gang import report_gang
 from dtjob.machine.hosts import publish_hosts
 from dtjob.machine.prebuilt import wait_for_prebuilt
+from dtjob.machine.progress_deadline import note_progress, progress_deadline_failure
 from dtjob.machine.refused_pods import refused_pod, wait_refused
 from dtjob.machine.results_later import uploaded_later
 from dtjob.machine.staging import stage
@@ -134,8 +135,8 @@ def _finished(b: Builder, spec: JobSpec, observed: Observed) -> None:
 
 
 def _ended(b: Builder, spec: JobSpec, observed: Observed, world: _World) -> bool:
-    """The current world's outcome: its launcher succeeded, its results could not be uploaded, or it failed
-    (then restarted or the job failed)."""
+    """The current world's outcome: its launcher succeeded, its results could not be uploaded, or it failed or
+    made no progress past runPolicy.progressDeadlineSeconds (then restarted or the job failed)."""
     launcher = world.launcher
     if launcher is not None and launcher.succeeded:
         pod = launcher.pod_name or names.launcher_name(spec.name)
@@ -156,6 +157,8 @@ def _ended(b: Builder, spec: JobSpec, observed: Observed, world: _World) -> bool
     below = elastic_world(b, spec, world.workers, launcher) if failure is None else None
     if below is not None:
         failure = WorldFailure(BELOW_MINIMUM, below)
+    if failure is None:
+        failure = progress_deadline_failure(b, spec, observed, launcher)
     if failure is not None:
         fail_world(b, spec, observed, failure)
         return True
@@ -252,6 +255,7 @@ def _observations(b: Builder, spec: JobSpec, observed: Observed) -> None:
         url = output_url(target.container_url, target.prefix, spec.namespace, spec.name, observed.uid)
         b.status = replace(b.status, output_url=url, output_sas_scope=observed.output_sas_scope)
     if observed.training_progress is not None:
+        note_progress(b, observed)
         b.status = replace(b.status, training_progress=observed.training_progress)
     report = observed.results_upload
     if report is not None and b.prev.phase not in FINISHED:

@@ -112,6 +112,7 @@ def observe(
         sas=sas,
         staging=staging,
         training_progress=progress,
+        progress_read=log_text is not None,
         results_upload=results,
         results_record=record,
         results_stored=stored,

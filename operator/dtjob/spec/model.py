@@ -219,6 +219,9 @@ class RunPolicy:
     scheduling: Scheduling = field(default_factory=Scheduling)
     # A world whose pods cannot start (unschedulable, image pull, config error) fails after this long.
     startup_deadline_seconds: int | None = None
+    # A running world that prints no new progress record (a step or epoch further) for this long is hung (a
+    # rank waiting forever on a collective, a data loader's deadlock): it is restarted, counted.
+    progress_deadline_seconds: int | None = None
     # OnFailure: any failure restarts the world. ExitCode: a launcher exit code in permanent_exit_codes is
     # the user's code failing, so the job fails without a restart; signals and infrastructure restart.
     restart_policy: str = "OnFailure"

@@ -36,6 +36,9 @@ GANG_SCHEDULERS = ("coscheduling", "volcano")
 MAX_GANG_TIMEOUT_SECONDS = 2**31 - 1
 # Deadlines and TTLs: 68 years, the batch Job's own int32 bound, so date arithmetic never overflows.
 MAX_DURATION_SECONDS = 2**31 - 1
+# The shortest runPolicy.progressDeadlineSeconds: a world's restart costs a checkpoint reload and its pods'
+# start, so a deadline shorter than a slow step (or a first compiled one) would only restart it in a loop.
+MIN_PROGRESS_DEADLINE_SECONDS = 30
 # The label AKS puts on every node with the name of its node pool.
 AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
 
@@ -184,6 +187,12 @@ def parse_run_policy(r: Reader) -> RunPolicy:
         suspend=r.boolean("suspend", False),
         startup_deadline_seconds=r.integer(
             "startupDeadlineSeconds", None, minimum=1, maximum=MAX_DURATION_SECONDS
+        ),
+        progress_deadline_seconds=r.integer(
+            "progressDeadlineSeconds",
+            None,
+            minimum=MIN_PROGRESS_DEADLINE_SECONDS,
+            maximum=MAX_DURATION_SECONDS,
         ),
         restart_policy=r.choice("restartPolicy", RESTART_POLICIES, d.restart_policy),
         permanent_exit_codes=_exit_code_ranges(r, "permanentExitCodes") or d.permanent_exit_codes,

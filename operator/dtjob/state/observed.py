@@ -169,6 +169,9 @@ class Observed:
     sas: Mapping[str, SasObservation] = field(default_factory=dict)
     staging: StagingOutcome | None = None  # the staging Job's outcome, when that Job exists
     training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress, from the launcher's log
+    # The launcher's log was read in this pass (training_progress is then its tail's latest record, or None
+    # for a tail with none): only a log read now can show that a world made no progress.
+    progress_read: bool = False
     results_upload: UploadReport | None = None  # the results upload's latest line, from the launcher's log
     # What `dtjob results upload` recorded on the job (read only while results are kept), and, for a record
     # that matches the status, whether storage holds the results it names.

@@ -117,6 +117,9 @@ class JobStatus:
     launcher_pod: str | None = None
     staging: Mapping[str, Any] | None = None  # ProgressSnapshot.to_status() of the staging Job
     training_progress: Mapping[str, Any] | None = None  # rank 0's latest progress line (`.status.progress`)
+    # When the operator last saw training advance (a record one step or epoch further), on its own clock:
+    # runPolicy.progressDeadlineSeconds counts from it (dtjob.machine.progress_deadline).
+    last_progress_time: str | None = None
     output_url: str | None = None  # the run's results URL, never with a SAS
     # What the output tokens reach: Directory (the run's own, on a hierarchical-namespace account) or
     # Container. Written with output_url, for the location the namespace's storage policy allowed.
@@ -169,6 +172,8 @@ class JobStatus:
             out["staging"] = dict(self.staging)
         if self.training_progress is not None:
             out["progress"] = dict(self.training_progress)
+        if self.last_progress_time is not None:
+            out["lastProgressTime"] = self.last_progress_time
         if self.output_url is not None:
             output: dict[str, Any] = {"url": self.output_url, "logsUploaded": self.logs_uploaded}
             if self.output_sas_scope is not None:
@@ -273,6 +278,7 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
         launcher_pod=_text(launcher.get("pod")),
         staging=_map(data.get("staging")),
         training_progress=_map(data.get("progress")),
+        last_progress_time=_stamp(data.get("lastProgressTime")),
         output_url=_text(output.get("url")),
         output_sas_scope=_text(output.get("sasScope")),
         logs_uploaded=bool(output.get("logsUploaded")),
