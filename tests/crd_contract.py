@@ -65,6 +65,7 @@ _COMMON: Json = {
                               "spec": {"priorityClassName": "high"}}},
     "runPolicy": {"backoffLimit": 1, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60,
                   "cleanPodPolicy": "Running", "suspend": False, "startupDeadlineSeconds": 600,
+                  "progressDeadlineSeconds": 600,
                   "restartPolicy": "ExitCode", "permanentExitCodes": "1-127,255",
                   "scheduling": {"schedulerName": "sched", "queueName": "queue", "podGroup": "group",
                                  "topology": {"key": "team.example/rack", "mode": "required"}}},
