@@ -11,6 +11,7 @@ with those tokens and check with the admin's.
 from __future__ import annotations
 
 import base64
+import functools
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from testbed.operator_harness import REPO, Jobs, OperatorProcess
+from testbed.operator_harness import GROUP, PLURAL, REPO, VERSION, Jobs, OperatorProcess
 
 CHART = REPO / "charts" / "dtjob"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -101,6 +102,17 @@ class Tenant:
 
     def core(self, role: str = EDITOR) -> client.CoreV1Api:
         return client.CoreV1Api(self.api(role))
+
+    def try_to_write_status(self, job: str, forged: Json) -> None:
+        """Each role tries to write `forged` (`{"status": ...}`) into the job: the status subresource refuses
+        it; a patch of the job itself is taken, and the API server drops its status (a test then checks,
+        with the admin's client, that nothing of it was stored)."""
+        for role in (EDITOR, ADMIN):
+            custom = client.CustomObjectsApi(self.api(role))
+            args = (GROUP, VERSION, self.namespace, PLURAL, job, forged)
+            forge = functools.partial(custom.patch_namespaced_custom_object_status, *args)
+            assert refused(forge), f"the {role} role writes the status subresource"
+            custom.patch_namespaced_custom_object(*args)
 
 
 class TenantCluster:
