@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from dtjob.contract.results_upload import RETRYING, UploadReport
 from dtjob.machine import decide
 from dtjob.spec.reader import SpecError
 from dtjob.state.decision import Decision, DeletePod
@@ -147,3 +148,17 @@ def test_an_unreadable_last_progress_time_is_read_as_none() -> None:
 def test_a_deadline_shorter_than_30_seconds_is_refused_naming_the_field(seconds: int) -> None:
     with pytest.raises(SpecError, match=r"spec\.runPolicy\.progressDeadlineSeconds"):
         job_spec(runPolicy={"progressDeadlineSeconds": seconds})
+
+
+def test_a_world_that_trained_to_the_end_is_never_restarted_into_training_again() -> None:
+    """After the last step: rank 0 validates, saves and uploads the results, printing no record; a storage
+    outage may hold its upload for spec.output.uploadRetrySeconds. None of that is a hang."""
+    done = {**record(5004, epoch=90), "percent": 100.0}
+    d = decide(job_spec(**DEADLINE), observed(done), running(done, seen=NOW - timedelta(hours=1)), NOW)
+    assert d.status.phase == "Running" and d.status.restarts == 0
+    uploading = Observed(
+        pods=(worker(0, 0), worker(1, 0)), launcher=launcher(0), training_progress=record(4000),
+        progress_read=True, results_upload=UploadReport(RETRYING, "storage refused (503): again in 20s"),
+    )  # fmt: skip
+    d = decide(job_spec(**DEADLINE), uploading, running(record(4000), seen=NOW - timedelta(hours=1)), NOW)
+    assert d.status.phase == "Running" and d.status.restarts == 0 and d.status.results_state == RETRYING

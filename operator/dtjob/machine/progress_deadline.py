@@ -6,6 +6,9 @@ Progress is a record in rank 0's log one step or epoch further than the last one
 operator's own: when it saw that record (status.lastProgressTime), never the record's `updatedAt`, which the
 training code writes. The clock also starts when a world starts running, so a restarted world gets the whole
 deadline, and it runs only on passes that read the log: a log the API server cannot serve shows no hang.
+It runs while the world trains: not once rank 0's last record says every planned step is done, nor once the
+results upload has begun (its retries have their own bound, spec.output.uploadRetrySeconds); a world that
+has trained to the end is never restarted into training again.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def progress_deadline_failure(
         return None
     if running is None or running.status != "True" or not observed.progress_read:
         return None
+    if b.status.results_state is not None or _trained_to_the_end(b.status.training_progress):
+        return None
     started = _time(running.last_transition_time)
     if started is None:
         return None
@@ -71,6 +76,11 @@ def progress_deadline_failure(
         f"{launcher.role} pod {pod} showed no training progress for {idle:.0f}s "
         f"(runPolicy.progressDeadlineSeconds {deadline}): {what}",
     )
+
+
+def _trained_to_the_end(progress: Mapping[str, Any] | None) -> bool:
+    """Rank 0's last record has every planned step done (status.progress.percent, 100 only then)."""
+    return progress is not None and progress.get("percent") == 100
 
 
 def _time(stamp: str | None) -> datetime | None:
