@@ -162,3 +162,10 @@ def test_a_world_that_trained_to_the_end_is_never_restarted_into_training_again(
     )  # fmt: skip
     d = decide(job_spec(**DEADLINE), uploading, running(record(4000), seen=NOW - timedelta(hours=1)), NOW)
     assert d.status.phase == "Running" and d.status.restarts == 0 and d.status.results_state == RETRYING
+
+
+def test_a_tail_without_a_record_after_the_world_printed_some_shows_no_hang() -> None:
+    """Other ranks' lines can push rank 0's last record out of the tail read: that is no sign of a hang."""
+    prev = running(record(40), seen=NOW - timedelta(minutes=10))  # this world's, 600 s ago
+    d = decide(job_spec(**DEADLINE), observed(None), prev, NOW)
+    assert d.status.phase == "Running" and d.status.restarts == 0

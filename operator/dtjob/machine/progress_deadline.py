@@ -5,7 +5,9 @@ backoffLimit like any failed world. Pure.
 Progress is a record in rank 0's log one step or epoch further than the last one seen. The time is the
 operator's own: when it saw that record (status.lastProgressTime), never the record's `updatedAt`, which the
 training code writes. The clock also starts when a world starts running, so a restarted world gets the whole
-deadline, and it runs only on passes that read the log: a log the API server cannot serve shows no hang.
+deadline, and it runs only on passes that read the log: a log the API server cannot serve shows no hang,
+nor does a tail without a record once the world has printed one (other ranks' lines pushed it out of the
+lines read).
 It runs while the world trains: not once rank 0's last record says every planned step is done, nor once the
 results upload has begun (its retries have their own bound, spec.output.uploadRetrySeconds); a world that
 has trained to the end is never restarted into training again.
@@ -59,6 +61,8 @@ def progress_deadline_failure(
     if started is None:
         return None
     seen = _time(b.status.last_progress_time)
+    if seen is not None and seen >= started and observed.training_progress is None:
+        return None
     since = max(started, seen) if seen is not None else started
     idle = (b.now - since).total_seconds()
     if idle <= deadline:
