@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 
 def format_time(moment: datetime) -> str:
@@ -29,6 +30,17 @@ def parse_time(text: str) -> datetime:
     if moment.tzinfo is None:
         raise ValueError(f"timestamp without a timezone: {text!r}")
     return moment
+
+
+def parse_time_or_none(value: Any) -> datetime | None:
+    """`value` as parse_time reads it, or None where it is absent, not a string or unreadable: a time read
+    back from the API (status, a pod's or node's conditions) that anyone may have edited."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
 
 
 def seconds_after(moment: datetime, seconds: int) -> datetime:

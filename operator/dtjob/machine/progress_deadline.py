@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from dtjob.machine.builder import Builder
@@ -25,7 +24,7 @@ from dtjob.machine.world import WorldFailure
 from dtjob.spec.parse import JobSpec
 from dtjob.state.observed import LauncherState, Observed
 from dtjob.state.status import RUNNING
-from dtjob.timefmt import format_time, parse_time
+from dtjob.timefmt import format_time, parse_time_or_none
 
 REASON = "ProgressDeadlineExceeded"
 
@@ -57,11 +56,12 @@ def progress_deadline_failure(
         return None
     if b.status.results_state is not None or _trained_to_the_end(b.status.training_progress):
         return None
-    started = _time(running.last_transition_time)
+    started = parse_time_or_none(running.last_transition_time)
     if started is None:
         return None
-    seen = _time(b.status.last_progress_time)
-    if seen is not None and seen >= started and observed.training_progress is None:
+    seen = parse_time_or_none(b.status.last_progress_time)
+    seen_in_this_world = seen is not None and seen >= started
+    if seen_in_this_world and observed.training_progress is None:
         return None
     since = max(started, seen) if seen is not None else started
     idle = (b.now - since).total_seconds()
@@ -69,7 +69,7 @@ def progress_deadline_failure(
         b.requeue(deadline - idle + 1)
         return None
     pod = launcher.pod_name or "?"
-    if seen is not None and seen >= started and b.status.training_progress is not None:
+    if seen_in_this_world and b.status.training_progress is not None:
         last = b.status.training_progress
         at = f"epoch {last.get('epoch')} step {last.get('step')}"
         what = f"its last record ({at}) was seen at {format_time(since)}"
@@ -85,12 +85,3 @@ def progress_deadline_failure(
 def _trained_to_the_end(progress: Mapping[str, Any] | None) -> bool:
     """Rank 0's last record has every planned step done (status.progress.percent, 100 only then)."""
     return progress is not None and progress.get("percent") == 100
-
-
-def _time(stamp: str | None) -> datetime | None:
-    if not stamp:
-        return None
-    try:
-        return parse_time(stamp)
-    except ValueError:
-        return None

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dtjob.config import DRAIN_GRACE_SECONDS, NodeHealthPolicy
-from dtjob.timefmt import parse_time
+from dtjob.timefmt import parse_time_or_none
 
 Json = Mapping[str, Any]
 
@@ -58,15 +58,8 @@ def node_problems(nodes: Iterable[Json], policy: NodeHealthPolicy) -> dict[str, 
             node=name,
             condition=kind,
             message=" ".join(str(worst.get("message") or "").split()),
-            since=_since(worst.get("lastTransitionTime")),
+            since=parse_time_or_none(worst.get("lastTransitionTime")),
             drain=kind not in policy.unhealthy,
             grace=timedelta(seconds=policy.drain_grace_seconds),
         )
     return found
-
-
-def _since(stamp: Any) -> datetime | None:
-    try:
-        return parse_time(stamp) if isinstance(stamp, str) and stamp else None
-    except ValueError:
-        return None

@@ -20,7 +20,7 @@ from dtjob.state.node_health import NodeProblem
 from dtjob.state.prebuilt import PrebuiltWorkload
 from dtjob.state.rank_error import RankError
 from dtjob.state.staging import StagingOutcome as StagingOutcome
-from dtjob.timefmt import parse_time
+from dtjob.timefmt import parse_time_or_none
 
 Json = Mapping[str, Any]
 
@@ -236,9 +236,9 @@ def pod_state(pod: Json) -> PodState:
         deleting=bool(meta.get("deletionTimestamp")),
         reason=pod_reason(pod),
         uid=str(meta.get("uid") or ""),
-        deletion_deadline=_timestamp(meta.get("deletionTimestamp")),
+        deletion_deadline=parse_time_or_none(meta.get("deletionTimestamp")),
         disruption=pod_disruption(pod),
-        created=_timestamp(meta.get("creationTimestamp")),
+        created=parse_time_or_none(meta.get("creationTimestamp")),
         waiting=_waiting_reason(status),
         unschedulable=bool(scheduled and scheduled.get("status") == "False"),
         exit_code=exit_code,
@@ -283,18 +283,8 @@ def _failed_termination(
     for cs in statuses:
         term = (cs.get("state") or {}).get("terminated")
         if term and isinstance(term.get("exitCode"), int) and term["exitCode"] != 0:
-            return int(term["exitCode"]), term.get("reason"), _timestamp(term.get("finishedAt"))
+            return int(term["exitCode"]), term.get("reason"), parse_time_or_none(term.get("finishedAt"))
     return None, None, None
-
-
-def _timestamp(value: Any) -> datetime | None:
-    """An RFC 3339 time of the API server, or None when absent or unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
 
 
 def pod_disruption(pod: Json) -> str | None:

@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from dtjob.timefmt import format_time, parse_time
+from dtjob.timefmt import format_time, parse_time_or_none
 
 
 class Phase(StrEnum):
@@ -213,13 +213,7 @@ def _count(value: Any) -> int:
 
 def _stamp(value: Any) -> str | None:
     """A timestamp in status, or None for one that does not parse (it is written afresh)."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parse_time(value)
-    except ValueError:
-        return None
-    return value
+    return value if parse_time_or_none(value) is not None else None
 
 
 def _object(value: Any) -> Mapping[str, Any]:
