@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from dtjob.kube.connect import ApiClient, connect
+from dtjob.kube.credentials import kubeconfig_credentials
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -32,6 +34,12 @@ def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> subprocess
         capture_output=True,
         timeout=60,
     )
+
+
+def operator_client(kubeconfig: str) -> ApiClient:
+    """The operator's own client (dtjob.kube.connect) for the cluster of `kubeconfig`, as the operator
+    connects: its deadlines and retries, its reading of the kubeconfig."""
+    return connect(10.0, 30.0, 3, credentials=kubeconfig_credentials({"KUBECONFIG": kubeconfig}))
 
 
 def install_crd(kubeconfig: str) -> None:

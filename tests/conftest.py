@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from dtjob.kube.connect import ApiClient
 from kubernetes import client, config
 
 from testbed.kube_wait import wait_for
 from testbed.kueue import KueueRelease, releases
+from testbed.operator_harness import operator_client
 from tests.tools import tool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +65,11 @@ def kubeconfig() -> Iterator[str]:
 def api_client(kubeconfig: str) -> client.ApiClient:
     api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
     return api
+
+
+@pytest.fixture(scope="session")
+def operator_api(kubeconfig: str) -> ApiClient:
+    return operator_client(kubeconfig)
 
 
 @pytest.fixture(scope="session")

@@ -107,7 +107,7 @@ SAS_ACCESS = ("in", "out")
 # leaf imports neither the Kubernetes, urllib3 nor the Azure libraries.
 ERROR_CLASSES = {
     "Conflict": "conflict",
-    "ApiException": "kubernetes",
+    "ApiError": "kubernetes",
     "TimeoutError": "timeout",
     "ReadTimeoutError": "timeout",
     "ConnectTimeoutError": "timeout",

@@ -18,6 +18,7 @@ import pytest
 from dtjob import desired
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
+from dtjob.kube.connect import ApiClient
 from dtjob.spec.parse import parse_spec
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -280,7 +281,7 @@ def test_volcano_missing_then_installed_its_crd_judges_the_pod_group(
 
 
 def test_a_pod_group_under_the_jobs_name_is_deleted_only_when_the_job_owns_it(
-    coscheduling: str, api_client: client.ApiClient, namespace: str
+    coscheduling: str, api_client: client.ApiClient, operator_api: ApiClient, namespace: str
 ) -> None:
     """Before: the finished job's PodGroup was deleted by name, whoever owned the object of that name."""
     from dtjob.kube.client import KubeClient
@@ -308,7 +309,7 @@ def test_a_pod_group_under_the_jobs_name_is_deleted_only_when_the_job_owns_it(
             "metadata": {"name": name, "ownerReferences": [ref]}, "spec": {"minMember": 1},
         }  # fmt: skip
         custom.create_namespaced_custom_object(*COSCHEDULING, namespace, "podgroups", group)
-    kube = KubeClient(api_client)
+    kube = KubeClient(operator_api)
     api_version, our_uid = "/".join(COSCHEDULING), str(ours.metadata.uid)
     delete_owned(kube, "PodGroup", namespace, "shared", our_uid, api_version)
     assert custom.get_namespaced_custom_object(*COSCHEDULING, namespace, "podgroups", "shared")

@@ -57,7 +57,7 @@ class Backend:
 def backend(request: pytest.FixtureRequest) -> Backend:
     if request.param == "recording":
         return Backend(RecordingKube(), "ml")
-    return Backend(KubeClient(request.getfixturevalue("api_client")), request.getfixturevalue("namespace"))
+    return Backend(KubeClient(request.getfixturevalue("operator_api")), request.getfixturevalue("namespace"))
 
 
 def token_of(secret: Json) -> str:

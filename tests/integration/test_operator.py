@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from dtjob.config import load_config
 from dtjob.kube.client import KubeClient
+from dtjob.kube.connect import ApiClient
 from dtjob.reconcile.job import Children, reconcile
 from kubernetes import client
 
@@ -274,12 +275,12 @@ def test_ttl_deletes_finished_job_and_clean_pod_policy_none_keeps_pods(
 
 
 def test_reconcile_twice_changes_nothing(
-    jobs: Jobs, operator: OperatorProcess, api_client: client.ApiClient
+    jobs: Jobs, operator: OperatorProcess, api_client: client.ApiClient, operator_api: ApiClient
 ) -> None:
     jobs.create("twice", launcher=LONG_LAUNCHER)
     jobs.wait_phase("twice", "Running", timeout=120)
     operator.stop()
-    kube = KubeClient(api_client)
+    kube = KubeClient(operator_api)
 
     def snapshot() -> dict[str, str]:
         selector = "dtjob.io/job-name=twice"

@@ -19,6 +19,7 @@ import pytest
 from dtjob.config import OperatorConfig
 from dtjob.fence import NotLeader
 from dtjob.kube.client import KubeClient
+from dtjob.kube.connect import ApiClient
 from dtjob.reconcile.deletes import delete_owned, delete_pods, delete_training_job
 from dtjob.reconcile.ensure import create_if_absent, ensure
 from dtjob.reconcile.reads import get_job, patch_status
@@ -217,11 +218,11 @@ def test_a_standby_writes_nothing_while_another_replica_holds_the_lease(
     ]
 
 
-def test_a_fenced_client_writes_nothing_to_the_api_server(jobs: Jobs, api_client: client.ApiClient) -> None:
+def test_a_fenced_client_writes_nothing_to_the_api_server(jobs: Jobs, operator_api: ApiClient) -> None:
     """What a reconcile still under way meets once its replica has stepped down: every write refused before
     it is sent."""
     job = jobs.create("fenced")
-    kube = KubeClient(api_client, fence=Leadership("stepped-down_0", renew_deadline_s=10))  # never renewed
+    kube = KubeClient(operator_api, fence=Leadership("stepped-down_0", renew_deadline_s=10))  # never renewed
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

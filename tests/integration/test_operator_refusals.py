@@ -18,6 +18,7 @@ import pytest
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.blob import BlobServiceClient
 from dtjob.kube.client import KubeClient
+from dtjob.kube.connect import ApiClient
 from dtjob.names import STORAGE_KEY_LABEL
 from dtjob.reconcile.preflight import preflight
 from kubernetes import client
@@ -91,17 +92,17 @@ def test_quota_refusal_waits_with_the_cause_and_goes_on_once_it_fits(
 
 
 def test_a_node_selector_the_api_server_refuses_fails_the_job_naming_the_field(
-    api_client: client.ApiClient, simulated_pool: object
+    operator_api: ApiClient, simulated_pool: object
 ) -> None:
     spec = job_spec()
     bad = replace(
         spec, placement=replace(spec.placement, node_selector={"kubernetes.azure.com/agentpool": "GPU pool"})
     )
-    blocker = preflight(KubeClient(api_client), bad)  # raised ApiException(400) in every reconcile before
+    blocker = preflight(KubeClient(operator_api), bad)  # raised ApiException(400) in every reconcile before
     assert blocker is not None and blocker.fatal and blocker.reason == "InvalidNodeSelector"
     assert blocker.message.startswith("spec.placement.nodePool / spec.placement.nodeSelector:")
     assert "GPU pool" in blocker.message
-    assert preflight(KubeClient(api_client), spec) is None  # the pool as the operator builds it is fine
+    assert preflight(KubeClient(operator_api), spec) is None  # the pool as the operator builds it is fine
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from functools import partial
 
 import pytest
 from dtjob.kube.client import KubeClient
+from dtjob.kube.connect import ApiClient
 from dtjob.reconcile.preflight import preflight
 from kubernetes import client
 
@@ -71,9 +72,7 @@ def assert_tells_only_of_own_pool(message: str, run: str) -> None:
         assert secret not in message, message
 
 
-def test_a_job_placed_by_affinity_hears_only_of_its_own_pool(
-    api_client: client.ApiClient, pools: str
-) -> None:
+def test_a_job_placed_by_affinity_hears_only_of_its_own_pool(operator_api: ApiClient, pools: str) -> None:
     spec = job_spec(gpusPerWorker=4)
     affinity = {
         "nodeAffinity": {
@@ -85,18 +84,18 @@ def test_a_job_placed_by_affinity_hears_only_of_its_own_pool(
         }
     }
     spec = replace(spec, placement=replace(spec.placement, node_selector={}, affinity=affinity))
-    blocker = preflight(KubeClient(api_client), spec)
+    blocker = preflight(KubeClient(operator_api), spec)
     assert blocker is not None and blocker.fatal and blocker.reason == "InsufficientGPUsPerNode"
     assert_tells_only_of_own_pool(blocker.message, pools)
     assert "spec.placement.affinity" in blocker.message
 
 
 def test_nodes_kept_by_a_taint_the_job_does_not_tolerate_are_not_its_pool(
-    api_client: client.ApiClient, pools: str
+    operator_api: ApiClient, pools: str
 ) -> None:
     spec = job_spec(gpusPerWorker=4)
     spec = replace(spec, placement=replace(spec.placement, node_selector={"shared": pools}))
-    blocker = preflight(KubeClient(api_client), spec)
+    blocker = preflight(KubeClient(operator_api), spec)
     assert blocker is not None and blocker.fatal and blocker.reason == "InsufficientGPUsPerNode"
     assert_tells_only_of_own_pool(blocker.message, pools)
     assert f"shared={pools}" in blocker.message  # the job's own selector is its own business
@@ -108,4 +107,4 @@ def test_nodes_kept_by_a_taint_the_job_does_not_tolerate_are_not_its_pool(
             tolerations=(*spec.placement.tolerations, {"key": "tenant", "operator": "Exists"}),
         ),
     )
-    assert preflight(KubeClient(api_client), tolerating) is None  # a node it may use has 8
+    assert preflight(KubeClient(operator_api), tolerating) is None  # a node it may use has 8

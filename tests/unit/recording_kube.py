@@ -23,6 +23,8 @@ from datetime import datetime
 from typing import Any
 
 from dtjob.fence import NotLeader
+from dtjob.kube.connect import ApiClient
+from dtjob.kube.credentials import Credentials
 from dtjob.kube.errors import ApiNotServed, Conflict, Forbidden, LogUnavailable, Rejected
 from dtjob.kube.permissions import PERMISSIONS
 from dtjob.kube.rest import RESOURCES, permission
@@ -255,3 +257,8 @@ def _json_patch(obj: Json, ops: builtins.list[Json], what: str) -> Json:
                 raise ValueError(f"{what}: replace of {op['path']}, which is not there")
             holder[key] = copy.deepcopy(op["value"])
     return out
+
+
+def unused_api() -> ApiClient:
+    """An API client that the code under test holds but never calls here (nothing listens at its address)."""
+    return ApiClient(Credentials(server="http://127.0.0.1:9"), (1.0, 1.0), retries=False)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from dtjob.runtime.child_watch import ChildWatch, Gone
-from kubernetes import client
+
+from tests.unit.recording_kube import unused_api
 
 
 class Loop:
@@ -26,7 +27,7 @@ def pod(name: str, version: str, namespace: str = "ml") -> dict[str, Any]:
 def watch(namespaces: tuple[str, ...] = ()) -> tuple[ChildWatch, list[tuple[str, str, bool]]]:
     seen: list[tuple[str, str, bool]] = []
     children = ChildWatch(
-        client.ApiClient(client.Configuration()), namespaces, "a=b",
+        unused_api(), namespaces, "a=b",
         lambda kind, obj, deleted: seen.append((kind, obj["metadata"]["name"], deleted)),
     )  # fmt: skip
     children._loop = Loop()  # type: ignore[assignment]
@@ -65,7 +66,7 @@ class Scripted(ChildWatch):
     """_list and _watch play a script: each step returns a version or raises."""
 
     def __init__(self, steps: list[Any]) -> None:
-        super().__init__(client.ApiClient(client.Configuration()), (), "a=b", lambda *_: None)
+        super().__init__(unused_api(), (), "a=b", lambda *_: None)
         self.steps = steps
         self.calls: list[str] = []
 

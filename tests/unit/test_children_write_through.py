@@ -5,15 +5,14 @@ behind the operator's own creates by the watch's delay)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from typing import Any
 
 from dtjob import names
 from dtjob.config import OperatorConfig
 from dtjob.runtime.cached_kube import CachedKube
 from dtjob.runtime.controller import Controller
-from kubernetes import client
 
-from tests.unit.recording_kube import RecordingKube
+from tests.unit.recording_kube import RecordingKube, unused_api
 
 
 def _pod(name: str, job: str, role: str = names.ROLE_WORKER) -> dict[str, Any]:
@@ -29,7 +28,7 @@ def _launcher(job: str) -> dict[str, Any]:
 
 
 def test_children_a_reconcile_creates_are_cached_at_once_and_nothing_else_is() -> None:
-    kube = CachedKube(RecordingKube(), cast(client.ApiClient, None))
+    kube = CachedKube(RecordingKube(), unused_api())
 
     async def scenario() -> Controller:
         controller = Controller(kube, OperatorConfig())
@@ -57,7 +56,7 @@ def test_children_a_reconcile_creates_are_cached_at_once_and_nothing_else_is() -
 
 def test_an_endpoint_slice_a_reconcile_creates_or_patches_is_cached_as_answered() -> None:
     """The next reconcile compares the hosts with what it wrote, not with a watch event still on its way."""
-    kube = CachedKube(RecordingKube(), cast(client.ApiClient, None))
+    kube = CachedKube(RecordingKube(), unused_api())
     labels = {names.JOB_NAME_LABEL: "rn"}
     endpoint = {"addresses": ["10.0.0.1"], "hostname": "rn-worker-0"}
     hosts = {

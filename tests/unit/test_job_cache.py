@@ -11,10 +11,9 @@ from typing import Any
 from dtjob.reconcile.reads import get_job, patch_status
 from dtjob.runtime.cached_kube import JOB_COPY_MAX_AGE_S, CachedKube
 from dtjob.runtime.job_cache import JobCache
-from kubernetes import client
 
 from tests.unit.manual_clock import ManualClock
-from tests.unit.recording_kube import Json, RecordingKube
+from tests.unit.recording_kube import Json, RecordingKube, unused_api
 
 
 def job(version: str, uid: str = "u1", phase: str = "Pending") -> dict[str, Any]:
@@ -87,7 +86,7 @@ class JobApi(RecordingKube):
 
 
 def kube_over(api: JobApi, clock: ManualClock) -> CachedKube:
-    return CachedKube(api, client.ApiClient(client.Configuration()), JobCache(JOB_COPY_MAX_AGE_S, clock))
+    return CachedKube(api, unused_api(), JobCache(JOB_COPY_MAX_AGE_S, clock))
 
 
 def test_the_client_reads_the_watch_copy_and_writes_its_status_through() -> None:

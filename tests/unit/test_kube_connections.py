@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import pytest
 from dtjob.kube.client import KubeClient
-from dtjob.kube.connect import DeadlineApiClient
-from kubernetes import client
+from dtjob.kube.connect import ApiClient
+from dtjob.kube.credentials import Credentials
 
 
 class ApiServerStandIn(BaseHTTPRequestHandler):
@@ -44,10 +44,10 @@ def kube() -> Iterator[KubeClient]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), ApiServerStandIn)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    configuration = client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
+    credentials = Credentials(server=f"http://127.0.0.1:{server.server_address[1]}")
     ApiServerStandIn.connections = set()
     try:
-        yield KubeClient(DeadlineApiClient(configuration, (5, 5)))
+        yield KubeClient(ApiClient(credentials, (5, 5), retries=False))
     finally:
         server.shutdown()
 

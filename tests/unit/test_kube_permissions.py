@@ -7,11 +7,12 @@ import pytest
 from dtjob import API_GROUP, KIND, PLURAL
 from dtjob.kube.permissions import PERMISSIONS
 from dtjob.kube.rest import api_call, permission
-from kubernetes import client
+
+from tests.unit.recording_kube import unused_api
 
 
 def test_a_call_outside_the_table_is_refused_before_it_is_sent() -> None:
-    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))  # nothing listens there
+    api = unused_api()  # nothing listens there
     for verb, kind in (("list", "Secret"), ("watch", "Secret"), ("update", "Pod"), ("patch", "Job")):
         assert permission(verb, kind) not in PERMISSIONS
         with pytest.raises(ValueError, match=r"not among dtjob\.kube\.permissions\.PERMISSIONS"):

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from dtjob.kube import rest as kube
-from kubernetes import client
+
+from tests.unit.recording_kube import unused_api
 
 
 @dataclass
@@ -34,7 +35,7 @@ def test_every_page_is_read_and_only_what_keep_returns_is_kept(monkeypatch: pyte
     monkeypatch.setattr(kube, "api_call", api_call)
     monkeypatch.setattr(kube, "LIST_PAGE", 3)
     items, version = kube.list_pages(
-        client.ApiClient(client.Configuration()), "Pod", "ml", [("labelSelector", "a=b")],
+        unused_api(), "Pod", "ml", [("labelSelector", "a=b")],
         lambda pod: {"name": pod["metadata"]["name"]},
     )  # fmt: skip
     assert items == [{"name": f"p{i}"} for i in range(7)] and version == "42"

@@ -16,12 +16,12 @@ from dtjob import metrics
 from dtjob.cli.operator import DEFAULT_METRICS_ADDRESS, DEFAULT_METRICS_PORT, metrics_endpoint
 from dtjob.config import OperatorConfig
 from dtjob.kube.client import Conflict
+from dtjob.kube.errors import ApiError
 from dtjob.reconcile.job import reconcile
 from dtjob.reconcile.storage_observe import StorageRefused
 from dtjob.runtime.cached_kube import ControllerKube
 from dtjob.runtime.controller import Controller
 from dtjob.state.observed import Blocker, Children
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -98,7 +98,7 @@ def test_api_call_latency_and_errors_by_verb_resource_and_code() -> None:
 def test_errors_fall_into_a_few_kinds() -> None:
     refused = urllib3.exceptions.NewConnectionError(cast(Any, None), "refused")
     assert metrics.error_kind(Conflict("x")) == "conflict"
-    assert metrics.error_kind(ApiException(status=500)) == "kubernetes"
+    assert metrics.error_kind(ApiError(500)) == "kubernetes"
     assert metrics.error_kind(TimeoutError()) == "timeout"
     assert metrics.error_kind(urllib3.exceptions.MaxRetryError(cast(Any, None), "/", refused)) == "connection"
     timed_out = urllib3.exceptions.ReadTimeoutError(cast(Any, None), "/", "read")

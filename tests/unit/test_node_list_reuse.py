@@ -13,11 +13,10 @@ from dtjob.reconcile.preflight import preflight
 from dtjob.reconcile.reads import list_nodes
 from dtjob.runtime.cached_kube import NODE_LIST_TTL_S, CachedKube, ListAnswer
 from dtjob.runtime.ttl_cache import TtlCache
-from kubernetes import client
 
 from tests.unit.manual_clock import ManualClock
 from tests.unit.operator_fixtures import job_spec
-from tests.unit.recording_kube import RecordingKube
+from tests.unit.recording_kube import RecordingKube, unused_api
 
 
 def test_entries_expire_after_their_ttl() -> None:
@@ -100,7 +99,7 @@ class CountingNodes(RecordingKube):
 
 def cached_over(api: CountingNodes, clock: ManualClock | None = None) -> CachedKube:
     lists: TtlCache[str, ListAnswer] = TtlCache(NODE_LIST_TTL_S, clock or ManualClock())
-    return CachedKube(api, client.ApiClient(client.Configuration()), node_lists=lists)
+    return CachedKube(api, unused_api(), node_lists=lists)
 
 
 def kept(gpus: int) -> dict[str, Any]:

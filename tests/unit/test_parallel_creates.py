@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from dtjob.desired.common import owner_reference
 from dtjob.kube.client import Kube, KubeClient, Rejected
+from dtjob.kube.connect import ApiClient
+from dtjob.kube.credentials import Credentials
 from dtjob.reconcile import act as act_module
 from dtjob.reconcile import ensure
 from dtjob.reconcile.act import act
@@ -21,7 +23,6 @@ from dtjob.reconcile.reads import poll_pod_log
 from dtjob.runtime.cached_kube import CachedKube
 from dtjob.runtime.log_polls import LogPolls
 from dtjob.state.decision import Action, CreateLauncher, CreateWorker, EnsureWorld
-from kubernetes import client
 
 from tests.unit.manual_clock import ManualClock
 from tests.unit.operator_fixtures import CONFIG, job_spec
@@ -113,7 +114,7 @@ def test_a_failed_create_is_raised_once_every_create_of_its_batch_has_ended(
 
 def test_progress_polls_read_a_log_at_most_once_per_interval() -> None:
     clock = ManualClock()
-    api = client.ApiClient(client.Configuration())
+    api = ApiClient(Credentials(server="http://127.0.0.1:9"), (1.0, 1.0), retries=False)
     kube = CachedKube(KubeClient(api), api, polls=LogPolls(clock))
     reads: list[str] = []
 

@@ -17,7 +17,6 @@ import pytest
 from dtjob.fence import NotLeader
 from dtjob.kube.client import KubeClient
 from dtjob.kube.connect import connect
-from kubernetes.config import kube_config
 
 
 class Overloaded(BaseHTTPRequestHandler):
@@ -89,8 +88,8 @@ def operator_client(
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }  # fmt: skip
     (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
-    # Read by the library from $KUBECONFIG when it is imported: set where it looks now.
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "kubeconfig"))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     return lambda fence, retries: KubeClient(connect(5.0, 20.0, retries), fence)
 
 

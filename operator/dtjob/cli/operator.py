@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,10 @@ def watched_namespaces(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The operator calls the API server through its own client (dtjob.kube.connect), never the official one,
+    # whose package (the CLI's) kopf would import only because it is installed: about 15 MB of model classes
+    # in every replica. Hidden from this process, kopf logs in through dtjob.runtime.handlers.login.
+    sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
     import kopf
 
     import dtjob.runtime.handlers  # registers the handlers with kopf's default registry

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kubernetes import client
-
+from dtjob.kube.connect import ApiClient
 from dtjob.kube.rest import Json, api_call, read_json
 
 
@@ -25,7 +24,7 @@ class AccessReviews:
     """Needs `create` on tokenreviews (authentication.k8s.io) and subjectaccessreviews
     (authorization.k8s.io)."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
 
     def authenticate(self, token: str) -> Identity | None:

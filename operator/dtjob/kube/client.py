@@ -20,13 +20,12 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import urllib3
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from dtjob import API_GROUP, API_VERSION, KIND
 from dtjob.fence import Fence, NotLeader, Unfenced
-from dtjob.kube.connect import RETRIED_STATUSES, DeadlineApiClient, retries_of, single_try
+from dtjob.kube.connect import RETRIED_STATUSES, ApiClient, retries_of, single_try
 from dtjob.kube.errors import (
+    ApiError,
     ApiNotServed,
     Conflict,
     Forbidden,
@@ -124,23 +123,23 @@ BACKOFF_S = 0.2
 BACKOFF_MAX_S = 5.0
 
 
-def _within(api_client: DeadlineApiClient, left_s: float) -> tuple[float, float]:
+def _within(api_client: ApiClient, left_s: float) -> tuple[float, float]:
     """The client's (connect, read) deadlines, each cut to the `left_s` seconds the fence still allows."""
     connect_s, read_s = api_client.timeout
     return min(connect_s, left_s), min(read_s, left_s)
 
 
 class KubeClient:
-    """Kube over the official client's connection, against a real API server."""
+    """Kube over the operator's own connection (dtjob.kube.connect), against a real API server."""
 
-    def __init__(self, api_client: client.ApiClient, fence: Fence | None = None) -> None:
+    def __init__(self, api_client: ApiClient, fence: Fence | None = None) -> None:
         self.api_client = api_client
         self.fence: Fence = fence or Unfenced()
         # Writes are tried by _write(), which retries them as `api_client` would, each try within the fence.
         self.write_client = single_try(api_client)
         self.write_retries = retries_of(api_client)
 
-    def _write(self, call: Callable[[client.ApiClient, tuple[float, float]], T]) -> T:
+    def _write(self, call: Callable[[ApiClient, tuple[float, float]], T]) -> T:
         """`call(client, timeout)`, tried again as connect() retries a call (a 429 or 5xx answer, a broken
         connection; a timed-out read once), but every try starts only while the fence allows a write and is
         cut off when it no longer does: NotLeader instead of a try that could land after the Lease is lost."""
@@ -150,7 +149,7 @@ class KubeClient:
             last = attempt == self.write_retries
             try:
                 return call(self.write_client, timeout)
-            except ApiException as err:
+            except ApiError as err:
                 if err.status not in RETRIED_STATUSES or last:
                     raise
             except urllib3.exceptions.ReadTimeoutError:
@@ -174,7 +173,7 @@ class KubeClient:
                     api, "create", kind, meta["namespace"], body=obj, timeout=timeout, api_version=version
                 )
             )
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 409:
                 return None
             api_version = api_version_of(kind, version)
@@ -192,7 +191,7 @@ class KubeClient:
             return json_or_none(
                 lambda: api_call(self.api_client, "get", kind, namespace, name, api_version=api_version)
             )
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 403:
                 raise Forbidden(f"get {kind} {name} refused by the API server: {api_message(err)}") from err
             raise
@@ -213,7 +212,7 @@ class KubeClient:
                 )
                 return builtins.list(read_json(page).get("items") or [])
             return list_pages(self.api_client, kind, namespace, query, lambda item: item)[0]
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 403:
                 raise Forbidden(f"list {kind} refused by the API server: {api_message(err)}") from err
             if err.status == 400:
@@ -229,7 +228,7 @@ class KubeClient:
                     api, "patch", kind, namespace, name, body, timeout=timeout, api_version=api_version
                 )
             )
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 404:
                 return None
             if err.status == 409 or (err.status == 422 and isinstance(body, list)):  # a JSON patch's test
@@ -251,7 +250,7 @@ class KubeClient:
                     )
                 )
             )  # fmt: skip
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 409:
                 raise Conflict(f"{kind} {meta['namespace']}/{meta['name']} changed; retrying") from err
             raise
@@ -283,7 +282,7 @@ class KubeClient:
                     )
                 )
             )
-        except ApiException as err:
+        except ApiError as err:
             if err.status in (404, 409):  # gone, or the name now belongs to another object
                 return False
             raise
@@ -299,7 +298,7 @@ class KubeClient:
         query += [("limitBytes", str(limit_bytes))] if limit_bytes is not None else []
         try:
             response = api_call(self.api_client, "get", "Pod/log", namespace, pod, query=query)
-        except ApiException as err:
+        except ApiError as err:
             raise LogUnavailable(f"{namespace}/{pod} ({container}): {err.status} {err.reason}") from err
         data: bytes = response.data
         return data.decode(errors="replace")
@@ -323,7 +322,7 @@ class KubeClient:
                 query=[("container", container)],
                 timeout=timeout,
             )
-        except ApiException as err:
+        except ApiError as err:
             raise LogUnavailable(f"{where}: {err.status} {err.reason}") from err
         except (urllib3.exceptions.HTTPError, OSError) as err:
             raise LogUnavailable(f"{where}: {type(err).__name__}: {err}") from err

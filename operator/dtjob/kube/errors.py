@@ -4,8 +4,31 @@ outside 2xx maps onto them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
-from kubernetes.client.exceptions import ApiException
+
+class ApiError(Exception):
+    """The API server answered outside 2xx: its status, reason, body (as text) and headers."""
+
+    def __init__(
+        self, status: int, reason: str = "", body: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(status, reason)
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.headers = dict(headers or {})
+
+    @classmethod
+    def from_response(cls, response: Any) -> ApiError:
+        """From a urllib3 answer, read whole."""
+        data: bytes = response.data or b""
+        return cls(int(response.status), str(response.reason or ""), data.decode(errors="replace"),
+                   dict(response.headers))  # fmt: skip
+
+    def __str__(self) -> str:
+        return f"({self.status})\nReason: {self.reason}\nHTTP response body: {self.body}"
 
 
 class Conflict(Exception):
@@ -33,7 +56,7 @@ class NotOurs(Exception):
     garbage collected): the job waits instead of adopting it."""
 
 
-def api_message(err: ApiException) -> str:
+def api_message(err: ApiError) -> str:
     """The API server's own words for a refusal (its Status message), else the HTTP reason."""
     try:
         return str(json.loads(err.body or "")["message"])
@@ -41,7 +64,7 @@ def api_message(err: ApiException) -> str:
         return str(err.reason)
 
 
-def refusal(err: ApiException, what: str) -> Exception | None:
+def refusal(err: ApiError, what: str) -> Exception | None:
     """The client's exception for a create or write the API server refused (400/422: the object; 403:
     admission or RBAC), or None for any other answer."""
     if err.status in (400, 422):

@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
+from dtjob.kube.connect import ApiClient
+from dtjob.kube.errors import ApiError
 from dtjob.kube.rest import Json, api_call, discard
 from dtjob.timefmt import format_micro_time, format_time
 
@@ -29,7 +28,7 @@ def reference(obj: Mapping[str, Any], api_version: str, kind: str) -> Json:
 
 
 def post_event(
-    api_client: client.ApiClient,
+    api_client: ApiClient,
     involved: Json,
     kind: str,
     reason: str,
@@ -59,5 +58,5 @@ def post_event(
     }
     try:
         discard(api_call(api_client, "create", "Event", involved["namespace"], body=event, timeout=timeout))
-    except ApiException as err:  # events are best effort: never fail a reconcile over one
+    except ApiError as err:  # events are best effort: never fail a reconcile over one
         log.warning("could not post event %s on %s: %s", reason, involved["name"], err.reason)

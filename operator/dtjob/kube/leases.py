@@ -7,10 +7,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from dtjob.kube.errors import Conflict
+from dtjob.kube.connect import ApiClient
+from dtjob.kube.errors import ApiError, Conflict
 from dtjob.kube.events import post_event, reference
 from dtjob.kube.rest import Json, api_call, json_or_none, read_json
 
@@ -22,7 +20,7 @@ class LeaseClient:
     election's retry period and no retries of its own, so that a slow API server costs one round of the
     election loop, not its renew deadline."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
+    def __init__(self, api_client: ApiClient, namespace: str, name: str) -> None:
         self.namespace = namespace
         self.name = name
         self.api_client = api_client
@@ -36,7 +34,7 @@ class LeaseClient:
             return read_json(
                 api_call(self.api_client, "create", "Lease", self.namespace, body=self._body(spec))
             )
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 409:
                 return None
             raise
@@ -47,7 +45,7 @@ class LeaseClient:
         body["metadata"]["resourceVersion"] = resource_version
         try:
             return read_json(api_call(self.api_client, "update", "Lease", self.namespace, self.name, body))
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 409:
                 raise Conflict(f"Lease {self.namespace}/{self.name} changed since it was read") from err
             raise

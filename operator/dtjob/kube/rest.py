@@ -12,10 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
+from dtjob.kube.connect import ApiClient
+from dtjob.kube.errors import ApiError
 from dtjob.kube.permissions import COSCHEDULING_GROUP, KUEUE_GROUP, PERMISSIONS, VOLCANO_GROUP
 
 Json = dict[str, Any]
@@ -86,7 +85,7 @@ def permission(verb: str, kind: str, api_version: str | None = None) -> tuple[st
 
 
 def api_call(
-    api_client: client.ApiClient,
+    api_client: ApiClient,
     verb: str,
     kind: str,
     namespace: str | None,
@@ -119,7 +118,7 @@ def api_call(
 
 
 def list_pages(
-    api_client: client.ApiClient,
+    api_client: ApiClient,
     kind: str,
     namespace: str | None,
     query: Sequence[tuple[str, str]],
@@ -141,7 +140,7 @@ def list_pages(
 
 
 def rest_call(
-    api_client: client.ApiClient,
+    api_client: ApiClient,
     method: str,
     path: str,
     body: Any = None,
@@ -150,17 +149,13 @@ def rest_call(
     timeout: tuple[float, float] | None = None,
 ) -> Any:
     """One API call with `body` sent as JSON as it is, through the client's auth, deadlines (`timeout`,
-    connect and read, or the client's), retries and metrics (its call_api); the urllib3 answer, unread.
-    ApiException for an answer outside 2xx, as the typed client raises it."""
+    connect and read, or the client's), retries and metrics; the urllib3 answer, unread. ApiError for an
+    answer outside 2xx."""
     headers = {"Accept": JSON, "Content-Type": content_type}
-    _, url, headers, _, _ = api_client.param_serialize(
-        method, path, query_params=list(query), header_params=headers, auth_settings=["BearerToken"]
-    )
-    response = api_client.call_api(method, url, headers, body, _request_timeout=timeout)
+    response = api_client.request(method, path, query, body, headers, timeout)
     if not 200 <= response.status <= 299:
-        response.read()  # type: ignore[no-untyped-call]
-        raise ApiException.from_response(http_resp=response, body=None, data=None)
-    return response.response
+        raise ApiError.from_response(response)
+    return response
 
 
 def read_json(response: Any) -> Json:
@@ -180,7 +175,7 @@ def json_or_none(call: Callable[[], Any]) -> Json | None:
     """The answer's object, or None when the API server answered 404."""
     try:
         response = call()
-    except ApiException as err:
+    except ApiError as err:
         if err.status == 404:
             return None
         raise

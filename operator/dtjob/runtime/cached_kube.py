@@ -24,10 +24,9 @@ from collections.abc import Callable, Generator, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from kubernetes import client
-
 from dtjob import API_GROUP, KIND
 from dtjob.kube.client import Forbidden, Kube
+from dtjob.kube.connect import ApiClient
 from dtjob.kube.rest import Json, list_pages
 from dtjob.runtime.child_cache import CHILD_KINDS, projection
 from dtjob.runtime.job_cache import JobCache
@@ -68,7 +67,7 @@ class CachedKube:
     def __init__(
         self,
         kube: Kube,
-        api_client: client.ApiClient,
+        api_client: ApiClient,
         jobs: JobCache | None = None,
         node_lists: TtlCache[str, ListAnswer] | None = None,
         polls: LogPolls | None = None,

@@ -25,9 +25,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
+from dtjob.kube.connect import ApiClient
+from dtjob.kube.errors import ApiError
 from dtjob.kube.rest import api_call, list_pages
 from dtjob.runtime.child_cache import CHILD_KINDS, projection
 
@@ -57,7 +56,7 @@ class ChildWatch:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: ApiClient,
         namespaces: Sequence[str],
         selector: str,
         deliver: Deliver,
@@ -132,7 +131,7 @@ class ChildWatch:
         try:
             timeout = (10.0, float(WATCH_READ_TIMEOUT_S))
             response = api_call(self.api_client, "watch", kind, namespace, query=query, timeout=timeout)
-        except ApiException as err:
+        except ApiError as err:
             if err.status == 410:
                 raise Gone() from err
             raise

@@ -26,6 +26,7 @@ from dtjob.config import OperatorConfig, load_config
 from dtjob.fence import Fence, Unfenced
 from dtjob.kube.client import KubeClient
 from dtjob.kube.connect import connect
+from dtjob.kube.credentials import Credentials, load_credentials
 from dtjob.kube.leases import LeaseClient
 from dtjob.reconcile.ensure import PARALLEL_CREATES
 from dtjob.runtime import health
@@ -85,6 +86,26 @@ class NoEssence(kopf.AnnotationsDiffBaseStorage):
         return kopf.BodyEssence()
 
 
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf's own calls (its watch of the jobs, its patches) with the credentials the operator's client uses
+    (dtjob.kube.credentials). kopf asks again after a 401, so a rotated ServiceAccount token is read anew."""
+    found = load_credentials()
+    username, password = found.basic_auth or (None, None)
+    return kopf.ConnectionInfo(
+        server=found.server,
+        ca_path=found.ca_file,
+        ca_data=found.ca_data.encode() if found.ca_data else None,
+        insecure=found.insecure,
+        token=found.token(),
+        username=username,
+        password=password,
+        certificate_path=found.cert_file,
+        private_key_path=found.key_file,
+        default_namespace=found.namespace,
+    )
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = f"{API_GROUP}/kopf-finalizer"
@@ -107,14 +128,24 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     options: RunOptions = memo.get("options") or RunOptions()
     # A connection for every thread that may call at once: each reconcile thread, and the parallel creates.
     pool = reconcile_threads(config) + PARALLEL_CREATES
-    api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, config.kube_retries, pool)
-    elector = _elector(options, config)
+    # Read once for the operator's clients: a kubeconfig's inline keys written once, an exec plugin run once.
+    credentials = load_credentials()
+    api = connect(
+        config.kube_connect_timeout_seconds,
+        config.kube_timeout_seconds,
+        config.kube_retries,
+        pool,
+        credentials,
+    )
+    elector = _elector(options, config, credentials)
     fence: Fence = elector.leadership if elector is not None else Unfenced()
     controller = Controller(CachedKube(KubeClient(api, fence), api), config, leading=fence.leading)
     controller.start()
     memo["controller"] = controller
     # The children's watch: its own connections (each watch holds one for minutes), no retries of its own.
-    watch_api = connect(config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0, len(CHILD_KINDS))
+    watch_api = connect(
+        config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0, len(CHILD_KINDS), credentials
+    )
     children = ChildWatch(watch_api, options.namespaces, CHILDREN_SELECTOR, controller.observe_child)
     children.start(asyncio.get_running_loop())
     memo["children"] = children
@@ -131,12 +162,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             raise kopf.PermanentError(f"cannot serve health checks at {options.liveness}: {err}") from err
 
 
-def _elector(options: RunOptions, config: OperatorConfig) -> Elector | None:
+def _elector(options: RunOptions, config: OperatorConfig, credentials: Credentials) -> Elector | None:
     if not options.lease_namespace:
         return None
     timings = config.election
     # The Lease's own client: no retries, deadlines within a round, so a slow API server costs one round.
-    api = connect(timings.retry_period_s, 2 * timings.retry_period_s, 0)
+    api = connect(timings.retry_period_s, 2 * timings.retry_period_s, 0, credentials=credentials)
     leases = LeaseClient(api, options.lease_namespace, config.lease_name)
     return Elector(leases, timings, Leadership(options.identity, timings.renew_deadline_s))
 
