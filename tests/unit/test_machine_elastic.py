@@ -95,6 +95,19 @@ def test_below_min_workers_waits_the_timeout_then_restarts_counted() -> None:
     assert "for 120s (spec.elastic.timeoutSeconds)" in restarting.message
 
 
+def test_a_hand_edited_clock_below_the_minimum_starts_again_rather_than_raising() -> None:
+    """A WorkersBelowMinimum condition whose lastTransitionTime an admin blanked or garbled: the world is
+    timed from now (the stamp is written back readable), never a reconcile that raises on every pass."""
+    pods = (worker(0),)
+    for edited in ("", "yesterday"):
+        since = Condition("WorkersBelowMinimum", "True", "WorkersBelowMinimum", "", edited)
+        prev = trained(1, conditions=(since,))
+        d = decide(elastic(), Observed(pods=pods, launcher=running_launcher()), prev, NOW)
+        cond = d.status.condition("WorkersBelowMinimum")
+        assert cond is not None and cond.status == "True" and cond.last_transition_time == format_time(NOW)
+        assert d.status.restarts == 0 and d.requeue_after == 120
+
+
 def test_back_above_the_minimum_clears_the_clock() -> None:
     since = Condition("WorkersBelowMinimum", "True", "WorkersBelowMinimum", "", format_time(NOW))
     later = NOW + timedelta(seconds=500)

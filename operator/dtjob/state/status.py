@@ -293,10 +293,12 @@ def status_from_dict(data: Mapping[str, Any] | None) -> JobStatus:
 def set_condition(
     conditions: tuple[Condition, ...], kind: str, status: bool, reason: str, message: str, now: datetime
 ) -> tuple[Condition, ...]:
-    """Set one condition; lastTransitionTime moves only when its status flips."""
+    """Set one condition; lastTransitionTime moves only when its status flips, or when the one kept is not a
+    readable time (a hand-edited status): timers read it back (spec.elastic.timeoutSeconds)."""
     value = "True" if status else "False"
     old = next((c for c in conditions if c.type == kind), None)
-    stamp = old.last_transition_time if old and old.status == value else format_time(now)
+    kept = _stamp(old.last_transition_time) if old is not None and old.status == value else None
+    stamp = kept or format_time(now)
     new = Condition(kind, value, reason, message, stamp)
     others = [c for c in conditions if c.type != kind]
     merged = [*others, new]
