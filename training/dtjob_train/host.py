@@ -9,6 +9,8 @@ from collections.abc import Mapping
 
 from dtjob.contract.training import EXPECT_GPU_ENV
 
+from .cpu_quota import quota_cpus
+
 EXIT_NO_GPU = 3
 
 
@@ -48,10 +50,18 @@ def pick_gpu(local_rank: int, gpus: int) -> int | None:
         raise SystemExit(EXIT_NO_GPU) from None
 
 
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity mask, which a container's CPU set narrows), fewer when
+    its container's CPU quota (a pod's `limits.cpu`) allows fewer."""
+    mask = len(os.sched_getaffinity(0))
+    quota = quota_cpus()
+    return mask if quota is None else min(mask, quota)
+
+
 def cores_per_rank(local_size: int, cpus: int | None = None) -> int:
-    """This rank's share of the cores it may run on (its affinity mask, which a container's CPU set narrows),
-    split evenly among the ranks on its host; at least 1."""
-    available = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    """This rank's share of the cores it may use (usable_cpus), split evenly among the ranks on its host; at
+    least 1."""
+    available = usable_cpus() if cpus is None else cpus
     return max(1, available // max(local_size, 1))
 
 
