@@ -22,11 +22,10 @@ from dtjob.runtime.ttl_cache import TtlCache
 from dtjob.spec.tenancy import ANNOTATION_WRITE_CONTAINERS
 from dtjob.state.decision import MintSas, SasMinted
 from dtjob.state.status import JobStatus, status_from_dict
-from kubernetes import client
 
 from tests.unit.manual_clock import ManualClock
 from tests.unit.operator_fixtures import job_spec
-from tests.unit.recording_kube import RecordingKube
+from tests.unit.recording_kube import RecordingKube, unused_api
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ENDPOINT = "http://127.0.0.1:10000/devstoreaccount1"
@@ -143,7 +142,7 @@ def test_the_policy_check_reads_every_namespaces_own_write_list() -> None:
 def test_the_namespaces_list_is_reused_for_a_while_with_only_their_dtjob_annotations() -> None:
     kube = cluster(("team-a", {ANNOTATION_WRITE_CONTAINERS: "team-a-runs", "note": "x" * 1000}))
     clock = ManualClock()
-    cached = CachedKube(kube, client.ApiClient(client.Configuration()),
+    cached = CachedKube(kube, unused_api(),
                         namespace_list=TtlCache(NAMESPACE_LIST_TTL_S, clock))  # fmt: skip
     listed = cached.list("Namespace", None, cached=True)
     team_a = next(n for n in listed if n["metadata"]["name"] == "team-a")
@@ -155,3 +154,30 @@ def test_the_namespaces_list_is_reused_for_a_while_with_only_their_dtjob_annotat
     clock.now += NAMESPACE_LIST_TTL_S
     cached.list("Namespace", None, cached=True)
     assert kube.calls.count(("list", "Namespace", "")) == 2
+
+
+def test_a_token_that_outlives_a_shortened_deadline_is_minted_again() -> None:
+    """A token is minted to expire by the job's deadline at the latest; an edit that brings the deadline
+    closer makes the tokens minted before it outlive the job, so they are minted again (by the new one)."""
+    kube = cluster()
+    started = JobStatus(start_time="2026-03-01T12:00:00Z")
+    hour = job_spec(output=hour_output(), runPolicy={"activeDeadlineSeconds": 3600})
+    mint = MintSas("out", not_after=NOW + timedelta(hours=1))
+    results = act(kube, CONFIG, hour, OWNER, [mint], [], None, NOW)
+    status, _ = with_results(started, results)
+    store(kube, kube.objects[("Secret", "ml", "rn50-sas-out")])
+    later = NOW + timedelta(seconds=5)
+    assert observe_sas(kube, hour, status, "uid-1", later, CONFIG)["out"].mint_needed is False
+    longer = job_spec(output=hour_output(), runPolicy={"activeDeadlineSeconds": 7200})
+    assert observe_sas(kube, longer, status, "uid-1", later, CONFIG)["out"].mint_needed is False
+    shorter = job_spec(output=hour_output(), runPolicy={"activeDeadlineSeconds": 60})
+    outliving = observe_sas(kube, shorter, status, "uid-1", later, CONFIG)["out"]
+    assert outliving.mint_needed and outliving.blocked is None and outliving.altered is None
+    # Without a deadline, or before the job started, nothing is minted again for it.
+    assert observe_sas(kube, output_spec(), status, "uid-1", later, CONFIG)["out"].mint_needed is False
+    assert observe_sas(kube, shorter, JobStatus(sas_token_digests=status.sas_token_digests), "uid-1", later,
+                       CONFIG)["out"].mint_needed is False  # fmt: skip
+
+
+def hour_output() -> Json:
+    return {"endpoint": ENDPOINT, "container": "results", "credentials": CREDS}

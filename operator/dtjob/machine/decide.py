@@ -15,6 +15,7 @@ from dtjob import gang, names
 from dtjob.contract.results_upload import UPLOADED
 from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
 from dtjob.machine.builder import Builder
+from dtjob.machine.deadline import active_deadline
 from dtjob.machine.elastic import BELOW_MINIMUM, elastic_world, replaces_lost_workers
 from dtjob.machine.finish import (
     cleanup,
@@ -49,7 +50,7 @@ from dtjob.state.decision import (
 )
 from dtjob.state.observed import LauncherState, Observed, PodState
 from dtjob.state.status import FAILED, FINISHED, PENDING, RUNNING, STARTING, SUCCEEDED, SUSPENDED, JobStatus
-from dtjob.timefmt import format_time, parse_time, seconds_after
+from dtjob.timefmt import format_time
 
 BLOCKED_POLL_SECONDS = 15.0
 # How often a refused launcher pod is looked at again (the Job controller retries it with backoff).
@@ -230,10 +231,10 @@ def _deadline(b: Builder, spec: JobSpec, observed: Observed) -> datetime | None:
     """Start the clock; fail the job past runPolicy.activeDeadlineSeconds, else wake up when it comes."""
     start_time = b.status.start_time or format_time(b.now)
     b.status = replace(b.status, start_time=start_time)
-    seconds = spec.run_policy.active_deadline_seconds
-    if seconds is None:
+    deadline = active_deadline(spec, start_time)
+    if deadline is None:
         return None
-    deadline = seconds_after(parse_time(start_time), seconds)
+    seconds = spec.run_policy.active_deadline_seconds
     remaining = deadline - b.now
     if remaining <= timedelta(0):
         finish(

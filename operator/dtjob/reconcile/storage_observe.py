@@ -28,6 +28,7 @@ from dtjob.azure.sas import (
 from dtjob.config import OperatorConfig
 from dtjob.desired.owned import owner_uids
 from dtjob.kube.client import Forbidden, Kube, LogUnavailable
+from dtjob.machine.deadline import active_deadline
 from dtjob.names import (
     SECRET_TOKEN_KEY,
     SECRET_URL_KEY,
@@ -43,7 +44,7 @@ from dtjob.spec.tenancy import ClusterView, Use, check_locations, cluster_view, 
 from dtjob.state.observed import Blocker, PodState, SasObservation
 from dtjob.state.staging import StagingOutcome, staging_outcome
 from dtjob.state.status import JobStatus
-from dtjob.timefmt import parse_time
+from dtjob.timefmt import format_time, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -117,13 +118,15 @@ def _cluster_view(kube: Kube) -> ClusterView:
 def observe_sas(
     kube: Kube, spec: JobSpec, status: JobStatus, uid: str, now: datetime, config: OperatorConfig
 ) -> dict[str, SasObservation]:
-    """Each SAS Secret the job needs now: present and fresh (seconds to its rotation), or in need of a mint,
-    and then whether the namespace's storage policy and the credentials allow one. The policy and the
-    credentials are read only when a token is due, so a running job costs one Secret read per location; before
-    the first output token, storage is asked whether the results container exists."""
+    """Each SAS Secret the job needs now: present and fresh (seconds to its rotation), or in need of a mint
+    (missing, due, altered, or outliving a deadline shortened since it was minted), and then whether the
+    namespace's storage policy and the credentials allow one. The policy and the credentials are read only
+    when a token is due, so a running job costs one Secret read per location; before the first output token,
+    storage is asked whether the results container exists."""
     found: dict[str, SasObservation] = {}
     policy_checked = False
     refused: Blocker | None = None
+    deadline = active_deadline(spec, status.start_time)
     for access, location, path in sas_locations(spec, status):
         existing = kube.get("Secret", spec.namespace, sas_secret_name(spec.name, access))
         if existing is not None and uid not in owner_uids(existing):
@@ -144,9 +147,13 @@ def observe_sas(
             annotations = existing["metadata"].get("annotations") or {}
             issued = parse_time(annotations[ANNOTATION_ISSUED])
             expires = parse_time(annotations[ANNOTATION_EXPIRES])
-            due = rotation_time(issued, expires, config.sas_rotate_fraction) - now
-            found[access.value] = SasObservation(mint_needed=False, rotate_in_s=due.total_seconds())
-            continue
+            if deadline is None or expires <= deadline:
+                due = rotation_time(issued, expires, config.sas_rotate_fraction) - now
+                found[access.value] = SasObservation(mint_needed=False, rotate_in_s=due.total_seconds())
+                continue
+            # runPolicy.activeDeadlineSeconds was shortened: no token outlives the job's deadline.
+            log.info("%s/%s: Secret %s outlives the job's deadline (%s): minting it again", spec.namespace,
+                     spec.name, sas_secret_name(spec.name, access), format_time(deadline))  # fmt: skip
         if not policy_checked:  # nothing is signed for a location the namespace may not use
             refused, policy_checked = storage_allowed(kube, spec, config), True
         blocked = refused or _credentials_blocker(kube, spec.namespace, location, path)
