@@ -59,6 +59,7 @@ def test_the_launcher_runs_horovodrun_elastic_on_the_discovered_hosts() -> None:
     assert cmd[:6] == ["horovodrun", "-np", "6", "--min-np", "4", "--max-np"] and cmd[6] == "8"
     assert cmd[cmd.index("--host-discovery-script") + 1] == "/etc/mpi/discover_hosts.sh"
     assert cmd[cmd.index("--elastic-timeout") + 1] == "360"  # the operator's restart comes first
+    assert cmd[cmd.index("--gloo-timeout-seconds") + 1] == "120"  # a joining rank may take its time
     assert "--hostfile" not in cmd and cmd[-1] == "--elastic"
     assert "--elastic" in training_flags(spec) and "--elastic" not in training_flags(job_spec())
     assert "--commit-every" not in training_flags(spec)  # the trainers' default

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from dtjob import desired, names
-from dtjob.desired.command import LAUNCHER_MPI_ENV
+from dtjob.desired.command import LAUNCHER_DEFAULT_ENV, LAUNCHER_MPI_ENV
 from dtjob.desired.common import owner_reference
 from dtjob.desired.template import DEFAULT_CONTAINER_ANNOTATION, merge_pod_spec
 from dtjob.spec import validators
@@ -374,8 +374,18 @@ def test_the_owned_lists_are_what_the_operator_builds() -> None:
                        if not k.startswith(("kueue.x-k8s.io/", "scheduling.x-k8s.io/")))  # fmt: skip
     plain = job_spec(env=[{"name": "A", "value": "1"}])
     env = container(desired.launcher_job(plain, OWNER, 0)["spec"]["template"]["spec"], "launcher")["env"]
-    own = {e["name"] for e in env} - {"A", "DTJOB_EXPECT_GPU"}
+    own = {e["name"] for e in env} - {"A", "DTJOB_EXPECT_GPU"} - {name for name, _ in LAUNCHER_DEFAULT_ENV}
     assert own == set(validators.LAUNCHER_OWNED_ENV)
+
+
+def test_the_launchers_start_timeout_is_a_default_the_jobs_env_overrides() -> None:
+    def launcher_env(spec: Any) -> list[tuple[str, str]]:
+        pod = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]["spec"]
+        return [(e["name"], e.get("value", "")) for e in container(pod, "launcher")["env"]]
+
+    assert ("HOROVOD_START_TIMEOUT", "120") in launcher_env(job_spec())
+    own = launcher_env(job_spec(env=[{"name": "HOROVOD_START_TIMEOUT", "value": "600"}]))
+    assert [value for name, value in own if name == "HOROVOD_START_TIMEOUT"] == ["600"]
 
 
 def test_a_template_does_not_change_the_parsed_body() -> None:

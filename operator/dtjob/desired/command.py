@@ -195,6 +195,10 @@ LAUNCHER_MPI_ENV = (
     ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
     ("OMPI_MCA_plm_rsh_no_tree_spawn", "true"),
 )
+# horovodrun gives every host's task service 30 s by default to start over ssh and answer; a pod on a busy or
+# freshly started node can take longer to start Python there, and the launcher then fails with "Timed out
+# waiting for tasks to start". A default only: the job's own spec.env (HOROVOD_START_TIMEOUT) overrides it.
+LAUNCHER_DEFAULT_ENV = (("HOROVOD_START_TIMEOUT", "120"),)
 
 
 # The Hydra launchers (MPICH's mpiexec.hydra, Intel MPI's mpirun) reach the hosts over ssh and pass the whole
@@ -211,6 +215,12 @@ ELASTIC_TIMEOUT_MARGIN_SECONDS = 60
 # hands a deleted pod's address to a later pod would otherwise never see that pod used. A host is given
 # another try after this many seconds (Horovod picks one in the range).
 BLACKLIST_COOLDOWN_SECONDS = ("30", "120")
+# Every resize re-forms the Gloo world: the ranks that stay wait, within Gloo's timeout (30 s by default), for
+# a joining rank to start Python, import its framework and reach the rendezvous and the first state sync. A
+# replacement on a busy or freshly started node takes longer than 30 s there, and the ranks that waited exit,
+# failing the launcher. The cost: a rank lost without a word (its node gone) is noticed that much later by the
+# ranks not talking to it directly.
+ELASTIC_GLOO_TIMEOUT_SECONDS = 120
 
 
 def elastic_command(spec: JobSpec) -> list[str]:
@@ -225,6 +235,7 @@ def elastic_command(spec: JobSpec) -> list[str]:
         "--host-discovery-script", DISCOVER_HOSTS,
         "--elastic-timeout", str(spec.elastic.timeout_seconds + ELASTIC_TIMEOUT_MARGIN_SECONDS),
         "--blacklist-cooldown-range", *BLACKLIST_COOLDOWN_SECONDS,
+        "--gloo-timeout-seconds", str(ELASTIC_GLOO_TIMEOUT_SECONDS),
         "--ssh-port", str(SSH_PORT), "--ssh-identity-file", SSH_KEY_PATH,
         *training_command(spec),
     ]  # fmt: skip

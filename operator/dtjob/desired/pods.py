@@ -7,6 +7,7 @@ from typing import Any
 
 from dtjob import gang, names
 from dtjob.desired.command import (
+    LAUNCHER_DEFAULT_ENV,
     LAUNCHER_MPI_ENV,
     elastic_worker_script,
     launcher_script,
@@ -150,7 +151,10 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     name = names.launcher_name(spec.name)
     on_gpu = spec.launcher.run_as_worker
     pod_labels = {**spec.launcher.pod.pod_labels, **_pod_labels(spec, names.ROLE_LAUNCHER, attempt)}
-    env = [{"name": k, "value": v} for k, v in LAUNCHER_MPI_ENV] + _env(spec)
+    own = _env(spec)
+    named = {str(e["name"]) for e in own}
+    defaults = [(k, v) for k, v in LAUNCHER_DEFAULT_ENV if k not in named]
+    env = [{"name": k, "value": v} for k, v in (*LAUNCHER_MPI_ENV, *defaults)] + own
     if on_gpu:
         pod_labels[names.MPI_HOST_LABEL] = "true"
         resources = _gpu_resources(spec.launcher.pod, spec.gpus_per_worker)
