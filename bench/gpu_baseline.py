@@ -66,15 +66,17 @@ def step_function(a: argparse.Namespace, device: Any) -> tuple[Callable[[], None
     cuda = device.type == "cuda"
     dtype = torch.float16 if cuda and a.amp_dtype == "fp16" else torch.bfloat16
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5)
-    scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+    scaler = torch.amp.GradScaler("cuda") if a.amp and dtype == torch.float16 else None
     forward = net if a.compile == "eager" else torch.compile(net, mode=a.compile)
-    images = torch.randn(a.batch_size, 3, 224, 224, device=device).contiguous(memory_format=fmt)
+    images = torch.randn(a.batch_size, 3, a.image_size, a.image_size, device=device).contiguous(
+        memory_format=fmt
+    )
     labels = torch.randint(0, 1000, (a.batch_size,), device=device)
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def step() -> None:
         optimizer.zero_grad()
-        with torch.autocast(device.type, dtype=dtype):
+        with torch.autocast(device.type, dtype=dtype, enabled=a.amp):
             loss = loss_fn(forward(images), labels)
         if scaler is None:
             loss.backward()
@@ -143,10 +145,12 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True, help="16-bit autocast")
     p.add_argument("--amp-dtype", choices=("fp16", "bf16"), default="fp16")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--compile", default="eager", help="eager, or a torch.compile mode")
     p.add_argument("--steps", type=int, default=110)
+    p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()

@@ -1,15 +1,15 @@
 """The PyTorch trainer against a plain PyTorch loop, on every GPU of this machine: images/sec, the ratio, peak
 memory, step-time percentiles and the first step's seconds (start-up, cuDNN autotuning and compilation).
 
-    python -m bench.gpu_throughput [--batch-size 256] [--amp-dtype fp16|bf16] [--no-channels-last]
-        [--compile auto|eager|default|reduce-overhead|...] [--steps 110] [--jpegs 8000 --cores 12]
-        [--json FILE]
+    python -m bench.gpu_throughput [--batch-size 256] [--no-amp | --amp-dtype fp16|bf16] [--no-channels-last]
+        [--compile auto|eager|default|reduce-overhead|...] [--steps 110 --warmup 10] [--image-size 224]
+        [--jpegs 8000 --cores 12] [--json FILE]
 
 Both sides train the same configuration on one fixed synthetic batch on the GPU: the batch per GPU, the
 precision, the memory format and the compile mode (auto: the trainer's choice on a GPU). The baseline is the
 loop anyone would write: torchvision's ResNet-50 where torchvision is installed (else the trainer's own),
 SGD with momentum, autocast and, for fp16, a GradScaler; no Horovod, no input pipeline, no logging. Each side
-runs in a process of its own on one GPU, one GPU after another. The first 10 steps of each are warm-up.
+runs in a process of its own on one GPU, one GPU after another. The first --warmup steps of each go untimed.
 
 --jpegs N also trains the trainer on N generated JPEGs (500x375, ImageNet's typical photo) with each data
 loader it has, pinned to --cores CPUs: the input pipeline's rate against the synthetic one, as on a node
@@ -34,8 +34,6 @@ from typing import Any
 from bench import gpu_baseline
 
 REPO = Path(__file__).resolve().parents[1]
-# The trainer's first log interval, which its meter leaves out; the baseline leaves out as many steps.
-WARMUP_STEPS = 10
 JPEG_EPOCHS = 3  # every epoch's first interval restarts the loader and is not counted
 DISTINCT_JPEGS = 512
 
@@ -65,7 +63,8 @@ def run_child(cmd: list[str], env: dict[str, str], cores: list[int] | None, log:
 
 def trainer_flags(a: argparse.Namespace, epochs: int) -> list[str]:
     flags = ["--batch-size", str(a.batch_size), "--amp-dtype", a.amp_dtype, "--compile", a.compile]
-    flags += ["--epochs", str(epochs), "--steps-per-epoch", str(a.steps), "--log-interval", str(WARMUP_STEPS)]
+    flags += ["--image-size", str(a.image_size)] + ([] if a.amp else ["--no-amp"])
+    flags += ["--epochs", str(epochs), "--steps-per-epoch", str(a.steps), "--log-interval", str(a.warmup)]
     return flags + ([] if a.channels_last else ["--no-channels-last"])
 
 
@@ -92,8 +91,9 @@ def trainer(
 def baseline(a: argparse.Namespace, gpu: int, work: Path, compile_mode: str | None) -> dict[str, Any]:
     out = work / "baseline.json"
     cmd = [sys.executable, "-m", "bench.gpu_baseline", "--batch-size", str(a.batch_size)]
-    cmd += ["--amp-dtype", a.amp_dtype, "--steps", str(a.steps), "--warmup", str(WARMUP_STEPS)]
-    cmd += ["--compile", compile_mode or "eager", "--out", str(out)]
+    cmd += ["--amp-dtype", a.amp_dtype, "--steps", str(a.steps), "--warmup", str(a.warmup)]
+    cmd += [] if a.amp else ["--no-amp"]
+    cmd += ["--compile", compile_mode or "eager", "--image-size", str(a.image_size), "--out", str(out)]
     cmd += [] if a.channels_last else ["--no-channels-last"]
     run_child(cmd, child_env(gpu), None, work / "baseline.log")
     result: dict[str, Any] = json.loads(out.read_text())
@@ -107,7 +107,7 @@ def jpeg_runs(a: argparse.Namespace, gpu: int, work: Path) -> list[dict[str, Any
     root = work / "jpegs"
     if not root.exists():
         print(f"[bench] writing {a.jpegs} JPEGs of 500x375 ...", flush=True)
-        make_images(work / "distinct", DISTINCT_JPEGS, 500, 375)
+        make_images(work / "distinct", min(a.jpegs, DISTINCT_JPEGS), 500, 375)
         distinct = sorted((work / "distinct").rglob("*.JPEG"))
         # Copies of a few hundred photos: decoding costs the same per file, and writing them is quick.
         for i in range(a.jpegs):
@@ -144,7 +144,7 @@ def bench_gpu(a: argparse.Namespace, gpu: int, work: Path) -> dict[str, Any]:
     layout = "channels-last" if a.channels_last else "NCHW"
     print(
         f"\nGPU {gpu}: {result['name']} (driver {result['driver']}, CUDA {result['cuda']}, torch "
-        f"{result['torch']}), batch {a.batch_size}, {a.amp_dtype}, {layout}, "
+        f"{result['torch']}), batch {a.batch_size}, {a.amp_dtype if a.amp else 'fp32'}, {layout}, "
         f"compile {ours['compile'] or 'eager'}"
     )
     header = ("img/s", "ratio", "peak GiB", "step ms p50/p90/p99", "1st step s")
@@ -163,10 +163,21 @@ def bench_gpu(a: argparse.Namespace, gpu: int, work: Path) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True, help="16-bit autocast")
     p.add_argument("--amp-dtype", choices=("fp16", "bf16"), default="fp16")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--compile", default="auto", help="the trainer's --compile; the baseline compiles alike")
-    p.add_argument("--steps", type=int, default=110, help="steps per run, the first 10 of them warm-up")
+    p.add_argument(
+        "--steps", type=int, default=110, help="steps per run, the first --warmup of them not timed"
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=10,
+        help="untimed steps: the trainer's first log interval, which its meter leaves out, and as many "
+        "of the baseline's",
+    )
+    p.add_argument("--image-size", type=int, default=224, help="both sides' input side, in pixels")
     p.add_argument("--jpegs", type=int, default=0, help="also train on this many generated JPEGs")
     p.add_argument("--cores", type=int, default=12, help="CPUs the JPEG runs may use (vCPUs per GPU)")
     p.add_argument("--json", type=Path, help="write every figure here")

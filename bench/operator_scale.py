@@ -41,7 +41,7 @@ from dtjob.runtime.cached_kube import CachedKube
 from kubernetes import client, config
 
 from testbed.kube_wait import wait_for
-from testbed.operator_harness import Jobs, OperatorProcess, install_crd
+from testbed.operator_harness import Jobs, OperatorProcess, install_crd, operator_client
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -196,8 +196,9 @@ def metrics_overhead(runs: list[Run], scrape_s: float) -> None:
         print(f"  {what:28s} off {a:7.2f}s  on {b:7.2f}s  ratio on/off {b / a if a else float('nan'):.3f}")
 
 
-def observation_cost(api: client.ApiClient, namespace: str, count: int, rounds: int) -> None:
-    kube = CachedKube(KubeClient(api), api)  # as the operator hands it to reconciles: with its caches
+def observation_cost(api: client.ApiClient, kubeconfig: str, namespace: str, count: int, rounds: int) -> None:
+    ours = operator_client(kubeconfig)
+    kube = CachedKube(KubeClient(ours), ours)  # as the operator hands it to reconciles: with its caches
     settings = load_config()
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     keys = [f"scale-{i}" for i in range(count)]
@@ -275,7 +276,7 @@ def main() -> int:
                 runs.append(run)
         metrics_overhead(runs, args.scrape_seconds)
         assert namespace is not None
-        observation_cost(api, namespace, args.jobs, args.rounds)
+        observation_cost(api, kubeconfig, namespace, args.jobs, args.rounds)
         recording_cost()
     finally:
         if namespace is not None:

@@ -3,6 +3,7 @@
     hack/build-mpi-operator.sh        # once: builds it from its module into $DTJOB_CACHE/bin (cached)
     CLUSTER_APF=1 GPU_POOL_SIZE=50 GPU_VM_SIZE=Standard_ND96isr_H100_v5 make cluster-up   # 400 simulated GPUs
     python -m bench.versus_mpi_operator [--jobs 100] [--raised-qps 500]
+    # 1,000 jobs: GPU_POOL_SIZE=500 SYSTEM_POOL_SIZE=12 (the launchers need the system pool's pod room)
 
 Each job is 1 launcher + W workers (--workers, 4), each worker one simulated GPU on the kwok GPU pool
 (its taint tolerated), the launcher on the system pool and created only once every worker is Ready (dtjob
@@ -20,6 +21,11 @@ created at once; a watch of the namespace's pods and Jobs, opened before, timest
   watch, with five times the events to decode, can fall behind the Jobs'; both operators' figures then come
   out low by the difference (the likely cause of dtjob's p50 below zero at 500 jobs);
 - the operator's CPU seconds (utime + stime from /proc) until then, and its peak RSS (VmHWM);
+- where the pods waited: from first seen to first seen on a node (the scheduler), and from there to Running
+  (the node), p50 of all pods;
+- job start: per job, from just before its create call to the event that showed the last of its pods
+  (launcher and workers) Running, p50 and p99. The creates go one after the other, so a late job's figure
+  includes its wait behind the creates before it, as a user's `kubectl apply` of many jobs would;
 - the operator's API requests per job, writes and reads, as the API server counts them (bench.api_requests:
   each operator runs as one ServiceAccount that FlowSchemas count apart), from the first create until it
   has been quiet for 5 s; its Lease renewals apart.
@@ -30,6 +36,7 @@ Prints the table and dtjob's ratios against each mpi-operator run (> 1: dtjob be
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -44,7 +51,7 @@ from typing import Any
 
 from dtjob import names
 from dtjob.config import OperatorConfig
-from kubernetes import client, config, watch
+from kubernetes import client, config
 
 from bench import api_requests
 from bench.operator_scale import kubeconfig_path, proc_usage
@@ -59,6 +66,8 @@ MPI_OPERATOR_VERSION = os.environ.get("MPI_OPERATOR_VERSION", "v0.8.2")
 MPI_JOB_LABEL = "training.kubeflow.org/job-name"
 LOCK_NAMESPACE = "mpi-operator"
 LAUNCHER_SUFFIX = "-launcher"
+POOL_LABEL = "kubernetes.azure.com/agentpool"
+SYSTEM_PODS_SPARE = 20  # the system pool's own pods (DNS, the bench's) beside the launchers
 KUBE_API_SERIES = "dtjob_kube_api_request_duration_seconds"
 RUN_FOREVER = {"sim.dtjob.io/run-duration": "3600s"}  # launchers keep running: nothing finishes mid-run
 
@@ -82,43 +91,69 @@ class Watched:
     """What a namespace's watch saw, stamped with time.monotonic() on arrival."""
 
     job_label: str
-    pods: set[str] = field(default_factory=set)
+    pods: dict[str, float] = field(default_factory=dict)  # pod -> first seen
+    bound: dict[str, float] = field(default_factory=dict)  # pod -> first seen on a node
     ready: dict[str, dict[str, float]] = field(default_factory=dict)  # job -> worker -> first Ready
     launchers: dict[str, float] = field(default_factory=dict)  # job -> launcher Job ADDED
+    running: dict[str, dict[str, float]] = field(default_factory=dict)  # job -> pod -> first Running
     last_pod_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def pod(self, body: Any, now: float) -> None:
-        labels = body.metadata.labels or {}
-        job = labels.get(self.job_label)
+    def pod(self, body: dict[str, Any], now: float) -> None:
+        meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
+        name: str = meta["name"]
+        job = (meta.get("labels") or {}).get(self.job_label)
         with self.lock:
-            if body.metadata.name not in self.pods:
-                self.pods.add(body.metadata.name)
+            if name not in self.pods:
+                self.pods[name] = now
                 self.last_pod_at = now
-            if job is None or "-worker-" not in body.metadata.name:  # both name workers <job>-worker-<i>
+            if spec.get("nodeName"):
+                self.bound.setdefault(name, now)
+            if job is None:
                 return
-            conditions = (body.status and body.status.conditions) or []
-            if any(c.type == "Ready" and c.status == "True" for c in conditions):
-                self.ready.setdefault(job, {}).setdefault(body.metadata.name, now)
+            if status.get("phase") == "Running":  # both label launcher and worker pods
+                self.running.setdefault(job, {}).setdefault(name, now)
+            if "-worker-" not in name:  # both name workers <job>-worker-<i>
+                return
+            conditions = status.get("conditions") or []
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                self.ready.setdefault(job, {}).setdefault(name, now)
 
-    def job(self, body: Any, now: float) -> None:
+    def job(self, body: dict[str, Any], now: float) -> None:
         # Both name the launcher <job>-launcher (mpi-operator labels its Job with app=<job> only).
-        name: str = body.metadata.name
+        name: str = body["metadata"]["name"]
         if name.endswith(LAUNCHER_SUFFIX):
             with self.lock:
                 self.launchers.setdefault(name.removesuffix(LAUNCHER_SUFFIX), now)
 
 
 def watch_namespace(api: client.ApiClient, namespace: str, seen: Watched, stop: threading.Event) -> None:
+    """Two watches (pods, Jobs), each on a thread, as plain JSON: at 1,000 jobs decoding every pod event
+    into the client's models took the bench more CPU than the events' arrival left it. Each watch resumes
+    from the last resourceVersion it saw, so a reconnect sends no event twice."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
 
     def loop(list_fn: Any, handle: Any) -> None:
+        version: str | None = None
         while not stop.is_set():
-            stream = watch.Watch().stream(list_fn, namespace, timeout_seconds=5)  # type: ignore[no-untyped-call]
-            for event in stream:
-                handle(event["object"], time.monotonic())
-                if stop.is_set():
-                    return
+            resp = list_fn(namespace, watch=True, resource_version=version, timeout_seconds=30,
+                           allow_watch_bookmarks=True, _preload_content=False)  # fmt: skip
+            try:
+                for line in resp:  # urllib3 yields the response line by line: one event each
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    body = event["object"]
+                    if event["type"] == "ERROR":  # 410 Gone: the version is too old; list again
+                        version = None
+                        break
+                    version = body["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        handle(body, time.monotonic())
+                    if stop.is_set():
+                        return
+            finally:
+                resp.release_conn()
 
     for list_fn, handle in ((core.list_namespaced_pod, seen.pod), (batch.list_namespaced_job, seen.job)):
         threading.Thread(target=loop, args=(list_fn, handle), daemon=True).start()
@@ -133,7 +168,15 @@ class Result:
     peak_rss_mib: float
     latency_p50_s: float
     latency_p99_s: float
+    start_p50_s: float
+    start_p99_s: float
+    scheduler_p50_s: float
+    node_p50_s: float
     requests: api_requests.Requests
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -216,7 +259,9 @@ def measure(
     cpu0, _ = proc_usage(pid)
     requests0 = api_requests.dispatched(admin_kubeconfig)
     start = time.monotonic()
+    created: dict[str, float] = {}
     for i in range(count):
+        created[f"vs-{i}"] = time.monotonic()
         create(f"vs-{i}")
     total_pods = count * (1 + workers)
 
@@ -224,25 +269,38 @@ def measure(
         with seen.lock:
             return len(seen.launchers) >= count and len(seen.pods) >= total_pods
 
+    def all_running() -> bool:
+        with seen.lock:
+            return sum(len(pods) for pods in seen.running.values()) >= total_pods
+
     try:
         wait_for(done, timeout=900, interval=0.5, what=f"{name}: {count} launchers and {total_pods} pods")
+        cpu1, _ = proc_usage(pid)  # the CPU figure stops where the pods' does
+        wait_for(all_running, timeout=600, interval=0.5, what=f"{name}: {total_pods} pods Running")
     finally:
         stop.set()
-    cpu1, _ = proc_usage(pid)
     requests = api_requests.settled(admin_kubeconfig) - requests0
     latencies = [
         at - max(seen.ready[job].values())
         for job, at in seen.launchers.items()
         if len(seen.ready.get(job, {})) >= workers
     ]
+    starts = [max(seen.running[job].values()) - created[job] for job in created if job in seen.running]
+    running = {pod: at for pods in seen.running.values() for pod, at in pods.items()}
+    scheduler = [seen.bound[pod] - at for pod, at in seen.pods.items() if pod in seen.bound]
+    node = [running[pod] - at for pod, at in seen.bound.items() if pod in running]
     return Result(
         name,
         pods_s=seen.last_pod_at - start,
         launchers_s=max(seen.launchers.values()) - start,
         cpu_s=cpu1 - cpu0,
         peak_rss_mib=peak_rss_mib(pid),
-        latency_p50_s=statistics.median(latencies) if latencies else float("nan"),
+        latency_p50_s=median(latencies),
         latency_p99_s=percentile(latencies, 0.99),
+        start_p50_s=median(starts),
+        start_p99_s=percentile(starts, 0.99),
+        scheduler_p50_s=median(scheduler),
+        node_p50_s=median(node),
         requests=requests,
     )
 
@@ -341,18 +399,23 @@ def api_calls(metrics_text: str) -> dict[tuple[str, str], float]:
 def report(results: list[Result], count: int, workers: int) -> None:
     print(f"\n{count} jobs x (1 launcher + {workers} workers), created at once:")
     print(f"{'operator':28s} {'all pods':>9s} {'launchers':>10s} {'CPU':>8s} {'CPU/job':>8s} "
-          f"{'peak RSS':>9s} {'latency p50':>12s} {'p99':>7s}")  # fmt: skip
+          f"{'peak RSS':>9s} {'latency p50':>12s} {'p99':>7s} {'start p50':>10s} {'p99':>7s}")  # fmt: skip
     for r in results:
         print(f"{r.name:28s} {r.pods_s:8.1f}s {r.launchers_s:9.1f}s {r.cpu_s:7.2f}s "
               f"{r.cpu_s / count * 1e3:6.1f}ms {r.peak_rss_mib:6.0f}MiB {r.latency_p50_s:11.2f}s "
-              f"{r.latency_p99_s:6.2f}s")  # fmt: skip
+              f"{r.latency_p99_s:6.2f}s {r.start_p50_s:9.1f}s {r.start_p99_s:6.1f}s")  # fmt: skip
+    print("Where the pods waited (p50 of all pods):")
+    for r in results:
+        print(f"  {r.name:28s} scheduler {r.scheduler_p50_s:.2f}s, node {r.node_p50_s:.2f}s")
     print("API requests, as the API server counted them:")
     for r in results:
         print(f"  {r.name:28s} {api_requests.per_job(r.requests, count)}")
     ours = results[-1]
     for other in results[:-1]:
         print(f"dtjob vs {other.name} (> 1: dtjob better): all pods {other.pods_s / ours.pods_s:.2f}x, "
-              f"launchers {other.launchers_s / ours.launchers_s:.2f}x, CPU {ours.cpu_s / other.cpu_s:.2f}x "
+              f"launchers {other.launchers_s / ours.launchers_s:.2f}x, job start p50 "
+              f"{other.start_p50_s / ours.start_p50_s:.2f}x, p99 "
+              f"{other.start_p99_s / ours.start_p99_s:.2f}x, CPU {ours.cpu_s / other.cpu_s:.2f}x "
               f"as much, peak RSS {ours.peak_rss_mib / other.peak_rss_mib:.2f}x as much, writes "
               f"{_ratio(ours.requests.writes, other.requests.writes)} as many, reads "
               f"{_ratio(ours.requests.reads, other.requests.reads)} as many")  # fmt: skip
@@ -405,6 +468,17 @@ def _run(
     if gpus < needed:
         sys.exit(f"the simulated GPU pool has {gpus} GPUs, {needed} needed: restart the cluster with "
                  f"GPU_POOL_SIZE={-(-needed // 8)} GPU_VM_SIZE=Standard_ND96isr_H100_v5")  # fmt: skip
+    # Every launcher runs on the system pool, whose nodes take a bounded number of pods each (110 on AKS).
+    system, room = 0, 0
+    for node in nodes:
+        if (node.metadata.labels or {}).get(POOL_LABEL) == "system":
+            system += 1
+            room += int((node.status.allocatable or {}).get("pods", 0))
+    per_node = room // system if system else 110
+    if room < args.jobs + SYSTEM_PODS_SPARE:
+        sys.exit(f"the simulated system pool takes {room} pods, {args.jobs} launchers (and its own pods) "
+                 f"need more: restart the cluster with SYSTEM_POOL_SIZE="
+                 f"{-(-(args.jobs + SYSTEM_PODS_SPARE) // per_node)}")  # fmt: skip
     results: list[Result] = []
     if only - {"dtjob"}:
         binary = mpi_operator_dir()

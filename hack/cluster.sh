@@ -7,7 +7,8 @@
 #
 # `up` is idempotent: a healthy running cluster is kept and only its node pools are reconciled.
 # Pool shape: SYSTEM_POOL_SIZE, GPU_POOL_SIZE, GPU_VM_SIZE, SYSTEM_VM_SIZE (see hack/sim_nodes.py); CLUSTER_APF=1
-# keeps the API server's request limits and API Priority and Fairness on.
+# keeps the API server's request limits and API Priority and Fairness on; SIM_MANY_PODS=1 has kwok play pods'
+# stages 32 at a time (hack/kwok/many-pods.yaml), for benchmarks of thousands of pods.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -20,6 +21,7 @@ export KWOK_WORKDIR=$cache/kwok
 export PATH=$k8s_bin:$PATH
 kubeconfig=$KWOK_WORKDIR/clusters/$name/kubeconfig.yaml
 configs=("$here/kwok/kwokctl.yaml" "$here/kwok/stages.yaml")
+[[ ${SIM_MANY_PODS:-} == 1 ]] && configs+=("$here/kwok/many-pods.yaml")
 # shellcheck source=cache-lock.sh
 source "$here/cache-lock.sh"
 # shellcheck source=ports-lock.sh
@@ -79,7 +81,9 @@ up() {
     fi
     log "starting cluster '$name' (kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
     ports_lock
-    kwokctl_create "$name" --config "${configs[0]}" --config "${configs[1]}" "${qps_flags[@]}"
+    config_flags=()
+    for config in "${configs[@]}"; do config_flags+=(--config "$config"); done
+    kwokctl_create "$name" "${config_flags[@]}" "${qps_flags[@]}"
     ports_unlock
     echo "$config_hash" >"$config_stamp"
   fi

@@ -1,4 +1,5 @@
-"""`hack/cluster.sh up` is idempotent and `down` leaves no process behind (a second, small cluster)."""
+"""`hack/cluster.sh up` is idempotent and `down` leaves no process behind (a second, small cluster); with
+SIM_MANY_PODS=1 (the benchmarks' kwok, hack/kwok/many-pods.yaml) its pods still run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client, config
 
+from testbed.kube_wait import wait_for
 from testbed.processes import processes_of
 from tests.tools import REPO
 
@@ -16,8 +19,8 @@ pytestmark = pytest.mark.integration
 CLUSTER = "dtjob-lifecycle"
 
 
-def cluster(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CLUSTER_NAME": CLUSTER, "SYSTEM_POOL_SIZE": "1", "GPU_POOL_SIZE": "1"}
+def cluster(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CLUSTER_NAME": CLUSTER, "SYSTEM_POOL_SIZE": "1", "GPU_POOL_SIZE": "1", **extra_env}
     return subprocess.run(
         [str(REPO / "hack" / "cluster.sh"), *args], env=env, capture_output=True, text=True, timeout=240
     )
@@ -49,3 +52,23 @@ def test_up_twice_then_down_leaves_nothing_running(lifecycle_cluster: Path) -> N
     assert down.returncode == 0, down.stderr
     assert processes_of(lifecycle_cluster) == {}
     assert cluster("status").returncode != 0
+
+
+def test_with_many_pods_kwok_still_runs_pods(lifecycle_cluster: Path) -> None:
+    """A KwokConfiguration handed to kwokctl replaces kwok's defaults: one that set only the pods'
+    parallelism left the node leases' at 0, and kwok exited at its start."""
+    up = cluster("up", SIM_MANY_PODS="1")
+    assert up.returncode == 0, up.stderr
+    kubeconfig = cluster("kubeconfig").stdout.strip()
+    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    node = core.list_node(label_selector="kubernetes.azure.com/agentpool=system").items[0].metadata.name
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="played"),
+        spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="c", image="none")]),
+    )
+    core.create_namespaced_pod("default", pod)
+
+    def running() -> bool:
+        return core.read_namespaced_pod("played", "default").status.phase == "Running"
+
+    wait_for(running, timeout=60, interval=0.5, what="the pod Running on a simulated node")

@@ -1,0 +1,30 @@
+"""bench.versus_mpi_operator's watch: what a pod's events stamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.versus_mpi_operator import Watched
+
+
+def pod(name: str, node: str = "", phase: str = "Pending", ready: bool = False) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return {
+        "metadata": {"name": name, "labels": {"job": "j"}},
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": phase, "conditions": conditions},
+    }
+
+
+def test_a_pod_is_stamped_when_first_seen_bound_running_and_ready_and_never_again() -> None:
+    seen = Watched("job")
+    seen.pod(pod("j-worker-0"), 1.0)
+    seen.pod(pod("j-worker-0", node="n1"), 2.0)
+    seen.pod(pod("j-worker-0", node="n1", phase="Running", ready=True), 4.0)
+    seen.pod(pod("j-worker-0", node="n1", phase="Running", ready=True), 9.0)  # a later event keeps the stamps
+    seen.pod(pod("j-launcher-x", node="n2", phase="Running"), 5.0)
+    assert seen.pods == {"j-worker-0": 1.0, "j-launcher-x": 5.0}
+    assert seen.bound == {"j-worker-0": 2.0, "j-launcher-x": 5.0}
+    assert seen.running == {"j": {"j-worker-0": 4.0, "j-launcher-x": 5.0}}
+    assert seen.ready == {"j": {"j-worker-0": 4.0}}  # only workers count towards the launcher's latency
+    assert seen.last_pod_at == 5.0
