@@ -20,7 +20,7 @@ modules=$cache/go-mod/kstatus-$key
 if ! cache_hit "kstatus-modules-$key" "kstatus $key's modules" test -f "$modules/.ready"; then
   # Go writes its module cache read-only.
   for dir in "$modules.tmp" "$modules"; do [[ ! -e $dir ]] || { chmod -R u+w "$dir"; rm -rf "$dir"; }; done
-  mkdir -p "$cache/go-mod"
+  mkdir -p "$modules.tmp" # go creates none for a module without dependencies
   (cd "$src" && GOMODCACHE=$modules.tmp go mod download)
   touch "$modules.tmp/.ready"
   mv -T "$modules.tmp" "$modules"
