@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -21,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from testbed.kube_wait import wait_for
-from testbed.kueue import KUEUE, KueueProcess, KueueRelease
+from testbed.kueue import KUEUE, KueueProcess, KueueRelease, releases
 from testbed.operator_harness import Jobs
 
 pytestmark = pytest.mark.integration
@@ -31,12 +30,25 @@ GPUS_PER_WORLD = 2  # workers=2 x gpusPerWorker=1
 LONG_LAUNCHER = {"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}}
 
 
-@pytest.fixture
+# The label that puts a test's namespace under the module's Kueue (its pod webhook and its managed jobs).
+KUEUE_NAMESPACE_LABEL = "dtjob.io/kueue-test"
+
+
+@pytest.fixture(scope="module", params=releases(), ids=str)
+def kueue_release(request: pytest.FixtureRequest) -> KueueRelease:
+    """Each Kueue release, the module's tests grouped by it: one Kueue started per release, not per test."""
+    return cast(KueueRelease, request.param)
+
+
+@pytest.fixture(scope="module")
 def kueue(
-    kubeconfig: str, namespace: str, tmp_path: Path, jobs: Jobs, kueue_release: KueueRelease
+    kubeconfig: str, tmp_path_factory: pytest.TempPathFactory, kueue_release: KueueRelease
 ) -> Iterator[KueueProcess]:
-    selector = {"kubernetes.io/metadata.name": namespace}
-    proc = KueueProcess(kubeconfig, tmp_path, selector, release=kueue_release)
+    """One Kueue for the module's tests of a release. Each start registers Kueue's CRDs and their conversion
+    webhook anew, which costs the API server more CPU than a test here; the tests share nothing else (each
+    has its own namespace, ClusterQueue and LocalQueue)."""
+    selector = {KUEUE_NAMESPACE_LABEL: kueue_release.version}
+    proc = KueueProcess(kubeconfig, tmp_path_factory.mktemp("kueue"), selector, release=kueue_release)
     proc.start()
     try:
         yield proc
@@ -45,9 +57,13 @@ def kueue(
 
 
 @pytest.fixture
-def queues(api_client: client.ApiClient, namespace: str, kueue: KueueProcess) -> Iterator[dict[str, str]]:
-    """A ResourceFlavor, a ClusterQueue with GPU quota for one world (preempting lower priorities), the
-    LocalQueue `team` in the test's namespace and two WorkloadPriorityClasses; their names by role."""
+def queues(
+    api_client: client.ApiClient, namespace: str, jobs: Jobs, kueue: KueueProcess
+) -> Iterator[dict[str, str]]:
+    """The test's namespace under the module's Kueue; a ResourceFlavor, a ClusterQueue with GPU quota for one
+    world (preempting lower priorities), the LocalQueue `team` in the test's namespace and two
+    WorkloadPriorityClasses; their names by role."""
+    client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {"labels": kueue.selector}})
     custom = client.CustomObjectsApi(api_client)
     group, version = KUEUE
     made = {k: f"{k}-{namespace}" for k in ("flavor", "cq", "low", "high")}
