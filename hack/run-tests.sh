@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The pytest part of `make test`: three pytest runs side by side, inside the test bed's network namespace.
 #   heavy: tests/training and tests/e2e (real Horovod ranks and the real node: CPU-bound);
-#   waits: the two GPU-build checks of tests/training, the integration files that mostly wait on the control
-#          plane's own timers (a node lost, staging, faults), against a local control plane of their own
-#          ($CLUSTER_NAME-b), then the demo's playground
-#          (a real-node cluster of its own, in a network namespace of its own): the heavy run is the longest,
-#          and this one ends first;
+#   waits: the two GPU-build checks and the trainers' own file (test_training.py) of tests/training, the
+#          integration files that mostly wait on the control plane's own timers (a node lost, staging,
+#          faults) or on Kueue's controllers, against a local control plane of their own ($CLUSTER_NAME-b),
+#          then the demo's playground (a real-node cluster of its own, in a network namespace of its own):
+#          the heavy run is the longest, and this one ends first;
 #   main:  every other tier (unit, Azurite, the rest of the integration tests), live.
 # Alone, one run leaves the two cores idle much of the time (it waits on API servers and controllers); side
 # by side the runs fill it. They share nothing but the namespace: each starts its own clusters, Azurite and
@@ -25,13 +25,21 @@ base=$(mktemp -d "${TMPDIR:-/tmp}/dtjob-tests.XXXXXX")
 cluster=${CLUSTER_NAME:-dtjob}
 
 heavy=(tests/training tests/e2e)
-# The trainers' tests stay in the heavy run: run beside its real-node tests, their Horovod ranks slowed the
-# node's training to 20 s a step, and the tests that take a rank away mid-training failed. The waits run starts
-# with the two GPU-build checks (venvs from the wheelhouse, the bench on CPU; no cluster), which so run beside
-# the heavy run's trainers' tests (it runs tests/training first), not beside its real-node tests.
-waits=(tests/training/test_gpu_build.py tests/training/test_gpu_bench.py
+# The trainers' tests that take ranks away stay in the heavy run: run beside its real-node tests, Horovod
+# ranks slowed the node's training to 20 s a step, and the real-node tests that take a rank away mid-training
+# failed. The waits run starts with the two GPU-build checks (venvs from the wheelhouse, the bench on CPU; no
+# cluster) and test_training.py (two ranks on the host), which so end beside the heavy run's trainers' tests
+# (it runs tests/training first) and the first real-node tests (image checks, no rank taken away).
+waits=(tests/training/test_gpu_build.py tests/training/test_gpu_bench.py tests/training/test_training.py
   tests/integration/test_operator_node_lost.py tests/integration/test_operator_storage.py
-  tests/integration/test_operator_faults.py tests/e2e/test_demo_playground.py)
+  tests/integration/test_operator_faults.py tests/integration/test_kueue.py
+  tests/integration/test_multikueue.py tests/e2e/test_demo_playground.py)
+
+# The machine's CPU time (/proc/stat's first line: user nice system idle iowait irq softirq steal, in ticks),
+# read before and after the runs: how busy the cores were says whether moving tests between runs can help
+# (idle cores) or only fewer CPU seconds can (busy ones).
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6; exit}' /proc/stat; }
+read -r busy_before idle_before < <(cpu_ticks)
 
 declare -A pid_of=()
 cleanup() {
@@ -61,6 +69,7 @@ declare -A rc_of=()
 rc_of[main]=0
 "$py" -m pytest tests "${heavy[@]/#/--ignore=}" "${waits[@]/#/--ignore=}" --basetemp="$base/main" \
   --junitxml="$out/main.xml" "${pytest_args[@]}" || rc_of[main]=$?
+read -r busy_main idle_main < <(cpu_ticks)
 for name in heavy waits; do
   rc_of[$name]=0
   wait "${pid_of[$name]}" || rc_of[$name]=$?
@@ -69,6 +78,13 @@ for name in heavy waits; do
   echo "=============================== run beside: $name ==============================="
   cat "$out/$name.log"
 done
+read -r busy_end idle_end < <(cpu_ticks)
+busy_share() { # BUSY_FROM IDLE_FROM BUSY_TO IDLE_TO: the percentage of the CPU time between them that was busy
+  local busy=$(($3 - $1)) idle=$(($4 - $2))
+  echo $((100 * busy / (busy + idle > 0 ? busy + idle : 1)))
+}
+echo "[tests] the cores were $(busy_share "$busy_before" "$idle_before" "$busy_main" "$idle_main")% busy" \
+  "while the main run ran, $(busy_share "$busy_main" "$idle_main" "$busy_end" "$idle_end")% after it"
 echo
 # A green run means every test ran: a skip or xfail the allowed list does not name fails it too.
 summary_rc=0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from datetime import datetime
 from typing import Any
 
 from azure.storage.blob import BlobServiceClient
@@ -20,6 +21,9 @@ KEY_SECRET = "storage-key"
 # How long a finished job's pod logs may take to reach storage (every pod's log, streamed, on a busy machine).
 LOG_UPLOAD_WAIT_S = 120
 STEPS = 4
+# paced_workers' limit: resnet-tiny at batch 2 trains a step or two a second under it, and a rank starts
+# (Python, torch, Horovod) in some 20 s.
+PACED_WORKER_CPU = "250m"
 
 
 def storage_key_secret(jobs: Jobs, azurite: Azurite) -> None:
@@ -58,6 +62,26 @@ def tiny_training(**extra: Any) -> dict[str, Any]:
     }
 
 
+def tiny_model(*, torchrun: bool = False) -> dict[str, Any]:
+    """Spec fields that train the trainer's resnet-tiny (the user's command, with the flags the operator
+    builds appended), for a test of what the operator does rather than of ResNet-50, which trains for real
+    in test_real_training.py. ResNet-50's 25.6 million parameters cost some 5 CPU-seconds a rank a step on
+    two cores even at 32 pixels and batch 2 (the allreduce and the optimizer over them); resnet-tiny's, a few
+    milliseconds."""
+    module = "ddp" if torchrun else "pytorch"
+    return {
+        "command": ["python", "-m", f"dtjob_train.{module}"],
+        "args": ["--arch", "resnet-tiny"],
+        "appendTrainingFlags": True,
+    }
+
+
+def paced_workers(cpu: str = PACED_WORKER_CPU) -> dict[str, Any]:
+    """A CPU limit on every worker: a world that must still be training when something happens to it (a
+    worker lost and replaced) trains slowly at little CPU, rather than many fast steps on every core."""
+    return {"worker": {"resources": {"limits": {"cpu": cpu}}}}
+
+
 def new_container(azurite: Azurite) -> str:
     container = f"e2e{uuid.uuid4().hex[:12]}"
     BlobServiceClient(azurite.endpoint, credential=azurite.shared_key).create_container(container)
@@ -91,9 +115,11 @@ def wait_finished(
     except AssertionError as err:
         raise AssertionError(f"{err}\n{pod_logs(jobs, name, azurite, container)}") from None
     if status["phase"] != "Succeeded":
+        # The pods' logs first and the status on one line: a report that keeps only a failure's first lines
+        # still shows why the launcher exited.
         raise AssertionError(
-            f"{name} ended {status['phase']}:\n{json.dumps(status, indent=1)}\n"
-            f"{pod_logs(jobs, name, azurite, container)}"
+            f"{name} ended {status['phase']}: {status.get('message')}\n"
+            f"{pod_logs(jobs, name, azurite, container)}\nstatus: {json.dumps(status)}"
         )
     if "output" not in status:
         return status
@@ -182,3 +208,24 @@ def live_launcher_records(jobs: Jobs, name: str) -> list[dict[str, Any]]:
         return progress_in(jobs.core.read_namespaced_pod_log(pod, jobs.ns, container="launcher"))
     except client.ApiException:  # not started yet
         return []
+
+
+def progress_records(
+    jobs: Jobs, azurite: Azurite, container: str, name: str, attempt: int | None = None
+) -> list[dict[str, Any]]:
+    """Every progress record rank 0 printed, in order, from the launcher's uploaded log: the final world's,
+    or that of the world a restart replaced (`logs/attempt-N/`)."""
+    uid = jobs.get(name)["metadata"]["uid"]
+    folder = f"runs/{jobs.ns}/{name}/{uid}/logs/" + (f"attempt-{attempt}/" if attempt is not None else "")
+    logs = [
+        n for n in blob_names(azurite, container, folder) if "/" not in n[len(folder) :] and "launcher" in n
+    ]
+    text = "".join(blob_text(azurite, container, n) for n in sorted(logs))
+    records = progress_in(text)
+    assert records, f"no progress record in the launcher's log ({logs} under {folder}):\n{text[-3000:]}"
+    return records
+
+
+def at(record: dict[str, Any]) -> float:
+    """When rank 0 wrote the progress record (its `updatedAt`), in seconds since the epoch."""
+    return datetime.fromisoformat(str(record["updatedAt"]).replace("Z", "+00:00")).timestamp()

@@ -26,13 +26,17 @@ from testbed.operator_harness import Jobs, OperatorProcess
 from tests.e2e.conftest import NODE_IP
 from tests.e2e.real_jobs import (
     assert_trained_together,
+    at,
     blob_names,
     blob_text,
     create_tiny_job,
     live_launcher_records,
     new_container,
     output_location,
+    paced_workers,
+    progress_records,
     run_metrics,
+    tiny_model,
     tiny_training,
     wait_finished,
 )
@@ -136,6 +140,7 @@ def test_imagenet_tree_is_staged_from_blob_onto_a_claim_and_trained_on(
                 "prefix": "ilsvrc-mini",
             },
         },
+        **tiny_model(),
     )
     # The Staging phase comes first, then the workers train on what the stager wrote.
     real_jobs.wait_phase(name, "Staging", "Starting", "Running", "Succeeded", "Failed", timeout=300)
@@ -187,18 +192,26 @@ def test_a_lost_rank_restarts_the_world_which_resumes_from_the_checkpoint(
     node_azurite: Azurite,
     tmp_path: Path,
     claims: list[str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """A fixed world's answer to a lost rank, which test_real_elastic.py's elastic world is measured against:
+    a restart, counted, from the last epoch checkpoint; printed: seconds from the kill to training again, and
+    the steps redone."""
     results = new_container(node_azurite)
     claim = host_path_claim(real_jobs, "checkpoints", tmp_path / "checkpoints")
     claims.append(f"{real_jobs.ns}-{claim}")
     name = "resume"
-    epochs = 3
+    # resnet-tiny on paced workers (a step or two a second): the second epoch, when a rank is killed, lasts
+    # long enough for the kill to land while the world trains, at a fraction of ResNet-50's CPU.
+    epochs, steps = 3, 40
     create_tiny_job(
         real_jobs,
         name,
         node_azurite,
         results,
-        hyperparameters=tiny_training(epochs=epochs),
+        hyperparameters=tiny_training(epochs=epochs, stepsPerEpoch=steps),
+        **tiny_model(),
+        **paced_workers(),
         checkpoints={"persistentVolumeClaim": {"claimName": claim}, "mountPath": "/checkpoints"},
         runPolicy={"backoffLimit": 2, "activeDeadlineSeconds": 1500, "cleanPodPolicy": "Running"},
     )
@@ -210,6 +223,7 @@ def test_a_lost_rank_restarts_the_world_which_resumes_from_the_checkpoint(
         return status.get("restarts", 0) == 0 and bool(records) and int(records[-1].get("epoch") or 0) >= 2
 
     wait_for(in_second_epoch, timeout=900, interval=0.5, what=f"{name} training its second epoch")
+    killed_at = time.time()
     killed = _kill_rank(real_jobs, f"{name}-worker-1")
     assert killed >= 1, f"nothing to kill in {name}-worker-1: {json.dumps(real_jobs.status(name))}"
 
@@ -228,3 +242,13 @@ def test_a_lost_rank_restarts_the_world_which_resumes_from_the_checkpoint(
     final_launcher = [n for n in names if n.startswith(f"{run}logs/{name}-launcher")]
     assert final_launcher, names
     assert "resuming from" in blob_text(node_azurite, results, final_launcher[0])
+    before = progress_records(real_jobs, node_azurite, results, name, attempt=0)
+    after = progress_records(real_jobs, node_azurite, results, name)[0]
+    done = (int(before[-1]["epoch"]) - 1) * steps + int(before[-1]["step"])
+    resumed = (int(after["epoch"]) - 1) * steps + int(after["step"]) - 1
+    with capsys.disabled():  # in the run's output even when the test passes
+        print(
+            f"\n[e2e] fixed-size pytorch: training again {at(after) - killed_at:.1f}s after a rank was "
+            f"killed, after a world restart from the epoch checkpoint; {max(0, done - resumed)} step(s) "
+            "redone; restarts 1"
+        )

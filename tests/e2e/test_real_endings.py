@@ -5,11 +5,14 @@ job), and the job's deadline firing mid-training. Nothing trained, and no log, i
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from dtjob.azure.sas import ANNOTATION_EXPIRES
 from dtjob.cli.main import main
+from dtjob.timefmt import parse_time
 
 from testbed.azurite import Azurite
 from testbed.kube_wait import wait_for
@@ -21,16 +24,21 @@ from tests.e2e.real_jobs import (
     blob_names,
     blob_text,
     create_tiny_job,
+    live_launcher_records,
     new_container,
     output_location,
     pod_logs,
     run_metrics,
+    tiny_model,
     tiny_training,
     wait_finished,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 OUTAGE_SECONDS = 45
+# How long after rank 0's first logged step the deadline is brought: the operator follows the edit and mints
+# the pods' tokens again well within it.
+DEADLINE_AFTER_TRAINING_S = 30
 
 
 def output_sas_minted(jobs: Jobs, name: str) -> None:
@@ -56,7 +64,12 @@ def test_results_arrive_after_storage_refused_just_as_the_upload_started(
         output["endpoint"] = f"{proxy.url}{upstream.path}"
         name = "outage"
         create_tiny_job(
-            real_jobs, name, node_azurite, container, output={**output, "uploadRetrySeconds": 300}
+            real_jobs,
+            name,
+            node_azurite,
+            container,
+            output={**output, "uploadRetrySeconds": 300},
+            **tiny_model(),
         )
         # The operator checks that the results container exists before it signs the output token; after
         # that nothing talks to this endpoint before the upload (signing is local): the first connection
@@ -101,7 +114,8 @@ def test_a_torchrun_worker_that_exited_0_may_go_while_worker_0_uploads(
         output = output_location(node_azurite, container)
         output["endpoint"] = f"{proxy.url}{upstream.path}"
         output["uploadRetrySeconds"] = 600
-        create_tiny_job(real_jobs, name, node_azurite, container, torchrun={}, output=output)
+        create_tiny_job(real_jobs, name, node_azurite, container, torchrun={}, output=output,
+                        **tiny_model(torchrun=True))  # fmt: skip
         output_sas_minted(real_jobs, name)
         proxy.arm(3600)  # from worker 0's first upload call until the test says so
 
@@ -165,6 +179,7 @@ def test_results_that_storage_refused_for_good_are_uploaded_later_from_the_pod_t
             container,
             output={**output, "uploadRetrySeconds": 10},
             **WORLDS[world],
+            **tiny_model(torchrun=world == "torchrun"),
         )
         status = real_jobs.wait_phase(name, "Succeeded", "Failed", timeout=900)
         failed = real_jobs.condition(name, "Failed")
@@ -207,30 +222,46 @@ def test_every_pods_log_is_uploaded_when_the_deadline_fires_mid_training(
     node_azurite: Azurite,
 ) -> None:
     """Before: the output SAS expired at the deadline, so the final upload was refused (403) and the logs
-    people need to debug a deadline were lost."""
+    people need to debug a deadline were lost. The deadline is brought forward once rank 0 has logged a step,
+    so that it fires mid-training however long the world took to start on busy cores; the operator then
+    mints the pods' tokens again to expire by the new deadline, as they were before the fix."""
     container = new_container(node_azurite)
     name = "deadline"
     # Many more steps than fit: the deadline ends it while the ranks train.
     create_tiny_job(
         real_jobs, name, node_azurite, container,
-        hyperparameters=tiny_training(stepsPerEpoch=100000),
-        runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 150, "cleanPodPolicy": "Running"},
+        hyperparameters=tiny_training(stepsPerEpoch=100000), **tiny_model(),
+        runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 1200, "cleanPodPolicy": "Running"},
     )  # fmt: skip
-    status = real_jobs.wait_phase(name, "Succeeded", "Failed", timeout=600)
+    try:
+        wait_for(lambda: live_launcher_records(real_jobs, name), timeout=600, interval=1, what="training")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{pod_logs(real_jobs, name, None, '')}") from None
+    started = parse_time(real_jobs.status(name)["startTime"])
+    seconds = int((datetime.now(UTC) - started).total_seconds()) + DEADLINE_AFTER_TRAINING_S
+    real_jobs.patch_spec(name, {"runPolicy": {"activeDeadlineSeconds": seconds}})
+    deadline = started + timedelta(seconds=seconds)
+
+    def token_minted_again() -> str | None:
+        secret = real_jobs.core.read_namespaced_secret(f"{name}-sas-out", real_jobs.ns)
+        expires = (secret.metadata.annotations or {}).get(ANNOTATION_EXPIRES)
+        return expires if expires and parse_time(expires) <= deadline else None
+
+    expires = wait_for(token_minted_again, timeout=DEADLINE_AFTER_TRAINING_S, interval=1,
+                       what=f"{name}-sas-out minted again to expire by the new deadline")  # fmt: skip
+    status = real_jobs.wait_phase(name, "Succeeded", "Failed", timeout=300)
     failed = real_jobs.condition(name, "Failed")
     assert failed and failed["reason"] == "DeadlineExceeded", status
-    assert status.get("progress"), f"it must have been training: {pod_logs(real_jobs, name, None, '')}"
+    assert f"({seconds}s)" in failed["message"], failed
+    assert status.get("progress"), status
 
     def uploaded() -> dict[str, Any] | None:
         output = real_jobs.status(name).get("output") or {}
         return output if output.get("logsUploaded") or output.get("logsError") else None
 
-    deadline = time.monotonic() + 120
-    output = uploaded()
-    while output is None and time.monotonic() < deadline:
-        time.sleep(2)
-        output = uploaded()
-    assert output is not None and output.get("logsUploaded") is True, output
+    # Uploaded after the deadline, when the pods' own token (expiring by it) is of no use.
+    output = wait_for(uploaded, timeout=120, interval=2, what=f"{name}'s logs uploaded")
+    assert output.get("logsUploaded") is True, f"expired {expires}: {output}"
     uid = real_jobs.get(name)["metadata"]["uid"]
     run = f"runs/{real_jobs.ns}/{name}/{uid}/logs/"
     logs = {n.removeprefix(run) for n in blob_names(node_azurite, container, run)}

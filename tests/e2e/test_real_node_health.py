@@ -15,7 +15,7 @@ from testbed.azurite import Azurite
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
 from tests.e2e.conftest import RealCluster
-from tests.e2e.real_jobs import create_tiny_job, new_container
+from tests.e2e.real_jobs import create_tiny_job, new_container, tiny_model, tiny_training
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -53,7 +53,11 @@ def test_a_gpu_fault_on_the_node_moves_the_world_until_the_node_recovers(
     real_jobs: Jobs, real_operator: OperatorProcess, node_azurite: Azurite, core: client.CoreV1Api
 ) -> None:
     name = "xid"
-    create_tiny_job(real_jobs, name, node_azurite, new_container(node_azurite))
+    # resnet-tiny, with steps enough that the first world is still training when the fault is reported.
+    create_tiny_job(
+        real_jobs, name, node_azurite, new_container(node_azurite),
+        hyperparameters=tiny_training(stepsPerEpoch=400), **tiny_model(),
+    )  # fmt: skip
     ready = wait_for(lambda: [p for p in real_jobs.live_workers(name) if p.status.pod_ip and any(
         c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])], timeout=240,
         what="a worker Ready")  # fmt: skip

@@ -20,6 +20,7 @@ from tests.e2e.real_jobs import (
     pod_logs,
     run_metrics,
     storage_key_secret,
+    tiny_model,
     wait_finished,
 )
 
@@ -30,7 +31,7 @@ def test_a_two_worker_torchrun_job_trains_with_ddp_and_uploads_its_results_and_l
     real_cluster: RealCluster, real_jobs: Jobs, real_operator: OperatorProcess, node_azurite: Azurite
 ) -> None:
     container = new_container(node_azurite)
-    create_tiny_job(real_jobs, "ddp", node_azurite, container, torchrun={})
+    create_tiny_job(real_jobs, "ddp", node_azurite, container, torchrun={}, **tiny_model(torchrun=True))
     status = wait_finished(real_jobs, "ddp", timeout=720, azurite=node_azurite, container=container)
 
     succeeded = next(c for c in status["conditions"] if c["type"] == "Succeeded")

@@ -22,16 +22,18 @@ from testbed.azurite import Azurite
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
 from tests.e2e.real_jobs import (
+    at,
     create_tiny_job,
     new_container,
+    paced_workers,
     pod_logs,
     progress_in,
     run_metrics,
+    tiny_model,
     tiny_training,
     wait_finished,
 )
 from tests.e2e.test_real_elastic import (
-    at,
     cordoned,
     evict_worker,
     first_at_size,
@@ -41,7 +43,10 @@ from tests.e2e.test_real_elastic import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
-STEPS = 48
+# resnet-tiny on workers limited to a quarter of a core (paced_workers), as the Horovod world
+# (test_real_elastic.py): DDP trains some 4 steps a second there, and every resize restarts every rank's
+# process (its imports included). Full again at step 206 of 600 alone.
+STEPS = 400
 COMMIT_EVERY = 5
 
 
@@ -68,7 +73,7 @@ def test_an_elastic_torchrun_world_loses_a_worker_trains_on_and_grows_back_witho
     create_tiny_job(
         real_jobs, name, node_azurite, container, workers=3, torchrun={},
         elastic={"minWorkers": 2, "maxWorkers": 3, "commitEverySteps": COMMIT_EVERY},
-        hyperparameters=tiny_training(stepsPerEpoch=STEPS),
+        hyperparameters=tiny_training(stepsPerEpoch=STEPS), **tiny_model(torchrun=True), **paced_workers(),
     )  # fmt: skip
     wait_for(lambda: training_at_step(real_jobs, name, 6), timeout=600, interval=0.5, what=f"{name} training")
     worker_0 = str(real_jobs.core.read_namespaced_pod(f"{name}-worker-0", real_jobs.ns).metadata.uid)
@@ -110,6 +115,6 @@ def test_an_elastic_torchrun_world_loses_a_worker_trains_on_and_grows_back_witho
         print(
             f"\n[e2e] elastic torchrun: training at 2 ranks {at(smaller) - deleted_at:.1f}s after the pod's "
             f"deletion; the replacement training {at(regrown) - joined_at:.1f}s after it was Ready; "
-            f"{metrics['stepsRedone']} step(s) redone; restarts 0; finished {finished_after:.0f}s after "
-            "the deletion"
+            f"{metrics['stepsRedone']} step(s) redone; restarts 0; full again at step {regrown['step']} of "
+            f"{STEPS}; finished {finished_after:.0f}s after the deletion"
         )

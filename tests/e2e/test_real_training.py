@@ -121,7 +121,9 @@ def test_the_demo_job_trains_pytorch_for_real_and_uploads_results_and_logs(
     # Rank 0's results, uploaded from worker 0 over ssh with the write-only SAS.
     assert f"{run}model.pt" in names, names
     assert f"{run}labels.json" in names, names
-    assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
+    metrics = run_metrics(node_azurite, container, real_jobs, name)
+    assert metrics["arch"] == "resnet50"
+    assert_trained_together(metrics)
     # Every pod's real log.
     logs = {n.removeprefix(f"{run}logs/") for n in names if n.startswith(f"{run}logs/")}
     assert {f"{name}-worker-0.log", f"{name}-worker-1.log"} <= logs, names
@@ -163,7 +165,7 @@ def test_tensorflow_and_keras_train_for_real(
     status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
     print(f"[e2e] {framework} under {runner} succeeded in {time.monotonic() - started:.0f}s")
     metrics = run_metrics(node_azurite, container, real_jobs, name)
-    assert metrics["framework"] == framework
+    assert metrics["framework"] == framework and metrics["arch"] == "resnet50"
     assert_trained_together(metrics)
     progress = status.get("progress")
     assert progress is not None, pod_logs(real_jobs, name, node_azurite, container, lines=80)

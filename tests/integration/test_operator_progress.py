@@ -131,9 +131,10 @@ def test_a_failed_launcher_quotes_the_ranks_error_line(
 
     def served() -> bool:  # before the failure, or the operator would read no log
         try:
-            return "Process 1" in core_v1.read_namespaced_pod_log(pod, namespace, container="launcher")
+            text = core_v1.read_namespaced_pod_log(pod, namespace, container="launcher")
         except ApiException:
             return False
+        return "Process 1" in (text or "")  # the client can answer None before kwok serves the file
 
     wait_for(served, timeout=30, what="the launcher's log served")
     jobs.annotate_pod(pod, {"sim.dtjob.io/outcome": "Failed"})

@@ -110,16 +110,16 @@ def test_tensorflow_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> N
     assert seconds["sigterm_to_training"] < 15, world.log()
 
 
-def test_keras_world_shrinks_on_sigterm(tmp_path: Path) -> None:
-    world, seconds = shrink_and_grow("keras", tmp_path, grow=False, timeout=120)
+def test_keras_world_shrinks_on_sigterm_and_grows_back(tmp_path: Path) -> None:
+    world, seconds = shrink_and_grow("keras", tmp_path, grow=True, timeout=120)
     print(f"elastic keras: {seconds}, resized (size, step, redone): {resize_lines(world.log())}")
     progress = world.progress()
-    assert sizes_in_order(progress) == [3, 2], world.log()
-    assert [(size, redone) for size, _, redone in resize_lines(world.log())] == [(2, 0)], world.log()
+    assert sizes_in_order(progress) == [3, 2, 3], world.log()
+    assert [(size, redone) for size, _, redone in resize_lines(world.log())] == [(2, 0), (3, 0)], world.log()
     assert [p["step"] for _, p in progress] == list(range(1, STEPS + 1)), world.log()
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert metrics["worldSizes"] == [3, 2] and metrics["stepsRedone"] == 0, metrics
-    assert len(metrics["weightDigests"]) == 2 and metrics["weightsConsistent"], metrics
+    assert metrics["worldSizes"] == [3, 2, 3] and metrics["stepsRedone"] == 0, metrics
+    assert len(metrics["weightDigests"]) == 3 and metrics["weightsConsistent"], metrics
 
 
 def test_elastic_imagenet_run_checkpoints_and_a_restarted_world_resumes(tmp_path: Path) -> None:
@@ -160,14 +160,16 @@ def test_pytorch_world_rolls_back_to_the_last_commit_when_a_rank_dies_without_wa
     world = ElasticWorld(tmp_path, {first: 2, dying: 1}, min_np=2, max_np=3)
     args = tiny_args(None, "--arch", "resnet-tiny", "--epochs", "1", "--steps-per-epoch", "60")
     args += ["--elastic", "--commit-every", "10", "--output-dir", str(tmp_path / "out")]
-    # A peer's death reaches a rank that is not talking to it at Gloo's timeout: 5 s here, not 30.
-    env = {"DTJOB_THREADS_PER_RANK": "1", "HOROVOD_GLOO_TIMEOUT_SECONDS": "5"}
+    # A peer's death reaches a rank that is not talking to it at Gloo's timeout: 20 s here, not 30. Not less:
+    # the same timeout bounds the survivors' own rendezvous after the reset, and beside other test runs on two
+    # cores one survivor can come to it seconds after the other (at 5 s this test failed once in CI).
+    env = {"DTJOB_THREADS_PER_RANK": "1", "HOROVOD_GLOO_TIMEOUT_SECONDS": "20"}
     world.start(["dtjob_train.pytorch", *args], tmp_path / "pids", env)
     try:
         world.wait_for("3 ranks training", lambda: _trained(world, size=3, steps=13), 120)
         world.set_hosts({first: 2})
         os.kill(rank_pid(dying, tmp_path / "pids"), signal.SIGKILL)
-        assert world.finish(120) == 0, world.log()
+        assert world.finish(240) == 0, world.log()
     finally:
         world.stop()
     progress = world.progress()

@@ -35,6 +35,9 @@ def _offline_env(**extra: str) -> dict[str, str]:
     wheelhouse = cache_root() / "wheels" / "pypi"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "DTJOB_", "PIP_"))}
     env |= {"DTJOB_CACHE": str(cache_root()), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
+    # No bytecode for the venv's thousands of modules (pip compiles each one it installs): the venv is
+    # removed when the test ends, and what the probe imports compiles as it loads.
+    env["PIP_COMPILE"] = "0"  # pip --no-compile (PIP_NO_COMPILE=1 would turn compiling on)
     return env | extra
 
 
