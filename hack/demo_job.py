@@ -26,6 +26,12 @@ def demo_job(output: dict[str, Any], steps: int = DEFAULT_STEPS) -> dict[str, An
         *(e for e in spec.get("env", []) if e.get("name") != EXPECT_GPU_ENV),
         {"name": EXPECT_GPU_ENV, "value": "0"},
     ]
+    # One core for each of the two workers (requests kept small, so that one node holds both): the trainer
+    # then runs one compute thread a rank (it reads the CPU quota), where it would count both cores in each
+    # pod and run four threads on two cores, several times slower a step.
+    resources = spec.setdefault("worker", {}).setdefault("resources", {})
+    resources.setdefault("requests", {})["cpu"] = "100m"
+    resources.setdefault("limits", {})["cpu"] = "1"
     spec["hyperparameters"].update(
         {"batchSizePerGpu": 4, "stepsPerEpoch": steps, "imageSize": 64, "logInterval": 1, "amp": False}
     )

@@ -76,6 +76,14 @@ def tiny_model(*, torchrun: bool = False) -> dict[str, Any]:
     }
 
 
+def one_core_workers() -> dict[str, Any]:
+    """Each worker limited to one core (the requests small, so that the one GPU node holds both): its rank
+    then runs one compute thread (dtjob_train.host reads the CPU quota). Without a limit each rank counts
+    both of the machine's cores, and two ranks run four threads on two cores: ResNet-50's steps took some six
+    times as long."""
+    return {"worker": {"resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1"}}}}
+
+
 def paced_workers(cpu: str = PACED_WORKER_CPU) -> dict[str, Any]:
     """A CPU limit on every worker: a world that must still be training when something happens to it (a
     worker lost and replaced) trains slowly at little CPU, rather than many fast steps on every core."""
@@ -177,6 +185,7 @@ def create_tiny_job(jobs: Jobs, name: str, azurite: Azurite, output_container: s
             "hyperparameters": tiny_training(),
             "runPolicy": {"backoffLimit": 0, "activeDeadlineSeconds": 1200, "cleanPodPolicy": "Running"},
             "output": output_location(azurite, output_container),
+            **one_core_workers(),
             **spec,
         },
     )

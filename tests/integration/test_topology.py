@@ -25,10 +25,18 @@ from kubernetes.client.exceptions import ApiException
 from testbed.kube_wait import wait_for
 from testbed.kueue import KUEUE, KueueProcess
 from testbed.operator_harness import Jobs, OperatorProcess
-from tests.integration.test_kueue import condition, created, gated, kueue, wait_queues_active, workload
+from tests.integration.test_kueue import (
+    condition,
+    created,
+    gated,
+    kueue,
+    kueue_release,
+    wait_queues_active,
+    workload,
+)
 
 pytestmark = pytest.mark.integration
-__all__ = ["kueue"]  # the fixture, shared with test_kueue
+__all__ = ["kueue", "kueue_release"]  # the fixtures, shared with test_kueue: one Kueue per release for the module
 RACK = "topology.dtjob.io/rack"
 REQUIRED = {"scheduling": {"topology": {"key": RACK, "mode": "required"}}}
 LAUNCHER = {"podAnnotations": {"sim.dtjob.io/run-duration": "2s"}}
@@ -144,6 +152,7 @@ def tas_queue(
 ) -> Iterator[str]:
     """A Topology whose one level is the rack label, a ResourceFlavor of the GPU pool that names it, a
     ClusterQueue with quota for the whole pool and a LocalQueue on it; yields the LocalQueue's name."""
+    client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {"labels": kueue.selector}})
     custom = client.CustomObjectsApi(api_client)
     names = {k: f"{k}-{namespace}" for k in ("topology", "flavor", "cq")}
     pool = {"kubernetes.azure.com/agentpool": "gpu"}
