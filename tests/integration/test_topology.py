@@ -36,7 +36,8 @@ from tests.integration.test_kueue import (
 )
 
 pytestmark = pytest.mark.integration
-__all__ = ["kueue", "kueue_release"]  # the fixtures, shared with test_kueue: one Kueue per release for the module
+# The fixtures shared with test_kueue: one Kueue per release for the module.
+__all__ = ["kueue", "kueue_release"]
 RACK = "topology.dtjob.io/rack"
 REQUIRED = {"scheduling": {"topology": {"key": RACK, "mode": "required"}}}
 LAUNCHER = {"podAnnotations": {"sim.dtjob.io/run-duration": "2s"}}
