@@ -12,6 +12,10 @@ import yaml
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pytorch-synthetic-resnet50.yaml"
 DEFAULT_STEPS = 6
 EXPECT_GPU_ENV = "DTJOB_EXPECT_GPU"
+# One core for each worker, its request small so that one node holds two: the trainer then runs one compute
+# thread a rank (it reads the CPU quota). Without a limit each rank counts both cores of a 2-core machine, and
+# two ranks run four threads on two cores: ResNet-50's steps took some six times as long.
+ONE_CORE_WORKER_RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "100m"}, "limits": {"cpu": "1"}}
 
 
 def demo_job(output: dict[str, Any], steps: int = DEFAULT_STEPS) -> dict[str, Any]:
@@ -26,12 +30,9 @@ def demo_job(output: dict[str, Any], steps: int = DEFAULT_STEPS) -> dict[str, An
         *(e for e in spec.get("env", []) if e.get("name") != EXPECT_GPU_ENV),
         {"name": EXPECT_GPU_ENV, "value": "0"},
     ]
-    # One core for each of the two workers (requests kept small, so that one node holds both): the trainer
-    # then runs one compute thread a rank (it reads the CPU quota), where it would count both cores in each
-    # pod and run four threads on two cores, several times slower a step.
     resources = spec.setdefault("worker", {}).setdefault("resources", {})
-    resources.setdefault("requests", {})["cpu"] = "100m"
-    resources.setdefault("limits", {})["cpu"] = "1"
+    for kind, amounts in ONE_CORE_WORKER_RESOURCES.items():
+        resources.setdefault(kind, {}).update(amounts)
     spec["hyperparameters"].update(
         {"batchSizePerGpu": 4, "stepsPerEpoch": steps, "imageSize": 64, "logInterval": 1, "amp": False}
     )

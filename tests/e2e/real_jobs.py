@@ -3,6 +3,7 @@ results, metrics and logs."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import uuid
@@ -13,6 +14,7 @@ from azure.storage.blob import BlobServiceClient
 from dtjob.names import STORAGE_KEY_LABEL
 from kubernetes import client
 
+from hack.demo_job import ONE_CORE_WORKER_RESOURCES
 from testbed.azurite import Azurite
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs
@@ -77,11 +79,8 @@ def tiny_model(*, torchrun: bool = False) -> dict[str, Any]:
 
 
 def one_core_workers() -> dict[str, Any]:
-    """Each worker limited to one core (the requests small, so that the one GPU node holds both): its rank
-    then runs one compute thread (dtjob_train.host reads the CPU quota). Without a limit each rank counts
-    both of the machine's cores, and two ranks run four threads on two cores: ResNet-50's steps took some six
-    times as long."""
-    return {"worker": {"resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1"}}}}
+    """Each worker limited to one core, as the demo's job is (hack.demo_job.ONE_CORE_WORKER_RESOURCES)."""
+    return {"worker": {"resources": copy.deepcopy(ONE_CORE_WORKER_RESOURCES)}}
 
 
 def paced_workers(cpu: str = PACED_WORKER_CPU) -> dict[str, Any]:

@@ -56,6 +56,12 @@ def kueue(
         proc.stop()
 
 
+def join_kueue(api_client: client.ApiClient, namespace: str, kueue: KueueProcess) -> None:
+    """Put the test's namespace under the module's Kueue (its pod webhook and its managed jobs) by the label
+    that Kueue selects namespaces by."""
+    client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {"labels": kueue.selector}})
+
+
 @pytest.fixture
 def queues(
     api_client: client.ApiClient, namespace: str, jobs: Jobs, kueue: KueueProcess
@@ -63,7 +69,7 @@ def queues(
     """The test's namespace under the module's Kueue; a ResourceFlavor, a ClusterQueue with GPU quota for one
     world (preempting lower priorities), the LocalQueue `team` in the test's namespace and two
     WorkloadPriorityClasses; their names by role."""
-    client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {"labels": kueue.selector}})
+    join_kueue(api_client, namespace, kueue)
     custom = client.CustomObjectsApi(api_client)
     group, version = KUEUE
     made = {k: f"{k}-{namespace}" for k in ("flavor", "cq", "low", "high")}

@@ -29,6 +29,7 @@ from tests.integration.test_kueue import (
     condition,
     created,
     gated,
+    join_kueue,
     kueue,
     kueue_release,
     wait_queues_active,
@@ -153,7 +154,7 @@ def tas_queue(
 ) -> Iterator[str]:
     """A Topology whose one level is the rack label, a ResourceFlavor of the GPU pool that names it, a
     ClusterQueue with quota for the whole pool and a LocalQueue on it; yields the LocalQueue's name."""
-    client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {"labels": kueue.selector}})
+    join_kueue(api_client, namespace, kueue)
     custom = client.CustomObjectsApi(api_client)
     names = {k: f"{k}-{namespace}" for k in ("topology", "flavor", "cq")}
     pool = {"kubernetes.azure.com/agentpool": "gpu"}
