@@ -86,10 +86,18 @@ horovod_env=$(env | grep '^HOROVOD_' | sort || true)
 build_recipe=2
 constraints=$here/constraints.txt
 cuda_build_reqs=$here/requirements-cuda-build.txt
-python_version=$("$PY" -c 'import sys; print(sys.version)')
-build_key=$(cat "${reqs[@]:1}" "$patch_file" "$constraints" "$cuda_build_reqs" \
-  <(echo "$build_recipe|$horovod_version|$frameworks|$device|$tf_spec|$horovod_env|$python_version") |
-  sha256sum | cut -c1-16)
+# The Python the wheel's extensions run on: its ABI and the C library, not its patch release, so the image's
+# Debian Python 3.11 finds a wheel built on a Debian host's Python 3.11 (a wheel built against a newer glibc
+# keys apart).
+python_abi=$("$PY" -c 'import platform, sysconfig; print(sysconfig.get_config_var("SOABI"), *platform.libc_ver())')
+build_key_of() { # FRAMEWORKS REQUIREMENT-FILES...: the key of a Horovod wheel built for them on this device
+  local fws=$1
+  shift
+  cat "$@" "$patch_file" "$constraints" "$cuda_build_reqs" \
+    <(echo "$build_recipe|$horovod_version|$fws|$device|$tf_spec|$horovod_env|$python_abi") |
+    sha256sum | cut -c1-16
+}
+build_key=$(build_key_of "$frameworks" "${reqs[@]:1}")
 key=$(cat "$0" "${reqs[@]}" ${extra_reqs[@]+"${extra_reqs[@]}"} "$here/requirements-tf-keras.txt" <(echo "$build_key") |
   sha256sum | cut -c1-16)
 # Every downloaded wheel is kept in a wheelhouse (torch's CUDA build alone is several GB), so the next venv
@@ -210,8 +218,20 @@ relocate_gpu_wheel() {
   "$PY" -m wheel pack -d "$dist" "$unpacked"/horovod-* >/dev/null
 }
 
-# Horovod: one wheel per (frameworks, device, framework pins, patch, python, HOROVOD_* flags), built once.
+# Horovod: one wheel per (frameworks, device, framework pins, patch, Python ABI, HOROVOD_* flags), built once.
 # Moved into place whole, as a directory (a reader never sees half a wheel), under the wheel's own lock.
+# A CPU build for one framework takes the two-framework CPU wheel where one is built (the training venv's,
+# when make builds the CPU TensorFlow image after it): the same sources, patch, pins and Python ABI, one
+# compile of Horovod fewer. The other framework's extension is removed after the install, as if never built.
+unused_extension=""
+if [[ $device == cpu && $with_torch$with_tf != 11 ]]; then
+  both_key=$(build_key_of "torch tensorflow" "$here/requirements-torch.txt" "$here/requirements-tensorflow.txt")
+  if ls "$cache/wheels/horovod-$horovod_version-$both_key"/horovod-*.whl >/dev/null 2>&1; then
+    log "taking the two-framework CPU build of Horovod ($both_key) for $frameworks"
+    build_key=$both_key
+    if [[ $with_torch == 1 ]]; then unused_extension=tensorflow; else unused_extension=torch; fi
+  fi
+fi
 wheel_dir=$cache/wheels/horovod-$horovod_version-$build_key
 wheel_built() { ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; }
 wheel_lock=horovod-$horovod_version-$build_key
@@ -262,6 +282,8 @@ if ! cache_hit "$wheel_lock" "Horovod $horovod_version ($build_key)" wheel_built
 fi
 # Horovod's declared deps (cloudpickle, psutil, pyyaml, packaging, cffi) are pinned in requirements.txt.
 "${pip[@]}" --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
+# Importing horovod.<other framework> then fails as in a build without it ("has not been built").
+[[ -z $unused_extension ]] || rm -f "$site/horovod/$unused_extension"/mpi_lib*.so
 
 check="import horovod"
 [[ $with_torch == 1 ]] && check+="; import horovod.torch as h; assert h.gloo_built()"

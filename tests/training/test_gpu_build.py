@@ -7,6 +7,9 @@ run it, into a venv of its own per framework. It proves:
 
 The venvs install offline from the wheelhouse that `make gpu-build-wheels` fills (the tests have no route
 out); the Horovod wheel is cached by its build inputs, so only the first run compiles.
+
+And the CPU build for one framework, as the horovod-tensorflow image makes it, takes the training venv's
+two-framework wheel instead of compiling Horovod again.
 """
 
 from __future__ import annotations
@@ -126,3 +129,29 @@ def test_gpu_build_links_the_frameworks_own_nccl(
             assert gpu_code(lib.read_bytes()) == ["compute_90", "sm_80", "sm_90"], lib
     finally:
         shutil.rmtree(moved, ignore_errors=True)
+
+
+def test_a_cpu_build_for_one_framework_takes_the_two_framework_wheel(venv: Path) -> None:
+    # The training venv's wheel (make venv-training; this test runs from that venv): built for torch and
+    # TensorFlow on CPU, on the same Python ABI and pins.
+    wheels = sorted((cache_root() / "wheels").glob("horovod-*/horovod-*.whl"))
+    assert wheels, "no Horovod wheel in the cache: make venv-training builds one"
+    env = _offline_env(DTJOB_DEVICE="cpu", DTJOB_FRAMEWORKS="tensorflow")
+    done = subprocess.run(
+        [str(INSTALL), str(venv / "bin" / "python")], capture_output=True, text=True, env=env, timeout=1200
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "taking the two-framework CPU build of Horovod" in done.stderr, done.stderr[-4000:]
+    assert "building Horovod" not in done.stderr, "compiled Horovod again"
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    assert list((site / "horovod" / "tensorflow").glob("mpi_lib*.so"))
+    # The other framework's extension is gone, as in a build without it.
+    assert not list((site / "horovod" / "torch").glob("mpi_lib*.so"))
+    probe = "import horovod.tensorflow.keras as hvd; assert hvd.gloo_built() and hvd.mpi_built(); print('ok')"
+    ran = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"},
+    )
+    assert ran.returncode == 0 and ran.stdout.strip().endswith("ok"), ran.stderr[-4000:]
