@@ -29,7 +29,7 @@ endif
 export DTJOB_PHASE_LOG
 PHASE := hack/phase.sh
 
-.PHONY: help print-venv deps venv venv-training azure-cli control-plane test-binaries gang-schedulers azurite images test-python-venvs test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
+.PHONY: help print-venv deps venv venv-training azure-cli control-plane test-binaries gang-schedulers azurite images test-python-deps cluster-up cluster-down cluster-status lint test test-unit \
         test-integration test-training gpu-build-wheels test-e2e registry push-images demo demo-image demo-down demo-sim bench clean-cache
 
 help:
@@ -177,33 +177,21 @@ test-e2e: control-plane test-binaries test-python-deps
 
 # What the tests need besides the Go-built test bed, in order: the training venv fills the wheelhouse that
 # the image builds then read.
-test-python-venvs: azurite registry azure-cli venv-training gpu-build-wheels
-
-test-python-deps: test-python-venvs
+test-python-deps: azurite registry azure-cli venv-training gpu-build-wheels
 	@$(PHASE) images hack/build-images.sh
 
 # Every test, in three pytest runs side by side (hack/run-tests.sh): the training and e2e tiers (CPU-bound), the
 # integration files that wait on the control plane's timers, and the rest; one line at the end sums them.
 # Before them, on a cold machine, two lines of builds overlap: the Python and image chain (downloads, pip
 # installs, layer exports) and the Go builds (compiles that fill both cores, one after another). Two makes,
-# not `make -j2`: that gave both slots to Go builds and left the downloads waiting for them. The main run
-# (unit, integration, Azure) needs no image: it starts once the Go builds and the venvs are done, while the
-# images still build, at a lower CPU priority, beside it; the two side runs start when the images are built
-# (run-tests.sh waits for the file DTJOB_IMAGES_READY names, where the image line writes its exit code).
+# not `make -j2`: that gave both slots to Go builds and left the downloads waiting for them.
 test: deps
-	@gate=$$(mktemp -d "$${TMPDIR:-/tmp}/dtjob-test-gate.XXXXXX"); trap 'rm -rf "$$gate"' EXIT; \
-	  { rc=0; $(MAKE) --no-print-directory test-python-venvs || rc=$$?; echo $$rc > "$$gate/venvs"; \
-	    if [[ $$rc == 0 ]]; then nice -n 10 $(PHASE) images hack/build-images.sh || rc=$$?; fi; \
-	    echo $$rc > "$$gate/images"; } & python_line=$$!; \
+	@$(MAKE) --no-print-directory test-python-deps & python_line=$$!; \
 	  go_rc=0; hack/go-scratch.sh $(MAKE) --no-print-directory control-plane test-binaries gang-schedulers || go_rc=$$?; \
-	  while [[ ! -s $$gate/venvs ]] && kill -0 $$python_line 2>/dev/null; do sleep 2; done; \
-	  venvs_rc=$$(cat "$$gate/venvs" 2>/dev/null || echo 1); \
-	  rc=0; [[ $$go_rc == 0 && $$venvs_rc == 0 ]] || rc=1; \
-	  if [[ $$rc == 0 ]]; then $(PHASE) lint $(MAKE) --no-print-directory lint || rc=$$?; fi; \
-	  if [[ $$rc == 0 ]]; then \
-	    $(PHASE) pytest $(IN_TEST_NETNS) DTJOB_IMAGES_READY="$$gate/images" hack/run-tests.sh $(PY) --durations=15 || rc=$$?; \
-	  fi; \
-	  wait $$python_line || true; \
+	  python_rc=0; wait $$python_line || python_rc=$$?; \
+	  [[ $$go_rc == 0 && $$python_rc == 0 ]] || { $(PHASE) report; exit 1; }
+	@$(PHASE) lint $(MAKE) --no-print-directory lint || { $(PHASE) report; exit 1; }
+	@rc=0; $(PHASE) pytest $(IN_TEST_NETNS) hack/run-tests.sh $(PY) --durations=15 || rc=$$?; \
 	  $(PHASE) report; exit $$rc
 
 # The real demo keeps its cluster in a named network namespace, so it can be looked at afterwards; a cluster

@@ -14,10 +14,6 @@
 # every test that failed, skipped or xfailed; the exit code is the worst of the runs', or 1 where they all
 # passed but a skip or xfail is not in tests/allowed-skips.toml.
 #
-# The side runs need the images (hack/build-images.sh): where make still builds them beside the main run,
-# DTJOB_IMAGES_READY names the file it writes the build's exit code to, and the side runs start once it is
-# there (0), or fail without running (anything else).
-#
 #   hack/run-tests.sh PYTHON [PYTEST ARGS...]    (PYTEST ARGS go to every run)
 set -uo pipefail
 py=${1:?usage: $0 PYTHON [PYTEST ARGS...]}
@@ -55,20 +51,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-images_built() { # waits for the image build that runs beside the main run, if one does; fails if it failed
-  local ready=${DTJOB_IMAGES_READY:-}
-  [[ -n $ready ]] || return 0
-  while [[ ! -s $ready ]]; do sleep 2; done
-  [[ $(<"$ready") == 0 ]] && return 0
-  echo "[tests] not run: the images did not build (exit $(<"$ready"))"
-  return 1
-}
-
-side_run() { # NAME CLUSTER TESTS...: a pytest run in the background once the images are built; $out/NAME.log
+side_run() { # NAME CLUSTER TESTS...: a pytest run in the background, logged to $out/NAME.log
   local name=$1 cluster_name=$2
   shift 2
-  { images_built && CLUSTER_NAME=$cluster_name "$py" -m pytest "$@" --basetemp="$base/$name" \
-    --junitxml="$out/$name.xml" "${pytest_args[@]}"; } >"$out/$name.log" 2>&1 &
+  CLUSTER_NAME=$cluster_name "$py" -m pytest "$@" --basetemp="$base/$name" --junitxml="$out/$name.xml" \
+    "${pytest_args[@]}" >"$out/$name.log" 2>&1 &
   pid_of[$name]=$!
   echo "[tests] $* run beside the tiers below ($out/$name.log, printed when all runs end)"
 }
