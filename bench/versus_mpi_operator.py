@@ -375,8 +375,10 @@ def dtjob_run(
         wait_for(lambda: (operator.probes() or {}).get("queue") == 0, timeout=300, interval=0.5,
                  what="dtjob's queue empty")  # fmt: skip
         _, rss = proc_usage(pid)
+        reconciles = (operator.probes() or {}).get("reconciles", 0)
         print(f"dtjob: queue {depth} when the last launcher existed, empty {time.monotonic() - start:.1f}s "
-              f"later; RSS then {rss:.0f} MiB", flush=True)  # fmt: skip
+              f"later; RSS then {rss:.0f} MiB; {reconciles / count:.2f} reconciles per job",
+              flush=True)  # fmt: skip
         calls = api_calls(operator.metrics_text())
         each = ", ".join(f"{verb} {what} {n / count:.2f}" for (verb, what), n in sorted(calls.items()))
         print(f"dtjob: {sum(calls.values()) / count:.1f} API calls per job: {each}", flush=True)

@@ -78,6 +78,25 @@ def test_a_fitting_job_reads_the_reused_list_only() -> None:
     assert kube.fresh_calls == [False]
 
 
+def tainted(gpus: int) -> dict[str, Any]:
+    """A node of the job's label selector that its workers may not land on: a taint they do not tolerate."""
+    body = node(gpus)
+    body["metadata"]["name"] = f"tainted-{gpus}"
+    body["spec"] = {"taints": [{"key": "team", "value": "other", "effect": "NoSchedule"}]}
+    return body
+
+
+def test_only_the_nodes_a_worker_may_land_on_count_for_its_gpus() -> None:
+    kube = StaleNodes(nodes=[tainted(8), node(2)], stale=[tainted(8), node(2)])
+    blocker = preflight(kube, job_spec(gpusPerWorker=4))
+    assert blocker is not None and blocker.reason == "InsufficientGPUsPerNode"
+    assert "at most 2 " in blocker.message, "the tainted 8-GPU node is not the pool's best"
+    pool = [node(2), tainted(2), node(8)]
+    assert preflight(StaleNodes(nodes=pool, stale=pool), job_spec(gpusPerWorker=4)) is None
+    # No node it may land on at all: a pool scaled to zero, as far as the job can tell, gets the benefit.
+    assert preflight(StaleNodes(nodes=[tainted(2)], stale=[tainted(2)]), job_spec(gpusPerWorker=4)) is None
+
+
 @dataclass
 class CountingNodes(RecordingKube):
     """The API server's node list, answered after `delay_s`; counts the lists and how each was asked."""

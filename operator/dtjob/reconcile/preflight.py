@@ -80,13 +80,13 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
             f"spec.placement.nodePool / spec.placement.nodeSelector: {err}",
             fatal=True,
         )
+    # The common case ends at the first node that holds a worker, before the pool's other nodes are checked.
+    if any(_gpus(n) >= spec.gpus_per_worker and _in_pool(n, spec) for n in nodes):
+        return None
     nodes = [n for n in nodes if _in_pool(n, spec)]
     if not nodes:
         return None
-    capacities = [_gpus(n) for n in nodes]
-    best = max(capacities)
-    if best >= spec.gpus_per_worker:
-        return None
+    best = max(_gpus(n) for n in nodes)
     if not fresh:
         # The job is about to fail for good: decide on the nodes as they are now, not on a reused list.
         return _gpu_capacity(kube, spec, fresh=True)

@@ -44,13 +44,14 @@ def node_problems(nodes: Iterable[Json], policy: NodeHealthPolicy) -> dict[str, 
     """Node name -> its problem, for the nodes with a condition of the policy set True. A broken node's
     problem outranks one about to go; among several, the first type by name, so the answer is stable."""
     found: dict[str, NodeProblem] = {}
+    watched = policy.unhealthy | policy.drain  # once: every reconcile of an active job reads its whole pool
     for node in nodes:
-        name = str((node.get("metadata") or {}).get("name") or "")
         true = [
             c for c in (node.get("status") or {}).get("conditions") or ()
-            if c.get("status") == "True" and c.get("type") in (policy.unhealthy | policy.drain)
+            if c.get("type") in watched and c.get("status") == "True"
         ]  # fmt: skip
-        if not name or not true:
+        name = str((node.get("metadata") or {}).get("name") or "") if true else ""
+        if not name:
             continue
         worst = min(true, key=lambda c: (c["type"] not in policy.unhealthy, c["type"]))
         kind = str(worst["type"])
