@@ -3,7 +3,7 @@ memory, step-time percentiles and the first step's seconds (start-up, cuDNN auto
 
     python -m bench.gpu_throughput [--batch-size 256] [--no-amp | --amp-dtype fp16|bf16] [--no-channels-last]
         [--compile auto|eager|default|reduce-overhead|...] [--steps 110 --warmup 10] [--image-size 224]
-        [--jpegs 8000 --cores 12] [--json FILE]
+        [--jpegs 8000 --cores 12 [--dali-hw-decoder-load 0.65,0.9,1] [--dali-prefetch 2,3]] [--json FILE]
 
 Both sides train the same configuration on one fixed synthetic batch on the GPU: the batch per GPU, the
 precision, the memory format and the compile mode (auto: the trainer's choice on a GPU). The baseline is the
@@ -13,7 +13,8 @@ runs in a process of its own on one GPU, one GPU after another. The first --warm
 
 --jpegs N also trains the trainer on N generated JPEGs (500x375, ImageNet's typical photo) with each data
 loader it has, pinned to --cores CPUs: the input pipeline's rate against the synthetic one, as on a node
-with that many vCPUs per GPU (an Azure ND H100 v5 has 12).
+with that many vCPUs per GPU (an Azure ND H100 v5 has 12). DALI runs once per hardware decoder share and
+prefetch depth given (default: the trainer's).
 
 Without a GPU it says so and exits 0. On an AKS GPU node, run it in the PyTorch image (docs/benchmarks.md).
 """
@@ -21,6 +22,7 @@ Without a GPU it says so and exits 0. On an AKS GPU node, run it in the PyTorch 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -31,11 +33,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dtjob_train.cli import DEFAULT_DALI_HW_DECODER_LOAD, DEFAULT_DALI_PREFETCH
+
 from bench import gpu_baseline
 
 REPO = Path(__file__).resolve().parents[1]
 JPEG_EPOCHS = 3  # every epoch's first interval restarts the loader and is not counted
 DISTINCT_JPEGS = 512
+
+
+def floats(text: str) -> list[float]:
+    return [float(part) for part in text.split(",")]
+
+
+def ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",")]
 
 
 def child_env(gpu: int, cores: list[int] | None = None) -> dict[str, str]:
@@ -117,11 +129,15 @@ def jpeg_runs(a: argparse.Namespace, gpu: int, work: Path) -> list[dict[str, Any
     cores = sorted(os.sched_getaffinity(0))[: a.cores]
     from dtjob_train.data import dali_data
 
-    loaders = ["pytorch"] + (["dali"] if dali_data.installed() else [])
+    runs: list[tuple[str, list[str]]] = [("pytorch", [])]
+    if dali_data.installed():
+        for load, prefetch in itertools.product(a.dali_hw_decoder_load, a.dali_prefetch):
+            tuning = ["--dali-hw-decoder-load", str(load), "--dali-prefetch", str(prefetch)]
+            runs.append((f"dali (hw {load:g}, prefetch {prefetch})", tuning))
     rows = []
-    for loader in loaders:
-        data = ["--data", "imagenet", "--data-dir", str(root), "--data-loader", loader]
-        result = trainer(a, gpu, work, f"jpeg-{loader}", data, cores)
+    for i, (loader, tuning) in enumerate(runs):
+        data = ["--data", "imagenet", "--data-dir", str(root), "--data-loader", loader.split()[0], *tuning]
+        result = trainer(a, gpu, work, f"jpeg-{i}", data, cores)
         rows.append(result | {"cores": len(cores), "loader": loader})
     return rows
 
@@ -134,7 +150,7 @@ def fmt_row(name: str, r: dict[str, Any], base: float) -> str:
     first = r.get("firstStepSeconds")
     first_text = f"{first:.1f}" if first is not None else "-"
     rate = r["imagesPerSec"]
-    return f"  {name:26s} {rate:9.1f} {rate / base:6.2f}x {mem_text:>9s} {steps:>20s} {first_text:>9s}"
+    return f"  {name:44s} {rate:9.1f} {rate / base:6.2f}x {mem_text:>9s} {steps:>20s} {first_text:>9s}"
 
 
 def bench_gpu(a: argparse.Namespace, gpu: int, work: Path) -> dict[str, Any]:
@@ -148,7 +164,7 @@ def bench_gpu(a: argparse.Namespace, gpu: int, work: Path) -> dict[str, Any]:
         f"compile {ours['compile'] or 'eager'}"
     )
     header = ("img/s", "ratio", "peak GiB", "step ms p50/p90/p99", "1st step s")
-    print(f"  {'':26s} {header[0]:>9s} {header[1]:>7s} {header[2]:>9s} {header[3]:>20s} {header[4]:>9s}")
+    print(f"  {'':44s} {header[0]:>9s} {header[1]:>7s} {header[2]:>9s} {header[3]:>20s} {header[4]:>9s}")
     base = theirs["imagesPerSec"]
     print(fmt_row(f"plain PyTorch ({theirs['model']})", theirs, base))
     print(fmt_row("dtjob trainer", ours, base))
@@ -180,6 +196,18 @@ def main() -> None:
     p.add_argument("--image-size", type=int, default=224, help="both sides' input side, in pixels")
     p.add_argument("--jpegs", type=int, default=0, help="also train on this many generated JPEGs")
     p.add_argument("--cores", type=int, default=12, help="CPUs the JPEG runs may use (vCPUs per GPU)")
+    p.add_argument(
+        "--dali-hw-decoder-load",
+        type=floats,
+        default=[DEFAULT_DALI_HW_DECODER_LOAD],
+        help="DALI JPEG runs: the hardware decoder's shares to try, comma-separated (one run each)",
+    )
+    p.add_argument(
+        "--dali-prefetch",
+        type=ints,
+        default=[DEFAULT_DALI_PREFETCH],
+        help="DALI JPEG runs: the prefetch depths to try, comma-separated (one run per share and depth)",
+    )
     p.add_argument("--json", type=Path, help="write every figure here")
     p.add_argument(
         "--cpu", action="store_true", help="run on the CPU: checks the benchmark, measures nothing"

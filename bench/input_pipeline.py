@@ -82,22 +82,24 @@ def torch_pipeline(root: Path, size: int, workers: int, batch: int) -> float:
 def dali_pipeline(root: Path, size: int, threads: int, batch: int) -> tuple[float, str]:
     """(images/sec, where it decoded) of the DALI pipeline, timed after its first batch."""
     import torch
-    from dtjob_train.data.dali_data import DaliLoaders
+    from dtjob_train.cli import DEFAULT_DALI_HW_DECODER_LOAD, DEFAULT_DALI_PREFETCH
+    from dtjob_train.data.dali_data import DaliLoaders, PipelineOptions
 
     split = scan(root, need_val=False).train
     gpu = torch.cuda.is_available()
-    loaders = DaliLoaders(
-        split,
-        None,
-        rank=0,
-        size=1,
+    # As the trainer asks on a GPU by default: fp16, channels-last.
+    options = PipelineOptions(
         batch_size=batch,
         image_size=size,
-        steps_per_epoch=len(split.samples) // batch,
-        seed=0,
         threads=threads,
         device_id=0 if gpu else None,
+        fp16=gpu,
+        channels_last=True,
+        hw_decoder_load=DEFAULT_DALI_HW_DECODER_LOAD,
+        prefetch=DEFAULT_DALI_PREFETCH,
     )
+    steps = len(split.samples) // batch
+    loaders = DaliLoaders(split, None, options, rank=0, size=1, steps_per_epoch=steps, seed=0)
     batches = loaders.train(0)
     next(batches)
     start, seen = time.perf_counter(), 0

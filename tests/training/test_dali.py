@@ -5,13 +5,16 @@ on real Horovod ranks."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from dtjob_train.data.folder import epoch_shard, scan
+from dtjob_train.data.dali_data import PipelineOptions
+from dtjob_train.data.folder import MEAN_RGB, STD_RGB, epoch_shard, scan
 
 from tests.training.training_helpers import launch, make_tree, run_env, tiny_args
 
@@ -71,48 +74,91 @@ def test_auto_on_cpu_trains_with_the_dataloader(tmp_path: Path) -> None:
     assert metrics["dataLoader"] == "pytorch" and metrics["compile"] is None, metrics
 
 
-def _loaders(root: Path, *, rank: int = 0, size: int = 1, steps: int = 3) -> object:
+def _options(**changes: object) -> PipelineOptions:
+    settings: dict[str, object] = {"batch_size": 4, "image_size": 32, "threads": 1, "device_id": None}
+    settings |= {"fp16": False, "channels_last": True, "hw_decoder_load": 0.9, "prefetch": 2}
+    return PipelineOptions(**(settings | changes))  # type: ignore[arg-type]
+
+
+def _loaders(root: Path, *, rank: int = 0, size: int = 1, steps: int = 3, **options: object) -> Any:
     from dtjob_train.data.dali_data import DaliLoaders
 
     dataset = scan(root)
     return DaliLoaders(
-        dataset.train,
-        dataset.val,
-        rank=rank,
-        size=size,
-        batch_size=4,
-        image_size=32,
-        steps_per_epoch=steps,
-        seed=3,
-        threads=1,
-        device_id=None,
+        dataset.train, dataset.val, _options(**options), rank=rank, size=size, steps_per_epoch=steps, seed=3
     )
 
 
+def _denormalised(images: torch.Tensor) -> torch.Tensor:
+    """NCHW normalised images back to 0-255 RGB."""
+    mean = torch.tensor(MEAN_RGB).view(1, 3, 1, 1)
+    return images.float() * torch.tensor(STD_RGB).view(1, 3, 1, 1) + mean
+
+
 @needs_dali
-def test_the_dali_pipeline_reads_the_epoch_order_and_decodes_on_cpu(tmp_path: Path) -> None:
+def test_one_pipeline_reads_each_epochs_order_normalised_in_the_models_layout(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "data", per_class_train=8, per_class_val=3)
     split = scan(root).train
     loaders = _loaders(root, rank=1, size=2, steps=2)
-    for epoch in (0, 1):
-        files, labels = loaders.train_files(epoch)  # type: ignore[attr-defined]
+    for epoch in (0, 1, 2):
+        files, labels = loaders.train_files(epoch)
         order = epoch_shard(16, epoch=epoch, rank=1, size=2, seed=3)[:8]
         assert files == [split.samples[i][0] for i in order]
-        batches = list(loaders.train(epoch))  # type: ignore[attr-defined]
-        assert len(batches) == 2
+        # As the trainer takes an epoch: its steps and no more, never asking for the end of the pass.
+        batches = list(itertools.islice(loaders.train(epoch), 2))
         seen = []
         for images, batch_labels, skipped in batches:
-            assert images.dtype == torch.uint8
-            assert tuple(images.shape) == (4, 32, 32, 3) and skipped == 0
+            assert images.dtype == torch.float32 and skipped == 0
+            assert tuple(images.shape) == (4, 3, 32, 32)
+            assert images.is_contiguous(memory_format=torch.channels_last)
             seen += batch_labels.tolist()
             # Reddish noise is class 0, bluish class 1: the decoded pixels belong to the labelled file.
-            for image, label in zip(images.numpy().astype(float), batch_labels.tolist(), strict=True):
-                assert (image[..., 0].mean() > image[..., 2].mean()) == (label == 0)
+            rgb = _denormalised(images)
+            for image, label in zip(rgb, batch_labels.tolist(), strict=True):
+                assert (image[0].mean() > image[2].mean()) == (label == 0)
         assert seen == labels
-    # Validation: this rank's fixed shard, every image once, the last batch partial.
-    val = list(loaders.val())  # type: ignore[attr-defined]
-    assert [len(labels) for _, labels, _ in val] == [3]
-    assert all(tuple(images.shape[1:]) == (32, 32, 3) for images, _, _ in val)
+    assert loaders.train_pipeline.builds == 1
+    # Validation: this rank's fixed shard, every image once, the last batch partial; twice, one pipeline.
+    for _ in range(2):
+        val = list(loaders.val())
+        assert [len(labels) for _, labels, _ in val] == [3]
+        assert all(tuple(images.shape[1:]) == (3, 32, 32) for images, _, _ in val)
+    assert loaders.val_pipeline.builds == 1
+
+
+@needs_dali
+def test_a_pass_left_part_read_is_not_continued_by_the_next(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "data", per_class_train=8, per_class_val=3)
+    loaders = _loaders(root, steps=3)
+    next(loaders.train(0))  # one batch of three, as a run stopped mid-epoch
+    _, labels = loaders.train_files(1)
+    seen = [label for _, batch, _ in loaders.train(1) for label in batch.tolist()]
+    assert seen == labels and loaders.train_pipeline.builds == 2
+
+
+@needs_dali
+@pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_the_pipeline_normalises_as_the_trainer_does(tmp_path: Path, fp16: bool, channels_last: bool) -> None:
+    from PIL import Image
+
+    # One flat colour: every pixel of every crop, resize and flip normalises to the same three values.
+    colour = (200, 100, 40)
+    for split in ("train", "val"):
+        for cls in ("n01440764", "n01443537"):
+            (tmp_path / "data" / split / cls).mkdir(parents=True)
+            for i in range(4):
+                Image.new("RGB", (48, 40), colour).save(tmp_path / "data" / split / cls / f"{i}.JPEG")
+    loaders = _loaders(tmp_path / "data", steps=2, fp16=fp16, channels_last=channels_last)
+    want = (torch.tensor(colour, dtype=torch.float32) - torch.tensor(MEAN_RGB)) / torch.tensor(STD_RGB)
+    for images, _, _ in [*loaders.train(0), *loaders.val()]:
+        assert images.dtype == (torch.float16 if fp16 else torch.float32)
+        assert tuple(images.shape[1:]) == (3, 32, 32)
+        layout = torch.channels_last if channels_last else torch.contiguous_format
+        assert images.is_contiguous(memory_format=layout)
+        per_channel = images.float().permute(1, 0, 2, 3).reshape(3, -1)
+        # JPEG's chroma rounding moves a flat colour by a level or two: 3 levels of 255 at most.
+        assert (per_channel - want.view(3, 1)).abs().max() < 3 / 57, per_channel.mean(1)
 
 
 @needs_dali
@@ -122,7 +168,11 @@ def test_an_image_dali_cannot_decode_is_named(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "data", per_class_train=4, per_class_val=1, corrupt=1)
     loaders = _loaders(root, steps=3)
     with pytest.raises(UndecodableImage, match=r"cannot decode \S*/broken_0\.JPEG \(DALI stops"):
-        list(loaders.train(0))  # type: ignore[attr-defined]
+        list(loaders.train(0))
+    # The failed pipeline is not read again: the next epoch builds another, and fails alike.
+    with pytest.raises(UndecodableImage, match=r"broken_0\.JPEG"):
+        list(loaders.train(1))
+    assert loaders.train_pipeline.builds == 2
 
 
 @needs_dali

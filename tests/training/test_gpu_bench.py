@@ -49,6 +49,8 @@ def test_both_sides_run_and_report_every_figure(tmp_path: Path) -> None:
         "64",
         "--cores",
         "1",
+        "--dali-hw-decoder-load",
+        "0.5,1",
         "--json",
         str(out),
     )
@@ -64,8 +66,9 @@ def test_both_sides_run_and_report_every_figure(tmp_path: Path) -> None:
     jpeg = {row["loader"]: row for row in result["jpeg"]}
     assert "pytorch" in jpeg, result["jpeg"]
     if dali_data.installed():
-        assert "dali" in jpeg, result["jpeg"]
+        # One run per hardware decoder share asked for, at the trainer's prefetch depth.
+        assert {"dali (hw 0.5, prefetch 2)", "dali (hw 1, prefetch 2)"} < set(jpeg), result["jpeg"]
     for loader, row in jpeg.items():
         assert row["imagesPerSec"] > 0 and row["cores"] == 1, row
-        assert row["dataLoader"] == loader, row
+        assert row["dataLoader"] == loader.split()[0], row
         assert f"trainer, JPEGs, {loader}, 1 cores" in done.stdout, done.stdout

@@ -18,6 +18,15 @@ DEFAULT_COMMIT_EVERY = 50
 ARCHS = ("resnet50", "resnet-tiny")
 # The recipe's length when run by hand; a job passes its own (one epoch without spec.hyperparameters.epochs).
 DEFAULT_EPOCHS = 90
+# --data-loader dali: the share of JPEGs given to the GPU's hardware JPEG engines (Ampere and newer); DALI
+# sends the rest to nvJPEG's hybrid decoder, Huffman decoding on the host's cores and the rest on the GPU's
+# SMs, both of which training contends for. DALI's default, 0.65, is about the split at which both decoders
+# finish a batch together (0.64 with the rates measured on an H100, docs/benchmarks.md): the fastest decode.
+# Training needs less: the engines alone decode 17,799 images/sec there, about three times what it trains on,
+# so they take every JPEG they can decode (DALI falls back for the rest, e.g. progressive JPEGs).
+DEFAULT_DALI_HW_DECODER_LOAD = 1.0
+# Batches DALI prepares ahead of the one the trainer takes (DALI's default; MLPerf's ResNet runs use 3).
+DEFAULT_DALI_PREFETCH = 2
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,8 @@ class TrainConfig:
     workers: int
     elastic: bool = False
     commit_every: int = DEFAULT_COMMIT_EVERY
+    dali_hw_decoder_load: float = DEFAULT_DALI_HW_DECODER_LOAD
+    dali_prefetch: int = DEFAULT_DALI_PREFETCH
 
 
 def _positive_int(text: str) -> int:
@@ -64,6 +75,13 @@ def _non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
     return value
 
 
@@ -181,6 +199,19 @@ def _performance_flags(f: argparse._ArgumentGroup) -> None:
         default=contract.DEFAULT_DATA_LOADER,
         help="PyTorch's ImageNet input: DataLoader workers (PIL), NVIDIA DALI (GPU JPEG decode), or auto: "
         "DALI on a GPU where it is installed, else the DataLoader",
+    )
+    f.add_argument(
+        "--dali-hw-decoder-load",
+        type=_fraction,
+        default=DEFAULT_DALI_HW_DECODER_LOAD,
+        help="DALI: share of the JPEGs decoded by the GPU's hardware JPEG engines, where it has them; the "
+        "rest are Huffman-decoded on the host",
+    )
+    f.add_argument(
+        "--dali-prefetch",
+        type=_positive_int,
+        default=DEFAULT_DALI_PREFETCH,
+        help="DALI: batches prepared ahead of the one training",
     )
 
 

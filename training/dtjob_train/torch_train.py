@@ -59,14 +59,18 @@ def set_up_device(comm: Comm) -> torch.device:
     return torch.device("cpu")
 
 
+def autocast_dtype(amp_dtype: str, device: torch.device) -> torch.dtype:
+    """What --amp computes in: fp16 only on a GPU that was asked for it; bf16 otherwise."""
+    return torch.float16 if device.type == "cuda" and amp_dtype == "fp16" else torch.bfloat16
+
+
 class Amp:
     """--amp: autocast to fp16 with loss scaling on GPU, or to bf16 (--amp-dtype bf16), whose fp32 exponent
     range needs no scaling: then there is no GradScaler at all. CPUs autocast to bf16 either way."""
 
     def __init__(self, enabled: bool, dtype: str, device: torch.device) -> None:
-        cuda = device.type == "cuda"
         self.enabled, self.device_type = enabled, device.type
-        self.dtype = torch.float16 if cuda and dtype == "fp16" else torch.bfloat16
+        self.dtype = autocast_dtype(dtype, device)
         scaled = enabled and self.dtype == torch.float16
         self.scaler: torch.amp.GradScaler | None = torch.amp.GradScaler("cuda") if scaled else None
 
@@ -101,7 +105,8 @@ def synthetic_batches(
 
 
 class Normalize:
-    """uint8 NHWC from the loader -> normalised float NCHW on the device (the host ships 1 byte per value)."""
+    """uint8 NHWC from the loader -> normalised float NCHW on the device (the host ships 1 byte per value).
+    Floating-point batches come normalised, in the model's type and memory format (DALI's): they pass."""
 
     def __init__(self, device: torch.device, fmt: torch.memory_format) -> None:
         self.mean = torch.tensor(MEAN_RGB, device=device).view(1, 3, 1, 1)
@@ -110,6 +115,8 @@ class Normalize:
 
     def __call__(self, batch: Batch) -> Batch:
         images, labels, skipped = batch
+        if images.is_floating_point():
+            return images.to(self.device), labels.to(self.device, non_blocking=True), skipped
         x = images.to(self.device, non_blocking=True).permute(0, 3, 1, 2)
         x = x.contiguous(memory_format=self.fmt).float()
         return x.sub_(self.mean).div_(self.std), labels.to(self.device, non_blocking=True), skipped
@@ -185,25 +192,32 @@ def make_inputs(
     cfg: TrainConfig, run: TrainingRun, device: torch.device, pipeline: str, comm: Comm
 ) -> tuple[EpochBatches, Batches | None]:
     """An epoch's training batches on the device (a fresh iterator per call, in that epoch's order), and the
-    validation batches (None without validation). `pipeline` (data_loader's choice: PyTorch's DataLoader, or
-    DALI) hands over uint8 NHWC; the prefetcher copies and normalises. --channels-last makes the inputs, and
-    so every activation, NHWC."""
+    validation batches (None without validation). `pipeline` is data_loader's choice: PyTorch's DataLoader
+    hands over uint8 NHWC, which the prefetcher copies and normalises; DALI hands over batches normalised on
+    the GPU, in fp16 under fp16 autocast. --channels-last makes the inputs, and so every activation, NHWC."""
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
     if run.train_split is None:
         return (lambda epoch: synthetic_batches(cfg, device, fmt, comm.rank())), None
     prefetch = Prefetcher(Normalize(device, fmt))
     if pipeline == "dali":
+        options = dali_data.PipelineOptions(
+            batch_size=cfg.batch_size,
+            image_size=cfg.image_size,
+            threads=cores_per_rank(comm.local_size()),
+            device_id=device.index if device.type == "cuda" else None,
+            fp16=cfg.amp and autocast_dtype(cfg.amp_dtype, device) == torch.float16,
+            channels_last=cfg.channels_last,
+            hw_decoder_load=cfg.dali_hw_decoder_load,
+            prefetch=cfg.dali_prefetch,
+        )
         dali = dali_data.DaliLoaders(
             run.train_split,
             run.val_split,
+            options,
             rank=run.rank,
             size=run.size,
-            batch_size=cfg.batch_size,
-            image_size=cfg.image_size,
             steps_per_epoch=run.steps_per_epoch,
             seed=cfg.seed,
-            threads=cores_per_rank(comm.local_size()),
-            device_id=device.index if device.type == "cuda" else None,
         )
         val = None if run.val_split is None else (lambda: prefetch(dali.val()))
         return (lambda epoch: prefetch(dali.train(epoch))), val
