@@ -117,6 +117,21 @@ def test_same_inputs_twice_create_nothing_new() -> None:
     assert again.events == []
 
 
+def test_a_new_worlds_status_holds_once_its_workers_exist() -> None:
+    # Written before the creates, it already says what the pass after them would: no second status write.
+    spec = job_spec()
+    first = decide(spec, Observed(), JobStatus(), NOW)
+    assert first.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0)]
+    assert first.status.message == "0/2 workers ready"
+    created = (worker(0, phase="Pending", ready=False), worker(1, phase="Pending", ready=False))
+    after = decide(spec, Observed(pods=created), first.status, NOW)
+    assert after.actions == [] and after.status == first.status
+    # A worker replaced in a world that has the others says so.
+    d = decide(spec, Observed(pods=created[:1]), first.status, NOW)
+    assert d.actions == [EnsureWorld(), CreateWorker(1, 0)]
+    assert d.status.message == "0/2 workers ready; creating 1 worker pod(s)"
+
+
 def test_launcher_waits_for_every_worker_ready() -> None:
     spec = job_spec()
     obs = Observed(pods=(worker(0), worker(1, ready=False, reason="ContainersNotReady")))

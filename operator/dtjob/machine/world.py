@@ -361,7 +361,9 @@ def _waiting_message(
     text = f"{ready}/{spec.workers} workers ready"
     if blocked:
         return f"{text}; waiting for {len(blocked)} old pod(s) to terminate"
-    if missing:
+    if missing and workers:
+        # A replacement. A new world's workers need no word: its Created condition says so, and a message
+        # that changed once they exist would cost every job one more status write.
         return f"{text}; creating {len(missing)} worker pod(s)"
     # Required topology: a worker no node can take waits for the domain (Kueue's gate: for its admission).
     domain = placement.domain_wait(spec, spec.workers)
