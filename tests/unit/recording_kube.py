@@ -69,6 +69,7 @@ class RecordingKube:
     events: list[tuple[str, str]] = field(default_factory=list)  # (type, reason)
     logs: dict[str, str] = field(default_factory=dict)  # pod name -> log text
     failed_creates: dict[str, str] = field(default_factory=dict)  # Job uid -> its FailedCreate message
+    settled: dict[tuple[str, str], str] = field(default_factory=dict)  # job -> the version it was settled at
     nodes: list[Json] = field(default_factory=list)
     conflict_next: bool = False
     reject: set[str] = field(default_factory=set)  # kinds whose creates the "API server" refuses
@@ -221,6 +222,9 @@ class RecordingKube:
             {v.rpartition("/")[2] for v, _ in RESOURCES if v.rpartition("/")[0] == group}, reverse=True
         )
         return [v for v in known if f"{group}/{v}" not in self.not_served]
+
+    def job_settled(self, namespace: str, name: str, version: str) -> None:
+        self.settled[namespace, name] = version
 
     def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
         self.events.append((kind, reason))

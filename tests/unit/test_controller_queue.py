@@ -1,6 +1,7 @@
 """The controller's queue rules, with a stub in place of the reconcile (as kopf tests its own queueing):
-a burst of events costs one reconcile, an event during a reconcile runs it once more afterwards, a job is
-never reconciled twice at once, the earliest timer wins, failures back off and conflicts retry at once."""
+a burst of events costs one reconcile, an event during a reconcile runs it once more afterwards (unless it
+is the echo of the reconcile's own status write, after which the job was settled), a job is never reconciled
+twice at once, the earliest timer wins, failures back off and conflicts retry at once."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ class StubReconcile:
         self.most_in_parallel = 0
         self.block: dict[Key, threading.Event] = {}
         self.results: list[float | Exception | None] = []
+        # The version of the job each call leaves settled, as a reconcile whose status write changed only the
+        # status, and whose decision again from it would change nothing, tells its client.
+        self.settles: dict[Key, str] = {}
         self._lock = threading.Lock()
 
     def __call__(
@@ -58,6 +62,8 @@ class StubReconcile:
                 gate.wait(5)
             if isinstance(result, Exception):
                 raise result
+            if key in self.settles:
+                cast(RecordingKube, kube).job_settled(namespace, name, self.settles[key])
             return result
         finally:
             with self._lock:
@@ -84,12 +90,20 @@ class RecordingKube:
         self.children: list[tuple[str, dict[str, Any]]] = []  # what a LIST of children returns
         self.lists = 0
         self.jobs: dict[tuple[str, str], Mapping[str, Any]] = {}  # the copies its reconciles would read
+        self.settled: dict[tuple[str, str], str] = {}  # the last settled status write of each job
 
     def remember_job(self, body: Mapping[str, Any]) -> None:
         self.jobs[body["metadata"]["namespace"], body["metadata"]["name"]] = body
 
     def forget_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
+        self.settled.pop((namespace, name), None)
+
+    def job_settled(self, namespace: str, name: str, version: str) -> None:
+        self.settled[namespace, name] = version
+
+    def is_settled(self, namespace: str, name: str, version: str) -> bool:
+        return self.settled.get((namespace, name)) == version
 
     def list_children(self, namespace: str, label_selector: str) -> list[tuple[str, dict[str, Any]]]:
         self.lists += 1
@@ -324,6 +338,51 @@ def test_a_job_event_hands_the_job_to_the_client_and_a_deletion_takes_it_back() 
 
     kube = RecordingKube()
     run(test, kube=kube)
+
+
+def job_at(version: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": A[0], "name": A[1], "uid": "u", "resourceVersion": version}}
+
+
+def test_the_echo_of_a_status_write_that_left_its_job_settled_costs_no_reconcile() -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        stub.settles[A] = "8"  # the reconcile writes the job's status (version 8), and nothing is left to do
+        controller.start()
+        controller.observe_job(A, deleted=False, body=job_at("7"))
+        await until(lambda: stub.count(A) == 1)
+        controller.observe_job(A, deleted=False, body=job_at("8"))  # its watch event, once it ended
+        await settle()
+        assert stub.count(A) == 1
+        stub.settles[A] = "10"
+        controller.observe_job(A, deleted=False, body=job_at("9"))  # anyone else's change: reconciled
+        await until(lambda: stub.count(A) == 2)
+        # A version the job is no longer settled at (a late event) is reconciled, as any other.
+        controller.observe_job(A, deleted=False, body=job_at("8"))
+        await until(lambda: stub.count(A) == 3)
+        await settle()
+        assert stub.count(A) == 3
+
+    run(test)
+
+
+@pytest.mark.parametrize("settles", ["8", "6"])
+def test_a_job_event_during_its_reconcile_runs_it_again_unless_the_reconcile_settled_it_there(
+    settles: str,
+) -> None:
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        gate = stub.block[A] = threading.Event()
+        stub.settles[A] = settles
+        controller.start()
+        controller.observe_job(A, deleted=False, body=job_at("7"))
+        await until(lambda: stub.count(A) == 1)
+        # The watch delivers the reconcile's own write before the reconcile has ended.
+        controller.observe_job(A, deleted=False, body=job_at("8"))
+        del stub.block[A]
+        gate.set()
+        await settle()
+        assert stub.count(A) == (1 if settles == "8" else 2)
+
+    run(test, workers=4)
 
 
 def test_a_hung_reconcile_releases_its_worker_but_keeps_its_job_locked() -> None:

@@ -260,3 +260,31 @@ def test_a_rejected_job_never_deletes_what_another_owner_holds_under_its_names()
     deleted = [w for w in kube.writes() if w[0] == "delete"]
     assert deleted == [], deleted
     assert all((kind, "ml", name) in kube.objects for kind, name in foreign)
+
+
+def scheduled(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the scheduler leaves it: on a node, not yet running."""
+    conditions = [{"type": "PodScheduled", "status": "True"}]
+    return {
+        **pod,
+        "spec": {**pod["spec"], "nodeName": "aks-gpu-0"},
+        "status": {"phase": "Pending", "conditions": conditions},
+    }
+
+
+def test_a_pass_that_only_moves_the_status_on_says_the_job_is_settled_at_its_write() -> None:
+    kube = RecordingKube()
+    new_job(kube)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
+    assert kube.settled == {}, "it created the world: the pods' events bring the next pass"
+    pods = tuple(scheduled(kube.objects[("Pod", "ml", f"rn50-worker-{i}")]) for i in range(2))
+    before = len(kube.writes())
+    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods), NOW)
+    assert kube.writes()[before:] == [("patch-status", JOB, "rn50")]
+    job = kube.objects[(JOB, "ml", "rn50")]
+    assert job["status"]["phase"] == "Starting"
+    assert kube.settled == {("ml", "rn50"): job["metadata"]["resourceVersion"]}
+    # A pass that writes nothing has no write to settle at.
+    kube.settled.clear()
+    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods), NOW)
+    assert kube.writes()[before + 1 :] == [] and kube.settled == {}

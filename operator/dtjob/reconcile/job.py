@@ -26,8 +26,8 @@ from dtjob.reconcile.dispatch import dispatch, finish_prebuilt
 from dtjob.reconcile.observe import observe
 from dtjob.reconcile.storage_act import delete_sas_secrets
 from dtjob.spec.managed_by import dispatched
-from dtjob.spec.parse import SpecError, parse_spec
-from dtjob.state.decision import Action, DeletePod, Event, SasSecretsDeleted
+from dtjob.spec.parse import JobSpec, SpecError, parse_spec
+from dtjob.state.decision import Action, Decision, DeletePod, Event, SasSecretsDeleted
 from dtjob.state.observed import Children, Observed
 from dtjob.state.status import FINISHED, JobStatus, status_from_dict
 
@@ -82,6 +82,8 @@ def reconcile(
     if not results:
         # On a worker cluster, after the status it ends with.
         finish_prebuilt(kube, job, decision.status, now, wound_down(spec, decision.status, now))
+        if version != str(meta["resourceVersion"]) and _settled(spec, observed, decision, now):
+            reads.job_settled(kube, meta["namespace"], meta["name"], version)
         return decision.requeue_after
     after = settle(decision, results, spec, now)
     _record(kube, {**job, "status": decision.status.to_dict()}, after.status, after.events, now, version)
@@ -108,6 +110,16 @@ def _record(
     for event in events:
         kube.emit_event(job, event.type, event.reason, event.message, now)
     return version
+
+
+def _settled(spec: JobSpec, observed: Observed, decision: Decision, now: datetime) -> bool:
+    """Whether a pass that only changed the status left the job where another pass would change nothing: the
+    same observations decided again from the status it wrote give no action, no event and the same status. A
+    pass that acted is not settled: its actions' children, and their watch events, bring the next one."""
+    if decision.actions or spec.prebuilt_workload is not None:
+        return False
+    again = decide(spec, observed, decision.status, now)
+    return not again.actions and not again.events and again.status == decision.status
 
 
 def _count_workers_off_nodes(observed: Observed, actions: Sequence[Action]) -> None:

@@ -52,6 +52,21 @@ def get_priority_class(kube: Kube, name: str, api_version: str) -> Json | None:
     return kube.get(PRIORITY_CLASS_KIND, None, name, api_version)
 
 
+@runtime_checkable
+class RemembersSettledJobs(Protocol):
+    """A client that tells the controller which of the operator's own status writes left the job settled
+    (the runtime's), so that their watch events cost no reconcile."""
+
+    def job_settled(self, namespace: str, name: str, version: str) -> None: ...
+
+
+def job_settled(kube: Kube, namespace: str, name: str, version: str) -> None:
+    """The job at `version`, this reconcile's own status write, needs no other reconcile until something else
+    changes (a child, the job, a timer): the watch event of that write brings nothing new."""
+    if isinstance(kube, RemembersSettledJobs):
+        kube.job_settled(namespace, name, version)
+
+
 def patch_status(
     kube: Kube, namespace: str, name: str, status: Mapping[str, Any], resource_version: str
 ) -> str:

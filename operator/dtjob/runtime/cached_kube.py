@@ -58,6 +58,9 @@ class ControllerKube(Kube, Protocol):
 
     def forget_job(self, namespace: str, name: str) -> None: ...
 
+    def is_settled(self, namespace: str, name: str, version: str) -> bool:
+        """Whether the job at `version` is a status write of a reconcile that left it settled."""
+
     children_written: Callable[[str, Json], None] | None
 
 
@@ -164,6 +167,12 @@ class CachedKube:
 
     def forget_job(self, namespace: str, name: str) -> None:
         self.jobs.forget(namespace, name)
+
+    def job_settled(self, namespace: str, name: str, version: str) -> None:
+        self.jobs.settle(namespace, name, version)
+
+    def is_settled(self, namespace: str, name: str, version: str) -> bool:
+        return self.jobs.settled(namespace, name, version)
 
     def list_children(self, namespace: str, label_selector: str) -> builtins.list[tuple[str, Json]]:
         """Every child in `namespace` matching the selector, as (its kind in the cache, the cache's projection

@@ -97,6 +97,9 @@ class Controller:
         ] = {}  # monotonic time each waiting key (queued or dirty) arrived
         self._active: set[Key] = set()
         self._dirty: dict[Key, bool] = {}  # keys to run once more when their reconcile ends -> urgent
+        # Versions of a job that its watch brought while it was reconciled (the reconcile's own status write
+        # among them, when the watch was quick): once it ends, any it did not leave settled runs it again.
+        self._seen_while_active: dict[Key, list[str]] = {}
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._failures: dict[Key, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -189,7 +192,12 @@ class Controller:
                 self.kube.remember_job(body)
             self.known.add(key)
             self.summaries[key] = metrics.job_summary(status)
-            self.enqueue(key)
+            version = _version_of(body)
+            if version is not None and key in self._active:
+                self._seen_while_active.setdefault(key, []).append(version)
+            elif version is None or not self.kube.is_settled(*key, version):
+                self.enqueue(key)
+            # else: the echo of the operator's own status write, after which the job needed nothing more
 
     def requeue_all(self) -> None:
         """Every known job into the queue: this replica has just become the leader."""
@@ -300,6 +308,9 @@ class Controller:
         finally:
             self._active.discard(key)
             urgent = self._dirty.pop(key, None)
+            seen = self._seen_while_active.pop(key, ())
+            if urgent is None and any(not self.kube.is_settled(*key, version) for version in seen):
+                urgent = False
             if urgent is not None:
                 self.enqueue(key, urgent=urgent)
 
@@ -354,3 +365,8 @@ class Controller:
                 self.kube.emit_event(job, "Warning", "ReconcileError", text, datetime.now(UTC))
         except Exception:  # reporting is best effort; the retry is what matters
             log.debug("could not report the reconcile error of %s/%s", *key, exc_info=True)
+
+
+def _version_of(body: Mapping[str, Any] | None) -> str | None:
+    version = (body or {}).get("metadata", {}).get("resourceVersion")
+    return version if isinstance(version, str) else None

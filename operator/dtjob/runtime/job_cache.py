@@ -11,6 +11,10 @@ so a decision made on an old copy ends in a Conflict and a retry. Two rules keep
 
 A copy not confirmed for `max_age_s` is not used: a job deleted while the watch was down sends no DELETED,
 and its copy must not live on. Copies are kept as compact JSON (managedFields dropped), a few KB each.
+
+It also keeps, per job, the version of the operator's last status write after which the job was settled (a
+pass deciding again from that status would change nothing: dtjob.reconcile.job), so that the controller can
+drop that write's own watch event instead of reconciling the job once more for it.
 Pure and thread-safe: the watch feeds it on the event loop, reconciles read it in worker threads.
 """
 
@@ -45,6 +49,8 @@ class JobCache:
         self._max_age_s = max_age_s
         self._clock = clock
         self._copies: dict[Key, _Copy] = {}
+        # Per job, the version of the operator's last own status write that left it settled.
+        self._settled: dict[Key, str] = {}
         self._lock = threading.Lock()
 
     def put(self, body: Mapping[str, Any]) -> None:
@@ -69,9 +75,20 @@ class JobCache:
         job: Json = json.loads(copy.raw)
         return job
 
+    def settle(self, namespace: str, name: str, version: str) -> None:
+        """The job at `version` is the operator's own status write after which it needed no other pass."""
+        with self._lock:
+            self._settled[(namespace, name)] = version
+
+    def settled(self, namespace: str, name: str, version: str) -> bool:
+        """Whether the job at `version` is such a write: its watch event (the echo) brings nothing new."""
+        with self._lock:
+            return self._settled.get((namespace, name)) == version
+
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._copies.pop((namespace, name), None)
+            self._settled.pop((namespace, name), None)
 
     def __len__(self) -> int:
         return len(self._copies)
