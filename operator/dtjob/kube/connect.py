@@ -7,7 +7,6 @@ of the operator's memory."""
 
 from __future__ import annotations
 
-import json
 import ssl
 import time
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,7 @@ import urllib3
 from urllib3.util.retry import Retry
 
 from dtjob import metrics
+from dtjob.kube import wire
 from dtjob.kube.credentials import Credentials, load_credentials
 
 # Answers worth another try: the API server's "try again" (429, with Retry-After) and its transient failures.
@@ -71,7 +71,7 @@ class ApiClient:
         authorization = self.credentials.authorization()
         if authorization:
             sent["Authorization"] = authorization
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else wire.dumps(body)
         connect_s, read_s = timeout or self.timeout
         start = time.perf_counter()
         try:

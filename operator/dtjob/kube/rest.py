@@ -7,12 +7,12 @@ outside dtjob.kube.permissions.PERMISSIONS is refused here, so that table is all
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote
 
 from dtjob import API_GROUP, API_VERSION, KIND, PLURAL
+from dtjob.kube import wire
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.errors import ApiError
 from dtjob.kube.permissions import COSCHEDULING_GROUP, KUEUE_GROUP, PERMISSIONS, VOLCANO_GROUP
@@ -131,7 +131,7 @@ def list_pages(
     token = ""
     while True:
         paging = [("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
-        page = json.loads(api_call(api_client, "list", kind, namespace, query=[*query, *paging]).data)
+        page = wire.loads(api_call(api_client, "list", kind, namespace, query=[*query, *paging]).data)
         items.extend(keep(item) for item in page.get("items") or ())
         meta = page.get("metadata") or {}
         token = str(meta.get("continue") or "")
@@ -159,7 +159,7 @@ def rest_call(
 
 
 def read_json(response: Any) -> Json:
-    data: Json = json.loads(response.data)
+    data: Json = wire.loads(response.data)
     return data
 
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dtjob.kube import wire
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.errors import ApiError
 from dtjob.kube.rest import api_call, list_pages
@@ -140,7 +140,7 @@ class ChildWatch:
                 if self._stopped.is_set():
                     break
                 if line.strip():
-                    version = self._event(CHILD_KINDS[kind], json.loads(line), version)
+                    version = self._event(CHILD_KINDS[kind], wire.loads(line), version)
         finally:
             response.release_conn()
         return version

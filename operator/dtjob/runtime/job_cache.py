@@ -20,12 +20,13 @@ Pure and thread-safe: the watch feeds it on the event loop, reconciles read it i
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from dtjob.kube import wire
 
 Key = tuple[str, str]  # (namespace, name)
 Json = dict[str, Any]
@@ -59,7 +60,7 @@ class JobCache:
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         uid, version = str(meta.get("uid") or ""), _version(meta)
         slim = {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-        raw = json.dumps(slim, separators=(",", ":"), default=dict).encode()
+        raw = wire.dumps(slim)
         with self._lock:
             old = self._copies.get(key)
             if old is not None and old.uid == uid and _older(version, old.version):
@@ -72,7 +73,7 @@ class JobCache:
             copy = self._copies.get((namespace, name))
         if copy is None or self._clock() - copy.confirmed_at >= self._max_age_s:
             return None
-        job: Json = json.loads(copy.raw)
+        job: Json = wire.loads(copy.raw)
         return job
 
     def settle(self, namespace: str, name: str, version: str) -> None:
