@@ -161,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
     # whose package (the CLI's) kopf would import only because it is installed: about 15 MB of model classes
     # in every replica. Hidden from this process, kopf logs in through dtjob.runtime.handlers.login.
     sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
+    from dtjob.runtime import heap
+
+    heap.limit_arenas()  # before any thread starts
     import kopf
 
     import dtjob.runtime.handlers  # registers the handlers with kopf's default registry
