@@ -15,6 +15,7 @@ and its copy must not live on. Copies are kept as compact JSON (managedFields dr
 It also keeps, per job, the version of the operator's last status write after which the job was settled (a
 pass deciding again from that status would change nothing: dtjob.reconcile.job), so that the controller can
 drop that write's own watch event instead of reconciling the job once more for it.
+
 Pure and thread-safe: the watch feeds it on the event loop, reconciles read it in worker threads.
 """
 
