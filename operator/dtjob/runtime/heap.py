@@ -18,17 +18,25 @@ import ctypes.util
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 
-def _malloc_trim() -> Callable[[], object] | None:
+def _libc(function: str) -> Any | None:
+    """A function of the C library, or None where it has none of that name (musl and others)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):  # musl and others have no malloc_trim
+        return getattr(ctypes.CDLL(name), function)
+    except (OSError, AttributeError):
+        return None
+
+
+def _malloc_trim() -> Callable[[], object] | None:
+    trim = _libc("malloc_trim")
+    if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
@@ -44,12 +52,8 @@ MAX_ARENAS = 2
 def limit_arenas(count: int = MAX_ARENAS) -> bool:
     """Whether glibc took the limit on its arenas; call it before any thread starts. Nothing is done when
     MALLOC_ARENA_MAX is set (the operator's environment decides) or the C library is not glibc."""
-    name = ctypes.util.find_library("c")
-    if name is None or "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
+    mallopt = None if "MALLOC_ARENA_MAX" in os.environ else _libc("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
