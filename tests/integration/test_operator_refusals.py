@@ -22,6 +22,7 @@ from dtjob.kube.connect import ApiClient
 from dtjob.names import STORAGE_KEY_LABEL
 from dtjob.reconcile.preflight import preflight
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.azurite import DEV_ACCOUNT_NAME, Azurite
 from testbed.kube_wait import wait_for
@@ -200,6 +201,7 @@ def test_a_launcher_pod_refused_by_a_quota_says_so_then_fails_at_the_startup_dea
         return cond if cond and cond["reason"] == "PodRefused" else None
 
     cond = wait_for(refused, timeout=90, what="Created=False PodRefused")
+    event_lists = event_lists_made(operator)
     assert cond["status"] == "False"
     assert cond["message"].startswith("the launcher's pod (Job full-launcher) is refused: "), cond["message"]
     assert "exceeded quota: pods" in cond["message"]
@@ -211,3 +213,19 @@ def test_a_launcher_pod_refused_by_a_quota_says_so_then_fails_at_the_startup_dea
     assert failed and failed["reason"] == "StartupDeadlineExceeded", status
     assert "still refused 60s after its Job was created" in failed["message"]
     wait_for(lambda: not jobs.live_workers("full"), timeout=60, what="the workers freed")
+    # Every look at the refused launcher in that minute took its Events from the watch: no LIST of them.
+    assert event_lists_made(operator) == event_lists
+
+
+def event_lists_made(operator: OperatorProcess) -> float:
+    """How many LISTs of Events the operator has made (its FailedCreate watch's own among them)."""
+    samples = (
+        sample
+        for family in text_string_to_metric_families(operator.metrics_text())
+        for sample in family.samples
+    )
+    labels = {"verb": "list", "resource": "events"}
+    return sum(
+        s.value for s in samples
+        if s.name == "dtjob_kube_api_request_duration_seconds_count" and s.labels == labels
+    )  # fmt: skip

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from dtjob.runtime.child_watch import ChildWatch, Gone
+from dtjob.runtime import child_watch
+from dtjob.runtime.child_watch import ChildWatch, Gone, Watched, children
+from dtjob.runtime.failed_creates import FIELD_SELECTOR, event_projection
 
 from tests.unit.recording_kube import unused_api
 
@@ -24,39 +26,43 @@ def pod(name: str, version: str, namespace: str = "ml") -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": version}}
 
 
+POD = children("a=b")[0]
+EVENTS = Watched("Event", "events", ("fieldSelector", FIELD_SELECTOR), event_projection)
+
+
 def watch(namespaces: tuple[str, ...] = ()) -> tuple[ChildWatch, list[tuple[str, str, bool]]]:
     seen: list[tuple[str, str, bool]] = []
-    children = ChildWatch(
-        unused_api(), namespaces, "a=b",
+    pods = ChildWatch(
+        unused_api(), namespaces, children("a=b"),
         lambda kind, obj, deleted: seen.append((kind, obj["metadata"]["name"], deleted)),
     )  # fmt: skip
-    children._loop = Loop()  # type: ignore[assignment]
-    return children, seen
+    pods._loop = Loop()  # type: ignore[assignment]
+    return pods, seen
 
 
 def test_events_are_delivered_and_bookmarks_only_move_the_version() -> None:
-    children, seen = watch()
-    version = children._event("pods", {"type": "ADDED", "object": pod("w0", "10")}, "9")
-    version = children._event("pods", {"type": "MODIFIED", "object": pod("w0", "11")}, version)
-    version = children._event("pods", {"type": "BOOKMARK", "object": pod("", "15")}, version)
-    version = children._event("pods", {"type": "DELETED", "object": pod("w0", "16")}, version)
+    pods, seen = watch()
+    version = pods._event(POD, {"type": "ADDED", "object": pod("w0", "10")}, "9")
+    version = pods._event(POD, {"type": "MODIFIED", "object": pod("w0", "11")}, version)
+    version = pods._event(POD, {"type": "BOOKMARK", "object": pod("", "15")}, version)
+    version = pods._event(POD, {"type": "DELETED", "object": pod("w0", "16")}, version)
     assert seen == [("pods", "w0", False), ("pods", "w0", False), ("pods", "w0", True)]
     assert version == "16"
 
 
 def test_a_410_asks_for_a_new_list_and_other_errors_fail_the_watch() -> None:
-    children, _ = watch()
+    pods, _ = watch()
     with pytest.raises(Gone):
-        children._event("pods", {"type": "ERROR", "object": {"code": 410, "message": "too old"}}, "9")
+        pods._event(POD, {"type": "ERROR", "object": {"code": 410, "message": "too old"}}, "9")
     with pytest.raises(RuntimeError, match="500"):
-        children._event("pods", {"type": "ERROR", "object": {"code": 500, "message": "boom"}}, "9")
+        pods._event(POD, {"type": "ERROR", "object": {"code": 500, "message": "boom"}}, "9")
 
 
 def test_only_the_namespaces_served_are_delivered() -> None:
-    children, seen = watch(("team-*", "ml"))
-    assert children.whole_cluster, "a glob needs the whole cluster's watch"
+    pods, seen = watch(("team-*", "ml"))
+    assert pods.whole_cluster, "a glob needs the whole cluster's watch"
     for namespace in ("team-a", "ml", "other"):
-        children._hand_over("pods", pod(namespace, "1", namespace), deleted=False)
+        pods._hand_over("pods", pod(namespace, "1", namespace), deleted=False)
     assert [name for _, name, _ in seen] == ["team-a", "ml"]
     literal, _ = watch(("ml", "cv"))
     assert not literal.whole_cluster
@@ -66,7 +72,7 @@ class Scripted(ChildWatch):
     """_list and _watch play a script: each step returns a version or raises."""
 
     def __init__(self, steps: list[Any]) -> None:
-        super().__init__(unused_api(), (), "a=b", lambda *_: None)
+        super().__init__(unused_api(), (), children("a=b"), lambda *_: None)
         self.steps = steps
         self.calls: list[str] = []
 
@@ -80,24 +86,64 @@ class Scripted(ChildWatch):
             raise step
         return str(step)
 
-    def _list(self, kind: str, namespace: str | None) -> str:
+    def _list(self, kind: Watched, namespace: str | None) -> str:
         return self._next("list")
 
-    def _watch(self, kind: str, namespace: str | None, version: str) -> str:
+    def _watch(self, kind: Watched, namespace: str | None, version: str) -> str:
         return self._next(f"watch@{version}")
 
 
 def test_the_loop_lists_again_after_a_410_and_watches_on_after_other_failures(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    children = Scripted(["5", "7", ConnectionError("reset"), "8", Gone(), "20", "21"])
-    monkeypatch.setattr(children._stopped, "wait", lambda delay: False)  # no real back-off pause
-    thread = threading.Thread(target=children._run, args=("Pod", None))
+    scripted = Scripted(["5", "7", ConnectionError("reset"), "8", Gone(), "20", "21"])
+    monkeypatch.setattr(scripted._stopped, "wait", lambda delay: False)  # no real back-off pause
+    thread = threading.Thread(target=scripted._run, args=(POD, None))
     thread.start()
     thread.join(5)
-    assert children.calls == [
+    assert scripted.calls == [
         "list", "watch@5",  # the watch ends at version 7 (a server timeout): watch again from there
         "watch@7",  # the connection breaks: again from the last version seen
         "watch@7", "watch@8",  # the version is gone: a new list
         "list", "watch@20", "watch@21",
     ]  # fmt: skip
+
+
+def event(name: str, namespace: str, job_uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": f"e-{name}", "resourceVersion": "3",
+                     "managedFields": [{"manager": "kube-controller-manager"}]},
+        "involvedObject": {"kind": "Job", "uid": job_uid, "namespace": namespace},
+        "reason": "FailedCreate", "message": "exceeded quota", "source": {"component": "job-controller"},
+    }  # fmt: skip
+
+
+def test_a_watch_given_a_listed_callback_hands_over_each_list_at_once_projected_and_served_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The FailedCreate Events' store replaces a namespace's Events from each LIST (those deleted while no
+    watch ran go), so it takes a LIST whole; its query is a field selector, not the children's labels."""
+    asked: list[tuple[str, str | None, list[tuple[str, str]]]] = []
+
+    def pages(api: Any, kind: str, namespace: str | None, query: list[tuple[str, str]], project: Any) -> Any:
+        asked.append((kind, namespace, query))
+        return [project(event("a", "team-a", "j1")), project(event("b", "other", "j2"))], "42"
+
+    monkeypatch.setattr(child_watch, "list_pages", pages)
+    lists: list[tuple[str, str | None, list[dict[str, Any]]]] = []
+    seen: list[Any] = []
+    events = ChildWatch(
+        unused_api(), ("team-*",), (EVENTS,), lambda *args: seen.append(args),
+        listed=lambda plural, scope, items: lists.append((plural, scope, items)),
+    )  # fmt: skip
+    events._loop = Loop()  # type: ignore[assignment]
+    assert events._list(EVENTS, None) == "42"
+    assert asked == [("Event", None, [("fieldSelector", "involvedObject.kind=Job,reason=FailedCreate")])]
+    assert [(plural, scope, [e["metadata"]["name"] for e in items]) for plural, scope, items in lists] == [
+        ("events", None, ["a"])
+    ]
+    assert "managedFields" not in lists[0][2][0]["metadata"] and not seen
+    events._event(EVENTS, {"type": "ADDED", "object": event("c", "team-b", "j3")}, "42")
+    assert [(plural, obj["involvedObject"], deleted) for plural, obj, deleted in seen] == [
+        ("events", {"uid": "j3"}, False)
+    ]

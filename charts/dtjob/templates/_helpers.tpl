@@ -123,7 +123,7 @@ them against the code). Pods and Jobs are watched and listed; every child is als
   verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, list]
+  verbs: [create, list, watch]
 # The gang schedulers' PodGroups (runPolicy.scheduling.gang): created before the workers, their fields kept in
 # line, deleted when the job ends or is suspended.
 - apiGroups: [scheduling.x-k8s.io, scheduling.volcano.sh]

@@ -101,7 +101,7 @@ def observe(
     prebuilt = _prebuilt(kube, spec, uid) if active else None
     launcher_refused = None
     if active and seen.launcher is not None and seen.launcher.pod_name is None and not seen.launcher.finished:
-        launcher_refused = _refusal(kube, spec.namespace, children.launcher)
+        launcher_refused = _refusal(kube, spec.namespace, children.launcher, children.failed_creates)
     return Observed(
         pods=workers,
         launcher=launcher,
@@ -136,7 +136,7 @@ def _staging_refused(
     stagers = [p for p in children.pods if staging_uid in owner_uids(p)]
     if staging is None or staging.phase != "Running" or stagers:
         return None
-    return _refusal(kube, spec.namespace, children.staging)
+    return _refusal(kube, spec.namespace, children.staging, children.failed_creates)
 
 
 def _node_health(
@@ -183,12 +183,16 @@ def _output_sas_scope(spec: JobSpec, uid: str, config: OperatorConfig) -> str | 
     return SAS_SCOPE_DIRECTORY if directory is not None else SAS_SCOPE_CONTAINER
 
 
-def _refusal(kube: Kube, namespace: str, job: Mapping[str, Any] | None) -> CreateRefusal | None:
-    """Why a Job of ours has no pod, when admission refused it (read only while it has none)."""
+def _refusal(
+    kube: Kube, namespace: str, job: Mapping[str, Any] | None, watched: Mapping[str, str] | None
+) -> CreateRefusal | None:
+    """Why a Job of ours has no pod, when admission refused it (asked only while it has none): from the
+    Events' watch where it serves the namespace (`watched`), else read."""
     meta = (job or {}).get("metadata") or {}
-    if not meta.get("uid"):
+    uid = str(meta.get("uid") or "")
+    if not uid:
         return None
-    message = reads.failed_create(kube, namespace, str(meta["uid"]))
+    message = reads.failed_create(kube, namespace, uid) if watched is None else watched.get(uid)
     if message is None:
         return None
     created = meta.get("creationTimestamp")

@@ -11,13 +11,12 @@ from typing import Any, Protocol, runtime_checkable
 from dtjob import KIND
 from dtjob.desired.workload import KUEUE_APIS, PRIORITY_CLASS_KIND, WORKLOAD_KIND
 from dtjob.kube.client import Conflict, Forbidden, Kube, Rejected
+from dtjob.state.observed import newest_failed_create
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-# A refused pod's Events: the Job controller records one per try (merged into a count), so a few are plenty;
-# their message quotes the admission's answer, which can be long.
+# A refused pod's Events: the Job controller records one per try (merged into a count), so a few are plenty.
 FAILED_CREATE_EVENTS = 20
-FAILED_CREATE_MESSAGE_CHARS = 1000
 
 
 @runtime_checkable
@@ -128,8 +127,4 @@ def failed_create(kube: Kube, namespace: str, job_uid: str) -> str | None:
     newest FailedCreate Event: Pod Security, a ResourceQuota), or None. Admission refuses the pod, not
     the Job, so the Job itself never says why it has no pod."""
     selector = f"involvedObject.uid={job_uid},reason=FailedCreate"
-    items = kube.list("Event", namespace, fields=selector, limit=FAILED_CREATE_EVENTS)
-    if not items:
-        return None
-    newest = max(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-    return str(newest.get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS] or None
+    return newest_failed_create(kube.list("Event", namespace, fields=selector, limit=FAILED_CREATE_EVENTS))

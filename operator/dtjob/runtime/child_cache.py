@@ -175,6 +175,11 @@ class ChildCache:
 
     # --- reading -------------------------------------------------------------------------------------
 
+    def job_of(self, namespace: str, uid: str) -> Key | None:
+        """The job whose child in `namespace` has this uid, if cached."""
+        entry = self._entries.get(uid)
+        return entry.key if entry is not None and entry.key[0] == namespace else None
+
     def namespaces(self) -> set[str]:
         return {namespace for namespace, _ in self._by_key}
 

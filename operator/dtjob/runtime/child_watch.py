@@ -1,5 +1,6 @@
-"""The watch of the operator's children, its pods, batch Jobs and EndpointSlices: a LIST, then a WATCH from
-the list's resourceVersion, every object handed to the controller on the event loop.
+"""The watch of the operator's children, its pods, batch Jobs and EndpointSlices (and, in a watch of its own,
+the FailedCreate Events of batch Jobs): a LIST, then a WATCH from the list's resourceVersion, every object
+handed to the controller on the event loop.
 
 kopf watches the DistributedTrainingJobs; the children, thirty events or more per job as its pods start, are
 watched here instead. kopf runs every event through its handler machinery (per-object memories, patches,
@@ -7,8 +8,9 @@ loggers, throttlers, the handler's invocation), and profiled under a burst of jo
 the operator's CPU, more than the reconciles themselves. Here an event is decoded and delivered, nothing more.
 
 One thread per kind and namespace (one per kind when the operator serves the whole cluster), each:
-- LISTs the children (server-side label selector), delivers every item, and watches from the list's
-  resourceVersion with bookmarks, so that an idle watch restarts where it was;
+- LISTs the objects (a server-side label or field selector), delivers every item (or the whole list at
+  once, to a watch that keeps no resync of its own), and watches from the list's resourceVersion with
+  bookmarks, so that an idle watch restarts where it was;
 - when the API server answers 410 Gone (the version is too old), LISTs again. Objects deleted meanwhile send
   no event, so the controller's own periodic LIST of each namespace (ChildCache.replace) heals that;
 - on any other failure (connection lost, the API server down) waits, backing off up to MAX_BACKOFF_S, and
@@ -22,6 +24,7 @@ import fnmatch
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dtjob.kube import wire
@@ -32,14 +35,34 @@ from dtjob.runtime.child_cache import CHILD_KINDS, projection
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-# deliver(kind, object, deleted): called on the event loop for every child seen.
+# deliver(plural, object, deleted): called on the event loop for every object seen.
 Deliver = Callable[[str, Json, bool], None]
+# listed(plural, namespace or None for the whole cluster, objects): called on the event loop with a LIST's
+# objects, all at once, where the watch is given one.
+Listed = Callable[[str, str | None, list[Json]], None]
 WATCH_SERVER_TIMEOUT_S = 300  # the API server ends each watch by then, and the loop watches again
 WATCH_READ_TIMEOUT_S = 330  # a connection silent for this long (no event, no bookmark) is dead
 MAX_BACKOFF_S = 30.0
 # Events handed to the event loop and not yet taken in: past this many a watch thread waits for it, so that a
 # loop behind a burst (a thousand jobs starting) holds a bounded backlog, not every event of the burst.
 MAX_IN_FLIGHT = 500
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One kind the watch follows: which objects (a labelSelector or a fieldSelector), and the part of each
+    that is kept."""
+
+    kind: str
+    plural: str
+    selector: tuple[str, str]  # (the query parameter, its value)
+    project: Callable[[Mapping[str, Any]], Json]
+
+
+def children(selector: str) -> tuple[Watched, ...]:
+    """The operator's children under a label selector, projected for the children's cache."""
+    query = ("labelSelector", selector)
+    return tuple(Watched(kind, plural, query, projection) for kind, plural in CHILD_KINDS.items())
 
 
 class Gone(Exception):
@@ -52,23 +75,23 @@ def _is_pattern(namespace: str) -> bool:
 
 class ChildWatch:
     """`namespaces`: those served, as `dtjob operator --namespace` names them (globs allowed), or empty for
-    the whole cluster. Every watch carries `selector`."""
+    the whole cluster. A LIST's objects go to `listed` where one is given, else one by one to `deliver`."""
 
     def __init__(
         self,
         api_client: ApiClient,
         namespaces: Sequence[str],
-        selector: str,
+        watched: Sequence[Watched],
         deliver: Deliver,
-        kinds: Sequence[str] = tuple(CHILD_KINDS),
+        listed: Listed | None = None,
     ) -> None:
         self.api_client = api_client
         # Literal namespaces get a watch each; a glob needs the whole cluster's, filtered here.
         self.whole_cluster = not namespaces or any(_is_pattern(ns) for ns in namespaces)
         self.namespaces = list(namespaces)
-        self.selector = selector
         self.deliver = deliver
-        self.kinds = list(kinds)
+        self.listed = listed
+        self.watched = list(watched)
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
@@ -77,9 +100,9 @@ class ChildWatch:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         scopes: list[str | None] = [None] if self.whole_cluster else list(self.namespaces)
-        for kind in self.kinds:
+        for kind in self.watched:
             for namespace in scopes:
-                name = f"watch-{CHILD_KINDS[kind]}" + (f"-{namespace}" if namespace else "")
+                name = f"watch-{kind.plural}" + (f"-{namespace}" if namespace else "")
                 thread = threading.Thread(target=self._run, args=(kind, namespace), name=name, daemon=True)
                 thread.start()
                 self._threads.append(thread)
@@ -93,7 +116,7 @@ class ChildWatch:
 
     # --- one kind in one scope, in its own thread ----------------------------------------------------
 
-    def _run(self, kind: str, namespace: str | None) -> None:
+    def _run(self, kind: Watched, namespace: str | None) -> None:
         version: str | None = None
         failures = 0
         while not self._stopped.is_set():
@@ -107,30 +130,33 @@ class ChildWatch:
             except Exception as error:  # the API server is down, say: back off and go on
                 failures += 1
                 delay = min(2.0**failures, MAX_BACKOFF_S)
-                where = f"{CHILD_KINDS[kind]} in {namespace}" if namespace else CHILD_KINDS[kind]
+                where = f"{kind.plural} in {namespace}" if namespace else kind.plural
                 log.warning(
                     "watch of %s failed (%s: %s); again in %.0fs", where, type(error).__name__, error, delay
                 )
                 self._stopped.wait(delay)
 
-    def _list(self, kind: str, namespace: str | None) -> str:
-        query = [("labelSelector", self.selector)]
-        items, version = list_pages(self.api_client, kind, namespace, query, projection)
+    def _list(self, kind: Watched, namespace: str | None) -> str:
+        items, version = list_pages(self.api_client, kind.kind, namespace, [kind.selector], kind.project)
+        if self.listed is not None:
+            served = [item for item in items if self.serves(_namespace_of(item))]
+            self._send(self.listed, kind.plural, namespace, served)
+            return version
         for item in items:  # projected as their page was read
-            self._hand_over(CHILD_KINDS[kind], item, deleted=False)
+            self._hand_over(kind.plural, item, deleted=False)
         return version
 
-    def _watch(self, kind: str, namespace: str | None, version: str) -> str:
+    def _watch(self, kind: Watched, namespace: str | None, version: str) -> str:
         """Deliver events until the API server ends the watch; returns the last version seen."""
         query = [
-            ("labelSelector", self.selector),
+            kind.selector,
             ("allowWatchBookmarks", "true"),
             ("resourceVersion", version),
             ("timeoutSeconds", str(WATCH_SERVER_TIMEOUT_S)),
         ]
         try:
             timeout = (10.0, float(WATCH_READ_TIMEOUT_S))
-            response = api_call(self.api_client, "watch", kind, namespace, query=query, timeout=timeout)
+            response = api_call(self.api_client, "watch", kind.kind, namespace, query=query, timeout=timeout)
         except ApiError as err:
             if err.status == 410:
                 raise Gone() from err
@@ -140,27 +166,31 @@ class ChildWatch:
                 if self._stopped.is_set():
                     break
                 if line.strip():
-                    version = self._event(CHILD_KINDS[kind], wire.loads(line), version)
+                    version = self._event(kind, wire.loads(line), version)
         finally:
             response.release_conn()
         return version
 
-    def _event(self, plural: str, event: Mapping[str, Any], version: str) -> str:
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
+    def _event(self, kind: Watched, event: Mapping[str, Any], version: str) -> str:
+        change, obj = event.get("type"), event.get("object") or {}
+        if change == "ERROR":
             if obj.get("code") == 410:
                 raise Gone()
             raise RuntimeError(f"the watch answered {obj.get('code')}: {obj.get('message')}")
         new_version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-        if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self._hand_over(plural, projection(obj), deleted=kind == "DELETED")
+        if change in ("ADDED", "MODIFIED", "DELETED"):
+            self._hand_over(kind.plural, kind.project(obj), deleted=change == "DELETED")
         return new_version
 
     def _hand_over(self, plural: str, obj: Json, deleted: bool) -> None:
         """To the loop `obj`, the cache's projection of a child: a pod's few fields, not its whole body, wait
         there."""
-        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
-        if self._loop is None or not self.serves(namespace):
+        if self.serves(_namespace_of(obj)):
+            self._send(self.deliver, plural, obj, deleted)
+
+    def _send(self, fn: Callable[..., None], *args: Any) -> None:
+        """fn(*args) on the loop, once fewer than MAX_IN_FLIGHT handovers wait there."""
+        if self._loop is None:
             return
         while not self._in_flight.acquire(timeout=1.0):
             if self._stopped.is_set():
@@ -168,11 +198,15 @@ class ChildWatch:
         if self._stopped.is_set():
             self._in_flight.release()
             return
-        self._loop.call_soon_threadsafe(self._take_in, plural, obj, deleted)
+        self._loop.call_soon_threadsafe(self._take_in, fn, *args)
 
-    def _take_in(self, plural: str, obj: Json, deleted: bool) -> None:
+    def _take_in(self, fn: Callable[..., None], *args: Any) -> None:
         """On the loop."""
         try:
-            self.deliver(plural, obj, deleted)
+            fn(*args)
         finally:
             self._in_flight.release()
+
+
+def _namespace_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("namespace") or "")

@@ -27,8 +27,9 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +43,7 @@ from dtjob.redaction import redact
 from dtjob.runtime import heap
 from dtjob.runtime.cached_kube import ControllerKube
 from dtjob.runtime.child_cache import PODS, ChildCache
+from dtjob.runtime.failed_creates import FailedCreates
 from dtjob.runtime.lanes import Lanes
 
 log = logging.getLogger(__name__)
@@ -86,7 +88,8 @@ class Controller:
         # What each known job's status says that the metrics show (phase, progress, staging), from its events.
         self.summaries: dict[Key, metrics.JobSummary] = {}
         self.cache = ChildCache()
-        self.children_of: ChildrenOf = self.cache.children
+        self.failed_creates = FailedCreates()
+        self.children_of: ChildrenOf = self._children
         self._loop: asyncio.AbstractEventLoop | None = None
         kube.children_written = self.child_written
         self._listed: set[str] = set()  # namespaces whose children were listed at least once
@@ -152,6 +155,28 @@ class Controller:
             self.enqueue(key, urgent=True)
         else:
             self.enqueue(key, CHILD_EVENTS_BATCH_S)
+
+    def observe_failed_create(self, _plural: str, body: Mapping[str, Any], deleted: bool) -> None:
+        """A watch event of a batch Job's FailedCreate Event: the job that owns that Job looks again, after
+        CHILD_EVENTS_BATCH_S as for a child's event."""
+        changed = self.failed_creates.observe(body, deleted)
+        self._failed_creates_changed(() if changed is None else (changed,))
+
+    def failed_creates_listed(self, _plural: str, scope: str | None, listed: list[dict[str, Any]]) -> None:
+        """A LIST of the FailedCreate Events of `scope` (a namespace, None: every namespace)."""
+        self._failed_creates_changed(self.failed_creates.replace(scope, listed))
+
+    def _failed_creates_changed(self, changed: Iterable[tuple[str, str]]) -> None:
+        for namespace, job_uid in changed:
+            key = self.cache.job_of(namespace, job_uid)
+            if key is not None:
+                self.enqueue(key, CHILD_EVENTS_BATCH_S)
+
+    def _children(self, key: Key) -> Children:
+        """The job's children as the cache holds them, with its Jobs' FailedCreate messages where watched."""
+        children = self.cache.children(key)
+        uids = [str(job["metadata"].get("uid") or "") for job in (children.launcher, children.staging) if job]
+        return replace(children, failed_creates=self.failed_creates.messages(key[0], uids))
 
     async def relist(self, namespace: str, first: bool = False) -> set[Key]:
         """Correct the cache from a LIST of the namespace's children; returns the jobs whose children

@@ -32,9 +32,11 @@ from dtjob.reconcile.ensure import PARALLEL_CREATES
 from dtjob.runtime import health
 from dtjob.runtime.cached_kube import CachedKube
 from dtjob.runtime.child_cache import CHILD_KINDS
-from dtjob.runtime.child_watch import ChildWatch
+from dtjob.runtime.child_watch import ChildWatch, Watched
+from dtjob.runtime.child_watch import children as child_watches
 from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
 from dtjob.runtime.election import Elector
+from dtjob.runtime.failed_creates import FIELD_SELECTOR, event_projection
 from dtjob.runtime.lease import Leadership
 from dtjob.spec.managed_by import handled_here, managed_by
 
@@ -45,6 +47,8 @@ EVENT_HANDLERS = ("job_event",)
 # At shutdown, how long reconciles under way get to end (each ends at its next write once the fence is shut)
 # before the Lease is released to the next replica.
 SHUTDOWN_GRACE_S = 3.0
+# Why admission refused a launcher's or stager's pod, watched rather than read at each job start.
+FAILED_CREATE_EVENTS = Watched("Event", "events", ("fieldSelector", FIELD_SELECTOR), event_projection)
 
 
 @dataclass(frozen=True)
@@ -142,13 +146,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     controller = Controller(CachedKube(KubeClient(api, fence), api), config, leading=fence.leading)
     controller.start()
     memo["controller"] = controller
-    # The children's watch: its own connections (each watch holds one for minutes), no retries of its own.
-    watch_api = connect(
-        config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0, len(CHILD_KINDS), credentials
-    )
-    children = ChildWatch(watch_api, options.namespaces, CHILDREN_SELECTOR, controller.observe_child)
-    children.start(asyncio.get_running_loop())
-    memo["children"] = children
+    memo["watches"] = _watches(options, config, credentials, controller)
     metrics.bind(controller.metrics_snapshot)
     if elector is not None:
         memo["elector"] = elector
@@ -160,6 +158,26 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
             )
         except OSError as err:  # the port is taken, say: no retry would help (kopf stops the operator)
             raise kopf.PermanentError(f"cannot serve health checks at {options.liveness}: {err}") from err
+
+
+def _watches(
+    options: RunOptions, config: OperatorConfig, credentials: Credentials, controller: Controller
+) -> list[ChildWatch]:
+    """The children's watch and the FailedCreate Events', started: their own connections (each watch holds
+    one for minutes), no retries of their own."""
+    api = connect(
+        config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0, len(CHILD_KINDS) + 1, credentials
+    )
+    watches = [
+        ChildWatch(api, options.namespaces, child_watches(CHILDREN_SELECTOR), controller.observe_child),
+        ChildWatch(
+            api, options.namespaces, (FAILED_CREATE_EVENTS,), controller.observe_failed_create,
+            listed=controller.failed_creates_listed,
+        ),
+    ]  # fmt: skip
+    for watch in watches:
+        watch.start(asyncio.get_running_loop())
+    return watches
 
 
 def _elector(options: RunOptions, config: OperatorConfig, credentials: Credentials) -> Elector | None:
@@ -193,9 +211,8 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
         elector.resign()
     if election is not None:
         election.cancel()
-    children: ChildWatch | None = memo.get("children")
-    if children is not None:
-        children.stop()
+    for watch in memo.get("watches") or ():
+        watch.stop()
     controller: Controller | None = memo.get("controller")
     if controller is not None:
         metrics.bind(None)

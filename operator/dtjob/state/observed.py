@@ -34,6 +34,9 @@ class Children:
     launcher: Mapping[str, Any] | None = None
     staging: Mapping[str, Any] | None = None
     endpoint_slices: tuple[Mapping[str, Any], ...] = ()
+    # The newest FailedCreate message of the launcher's and staging Jobs (by the Job's uid; absent: none), as
+    # the Events' watch holds them; None where that watch does not serve the namespace yet (read them).
+    failed_creates: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,17 @@ class CreateRefusal:
     job: str
     message: str
     job_created: datetime | None
+
+
+# A FailedCreate message quotes the admission's answer, which can be long.
+FAILED_CREATE_MESSAGE_CHARS = 1000
+
+
+def newest_failed_create(events: Iterable[Json]) -> str | None:
+    """The message of the newest of a Job's FailedCreate Events (the Job controller records one per try,
+    merged into a count), cut to FAILED_CREATE_MESSAGE_CHARS; None without one."""
+    newest = max(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), default=None)
+    return str((newest or {}).get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS] or None
 
 
 @dataclass(frozen=True)
