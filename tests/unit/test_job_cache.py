@@ -115,3 +115,50 @@ def test_the_client_gets_a_job_it_holds_no_recent_copy_of() -> None:
     kube.forget_job("ml", "rn50")  # the watch's DELETED
     get_job(kube, "ml", "rn50")
     assert api.gets == 3
+
+
+def listed(*jobs: dict[str, Any]) -> list[dict[str, Any]]:
+    """A LIST of the jobs' metadata, as the API server answers a PartialObjectMetadataList."""
+    return [
+        {"metadata": {k: j["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion")}}
+        for j in jobs
+    ]
+
+
+def test_a_list_of_the_jobs_metadata_confirms_the_copies_it_shows_and_names_the_jobs_gone() -> None:
+    clock = ManualClock()
+    cache = JobCache(60.0, clock)
+    cache.put(job("5"))
+    other = job("7")
+    other["metadata"]["name"] = "gone"
+    cache.put(other)
+    clock.now += 50
+    since = clock.now
+    assert cache.confirm("ml", listed(job("5")), since) == [("ml", "gone")]
+    clock.now += 59.9
+    assert cache.get("ml", "rn50") is not None, "confirmed as of the LIST"
+    clock.now += 0.1
+    assert cache.get("ml", "rn50") is None
+
+
+def test_a_list_leaves_an_older_copy_to_age_and_judges_nothing_put_while_it_ran() -> None:
+    clock = ManualClock()
+    cache = JobCache(60.0, clock)
+    cache.put(job("5"))
+    clock.now += 50
+    since = clock.now
+    assert cache.confirm("ml", listed(job("6")), since) == []
+    clock.now += 10
+    assert cache.get("ml", "rn50") is None, "the API server holds a newer version: read it"
+    cache.put(job("8"))  # a watch event while a LIST, begun earlier, ran
+    assert cache.confirm("ml", [], clock.now - 1) == [], "put after the LIST began: not gone"
+    assert cache.confirm("other", [], clock.now + 1) == [], "another namespace's LIST says nothing of it"
+
+
+def test_a_job_created_again_under_its_name_loses_its_old_copy_not_its_place() -> None:
+    clock = ManualClock()
+    cache = JobCache(60.0, clock)
+    cache.put(job("5", uid="old"))
+    clock.now += 1
+    assert cache.confirm(None, listed(job("9", uid="new")), clock.now) == []
+    assert cache.get("ml", "rn50") is None

@@ -22,8 +22,10 @@ def test_every_page_is_read_and_only_what_keep_returns_is_kept(monkeypatch: pyte
     pods = [{"metadata": {"name": f"p{i}"}, "spec": {"big": "x" * 100}} for i in range(7)]
     asked: list[list[tuple[str, str]]] = []
 
-    def api_call(api_client: Any, verb: str, kind: str, namespace: str, query: Any = ()) -> Response:
-        assert (verb, kind, namespace) == ("list", "Pod", "ml")
+    def api_call(
+        api_client: Any, verb: str, kind: str, namespace: str, query: Any = (), accept: str = kube.JSON
+    ) -> Response:
+        assert (verb, kind, namespace, accept) == ("list", "Pod", "ml", kube.JSON)
         asked.append(list(query))
         params = dict(query)
         start = int(params.get("continue") or 0)

@@ -15,6 +15,7 @@ _POD_GROUP = "a gang's PodGroup: created before its workers, its fields kept in 
 
 PERMISSIONS: dict[Permission, str] = {
     (API_GROUP, PLURAL, "get"): "a reconcile reads its job when the watch's copy is not recent",
+    (API_GROUP, PLURAL, "list"): "the jobs' metadata, which confirms the watch's copies all at once",
     (API_GROUP, PLURAL, "delete"): "a finished job goes after its ttlSecondsAfterFinished",
     (API_GROUP, f"{PLURAL}/status", "patch"): "the status a reconcile decided, guarded by resourceVersion",
     ("", "pods", "create"): "the workers and stagers of a world",

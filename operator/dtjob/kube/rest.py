@@ -53,6 +53,8 @@ _VERSIONS: dict[str, tuple[str, ...]] = {
 LIST_PAGE = 250
 # The content types of the calls' bodies.
 JSON = "application/json"
+# A LIST answered with each item's metadata alone (the API server's PartialObjectMetadataList).
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -94,6 +96,7 @@ def api_call(
     query: Sequence[tuple[str, str]] = (),
     timeout: tuple[float, float] | None = None,
     api_version: str | None = None,
+    accept: str = JSON,
 ) -> Any:
     """`verb` (as RBAC names it) on `kind` (a "<kind>/<subresource>" for a subresource) in `namespace` (None:
     every namespace, or a cluster-scoped kind), `name` for one object. Patches are merge patches (strategic
@@ -114,7 +117,7 @@ def api_call(
     content_type = JSON
     if verb == "patch":
         content_type = JSON_PATCH if isinstance(body, list) else MERGE_PATCH if group else STRATEGIC_MERGE
-    return rest_call(api_client, _METHODS[verb], path, body, query, content_type, timeout)
+    return rest_call(api_client, _METHODS[verb], path, body, query, content_type, timeout, accept)
 
 
 def list_pages(
@@ -123,6 +126,7 @@ def list_pages(
     namespace: str | None,
     query: Sequence[tuple[str, str]],
     keep: Callable[[Json], Json],
+    accept: str = JSON,
 ) -> tuple[list[Json], str]:
     """Every item of a LIST, LIST_PAGE at a time, each passed through `keep` as its page is read, and the
     list's resourceVersion. Whole, the LIST of a namespace with a thousand jobs (five thousand pods) was
@@ -131,7 +135,8 @@ def list_pages(
     token = ""
     while True:
         paging = [("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
-        page = wire.loads(api_call(api_client, "list", kind, namespace, query=[*query, *paging]).data)
+        answer = api_call(api_client, "list", kind, namespace, query=[*query, *paging], accept=accept)
+        page = wire.loads(answer.data)
         items.extend(keep(item) for item in page.get("items") or ())
         meta = page.get("metadata") or {}
         token = str(meta.get("continue") or "")
@@ -147,11 +152,12 @@ def rest_call(
     query: Sequence[tuple[str, str]] = (),
     content_type: str = JSON,
     timeout: tuple[float, float] | None = None,
+    accept: str = JSON,
 ) -> Any:
     """One API call with `body` sent as JSON as it is, through the client's auth, deadlines (`timeout`,
     connect and read, or the client's), retries and metrics; the urllib3 answer, unread. ApiError for an
     answer outside 2xx."""
-    headers = {"Accept": JSON, "Content-Type": content_type}
+    headers = {"Accept": accept, "Content-Type": content_type}
     response = api_client.request(method, path, query, body, headers, timeout)
     if not 200 <= response.status <= 299:
         raise ApiError.from_response(response)

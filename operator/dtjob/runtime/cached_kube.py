@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from dtjob import API_GROUP, KIND
 from dtjob.kube.client import Forbidden, Kube
 from dtjob.kube.connect import ApiClient
-from dtjob.kube.rest import Json, list_pages
+from dtjob.kube.rest import METADATA_ONLY, Json, list_pages
 from dtjob.runtime.child_cache import CHILD_KINDS, projection
 from dtjob.runtime.job_cache import JobCache
 from dtjob.runtime.log_polls import LogPolls
@@ -42,8 +42,11 @@ NODE_LIST_LOCK_STRIPES = 64
 NAMESPACE_LIST_TTL_S = 30.0
 # How long an API group's served versions are reused: Kueue installed or upgraded is seen this much later.
 SERVED_VERSIONS_TTL_S = 120.0
-# How long a job's cached copy serves without a watch event or a write confirming it.
+# How long a job's cached copy serves without a watch event, a write or a LIST confirming it.
 JOB_COPY_MAX_AGE_S = 60.0
+# How often the copies are confirmed by a LIST of the jobs' metadata: well within their age, so a job
+# reconciled at any time finds its copy confirmed.
+JOB_COPIES_CONFIRMED_EVERY_S = JOB_COPY_MAX_AGE_S / 3
 # A forbidden list is remembered too: asking again would not help.
 ListAnswer = builtins.list[Json] | Forbidden
 
@@ -57,6 +60,9 @@ class ControllerKube(Kube, Protocol):
         """A job as a watch event showed it: a reconcile's read of it may be answered with it."""
 
     def forget_job(self, namespace: str, name: str) -> None: ...
+
+    def confirm_jobs(self, namespace: str | None) -> builtins.list[tuple[str, str]]:
+        """The job copies of `namespace` (None: all) confirmed by one LIST; returns the jobs it found gone."""
 
     def is_settled(self, namespace: str, name: str, version: str) -> bool:
         """Whether the job at `version` is a status write of a reconcile that left it settled."""
@@ -168,6 +174,13 @@ class CachedKube:
     def forget_job(self, namespace: str, name: str) -> None:
         self.jobs.forget(namespace, name)
 
+    def confirm_jobs(self, namespace: str | None) -> builtins.list[tuple[str, str]]:
+        if not len(self.jobs):
+            return []
+        since = self.jobs.now()
+        listed, _ = list_pages(self.api_client, KIND, namespace, (), _job_identity, METADATA_ONLY)
+        return self.jobs.confirm(namespace, listed, since)
+
     def job_settled(self, namespace: str, name: str, version: str) -> None:
         self.jobs.settle(namespace, name, version)
 
@@ -233,6 +246,11 @@ def _answer(items: ListAnswer) -> builtins.list[Json]:
     if isinstance(items, Forbidden):
         raise items
     return builtins.list(items)  # a copy of the list: callers must not change the items themselves
+
+
+def _job_identity(job: Mapping[str, Any]) -> Json:
+    meta = job.get("metadata") or {}
+    return {"metadata": {k: meta.get(k) for k in ("namespace", "name", "uid", "resourceVersion")}}
 
 
 def node_projection(node: Mapping[str, Any]) -> Json:

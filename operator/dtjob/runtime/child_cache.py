@@ -22,6 +22,7 @@ from typing import Any
 
 from dtjob import names
 from dtjob.names import AVOIDED_NODES_ANNOTATION, ROLE_STAGER
+from dtjob.runtime.failed_creates import FailedCreates
 from dtjob.state.observed import Children
 
 Key = tuple[str, str]  # (namespace, job name)
@@ -97,6 +98,7 @@ class ChildCache:
         self._by_key: dict[Key, dict[str, None]] = {}  # job -> uids of its children, in the same order
         self._tombstones: dict[str, float] = {}  # uid -> when it was deleted
         self._clock = clock
+        self.failed_creates = FailedCreates()  # why the launcher's or stager's pod was refused
 
     # --- feeding -------------------------------------------------------------------------------------
 
@@ -175,6 +177,16 @@ class ChildCache:
 
     # --- reading -------------------------------------------------------------------------------------
 
+    def observe_failed_create(self, body: Json, deleted: bool) -> Key | None:
+        """A watch event of a FailedCreate Event; returns the job whose Job it names, if cached."""
+        changed = self.failed_creates.observe(body, deleted)
+        return None if changed is None else self.job_of(*changed)
+
+    def replace_failed_creates(self, scope: str | None, listed: Iterable[Json]) -> set[Key]:
+        """A LIST of the FailedCreate Events of `scope`; returns the cached jobs whose refusals changed."""
+        changed = self.failed_creates.replace(scope, listed)
+        return {key for namespace, uid in changed if (key := self.job_of(namespace, uid)) is not None}
+
     def job_of(self, namespace: str, uid: str) -> Key | None:
         """The job whose child in `namespace` has this uid, if cached."""
         entry = self._entries.get(uid)
@@ -197,7 +209,11 @@ class ChildCache:
                 launcher = entry.obj
             elif role == ROLE_STAGER and staging is None:
                 staging = entry.obj
-        return Children(pods=tuple(pods), launcher=launcher, staging=staging, endpoint_slices=tuple(slices))
+        uids = [str(job["metadata"].get("uid") or "") for job in (launcher, staging) if job]
+        return Children(
+            pods=tuple(pods), launcher=launcher, staging=staging, endpoint_slices=tuple(slices),
+            failed_creates=self.failed_creates.messages(key[0], uids),
+        )  # fmt: skip
 
     def workers_all_ready(self, key: Key) -> bool:
         """Whether the job has worker pods cached and every one of them is Ready."""

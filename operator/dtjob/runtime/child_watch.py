@@ -73,6 +73,12 @@ def _is_pattern(namespace: str) -> bool:
     return any(char in namespace for char in "*?[")
 
 
+def scopes(namespaces: Sequence[str]) -> list[str | None]:
+    """What a watch or LIST of the namespaces served covers: each literal namespace, or (None) the whole
+    cluster where none is named or a glob is."""
+    return [None] if not namespaces or any(_is_pattern(ns) for ns in namespaces) else list(namespaces)
+
+
 class ChildWatch:
     """`namespaces`: those served, as `dtjob operator --namespace` names them (globs allowed), or empty for
     the whole cluster. A LIST's objects go to `listed` where one is given, else one by one to `deliver`."""
@@ -99,9 +105,8 @@ class ChildWatch:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        scopes: list[str | None] = [None] if self.whole_cluster else list(self.namespaces)
         for kind in self.watched:
-            for namespace in scopes:
+            for namespace in scopes(self.namespaces):
                 name = f"watch-{kind.plural}" + (f"-{namespace}" if namespace else "")
                 thread = threading.Thread(target=self._run, args=(kind, namespace), name=name, daemon=True)
                 thread.start()

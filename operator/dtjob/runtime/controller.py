@@ -27,9 +27,8 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,10 +39,9 @@ from dtjob.kube.client import Conflict, Kube
 from dtjob.reconcile.job import Children, reconcile
 from dtjob.reconcile.reads import get_job
 from dtjob.redaction import redact
-from dtjob.runtime import heap
+from dtjob.runtime import heap, job_copies
 from dtjob.runtime.cached_kube import ControllerKube
 from dtjob.runtime.child_cache import PODS, ChildCache
-from dtjob.runtime.failed_creates import FailedCreates
 from dtjob.runtime.lanes import Lanes
 
 log = logging.getLogger(__name__)
@@ -79,8 +77,12 @@ class Controller:
         config: OperatorConfig,
         reconcile_fn: ReconcileFn = reconcile,
         leading: Callable[[], bool] = lambda: True,
+        job_scopes: Sequence[str | None] | None = None,
     ) -> None:
         self.kube = kube
+        # Where the job copies are confirmed by a LIST: [None] for one of the whole cluster, else namespaces;
+        # None: each namespace that holds a known job.
+        self.job_scopes = job_scopes
         self.config = config
         self.reconcile_fn = reconcile_fn
         self.leading = leading  # whether this replica may reconcile now (leader election)
@@ -88,8 +90,7 @@ class Controller:
         # What each known job's status says that the metrics show (phase, progress, staging), from its events.
         self.summaries: dict[Key, metrics.JobSummary] = {}
         self.cache = ChildCache()
-        self.failed_creates = FailedCreates()
-        self.children_of: ChildrenOf = self._children
+        self.children_of: ChildrenOf = self.cache.children
         self._loop: asyncio.AbstractEventLoop | None = None
         kube.children_written = self.child_written
         self._listed: set[str] = set()  # namespaces whose children were listed at least once
@@ -159,24 +160,14 @@ class Controller:
     def observe_failed_create(self, _plural: str, body: Mapping[str, Any], deleted: bool) -> None:
         """A watch event of a batch Job's FailedCreate Event: the job that owns that Job looks again, after
         CHILD_EVENTS_BATCH_S as for a child's event."""
-        changed = self.failed_creates.observe(body, deleted)
-        self._failed_creates_changed(() if changed is None else (changed,))
+        key = self.cache.observe_failed_create(body, deleted)
+        if key is not None:
+            self.enqueue(key, CHILD_EVENTS_BATCH_S)
 
     def failed_creates_listed(self, _plural: str, scope: str | None, listed: list[dict[str, Any]]) -> None:
         """A LIST of the FailedCreate Events of `scope` (a namespace, None: every namespace)."""
-        self._failed_creates_changed(self.failed_creates.replace(scope, listed))
-
-    def _failed_creates_changed(self, changed: Iterable[tuple[str, str]]) -> None:
-        for namespace, job_uid in changed:
-            key = self.cache.job_of(namespace, job_uid)
-            if key is not None:
-                self.enqueue(key, CHILD_EVENTS_BATCH_S)
-
-    def _children(self, key: Key) -> Children:
-        """The job's children as the cache holds them, with its Jobs' FailedCreate messages where watched."""
-        children = self.cache.children(key)
-        uids = [str(job["metadata"].get("uid") or "") for job in (children.launcher, children.staging) if job]
-        return replace(children, failed_creates=self.failed_creates.messages(key[0], uids))
+        for key in self.cache.replace_failed_creates(scope, listed):
+            self.enqueue(key, CHILD_EVENTS_BATCH_S)
 
     async def relist(self, namespace: str, first: bool = False) -> set[Key]:
         """Correct the cache from a LIST of the namespace's children; returns the jobs whose children
@@ -265,6 +256,9 @@ class Controller:
         self._loop = asyncio.get_running_loop()
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.config.reconcile_workers)]
         self._tasks.append(asyncio.create_task(self._resync()))
+        gone = functools.partial(self.observe_job, deleted=True)  # deleted while its watch was down
+        confirming = job_copies.keep_confirmed(self.kube, self._job_scopes, self.leading, self._threads, gone)
+        self._tasks.append(asyncio.create_task(confirming))
         if self.config.heap_trim_seconds > 0:
             self._tasks.append(asyncio.create_task(self._trim_heap()))
 
@@ -294,6 +288,9 @@ class Controller:
                     log.warning("could not list the children in %s for the resync: %s", namespace, error)
             for key in list(self.known):
                 self.enqueue(key)
+
+    def _job_scopes(self) -> Sequence[str | None]:
+        return self.job_scopes if self.job_scopes is not None else sorted({ns for ns, _ in self.known})
 
     async def _trim_heap(self) -> None:
         # After a burst the process keeps the burst's peak resident; once the queue has drained, the freed

@@ -34,6 +34,7 @@ from dtjob.runtime.cached_kube import CachedKube
 from dtjob.runtime.child_cache import CHILD_KINDS
 from dtjob.runtime.child_watch import ChildWatch, Watched
 from dtjob.runtime.child_watch import children as child_watches
+from dtjob.runtime.child_watch import scopes as watch_scopes
 from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
 from dtjob.runtime.election import Elector
 from dtjob.runtime.failed_creates import FIELD_SELECTOR, event_projection
@@ -143,7 +144,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     )
     elector = _elector(options, config, credentials)
     fence: Fence = elector.leadership if elector is not None else Unfenced()
-    controller = Controller(CachedKube(KubeClient(api, fence), api), config, leading=fence.leading)
+    kube = CachedKube(KubeClient(api, fence), api)
+    controller = Controller(kube, config, leading=fence.leading, job_scopes=watch_scopes(options.namespaces))
     controller.start()
     memo["controller"] = controller
     memo["watches"] = _watches(options, config, credentials, controller)

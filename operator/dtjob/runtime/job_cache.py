@@ -10,7 +10,10 @@ so a decision made on an old copy ends in a Conflict and a retry. Two rules keep
   write after it), comparing them as integers, as the API server's etcd revisions are.
 
 A copy not confirmed for `max_age_s` is not used: a job deleted while the watch was down sends no DELETED,
-and its copy must not live on. Copies are kept as compact JSON (managedFields dropped), a few KB each.
+and its copy must not live on. A LIST of the jobs' metadata confirms every copy it shows at its version or an
+older one (`confirm`), and tells which copies the API server no longer holds: one read for all the jobs of a
+namespace, where each running job, reconciled at least every progress poll, would otherwise be read again
+once a minute. Copies are kept as compact JSON (managedFields dropped), a few KB each.
 
 It also keeps, per job, the version of the operator's last status write after which the job was settled (a
 pass deciding again from that status would change nothing: dtjob.reconcile.job), so that the controller can
@@ -23,8 +26,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dtjob.kube import wire
@@ -76,6 +79,36 @@ class JobCache:
             return None
         job: Json = wire.loads(copy.raw)
         return job
+
+    def now(self) -> float:
+        return self._clock()
+
+    def confirm(self, namespace: str | None, listed: Iterable[Mapping[str, Any]], since: float) -> list[Key]:
+        """A LIST of the jobs of `namespace` (None: every namespace), each item's metadata, begun at
+        `since` (this cache's clock): each copy of the same uid at the listed version or a newer one is
+        confirmed as of `since`; one at an older version is left to age (its watch event is on the way).
+        Returns the jobs whose copies, put before the LIST began, it does not hold: deleted while no watch
+        said so."""
+        shown: dict[Key, tuple[str, int | None]] = {}
+        for item in listed:
+            meta = item.get("metadata") or {}
+            key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            shown[key] = (str(meta.get("uid") or ""), _version(meta))
+        gone: list[Key] = []
+        with self._lock:
+            for key, copy in list(self._copies.items()):
+                if namespace is not None and key[0] != namespace:
+                    continue
+                seen = shown.get(key)
+                if copy.confirmed_at >= since:
+                    continue  # put while the LIST ran: at least as new as what it shows
+                if seen is None:
+                    gone.append(key)
+                elif seen[0] != copy.uid:
+                    del self._copies[key]  # created again under its name: read the new one
+                elif not _older(copy.version, seen[1]):
+                    self._copies[key] = replace(copy, confirmed_at=since)
+        return gone
 
     def settle(self, namespace: str, name: str, version: str) -> None:
         """The job at `version` is the operator's own status write after which it needed no other pass."""
