@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from kubernetes import client
+from kubernetes import client, config
 
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import GROUP, PLURAL, VERSION, Jobs, OperatorProcess
@@ -35,15 +35,7 @@ def event_poster(cluster: TenantCluster, namespace: str) -> client.CoreV1Api:
     cluster.rbac.create_namespaced_role_binding(namespace, binding)
     token = service_account_token(cluster.core, namespace, account)
     path = token_kubeconfig(cluster.admin_kubeconfig, token, cluster.workdir / f"{account}.kubeconfig")
-    return client.CoreV1Api(client.ApiClient(_configuration(path)))
-
-
-def _configuration(kubeconfig: str) -> client.Configuration:
-    from kubernetes import config
-
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return configuration
+    return client.CoreV1Api(config.new_client_from_config(config_file=path))
 
 
 def test_a_refusal_forged_in_another_namespace_cannot_fail_a_tenants_job(
