@@ -34,9 +34,7 @@ def rounds(jobs: Jobs, scopes: list[str | None], leading: bool, times: int) -> l
     async def main() -> None:
         with ThreadPoolExecutor(1) as threads:
             kube = cast(ControllerKube, jobs)
-            confirming = job_copies.keep_confirmed(
-                kube, lambda: scopes, lambda: leading, threads, forgotten.append
-            )
+            confirming = job_copies.keep_confirmed(kube, scopes, lambda: leading, threads, forgotten.append)
             task = asyncio.create_task(confirming)
             while len(jobs.listed) < times * len(scopes) and leading:
                 await asyncio.sleep(0.001)

@@ -93,7 +93,7 @@ class ChildWatch:
     ) -> None:
         self.api_client = api_client
         # Literal namespaces get a watch each; a glob needs the whole cluster's, filtered here.
-        self.whole_cluster = not namespaces or any(_is_pattern(ns) for ns in namespaces)
+        self.whole_cluster = scopes(namespaces) == [None]
         self.namespaces = list(namespaces)
         self.deliver = deliver
         self.listed = listed

@@ -77,11 +77,10 @@ class Controller:
         config: OperatorConfig,
         reconcile_fn: ReconcileFn = reconcile,
         leading: Callable[[], bool] = lambda: True,
-        job_scopes: Sequence[str | None] | None = None,
+        job_scopes: Sequence[str | None] = (None,),
     ) -> None:
         self.kube = kube
-        # Where the job copies are confirmed by a LIST: [None] for one of the whole cluster, else namespaces;
-        # None: each namespace that holds a known job.
+        # Where the job copies are confirmed by a LIST: the namespaces served, or (None) the whole cluster.
         self.job_scopes = job_scopes
         self.config = config
         self.reconcile_fn = reconcile_fn
@@ -257,7 +256,7 @@ class Controller:
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.config.reconcile_workers)]
         self._tasks.append(asyncio.create_task(self._resync()))
         gone = functools.partial(self.observe_job, deleted=True)  # deleted while its watch was down
-        confirming = job_copies.keep_confirmed(self.kube, self._job_scopes, self.leading, self._threads, gone)
+        confirming = job_copies.keep_confirmed(self.kube, self.job_scopes, self.leading, self._threads, gone)
         self._tasks.append(asyncio.create_task(confirming))
         if self.config.heap_trim_seconds > 0:
             self._tasks.append(asyncio.create_task(self._trim_heap()))
@@ -288,9 +287,6 @@ class Controller:
                     log.warning("could not list the children in %s for the resync: %s", namespace, error)
             for key in list(self.known):
                 self.enqueue(key)
-
-    def _job_scopes(self) -> Sequence[str | None]:
-        return self.job_scopes if self.job_scopes is not None else sorted({ns for ns, _ in self.known})
 
     async def _trim_heap(self) -> None:
         # After a burst the process keeps the burst's peak resident; once the queue has drained, the freed

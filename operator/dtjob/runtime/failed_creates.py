@@ -116,6 +116,3 @@ class FailedCreates:
         if not events:
             self._events.pop(key, None)
         return True
-
-    def __len__(self) -> int:
-        return len(self._keys)

@@ -44,6 +44,10 @@ class _Copy:
     confirmed_at: float
 
 
+def _key(meta: Mapping[str, Any]) -> Key:
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
 def _version(meta: Mapping[str, Any]) -> int | None:
     text = meta.get("resourceVersion")
     return int(text) if isinstance(text, str) and text.isdigit() else None
@@ -61,7 +65,7 @@ class JobCache:
     def put(self, body: Mapping[str, Any]) -> None:
         """The job as the API server just showed it (a watch event, a GET, a patch's answer)."""
         meta = body.get("metadata") or {}
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        key = _key(meta)
         uid, version = str(meta.get("uid") or ""), _version(meta)
         slim = {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
         raw = wire.dumps(slim)
@@ -92,8 +96,7 @@ class JobCache:
         shown: dict[Key, tuple[str, int | None]] = {}
         for item in listed:
             meta = item.get("metadata") or {}
-            key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-            shown[key] = (str(meta.get("uid") or ""), _version(meta))
+            shown[_key(meta)] = (str(meta.get("uid") or ""), _version(meta))
         gone: list[Key] = []
         with self._lock:
             for key, copy in list(self._copies.items()):

@@ -19,7 +19,7 @@ Key = tuple[str, str]
 
 async def keep_confirmed(
     kube: ControllerKube,
-    scopes: Callable[[], Iterable[str | None]],
+    scopes: Iterable[str | None],
     leading: Callable[[], bool],
     threads: Executor,
     gone: Callable[[Key], None],
@@ -30,7 +30,7 @@ async def keep_confirmed(
         await asyncio.sleep(JOB_COPIES_CONFIRMED_EVERY_S)
         if not leading():
             continue  # a standby reconciles nothing, so it reads no job either
-        for scope in scopes():
+        for scope in scopes:
             try:
                 deleted = await loop.run_in_executor(threads, kube.confirm_jobs, scope)
             except Exception as error:  # the API is down, say: copies age, and reconciles read the jobs
