@@ -59,7 +59,7 @@ WORLD_RESTARTS = Counter(
 )  # fmt: skip
 KUBE_API_DURATION = Histogram(
     "dtjob_kube_api_request_duration_seconds",
-    "Kubernetes API calls the operator makes (kopf's watch of the jobs aside): time to the answer's headers, "
+    "Kubernetes API calls the operator makes (its watches included): time to the answer's headers, "
     "retries included, by verb and resource.",
     ["verb", "resource"],
     buckets=LATENCY_BUCKETS,

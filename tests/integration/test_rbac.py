@@ -2,9 +2,9 @@
 
 What the code uses is the operator's declared permission table (dtjob.kube.permissions.PERMISSIONS: every
 call of its client goes through dtjob.kube.rest.api_call, which refuses any call outside the table, and no
-module of the operator process builds a typed client of its own), every watch kopf opens for the handlers'
-registrations, and the few needs of kopf and the API server that no call in our code spells out (each listed
-with why). What the chart grants is what real helm renders, bound to the operator's ServiceAccount.
+module of the operator process builds a typed client of its own; its watches too: kopf serves no resource),
+and the few needs of the API server that no call in our code spells out (each listed with why). What the
+chart grants is what real helm renders, bound to the operator's ServiceAccount.
 """
 
 from __future__ import annotations
@@ -85,53 +85,16 @@ def test_every_call_goes_through_the_table() -> None:
     assert all(why.strip() for why in PERMISSIONS.values()), "every permission says why it is needed"
 
 
-def test_the_childrens_watch_is_in_the_table() -> None:
+def test_the_watches_are_in_the_table() -> None:
     from dtjob.runtime.child_cache import CHILD_KINDS
 
-    for kind in CHILD_KINDS:
+    for kind in (*CHILD_KINDS, dtjob.KIND, "Event"):
         assert {permission("list", kind), permission("watch", kind)} <= set(PERMISSIONS)
 
 
-def _constant(node: ast.expr) -> str:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    assert isinstance(node, ast.Name), ast.dump(node)
-    value = getattr(dtjob, node.id)
-    assert isinstance(value, str)
-    return value
-
-
-def kopf_watches(path: Path = PACKAGE / "runtime" / "handlers.py") -> set[Permission]:
-    """list + watch for every resource a kopf.index or kopf.on.event registration serves: the decorators
-    spelt out in handlers.py."""
-    resources: list[tuple[str, ...]] = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.Call):
-            continue
-        name = ast.unparse(node.func)
-        if name not in ("kopf.index", "kopf.on.event") or any(isinstance(a, ast.Starred) for a in node.args):
-            continue
-        resources.append(tuple(_constant(a) for a in node.args))
-    used: set[Permission] = set()
-    for args in resources:
-        group = "" if len(args) == 2 else args[0]  # ("v1", "pods") is the core group
-        used |= {(group, args[-1], "list"), (group, args[-1], "watch")}
-    assert used, "no kopf registrations found"
-    return used
-
-
-def implicit_needs(namespaced_install: bool) -> set[Permission]:
+def implicit_needs() -> set[Permission]:
     """What no call in our code spells out."""
-    needs = {
-        # kopf posts its own events about handler failures.
-        ("", "events", "create"),
-        # kopf watches CRDs, so a CRD installed after the operator is served without a restart.
-        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
-        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
-    }
-    if namespaced_install:
-        # Serving listed namespaces, kopf watches Namespaces to start and stop serving them.
-        needs |= {("", "namespaces", "list"), ("", "namespaces", "watch")}
+    needs: set[Permission] = set()
     # Children point at their job with blockOwnerDeletion; with the OwnerReferencesPermissionEnforcement
     # admission plugin that needs update on the owner's finalizers.
     if owner_reference("j", "uid")["blockOwnerDeletion"]:
@@ -139,8 +102,8 @@ def implicit_needs(namespaced_install: bool) -> set[Permission]:
     return needs
 
 
-def used_permissions(namespaced_install: bool, enabled: set[str]) -> set[Permission]:
-    used = table_calls() | kopf_watches() | implicit_needs(namespaced_install)
+def used_permissions(enabled: set[str]) -> set[Permission]:
+    used = table_calls() | implicit_needs()
     if LEADER_ELECTION_OFF in enabled:
         used -= RELEASE_NAMESPACE_ONLY
     used -= {p for p, off in UNLESS.items() if off in enabled}
@@ -194,7 +157,7 @@ def test_the_operator_is_granted_exactly_the_verbs_its_code_uses(
     sets: tuple[str, ...], namespaced: bool
 ) -> None:
     grants = granted(render(*sets))
-    used = used_permissions(namespaced, set(sets))
+    used = used_permissions(set(sets))
     assert set(grants) - used == set(), "granted but never used"
     assert used - set(grants) == set(), "used but not granted"
     namespaces = {"ml-a", "ml-b"} if "watchNamespaces={ml-a,ml-b}" in sets else {"ml-a"}

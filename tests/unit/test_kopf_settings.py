@@ -1,36 +1,50 @@
-"""kopf as the operator sets it up: the per-event "succeeded" lines of the watch-only handlers dropped (their
-failures and every other line pass), and no object essence built, as no handler registered needs one."""
+"""kopf as the operator sets it up: its lifecycle only, no resource served (the operator's own watches feed
+the controller), and the jobs' watch handing each job to the controller as kopf's handler once did."""
 
 from __future__ import annotations
 
-import logging
+from typing import Any
 
 import kopf
+import pytest
 from dtjob.runtime import handlers
 
 
-def record(level: int, msg: str) -> logging.LogRecord:
-    return logging.LogRecord("kopf.objects", level, __file__, 1, msg, None, None)
-
-
-def test_the_filter_covers_every_watch_only_handler_registered() -> None:
-    ids = {str(h.id) for h in kopf.get_default_registry()._watching.get_all_handlers()}
-    assert ids == set(handlers.EVENT_HANDLERS)
-
-
-def test_success_lines_are_dropped_and_failures_pass() -> None:
-    quiet = handlers.QuietEventHandlers()
-    for handler_id in handlers.EVENT_HANDLERS:
-        assert not quiet.filter(record(logging.INFO, f"Handler {handler_id!r} succeeded."))
-        failed = f"Handler {handler_id!r} failed with an exception and will try again in 60 seconds: boom"
-        assert quiet.filter(record(logging.ERROR, failed))
-    assert quiet.filter(record(logging.INFO, "Handler 'configure' succeeded."))  # not a watch-only one
-    assert quiet.filter(record(logging.INFO, "Timer 'x' succeeded."))
-
-
-def test_no_handler_needs_the_essence_that_no_essence_leaves_out() -> None:
+def test_kopf_serves_no_resource() -> None:
     registry = kopf.get_default_registry()
-    assert not registry._changing.get_all_handlers(), "change handlers need kopf's diff: drop NoEssence"
-    assert not registry._spawning.get_all_handlers(), "daemons and timers need kopf's diff: drop NoEssence"
-    pod = kopf.Body({"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {"x": 1}})
-    assert handlers.NoEssence(prefix="dtjob.io").build(body=pod) == {}
+    for kind in (registry._watching, registry._changing, registry._spawning, registry._indexing):
+        assert not kind.get_all_handlers(), "dtjob.runtime.child_watch's watches serve resources"
+    assert not registry._webhooks.get_all_handlers()
+
+
+class Observed:
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[str, str], bool, Any, Any]] = []
+
+    def observe_job(self, key: tuple[str, str], deleted: bool, status: Any = None, body: Any = None) -> None:
+        self.calls.append((key, deleted, status, body))
+
+
+def job(managed_by: str | None = None) -> dict[str, Any]:
+    spec = {"managedBy": managed_by} if managed_by else {}
+    return {"metadata": {"namespace": "ns", "name": "j"}, "spec": spec, "status": {"phase": "Running"}}
+
+
+@pytest.mark.parametrize("deleted", [False, True])
+def test_a_job_goes_to_the_controller_whole_with_its_status(deleted: bool) -> None:
+    controller = Observed()
+    body = job()
+    handlers.job_seen(controller)("distributedtrainingjobs", body, deleted)  # type: ignore[arg-type]
+    assert controller.calls == [(("ns", "j"), deleted, {"phase": "Running"}, body)]
+
+
+def test_a_job_another_controller_manages_is_one_that_is_not_there() -> None:
+    controller = Observed()
+    handlers.job_seen(controller)("distributedtrainingjobs", job("example.com/other"), False)  # type: ignore[arg-type]
+    assert [(key, deleted) for key, deleted, _, _ in controller.calls] == [(("ns", "j"), True)]
+
+
+def test_an_object_with_no_name_is_left_alone() -> None:
+    controller = Observed()
+    handlers.job_seen(controller)("distributedtrainingjobs", {"metadata": {}}, False)  # type: ignore[arg-type]
+    assert controller.calls == []

@@ -75,7 +75,7 @@ app.kubernetes.io/component: operator
 {{/* Rules on namespaced objects: exactly the calls the operator makes (tests/integration/test_rbac.py checks
 them against the code). Pods and Jobs are watched and listed; every child is also read by name. */}}
 {{- define "dtjob.namespacedRules" -}}
-# kopf watches jobs; the operator reads one to reconcile it and deletes it after ttlSecondsAfterFinished.
+# The operator watches jobs, reads one to reconcile it and deletes it after ttlSecondsAfterFinished.
 - apiGroups: [dtjob.io]
   resources: [distributedtrainingjobs]
   verbs: [get, list, watch, delete]

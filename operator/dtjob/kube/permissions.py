@@ -1,6 +1,6 @@
 """Every API call the operator's client may make, as RBAC names it: (apiGroup, resource, verb) -> why. The
 client refuses a call outside this table (dtjob.kube.rest.api_call), so the table is what the chart must
-grant (the tests' test_rbac compares it with what helm renders), besides kopf's own watches."""
+grant (the tests' test_rbac compares it with what helm renders)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ _POD_GROUP = "a gang's PodGroup: created before its workers, its fields kept in 
 
 PERMISSIONS: dict[Permission, str] = {
     (API_GROUP, PLURAL, "get"): "a reconcile reads its job when the watch's copy is not recent",
-    (API_GROUP, PLURAL, "list"): "the jobs' metadata, which confirms the watch's copies all at once",
+    (API_GROUP, PLURAL, "list"): "the jobs' watch's list, and the jobs' metadata, which confirms its copies",
+    (API_GROUP, PLURAL, "watch"): "the jobs' watch (dtjob.runtime.child_watch)",
     (API_GROUP, PLURAL, "delete"): "a finished job goes after its ttlSecondsAfterFinished",
     (API_GROUP, f"{PLURAL}/status", "patch"): "the status a reconcile decided, guarded by resourceVersion",
     ("", "pods", "create"): "the workers and stagers of a world",

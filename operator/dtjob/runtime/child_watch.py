@@ -1,11 +1,11 @@
-"""The watch of the operator's children, its pods, batch Jobs and EndpointSlices (and, in a watch of its own,
-the FailedCreate Events of batch Jobs): a LIST, then a WATCH from the list's resourceVersion, every object
-handed to the controller on the event loop.
+"""The operator's watches: of the DistributedTrainingJobs, of its children (pods, batch Jobs and
+EndpointSlices) and of the FailedCreate Events of batch Jobs, each a LIST, then a WATCH from the list's
+resourceVersion, every object handed to the controller on the event loop.
 
-kopf watches the DistributedTrainingJobs; the children, thirty events or more per job as its pods start, are
-watched here instead. kopf runs every event through its handler machinery (per-object memories, patches,
-loggers, throttlers, the handler's invocation), and profiled under a burst of jobs that took two fifths of
-the operator's CPU, more than the reconciles themselves. Here an event is decoded and delivered, nothing more.
+kopf, which once watched them, runs every event through its handler machinery (per-object memories, patches,
+loggers, throttlers, the handler's invocation). Profiled under a burst of jobs, that took two fifths of the
+operator's CPU for the children, more than the reconciles themselves, and a tenth for the jobs' own events.
+Here an event is decoded and delivered, nothing more; kopf runs only the operator's lifecycle.
 
 One thread per kind and namespace (one per kind when the operator serves the whole cluster), each:
 - LISTs the objects (a server-side label or field selector), delivers every item (or the whole list at
@@ -55,7 +55,7 @@ class Watched:
 
     kind: str
     plural: str
-    selector: tuple[str, str]  # (the query parameter, its value)
+    selector: tuple[str, str] | None  # (the query parameter, its value); None: every object of the kind
     project: Callable[[Mapping[str, Any]], Json]
 
 
@@ -142,7 +142,7 @@ class ChildWatch:
                 self._stopped.wait(delay)
 
     def _list(self, kind: Watched, namespace: str | None) -> str:
-        items, version = list_pages(self.api_client, kind.kind, namespace, [kind.selector], kind.project)
+        items, version = list_pages(self.api_client, kind.kind, namespace, _selecting(kind), kind.project)
         if self.listed is not None:
             served = [item for item in items if self.serves(_namespace_of(item))]
             self._send(self.listed, kind.plural, namespace, served)
@@ -154,7 +154,7 @@ class ChildWatch:
     def _watch(self, kind: Watched, namespace: str | None, version: str) -> str:
         """Deliver events until the API server ends the watch; returns the last version seen."""
         query = [
-            kind.selector,
+            *_selecting(kind),
             ("allowWatchBookmarks", "true"),
             ("resourceVersion", version),
             ("timeoutSeconds", str(WATCH_SERVER_TIMEOUT_S)),
@@ -211,6 +211,10 @@ class ChildWatch:
             fn(*args)
         finally:
             self._in_flight.release()
+
+
+def _selecting(kind: Watched) -> list[tuple[str, str]]:
+    return [kind.selector] if kind.selector is not None else []
 
 
 def _namespace_of(obj: Mapping[str, Any]) -> str:

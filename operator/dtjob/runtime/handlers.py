@@ -1,26 +1,26 @@
-"""kopf registrations. Thin: they feed the controller's job copies and its queue.
+"""kopf registrations: the operator's lifecycle (login, startup, cleanup), nothing per object.
 
-kopf watches the DistributedTrainingJobs. The children, pods and Jobs, are watched by
-dtjob.runtime.child_watch, once for the whole operator with a server-side label selector
-(app.kubernetes.io/managed-by=dtjob-operator), so the API server streams only our children; each event is one
-dict update in the cache plus one enqueue. No per-job watches, no list calls per reconcile; the controller
-lists each namespace's children once per resync to heal what the watches missed.
+The startup handler starts the watches (dtjob.runtime.child_watch): of the DistributedTrainingJobs, each
+event one copy kept and one enqueue; of the children, pods and Jobs, once for the whole operator with a
+server-side label selector (app.kubernetes.io/managed-by=dtjob-operator), so the API server streams only
+our children; and of the FailedCreate Events. No per-job watches, no list calls per reconcile; the
+controller lists each namespace's children once per resync to heal what the watches missed.
 
-The startup handler also starts what runs beside kopf: the leader election loop (when `dtjob operator` asks
-for it), whose Leadership fences every write of the Kubernetes client, and the health endpoint.
+It also starts the leader election loop (when `dtjob operator` asks for it), whose Leadership fences every
+write of the Kubernetes client, and the health endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
-from dtjob import API_GROUP, API_VERSION, PLURAL, metrics
+from dtjob import KIND, PLURAL, metrics
 from dtjob.azure.clients import Deadlines, set_default_deadlines
 from dtjob.config import OperatorConfig, load_config
 from dtjob.fence import Fence, Unfenced
@@ -32,7 +32,7 @@ from dtjob.reconcile.ensure import PARALLEL_CREATES
 from dtjob.runtime import health
 from dtjob.runtime.cached_kube import CachedKube
 from dtjob.runtime.child_cache import CHILD_KINDS
-from dtjob.runtime.child_watch import ChildWatch, Watched
+from dtjob.runtime.child_watch import ChildWatch, Deliver, Watched
 from dtjob.runtime.child_watch import children as child_watches
 from dtjob.runtime.child_watch import scopes as watch_scopes
 from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
@@ -41,15 +41,14 @@ from dtjob.runtime.failed_creates import FIELD_SELECTOR, event_projection
 from dtjob.runtime.lease import Leadership
 from dtjob.spec.managed_by import handled_here, managed_by
 
-WATCH_SERVER_TIMEOUT = 300  # seconds; the API server ends each watch by then and kopf re-lists nothing
-WATCH_CLIENT_TIMEOUT = 330
-# The watch-only handlers below (ids): they feed the queue, nothing more.
-EVENT_HANDLERS = ("job_event",)
 # At shutdown, how long reconciles under way get to end (each ends at its next write once the fence is shut)
 # before the Lease is released to the next replica.
 SHUTDOWN_GRACE_S = 3.0
+log = logging.getLogger(__name__)
 # Why admission refused a launcher's or stager's pod, watched rather than read at each job start.
 FAILED_CREATE_EVENTS = Watched("Event", "events", ("fieldSelector", FIELD_SELECTOR), event_projection)
+# The jobs, whole: a reconcile reads its job from the copy the watch keeps.
+JOBS = Watched(KIND, PLURAL, None, dict)
 
 
 @dataclass(frozen=True)
@@ -62,38 +61,9 @@ class RunOptions:
     namespaces: tuple[str, ...] = ()  # those served (globs allowed); empty: the whole cluster
 
 
-class QuietEventHandlers(logging.Filter):
-    """Drops kopf's INFO line "Handler '<id>' succeeded." of the watch-only handlers: kopf writes one per
-    watch event (thousands for a hundred jobs starting), saying nothing the operator's own lines do not. Their
-    failures (kopf logs them at ERROR, with the traceback) and everything else pass."""
-
-    def __init__(self, handler_ids: tuple[str, ...] = EVENT_HANDLERS) -> None:
-        super().__init__()
-        self._lines = frozenset(f"Handler {handler_id!r} succeeded." for handler_id in handler_ids)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno == logging.INFO and record.msg in self._lines)
-
-
-QUIET_EVENT_HANDLERS = QuietEventHandlers()
-
-
-class NoEssence(kopf.AnnotationsDiffBaseStorage):
-    """kopf builds an object's "essence" (a deep copy of its body, for the diff that change handlers, daemons
-    and timers get) on every watch event, whatever handlers are registered. This operator registers none of
-    those, only event handlers, which get the body itself: an empty essence spares a deep copy of every pod
-    and Job per event. tests/unit/test_kopf_settings.py fails should a change handler, daemon or timer be
-    registered, which would need the real one."""
-
-    def build(
-        self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None
-    ) -> kopf.BodyEssence:
-        return kopf.BodyEssence()
-
-
 @kopf.on.login()
 def login(**_: Any) -> kopf.ConnectionInfo:
-    """kopf's own calls (its watch of the jobs, its patches) with the credentials the operator's client uses
+    """kopf's own calls (the API's discovery at start) with the credentials the operator's client uses
     (dtjob.kube.credentials). kopf asks again after a 401, so a rotated ServiceAccount token is read anew."""
     found = load_credentials()
     username, password = found.basic_auth or (None, None)
@@ -113,19 +83,14 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.persistence.finalizer = f"{API_GROUP}/kopf-finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    settings.persistence.diffbase_storage = NoEssence(prefix=API_GROUP, key="last-handled-configuration")
-    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT
-    settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT
-    settings.watching.connect_timeout = 30
+    # kopf serves no resource: it need not watch CRDs or Namespaces for ones to serve.
+    settings.scanning.disabled = True
     config = load_config()
-    # kopf's own requests (the lists before each watch, its events): the same deadlines as ours.
+    # kopf's own requests (the API's discovery at start): the same deadlines as ours.
     settings.networking.connect_timeout = config.kube_connect_timeout_seconds
     settings.networking.request_timeout = 2 * config.kube_timeout_seconds
-    # Our own events describe every transition; kopf's per-handler chatter would only add noise.
+    # Our own events describe every transition; kopf's chatter would only add noise.
     settings.posting.level = logging.WARNING
-    logging.getLogger("kopf.objects").addFilter(QUIET_EVENT_HANDLERS)  # adds it once, however often called
     # Blob Storage: the operator's deadlines for every client built in this process.
     set_default_deadlines(
         Deadlines(config.azure_connect_timeout_seconds, config.azure_timeout_seconds, config.azure_retries, 2)
@@ -165,12 +130,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 def _watches(
     options: RunOptions, config: OperatorConfig, credentials: Credentials, controller: Controller
 ) -> list[ChildWatch]:
-    """The children's watch and the FailedCreate Events', started: their own connections (each watch holds
-    one for minutes), no retries of their own."""
+    """The jobs' watch, the children's and the FailedCreate Events', started: their own connections (each
+    watch holds one for minutes), no retries of their own."""
     api = connect(
-        config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0, len(CHILD_KINDS) + 1, credentials
+        config.kube_connect_timeout_seconds, config.kube_timeout_seconds, 0, len(CHILD_KINDS) + 2, credentials
     )
     watches = [
+        ChildWatch(api, options.namespaces, (JOBS,), job_seen(controller)),
         ChildWatch(api, options.namespaces, child_watches(CHILDREN_SELECTOR), controller.observe_child),
         ChildWatch(
             api, options.namespaces, (FAILED_CREATE_EVENTS,), controller.observe_failed_create,
@@ -226,20 +192,22 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
         await runner.cleanup()
 
 
-@kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="job_event")
-async def job_event(
-    type: str | None, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
-) -> None:
-    if not (namespace and name):
-        return
-    # A job another controller manages (spec.managedBy, immutable) is, to this operator, one that is not
-    # there: never queued, never written, nothing created for it. MultiKueue's jobs are queued: their
-    # reconcile creates the Workload (dtjob.reconcile.dispatch).
-    foreign = not handled_here(body)
-    if foreign and type != "DELETED":
-        logging.getLogger(__name__).debug(
-            "%s/%s is managed by %s: left alone", namespace, name, managed_by(body)
+def job_seen(controller: Controller) -> Deliver:
+    """What the jobs' watch hands each job to: the controller's copy of it, and its queue."""
+
+    def seen(_plural: str, body: Mapping[str, Any], deleted: bool) -> None:
+        meta = body.get("metadata") or {}
+        namespace, name = meta.get("namespace"), meta.get("name")
+        if not (namespace and name):
+            return
+        # A job another controller manages (spec.managedBy, immutable) is, to this operator, one that is not
+        # there: never queued, never written, nothing created for it. MultiKueue's jobs are queued: their
+        # reconcile creates the Workload (dtjob.reconcile.dispatch).
+        foreign = not handled_here(body)
+        if foreign and not deleted:
+            log.debug("%s/%s is managed by %s: left alone", namespace, name, managed_by(body))
+        controller.observe_job(
+            (namespace, name), deleted=deleted or foreign, status=body.get("status"), body=body
         )
-    memo["controller"].observe_job(
-        (namespace, name), deleted=type == "DELETED" or foreign, status=body.get("status"), body=body
-    )
+
+    return seen
