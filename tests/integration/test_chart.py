@@ -697,8 +697,10 @@ def test_install_runs_the_operator_with_least_privilege(
     assert can_i(kubeconfig, sa, "create", "pods", namespace)
     assert can_i(kubeconfig, sa, "patch", "distributedtrainingjobs.dtjob.io", namespace, subresource="status")
     assert can_i(kubeconfig, sa, "create", "jobs.batch", namespace)
-    assert can_i(kubeconfig, sa, "list", "customresourcedefinitions.apiextensions.k8s.io", None)
-    # Scoped to the watched namespace, and no more than the operator needs.
+    # Scoped to the watched namespace, and no more than the operator needs: kopf serves no resource, so it
+    # reads no CRDs and watches no Namespaces.
+    assert not can_i(kubeconfig, sa, "list", "customresourcedefinitions.apiextensions.k8s.io", None)
+    assert not can_i(kubeconfig, sa, "watch", "namespaces", None)
     assert not can_i(kubeconfig, sa, "create", "pods", "default")
     assert not can_i(kubeconfig, sa, "delete", "nodes", None)
     assert not can_i(kubeconfig, sa, "create", "clusterrolebindings.rbac.authorization.k8s.io", None)

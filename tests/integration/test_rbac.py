@@ -32,7 +32,7 @@ Permission = tuple[str, str, str]  # (apiGroup, resource, verb)
 # stager run elsewhere.
 NOT_THE_OPERATOR = ("cli", "datasets", "stager")
 CLUSTER_SCOPED = {
-    "nodes", "namespaces", "customresourcedefinitions", "tokenreviews", "subjectaccessreviews",
+    "nodes", "namespaces", "tokenreviews", "subjectaccessreviews",
     "workloadpriorityclasses",
 }  # fmt: skip
 # Used only when a chart value turns the feature on.
