@@ -26,6 +26,9 @@ created at once; a watch of the namespace's pods and Jobs, opened before, timest
 - job start: per job, from just before its create call to the event that showed the last of its pods
   (launcher and workers) Running, p50 and p99. The creates go one after the other, so a late job's figure
   includes its wait behind the creates before it, as a user's `kubectl apply` of many jobs would;
+- where a job's start went (bench.job_stages): six stages, from its workers' creation to its launcher's pod
+  running, the median of each over every job beside its mean over the slowest 1%, and where those came in
+  the order of the creates;
 - the operator's API requests per job, writes and reads, as the API server counts them (bench.api_requests:
   each operator runs as one ServiceAccount that FlowSchemas count apart), from the first create until it
   has been quiet for 5 s; its Lease renewals apart.
@@ -53,7 +56,7 @@ from dtjob import names
 from dtjob.config import OperatorConfig
 from kubernetes import client, config
 
-from bench import api_requests
+from bench import api_requests, job_stages
 from bench.operator_scale import kubeconfig_path, proc_usage
 from testbed.cache import cache_root
 from testbed.kube_wait import wait_for
@@ -96,6 +99,7 @@ class Watched:
     ready: dict[str, dict[str, float]] = field(default_factory=dict)  # job -> worker -> first Ready
     launchers: dict[str, float] = field(default_factory=dict)  # job -> launcher Job ADDED
     running: dict[str, dict[str, float]] = field(default_factory=dict)  # job -> pod -> first Running
+    members: dict[str, set[str]] = field(default_factory=dict)  # job -> its pods
     last_pod_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -111,6 +115,7 @@ class Watched:
                 self.bound.setdefault(name, now)
             if job is None:
                 return
+            self.members.setdefault(job, set()).add(name)
             if status.get("phase") == "Running":  # both label launcher and worker pods
                 self.running.setdefault(job, {}).setdefault(name, now)
             if "-worker-" not in name:  # both name workers <job>-worker-<i>
@@ -173,6 +178,7 @@ class Result:
     scheduler_p50_s: float
     node_p50_s: float
     requests: api_requests.Requests
+    stages: list[str] = field(repr=False)
 
 
 def median(values: list[float]) -> float:
@@ -289,6 +295,8 @@ def measure(
     running = {pod: at for pods in seen.running.values() for pod, at in pods.items()}
     scheduler = [seen.bound[pod] - at for pod, at in seen.pods.items() if pod in seen.bound]
     node = [running[pod] - at for pod, at in seen.bound.items() if pod in running]
+    timelines = job_stages.timelines(created, seen.members, seen.pods, seen.bound, seen.ready, seen.launchers,
+                                     seen.running, workers, origin=start)  # fmt: skip
     return Result(
         name,
         pods_s=seen.last_pod_at - start,
@@ -302,6 +310,7 @@ def measure(
         scheduler_p50_s=median(scheduler),
         node_p50_s=median(node),
         requests=requests,
+        stages=job_stages.report(timelines),
     )
 
 
@@ -409,6 +418,10 @@ def report(results: list[Result], count: int, workers: int) -> None:
     print("Where the pods waited (p50 of all pods):")
     for r in results:
         print(f"  {r.name:28s} scheduler {r.scheduler_p50_s:.2f}s, node {r.node_p50_s:.2f}s")
+    for r in results:
+        print(f"Where {r.name}'s jobs waited to start:")
+        for line in r.stages:
+            print(f"  {line}")
     print("API requests, as the API server counted them:")
     for r in results:
         print(f"  {r.name:28s} {api_requests.per_job(r.requests, count)}")
