@@ -33,7 +33,9 @@ created at once; a watch of the namespace's pods and Jobs, opened before, timest
   each operator runs as one ServiceAccount that FlowSchemas count apart), from the first create until it
   has been quiet for 5 s; its Lease renewals apart.
 
-Prints the table and dtjob's ratios against each mpi-operator run (> 1: dtjob better).
+Prints the table and dtjob's ratios against each mpi-operator run (> 1: dtjob better). `--hold SECONDS` then
+measures what dtjob costs the cluster once every job runs: its API calls a second (the progress reads of the
+launchers' logs among them, which the API server's flow control does not count), reconciles and CPU.
 """
 
 from __future__ import annotations
@@ -355,7 +357,7 @@ def mpi_run(
 
 def dtjob_run(
     api: client.ApiClient, kubeconfig: str, count: int, workers: int, admin_kubeconfig: str,
-    profile: Path | None = None,
+    profile: Path | None = None, hold_s: float = 0.0,
 ) -> Result:  # fmt: skip
     core = client.CoreV1Api(api)
     namespace = new_namespace(core)
@@ -391,10 +393,26 @@ def dtjob_run(
         calls = api_calls(operator.metrics_text())
         each = ", ".join(f"{verb} {what} {n / count:.2f}" for (verb, what), n in sorted(calls.items()))
         print(f"dtjob: {sum(calls.values()) / count:.1f} API calls per job: {each}", flush=True)
+        if hold_s > 0:
+            steady(operator, pid, count, hold_s)
         return result
     finally:
         operator.stop()
         delete_namespace(core, namespace)
+
+
+def steady(operator: OperatorProcess, pid: int, count: int, hold_s: float) -> None:
+    """What the operator costs the cluster once every job runs: its API calls a second (progress reads of
+    the launchers' logs among them), reconciles and CPU, over `hold_s`."""
+    calls0, probes0, (cpu0, _) = api_calls(operator.metrics_text()), operator.probes() or {}, proc_usage(pid)
+    time.sleep(hold_s)
+    calls1, probes1, (cpu1, _) = api_calls(operator.metrics_text()), operator.probes() or {}, proc_usage(pid)
+    rate = {key: (n - calls0.get(key, 0.0)) / hold_s for key, n in calls1.items()}
+    logs = rate.get(("get", "pods/log"), 0.0)
+    reconciles = (probes1.get("reconciles", 0) - probes0.get("reconciles", 0)) / hold_s
+    print(f"dtjob: {count} jobs running, over {hold_s:.0f}s: {sum(rate.values()):.1f} API calls a second, "
+          f"{logs:.1f} of them progress reads (pods/log); {reconciles:.1f} reconciles a second; CPU "
+          f"{(cpu1 - cpu0) / hold_s * 100:.1f}% of a core", flush=True)  # fmt: skip
 
 
 def api_calls(metrics_text: str) -> dict[tuple[str, str], float]:
@@ -457,6 +475,8 @@ def main() -> int:
     parser.add_argument("--only", action="append", choices=choices,
                         help="run only these (repeatable); default all four")  # fmt: skip
     parser.add_argument("--profile", type=Path, help="py-spy's raw samples of dtjob's run, written here")
+    parser.add_argument("--hold", type=float, default=0.0, metavar="SECONDS",
+                        help="once every job runs, measure dtjob's steady cost for this long")  # fmt: skip
     args = parser.parse_args()
     admin_kubeconfig = kubeconfig_path()
     only = set(args.only or choices)
@@ -516,7 +536,9 @@ def _run(
                 print(results[-1], flush=True)
     if "dtjob" in only:
         install_crd(admin_kubeconfig)
-        results.append(dtjob_run(api, kubeconfig, args.jobs, args.workers, admin_kubeconfig, args.profile))
+        results.append(
+            dtjob_run(api, kubeconfig, args.jobs, args.workers, admin_kubeconfig, args.profile, args.hold)
+        )
         print(results[-1], flush=True)
     report(results, args.jobs, args.workers)
     return 0
