@@ -97,6 +97,9 @@ class OperatorConfig:
     reconcile_workers: int = 8
     # How often a running job's launcher log is read for training progress (one pods/log call each time).
     progress_seconds: float = 30.0
+    # The progress reads of every running job together, at most about this many a second (0: unbounded): with
+    # more running jobs than that allows, each job's log is read less often (dtjob.runtime.log_polls).
+    progress_reads_per_second: float = 10.0
     # How often, while the queue is idle, the C heap's free pages go back to the system (0: never).
     heap_trim_seconds: float = 30.0
     # The staging Job's image (python -m dtjob.stager).
@@ -167,6 +170,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
         resync_seconds=float(env.get("DTJOB_RESYNC_SECONDS", d.resync_seconds)),
         reconcile_workers=int(env.get("DTJOB_RECONCILE_WORKERS", d.reconcile_workers)),
         progress_seconds=float(env.get("DTJOB_PROGRESS_SECONDS", d.progress_seconds)),
+        progress_reads_per_second=_positive(
+            env, "DTJOB_PROGRESS_READS_PER_SECOND", d.progress_reads_per_second, allow_zero=True
+        ),
         node_health=NodeHealthPolicy(
             unhealthy=parse_condition_types(env.get("DTJOB_NODE_UNHEALTHY_CONDITIONS"), UNHEALTHY_CONDITIONS),
             drain=parse_condition_types(env.get("DTJOB_NODE_DRAIN_CONDITIONS"), DRAIN_CONDITIONS),

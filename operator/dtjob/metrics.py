@@ -267,6 +267,7 @@ class Snapshot:
     queue_active: int  # keys being reconciled
     queue_oldest_s: float  # how long the longest-waiting key has waited; 0 when none waits
     leading: bool = True  # this replica holds the leader Lease (or runs alone)
+    progress_read_spacing_s: float = 0.0  # the least time between two progress reads of one job's log
 
 
 SnapshotFn = Callable[[], Snapshot]
@@ -326,6 +327,12 @@ class StateCollector(Collector):
             "dtjob_workqueue_oldest_item_age_seconds",
             "How long the job that has waited longest in the work queue has waited; 0 when none waits.",
         )
+        spacing = GaugeMetricFamily(
+            "dtjob_progress_read_spacing_seconds",
+            "The least time between two reads of a running job's launcher log for its progress: half "
+            "DTJOB_PROGRESS_SECONDS, or more while the running jobs' reads would pass "
+            "DTJOB_PROGRESS_READS_PER_SECOND.",
+        )
         leader = GaugeMetricFamily(
             "dtjob_leader", "1 on the replica that holds the leader Lease (or runs alone), 0 on a standby."
         )
@@ -351,7 +358,8 @@ class StateCollector(Collector):
             waiting.add_metric([], snap.queue_waiting)
             active.add_metric([], snap.queue_active)
             oldest.add_metric([], snap.queue_oldest_s)
-        return [jobs, *(family for family, _, _ in per_job), waiting, active, oldest, leader]
+            spacing.add_metric([], snap.progress_read_spacing_s)
+        return [jobs, *(family for family, _, _ in per_job), waiting, active, oldest, spacing, leader]
 
 
 STATE = StateCollector()

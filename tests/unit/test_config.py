@@ -26,6 +26,13 @@ def test_variables_override_the_defaults() -> None:
     assert config.image_for("pytorch") == OperatorConfig().image_for("pytorch")
 
 
+def test_the_progress_reads_budget_may_be_lifted_but_not_negative() -> None:
+    assert load_config({"DTJOB_PROGRESS_READS_PER_SECOND": "0"}).progress_reads_per_second == 0.0
+    assert load_config({"DTJOB_PROGRESS_READS_PER_SECOND": "2.5"}).progress_reads_per_second == 2.5
+    with pytest.raises(ValueError, match="DTJOB_PROGRESS_READS_PER_SECOND"):
+        load_config({"DTJOB_PROGRESS_READS_PER_SECOND": "-1"})
+
+
 def test_a_rotation_fraction_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(ValueError, match="DTJOB_SAS_ROTATE_FRACTION"):
         load_config({"DTJOB_SAS_ROTATE_FRACTION": "1"})

@@ -249,6 +249,8 @@ def test_the_queue_depth_counts_waiting_jobs_and_the_oldest_ages() -> None:
         controller.enqueue(A)  # while A runs: dirty, so waiting, not queued beside it
         samples = scrape()
         assert samples[("dtjob_workqueue_depth", ())] == 1
+        # The spacing of progress reads: half DTJOB_PROGRESS_SECONDS, which no budget stretches here.
+        assert samples[("dtjob_progress_read_spacing_seconds", ())] == OperatorConfig().progress_seconds / 2
         assert samples[("dtjob_workqueue_active", ())] == 1
         gate.set()
         await until(lambda: stub.count(A) == 2 and controller.depth == 0)

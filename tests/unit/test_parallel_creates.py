@@ -19,7 +19,7 @@ from dtjob.reconcile import act as act_module
 from dtjob.reconcile import ensure
 from dtjob.reconcile.act import act
 from dtjob.reconcile.ensure import Applied
-from dtjob.reconcile.reads import poll_pod_log
+from dtjob.reconcile.reads import poll_pod_log, progress_poll_seconds
 from dtjob.runtime.cached_kube import CachedKube
 from dtjob.runtime.log_polls import LogPolls
 from dtjob.state.decision import Action, CreateLauncher, CreateWorker, EnsureWorld
@@ -130,6 +130,19 @@ def test_progress_polls_read_a_log_at_most_once_per_interval() -> None:
     clock.now += 15.0
     assert poll_pod_log(kube, "ml", "a", "c", 50, 1024, 15.0) == "log of a"
     assert reads == ["a", "b", "a"]
+
+
+def test_a_running_jobs_next_progress_pass_follows_the_budgets_spacing() -> None:
+    clock = ManualClock()
+    api = ApiClient(Credentials(server="http://127.0.0.1:9"), (1.0, 1.0), retries=False)
+    kube = CachedKube(KubeClient(api), api, polls=LogPolls(clock, reads_per_second=1.0))
+    kube.kube.read_log = lambda *_: "step 1\n"  # type: ignore[method-assign]
+    assert progress_poll_seconds(kube, 30.0) == 30.0  # nothing polled yet
+    for i in range(100):  # 100 running launchers at one read a second: each read every 100 s
+        poll_pod_log(kube, "ml", f"job-{i}", "c", 50, 1024, 15.0)
+    clock.now += 1.0  # the polled logs are counted again
+    assert progress_poll_seconds(kube, 30.0) == 100.0
+    assert progress_poll_seconds(RecordingKube(), 30.0) == 30.0  # a client without a budget
 
 
 def test_a_client_without_a_poll_memory_reads_each_time() -> None:

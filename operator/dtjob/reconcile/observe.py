@@ -117,7 +117,7 @@ def observe(
         results_record=record,
         results_stored=stored,
         output_sas_scope=_output_sas_scope(spec, uid, config),
-        progress_poll_s=config.progress_seconds if seen.launcher is not None else None,
+        progress_poll_s=_progress_poll_s(kube, config, seen),
         pool_room=room,
         prebuilt=prebuilt,
         launcher_refused=launcher_refused,
@@ -125,6 +125,11 @@ def observe(
         published=published_hosts(children.endpoint_slices, spec.name, uid),
         avoid_nodes=avoid_nodes,
     )
+
+
+def _progress_poll_s(kube: Kube, config: OperatorConfig, seen: Observed) -> float | None:
+    """How soon a job with a launcher is reconciled again to read its progress."""
+    return None if seen.launcher is None else reads.progress_poll_seconds(kube, config.progress_seconds)
 
 
 def _staging_refused(

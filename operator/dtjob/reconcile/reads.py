@@ -28,6 +28,9 @@ class PollsLogs(Protocol):
         self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, every_s: float
     ) -> str | None: ...
 
+    def log_read_spacing(self, every_s: float) -> float:
+        """How far apart one log's reads are now: `every_s`, or wider within the reads' budget."""
+
 
 def get_job(kube: Kube, namespace: str, name: str) -> Json | None:
     return kube.get(KIND, namespace, name)
@@ -86,6 +89,15 @@ def poll_pod_log(
     if isinstance(kube, PollsLogs):
         return kube.poll_log(namespace, pod, container, tail_lines, limit_bytes, every_s)
     return kube.read_log(namespace, pod, container, tail_lines, limit_bytes)
+
+
+def progress_poll_seconds(kube: Kube, every_s: float) -> float:
+    """How soon a running job's progress is read again: every `every_s` (polled at half that, so the timer's
+    pass reads), or as the runtime's budget of every job's reads spaces them out, not sooner: a pass that
+    could not read would only cost a reconcile."""
+    if isinstance(kube, PollsLogs):
+        return max(every_s, kube.log_read_spacing(every_s / 2))
+    return every_s
 
 
 def list_nodes(kube: Kube, label_selector: str, fresh: bool = False) -> list[Json]:

@@ -67,6 +67,10 @@ class ControllerKube(Kube, Protocol):
     def is_settled(self, namespace: str, name: str, version: str) -> bool:
         """Whether the job at `version` is a status write of a reconcile that left it settled."""
 
+    def log_read_spacing(self, every_s: float) -> float:
+        """How far apart one log's progress reads are now: `every_s`, or wider to keep every running job's
+        reads within the budget (dtjob.runtime.log_polls)."""
+
     children_written: Callable[[str, Json], None] | None
 
 
@@ -180,6 +184,9 @@ class CachedKube:
         since = self.jobs.now()
         listed, _ = list_pages(self.api_client, KIND, namespace, (), _job_identity, METADATA_ONLY)
         return self.jobs.confirm(namespace, listed, since)
+
+    def log_read_spacing(self, every_s: float) -> float:
+        return self.polls.interval(every_s)
 
     def job_settled(self, namespace: str, name: str, version: str) -> None:
         self.jobs.settle(namespace, name, version)

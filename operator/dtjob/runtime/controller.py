@@ -240,6 +240,8 @@ class Controller:
             queue_active=len(self._active),
             queue_oldest_s=0.0 if oldest is None else max(0.0, time.monotonic() - oldest),
             leading=self.leading(),
+            # The reconciles' own spacing (dtjob.reconcile.observe): half the period, so a timer's pass reads.
+            progress_read_spacing_s=self.kube.log_read_spacing(self.config.progress_seconds / 2),
         )
 
     # --- running -------------------------------------------------------------------------------------

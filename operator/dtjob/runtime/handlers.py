@@ -39,6 +39,7 @@ from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_th
 from dtjob.runtime.election import Elector
 from dtjob.runtime.failed_creates import FIELD_SELECTOR, event_projection
 from dtjob.runtime.lease import Leadership
+from dtjob.runtime.log_polls import LogPolls
 from dtjob.spec.managed_by import handled_here, managed_by
 
 # At shutdown, how long reconciles under way get to end (each ends at its next write once the fence is shut)
@@ -109,7 +110,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     )
     elector = _elector(options, config, credentials)
     fence: Fence = elector.leadership if elector is not None else Unfenced()
-    kube = CachedKube(KubeClient(api, fence), api)
+    polls = LogPolls(reads_per_second=config.progress_reads_per_second)
+    kube = CachedKube(KubeClient(api, fence), api, polls=polls)
     controller = Controller(kube, config, leading=fence.leading, job_scopes=watch_scopes(options.namespaces))
     controller.start()
     memo["controller"] = controller
