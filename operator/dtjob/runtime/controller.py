@@ -230,8 +230,8 @@ class Controller:
         return len(self._queue) + len(self._active)
 
     def metrics_snapshot(self) -> metrics.Snapshot:
-        """The state the metrics show; called from the metrics server's thread, so it only copies: a dict's
-        copy() is atomic under the GIL, while the event loop may change it meanwhile."""
+        """The state the metrics show; called from the metrics server's thread, so it only copies (a dict's
+        copy() is atomic under the GIL, while the event loop may change it meanwhile) or asks what locks."""
         waiting = self._waiting_since.copy()
         oldest = min(waiting.values(), default=None)
         return metrics.Snapshot(
