@@ -274,8 +274,7 @@ def _launcher_log(kube: Kube, namespace: str, prev: JobStatus, seen: Observed, e
             return kube.read_log(
                 namespace, pod, container, tail_lines=PROGRESS_TAIL_LINES, limit_bytes=PROGRESS_TAIL_BYTES
             )
-        return reads.poll_pod_log(
-            kube, namespace, pod, container, PROGRESS_TAIL_LINES, PROGRESS_TAIL_BYTES, every_s / 2
-        )
+        tail, gap = PROGRESS_TAIL_LINES, reads.progress_read_gap(every_s)
+        return reads.poll_pod_log(kube, namespace, pod, container, tail, PROGRESS_TAIL_BYTES, gap)
     except LogUnavailable:
         return None

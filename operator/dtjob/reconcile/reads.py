@@ -91,12 +91,17 @@ def poll_pod_log(
     return kube.read_log(namespace, pod, container, tail_lines, limit_bytes)
 
 
+def progress_read_gap(every_s: float) -> float:
+    """The least time between two progress reads of a log polled every `every_s`: half of it, so that the
+    timer's pass reads even when a pod event's pass read shortly after the last one."""
+    return every_s / 2
+
+
 def progress_poll_seconds(kube: Kube, every_s: float) -> float:
-    """How soon a running job's progress is read again: every `every_s` (polled at half that, so the timer's
-    pass reads), or as the runtime's budget of every job's reads spaces them out, not sooner: a pass that
-    could not read would only cost a reconcile."""
+    """How soon a running job's progress is read again: every `every_s`, or as the runtime's budget of every
+    job's reads spaces them out, not sooner: a pass that could not read would only cost a reconcile."""
     if isinstance(kube, PollsLogs):
-        return max(every_s, kube.log_read_spacing(every_s / 2))
+        return max(every_s, kube.log_read_spacing(progress_read_gap(every_s)))
     return every_s
 
 

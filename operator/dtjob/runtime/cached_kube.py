@@ -28,6 +28,7 @@ from dtjob import API_GROUP, KIND
 from dtjob.kube.client import Forbidden, Kube
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.rest import METADATA_ONLY, Json, list_pages
+from dtjob.reconcile.reads import PollsLogs
 from dtjob.runtime.child_cache import CHILD_KINDS, projection
 from dtjob.runtime.job_cache import JobCache
 from dtjob.runtime.log_polls import LogPolls
@@ -51,9 +52,9 @@ JOB_COPIES_CONFIRMED_EVERY_S = JOB_COPY_MAX_AGE_S / 3
 ListAnswer = builtins.list[Json] | Forbidden
 
 
-class ControllerKube(Kube, Protocol):
-    """What the controller calls besides what its reconciles call: the LIST that corrects its cache, and the
-    watch's copies of jobs."""
+class ControllerKube(Kube, PollsLogs, Protocol):
+    """What the controller calls besides what its reconciles call: the LIST that corrects its cache, the
+    watch's copies of jobs, and (for the metrics) the spacing of the log polls (PollsLogs)."""
 
     def list_children(self, namespace: str, label_selector: str) -> builtins.list[tuple[str, Json]]: ...
     def remember_job(self, body: Mapping[str, Any]) -> None:
@@ -66,10 +67,6 @@ class ControllerKube(Kube, Protocol):
 
     def is_settled(self, namespace: str, name: str, version: str) -> bool:
         """Whether the job at `version` is a status write of a reconcile that left it settled."""
-
-    def log_read_spacing(self, every_s: float) -> float:
-        """How far apart one log's progress reads are now: `every_s`, or wider to keep every running job's
-        reads within the budget (dtjob.runtime.log_polls)."""
 
     children_written: Callable[[str, Json], None] | None
 

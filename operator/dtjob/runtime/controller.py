@@ -37,7 +37,7 @@ from dtjob.config import OperatorConfig
 from dtjob.fence import NotLeader
 from dtjob.kube.client import Conflict, Kube
 from dtjob.reconcile.job import Children, reconcile
-from dtjob.reconcile.reads import get_job
+from dtjob.reconcile.reads import get_job, progress_read_gap
 from dtjob.redaction import redact
 from dtjob.runtime import heap, job_copies
 from dtjob.runtime.cached_kube import ControllerKube
@@ -240,8 +240,9 @@ class Controller:
             queue_active=len(self._active),
             queue_oldest_s=0.0 if oldest is None else max(0.0, time.monotonic() - oldest),
             leading=self.leading(),
-            # The reconciles' own spacing (dtjob.reconcile.observe): half the period, so a timer's pass reads.
-            progress_read_spacing_s=self.kube.log_read_spacing(self.config.progress_seconds / 2),
+            progress_read_spacing_s=self.kube.log_read_spacing(
+                progress_read_gap(self.config.progress_seconds)
+            ),
         )
 
     # --- running -------------------------------------------------------------------------------------
