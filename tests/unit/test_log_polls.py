@@ -68,3 +68,17 @@ def test_the_spacing_narrows_again_once_the_logs_polled_are_gone() -> None:
     assert polls.interval(15.0) == 15.0
     reads = poll_every(polls, clock, range(10), 15.0, 60.0)
     assert all(len(times) == 4 for times in reads.values())
+
+
+def test_logs_polled_together_on_the_timers_period_count_for_the_budget() -> None:
+    # Every log read in the same pass each period (twice the least gap): the recount comes first in a pass,
+    # a moment past the period since the last reads, and must still count them.
+    clock = Clock()
+    polls = LogPolls(clock, reads_per_second=0.2)
+    reads = 0
+    for _ in range(30):
+        for i in range(4):
+            reads += polls.due(key(i), 0.5)
+        clock.now += 1.01
+    assert polls.interval(0.5) == 20.0  # 4 logs at 0.2 reads a second
+    assert reads <= 4 + 4 * 2, reads  # the first reads, then one each 20 s at most

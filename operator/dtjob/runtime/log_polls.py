@@ -50,12 +50,14 @@ class LogPolls:
 
     def _spacing(self, now: float, every_s: float) -> float:
         """The gap between one log's reads that keeps the logs read lately within the budget. A log counts
-        while read within twice the spacing (so one polled at the spacing always counts, and one whose pod
-        is gone stops counting). Recounted at most every RECOUNT_SECONDS; the lock is held."""
+        while read within twice its period, which is the budget's spacing or, below the budget, twice the
+        least gap `every_s` (the progress timer's); so one polled on its period always counts, though the
+        recount come just before its next read, and one whose pod is gone stops counting. Recounted at most
+        every RECOUNT_SECONDS; the lock is held."""
         if self.reads_per_second <= 0:
             return 0.0
         if self._counted_at is None or now - self._counted_at >= RECOUNT_SECONDS:
-            horizon = 2 * max(every_s, self._budget_gap)
+            horizon = 2 * max(2 * every_s, self._budget_gap)
             polled = sum(1 for at in self._last.values() if now - at < horizon)
             self._budget_gap = polled / self.reads_per_second
             self._counted_at = now
