@@ -108,6 +108,9 @@ class RecordingKube:
     def log_read_spacing(self, every_s: float) -> float:
         return every_s  # no budget stretches it
 
+    def log_read_in(self, namespace: str, pod: str, container: str, after_s: float) -> float | None:
+        return None  # no log read
+
     def list_children(self, namespace: str, label_selector: str) -> list[tuple[str, dict[str, Any]]]:
         self.lists += 1
         return [(kind, obj) for kind, obj in self.children if obj["metadata"]["namespace"] == namespace]

@@ -70,6 +70,17 @@ def test_the_spacing_narrows_again_once_the_logs_polled_are_gone() -> None:
     assert all(len(times) == 4 for times in reads.values())
 
 
+def test_how_soon_a_log_is_due_counts_from_its_last_read() -> None:
+    clock = Clock()
+    polls = LogPolls(clock)
+    assert polls.read_in(key(0), 30.0) is None  # never read
+    assert polls.due(key(0), 15.0)
+    clock.now += 20.0
+    assert polls.read_in(key(0), 30.0) == 10.0
+    clock.now += 15.0
+    assert polls.read_in(key(0), 30.0) == -5.0  # overdue
+
+
 def test_logs_polled_together_on_the_timers_period_count_for_the_budget() -> None:
     # Every log read in the same pass each period (twice the least gap): the recount comes first in a pass,
     # a moment past the period since the last reads, and must still count them.

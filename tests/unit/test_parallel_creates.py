@@ -145,6 +145,27 @@ def test_a_running_jobs_next_progress_pass_follows_the_budgets_spacing() -> None
     assert progress_poll_seconds(RecordingKube(), 30.0) == 30.0  # a client without a budget
 
 
+def test_a_pass_that_read_nothing_keeps_the_next_read_when_it_is_due() -> None:
+    clock = ManualClock()
+    api = ApiClient(Credentials(server="http://127.0.0.1:9"), (1.0, 1.0), retries=False)
+    kube = CachedKube(KubeClient(api), api, polls=LogPolls(clock, reads_per_second=1.0))
+    kube.kube.read_log = lambda *_: "step 1\n"  # type: ignore[method-assign]
+    launcher = ("ml", "job-0", "c")
+    assert progress_poll_seconds(kube, 30.0, launcher) == 30.0  # never read: a whole period
+    for i in range(100):  # 100 running launchers at one read a second: each read every 100 s
+        poll_pod_log(kube, "ml", f"job-{i}", "c", 50, 1024, 15.0)
+    clock.now += 1.0  # the polled logs are counted again
+    # 100 s after its read, and a moment more (a timer may fire a hair early)
+    assert progress_poll_seconds(kube, 30.0, launcher) == pytest.approx(99.05)
+    clock.now += 59.0  # a resync's pass, which finds the log not due
+    assert poll_pod_log(kube, *launcher, 50, 1024, 15.0) is None
+    assert progress_poll_seconds(kube, 30.0, launcher) == pytest.approx(40.05)  # not 100 s from now
+    clock.now += 40.0  # the timer's pass, were it to find the log not due: a second on, no sooner
+    assert progress_poll_seconds(kube, 30.0, launcher) == 1.0
+    assert poll_pod_log(kube, *launcher, 50, 1024, 15.0) == "step 1\n"
+    assert progress_poll_seconds(kube, 30.0, launcher) == pytest.approx(100.05)
+
+
 def test_a_client_without_a_poll_memory_reads_each_time() -> None:
     kube = RecordingKube(logs={"a": "step 1\n"})
     for _ in range(3):

@@ -117,7 +117,7 @@ def observe(
         results_record=record,
         results_stored=stored,
         output_sas_scope=_output_sas_scope(spec, uid, config),
-        progress_poll_s=_progress_poll_s(kube, config, seen),
+        progress_poll_s=_progress_poll_s(kube, config, spec.namespace, prev, seen),
         pool_room=room,
         prebuilt=prebuilt,
         launcher_refused=launcher_refused,
@@ -127,9 +127,24 @@ def observe(
     )
 
 
-def _progress_poll_s(kube: Kube, config: OperatorConfig, seen: Observed) -> float | None:
+def _progress_poll_s(
+    kube: Kube, config: OperatorConfig, namespace: str, prev: JobStatus, seen: Observed
+) -> float | None:
     """How soon a job with a launcher is reconciled again to read its progress."""
-    return None if seen.launcher is None else reads.progress_poll_seconds(kube, config.progress_seconds)
+    if seen.launcher is None:
+        return None
+    return reads.progress_poll_seconds(kube, config.progress_seconds, _polled_log(namespace, prev, seen))
+
+
+def _polled_log(namespace: str, prev: JobStatus, seen: Observed) -> reads.LogKey | None:
+    """The log a pass polls for progress (_launcher_log): the running launcher's, while it and the job have
+    not finished."""
+    launcher = seen.launcher
+    if launcher is None or launcher.pod_name is None or prev.phase in FINISHED:
+        return None
+    if not launcher.running or launcher.finished:
+        return None
+    return namespace, launcher.pod_name, names.CONTAINER_OF_ROLE[launcher.role]
 
 
 def _staging_refused(

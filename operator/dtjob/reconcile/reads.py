@@ -15,6 +15,10 @@ from dtjob.state.observed import newest_failed_create
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+# The soonest a running job's progress pass comes again, and how far past a log's due time.
+MIN_PROGRESS_POLL_SECONDS = 1.0
+DUE_MARGIN_SECONDS = 0.05
+LogKey = tuple[str, str, str]  # (namespace, pod, container)
 # A refused pod's Events: the Job controller records one per try (merged into a count), so a few are plenty.
 FAILED_CREATE_EVENTS = 20
 
@@ -30,6 +34,9 @@ class PollsLogs(Protocol):
 
     def log_read_spacing(self, every_s: float) -> float:
         """How far apart one log's reads are now: `every_s`, or wider within the reads' budget."""
+
+    def log_read_in(self, namespace: str, pod: str, container: str, after_s: float) -> float | None:
+        """Seconds until `after_s` has passed since this log was last read; None if it never was."""
 
 
 def get_job(kube: Kube, namespace: str, name: str) -> Json | None:
@@ -97,12 +104,18 @@ def progress_read_gap(every_s: float) -> float:
     return every_s / 2
 
 
-def progress_poll_seconds(kube: Kube, every_s: float) -> float:
+def progress_poll_seconds(kube: Kube, every_s: float, log: LogKey | None = None) -> float:
     """How soon a running job's progress is read again: every `every_s`, or as the runtime's budget of every
-    job's reads spaces them out, not sooner: a pass that could not read would only cost a reconcile."""
-    if isinstance(kube, PollsLogs):
-        return max(every_s, kube.log_read_spacing(progress_read_gap(every_s)))
-    return every_s
+    job's reads spaces them out, not sooner (a pass that could not read would only cost a reconcile). Counted
+    from the last read of `log`, the log the job's passes poll, where the client remembers it: a pass that
+    read nothing (a resync's, a pod event's) then keeps the read when it is due rather than putting it off
+    by a whole period."""
+    if not isinstance(kube, PollsLogs):
+        return every_s
+    period = max(every_s, kube.log_read_spacing(progress_read_gap(every_s)))
+    due_in = None if log is None else kube.log_read_in(*log, period)
+    # A moment past the due time, so that a timer the event loop fires a hair early finds the log due.
+    return period if due_in is None else max(MIN_PROGRESS_POLL_SECONDS, due_in + DUE_MARGIN_SECONDS)
 
 
 def list_nodes(kube: Kube, label_selector: str, fresh: bool = False) -> list[Json]:

@@ -185,6 +185,9 @@ class CachedKube:
     def log_read_spacing(self, every_s: float) -> float:
         return self.polls.interval(every_s)
 
+    def log_read_in(self, namespace: str, pod: str, container: str, after_s: float) -> float | None:
+        return self.polls.read_in((namespace, pod, container), after_s)
+
     def job_settled(self, namespace: str, name: str, version: str) -> None:
         self.jobs.settle(namespace, name, version)
 

@@ -43,6 +43,13 @@ class LogPolls:
             self._last[key] = now
         return True
 
+    def read_in(self, key: Key, after_s: float) -> float | None:
+        """Seconds until `after_s` has passed since `key`'s log was last read (negative once it has); None if
+        it was never read."""
+        with self._lock:
+            last = self._last.get(key)
+        return None if last is None else last + after_s - self.clock()
+
     def interval(self, every_s: float) -> float:
         """How far apart one log's reads are now: `every_s`, or the budget's wider spacing."""
         with self._lock:
