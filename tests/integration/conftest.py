@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from testbed.faultproxy import FaultProxy
 from testbed.operator_harness import Jobs, OperatorProcess, install_crd
 
 
@@ -35,3 +36,24 @@ def operator(
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def proxy(kubeconfig: str, tmp_path: Path) -> Iterator[FaultProxy]:
+    """The test bed's fault proxy in front of the API server (it injects nothing until a test adds rules)."""
+    with FaultProxy(kubeconfig, tmp_path / "proxy") as running:
+        yield running
+
+
+@pytest.fixture
+def proxied_operator(
+    proxy: FaultProxy, namespace: str, tmp_path: Path, jobs: Jobs, operator_env: dict[str, str]
+) -> Iterator[OperatorProcess]:
+    """The operator, every API call of it through the proxy; a module that wants it as its `operator`
+    fixture says so."""
+    process = OperatorProcess(str(proxy.kubeconfig), namespace, tmp_path / "operator.log", env=operator_env)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,12 +17,6 @@ from testbed.faultproxy import Fault, FaultProxy, Rule
 from testbed.kube_wait import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def proxy(kubeconfig: str, tmp_path: Path) -> Iterator[FaultProxy]:
-    with FaultProxy(kubeconfig, tmp_path / "proxy") as running:
-        yield running
 
 
 @pytest.fixture

@@ -53,22 +53,9 @@ def operator_env() -> dict[str, str]:
 
 
 @pytest.fixture
-def proxy(kubeconfig: str, tmp_path: Path) -> Iterator[FaultProxy]:
-    with FaultProxy(kubeconfig, tmp_path / "proxy") as running:
-        yield running
-
-
-@pytest.fixture
-def operator(
-    proxy: FaultProxy, namespace: str, tmp_path: Path, jobs: Jobs, operator_env: dict[str, str]
-) -> Iterator[OperatorProcess]:
+def operator(proxied_operator: OperatorProcess) -> OperatorProcess:
     """The operator, every API call of it through the fault proxy."""
-    process = OperatorProcess(str(proxy.kubeconfig), namespace, tmp_path / "operator.log", env=operator_env)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    return proxied_operator
 
 
 def assert_one_world(jobs: Jobs, name: str, workers: int) -> None:

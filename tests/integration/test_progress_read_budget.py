@@ -9,7 +9,6 @@ import functools
 import itertools
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,22 +44,9 @@ def operator_env() -> dict[str, str]:
 
 
 @pytest.fixture
-def proxy(kubeconfig: str, tmp_path: Path) -> Iterator[FaultProxy]:
-    with FaultProxy(kubeconfig, tmp_path / "proxy") as running:
-        yield running
-
-
-@pytest.fixture
-def operator(
-    proxy: FaultProxy, namespace: str, tmp_path: Path, jobs: Jobs, operator_env: dict[str, str]
-) -> Iterator[OperatorProcess]:
+def operator(proxied_operator: OperatorProcess) -> OperatorProcess:
     """The operator, every API call of it through the proxy (which injects nothing here)."""
-    process = OperatorProcess(str(proxy.kubeconfig), namespace, tmp_path / "operator.log", env=operator_env)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    return proxied_operator
 
 
 def progress_line(step: int) -> str:
