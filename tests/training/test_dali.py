@@ -8,15 +8,18 @@ import importlib.util
 import itertools
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from dtjob_train.data.dali_data import PipelineOptions
 from dtjob_train.data.folder import MEAN_RGB, STD_RGB, epoch_shard, scan
 
-from tests.training.training_helpers import launch, make_tree, run_env, tiny_args
+from tests.training.training_helpers import REPO, launch, make_tree, run_env, tiny_args
 
 pytestmark = pytest.mark.training
 
@@ -126,6 +129,47 @@ def test_one_pipeline_reads_each_epochs_order_normalised_in_the_models_layout(tm
     assert loaders.val_pipeline.builds == 1
 
 
+def test_paths_of_different_lengths_become_one_array_of_rows_naming_the_same_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dtjob_train.data.dali_data import same_length_paths
+
+    monkeypatch.chdir(tmp_path)
+    names = [tmp_path / "a" / "x.JPEG", tmp_path / "a" / "a-longer-name-\u00e9.JPEG", Path("plain.JPEG")]
+    for name in names:
+        name.parent.mkdir(parents=True, exist_ok=True)
+        name.write_bytes(name.name.encode())
+    rows = same_length_paths([str(name) for name in names])
+    assert rows.dtype == np.uint8 and rows.shape == (3, max(len(str(n).encode()) for n in names[:2]))
+    for row, name in zip(rows, names, strict=True):
+        read_back = bytes(row).decode()
+        assert Path(read_back).samefile(name) and Path(read_back).read_bytes() == name.name.encode()
+    assert same_length_paths([]).shape == (0, 0)
+
+
+@needs_dali
+def test_files_named_by_paths_of_different_lengths_are_read_with_their_labels(tmp_path: Path) -> None:
+    from PIL import Image
+
+    # Class 0 red, class 1 blue, under names of many lengths (one not ASCII): every batch mixes them.
+    for split, count in (("train", 6), ("val", 1)):
+        for cls, colour in (("n01440764", (220, 20, 20)), ("n01443537", (20, 20, 220))):
+            (tmp_path / "data" / split / cls).mkdir(parents=True)
+            for i in range(count):
+                name = ("\u00e9" if i == 3 else "") + "x" * (i * 7) + f"{i}.JPEG"
+                Image.new("RGB", (40, 40), colour).save(tmp_path / "data" / split / cls / name)
+    loaders = _loaders(tmp_path / "data", steps=3)
+    files, labels = loaders.train_files(0)
+    assert len({len(path.encode()) for path in files}) > 3
+    seen = []
+    for images, batch_labels, _ in loaders.train(0):
+        rgb = _denormalised(images)
+        for image, label in zip(rgb, batch_labels.tolist(), strict=True):
+            assert (image[0].mean() > image[2].mean()) == (label == 0)
+        seen += batch_labels.tolist()
+    assert seen == labels
+
+
 @needs_dali
 def test_a_pass_left_part_read_is_not_continued_by_the_next(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "data", per_class_train=8, per_class_val=3)
@@ -187,3 +231,15 @@ def test_dali_training_on_two_ranks(tmp_path: Path) -> None:
     metrics = json.loads((tmp_path / "runs" / "rank-0" / "out" / "metrics.json").read_text())
     assert metrics["dataLoader"] == "dali" and metrics["weightsConsistent"], metrics
     assert metrics["valTop1"] is not None
+
+
+@needs_dali
+def test_the_feed_benchmark_times_both_ways_of_feeding_dali() -> None:
+    cmd = [sys.executable, "-m", "bench.dali_feed", "--batches", "3", "--batch-size", "8", "--images", "16"]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=run_env(), cwd=REPO, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split("  ")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("  ")}
+    assert "1.00x" in rows["a list of per-sample arrays"], done.stdout
+    assert rows["one array a batch (the trainer)"].endswith("x"), done.stdout

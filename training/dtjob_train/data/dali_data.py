@@ -94,10 +94,25 @@ def require() -> Any:
         ) from None
 
 
+def same_length_paths(files: list[str]) -> npt.NDArray[np.uint8]:
+    """The paths as one (N, longest) uint8 array, each row the UTF-8 bytes of a path that names the same file:
+    shorter paths are lengthened by slashes after their first one ("/data/x" -> "/data///x"), which the
+    system reads as one. DALI takes such a batch whole; a list of per-file arrays it checks and converts one
+    by one in Python, which cost the training loop milliseconds a step (docs/benchmarks.md)."""
+    encoded = [path.encode() if "/" in path else b"./" + path.encode() for path in files]
+    width = max(map(len, encoded), default=0)
+    rows = []
+    for raw in encoded:
+        cut = raw.index(b"/") + 1
+        rows.append(raw[:cut] + b"/" * (width - len(raw)) + raw[cut:])
+    return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), width)
+
+
 class PassSource:
     """The pipeline's external source: batch `iteration` of the pass's files, as fn.io.file.read takes them
-    (the path's UTF-8 bytes) with their labels. StopIteration after the last batch ends the pass; a last
-    batch may be short (validation keeps every image)."""
+    (one uint8 array of the paths' bytes, same_length_paths) with their labels (one int32 array). Whole
+    arrays, not lists of per-sample ones: DALI takes them without a Python step per image. StopIteration after
+    the last batch ends the pass; a last batch may be short (validation keeps every image)."""
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
@@ -110,14 +125,17 @@ class PassSource:
     def batches(self) -> int:
         return -(-len(self.files) // self.batch_size)
 
-    def __call__(self, info: Any) -> tuple[list[npt.NDArray[np.uint8]], list[npt.NDArray[np.int32]]]:
+    def batch(self, info: Any) -> tuple[list[str], list[int]]:
+        """The files and labels of batch `info.iteration`; StopIteration past the last."""
         start = info.iteration * self.batch_size
         files = self.files[start : start + self.batch_size]
         if not files:
             raise StopIteration
-        labels = self.labels[start : start + self.batch_size]
-        paths = [np.frombuffer(path.encode(), dtype=np.uint8) for path in files]
-        return paths, [np.array([label], dtype=np.int32) for label in labels]
+        return files, self.labels[start : start + self.batch_size]
+
+    def __call__(self, info: Any) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int32]]:
+        files, labels = self.batch(info)
+        return same_length_paths(files), np.array(labels, dtype=np.int32).reshape(-1, 1)
 
 
 def build_pipeline(source: PassSource, options: PipelineOptions, *, train: bool, seed: int) -> Any:
