@@ -3,7 +3,8 @@ memory, step-time percentiles and the first step's seconds (start-up, cuDNN auto
 
     python -m bench.gpu_throughput [--batch-size 256] [--no-amp | --amp-dtype fp16|bf16] [--no-channels-last]
         [--compile auto|eager|default|reduce-overhead|...] [--steps 110 --warmup 10] [--image-size 224]
-        [--jpegs 8000 --cores 12 [--dali-hw-decoder-load 0.65,0.9,1] [--dali-prefetch 2,3]] [--json FILE]
+        [--jpegs 8000 --cores 12 [--loaders pytorch,dali] [--dali-hw-decoder-load 0.65,0.9,1]
+        [--dali-prefetch 2,3]] [--no-baseline] [--json FILE]
 
 Both sides train the same configuration on one fixed synthetic batch on the GPU: the batch per GPU, the
 precision, the memory format and the compile mode (auto: the trainer's choice on a GPU). The baseline is the
@@ -14,7 +15,9 @@ runs in a process of its own on one GPU, one GPU after another. The first --warm
 --jpegs N also trains the trainer on N generated JPEGs (500x375, ImageNet's typical photo) with each data
 loader it has, pinned to --cores CPUs: the input pipeline's rate against the synthetic one, as on a node
 with that many vCPUs per GPU (an Azure ND H100 v5 has 12). DALI runs once per hardware decoder share and
-prefetch depth given (default: the trainer's).
+prefetch depth given (default: the trainer's). --loaders picks the loaders; --no-baseline leaves the plain
+loop out (its compile is a minute of a GPU machine's time), and the trainer on synthetic data is then the
+only reference.
 
 Without a GPU it says so and exits 0. On an AKS GPU node, run it in the PyTorch image (docs/benchmarks.md).
 """
@@ -129,8 +132,8 @@ def jpeg_runs(a: argparse.Namespace, gpu: int, work: Path) -> list[dict[str, Any
     cores = sorted(os.sched_getaffinity(0))[: a.cores]
     from dtjob_train.data import dali_data
 
-    runs: list[tuple[str, list[str]]] = [("pytorch", [])]
-    if dali_data.installed():
+    runs: list[tuple[str, list[str]]] = [("pytorch", [])] if "pytorch" in a.loaders else []
+    if "dali" in a.loaders and dali_data.installed():
         for load, prefetch in itertools.product(a.dali_hw_decoder_load, a.dali_prefetch):
             tuning = ["--dali-hw-decoder-load", str(load), "--dali-prefetch", str(prefetch)]
             runs.append((f"dali (hw {load:g}, prefetch {prefetch})", tuning))
@@ -155,7 +158,7 @@ def fmt_row(name: str, r: dict[str, Any], base: float) -> str:
 
 def bench_gpu(a: argparse.Namespace, gpu: int, work: Path) -> dict[str, Any]:
     ours = trainer(a, gpu, work, "synthetic", ["--data", "synthetic"])
-    theirs = baseline(a, gpu, work, ours["compile"])
+    theirs = baseline(a, gpu, work, ours["compile"]) if a.baseline else None
     result: dict[str, Any] = {"gpu": gpu, **gpu_baseline.describe(gpu), "trainer": ours, "baseline": theirs}
     layout = "channels-last" if a.channels_last else "NCHW"
     print(
@@ -165,8 +168,10 @@ def bench_gpu(a: argparse.Namespace, gpu: int, work: Path) -> dict[str, Any]:
     )
     header = ("img/s", "ratio", "peak GiB", "step ms p50/p90/p99", "1st step s")
     print(f"  {'':44s} {header[0]:>9s} {header[1]:>7s} {header[2]:>9s} {header[3]:>20s} {header[4]:>9s}")
-    base = theirs["imagesPerSec"]
-    print(fmt_row(f"plain PyTorch ({theirs['model']})", theirs, base))
+    # Without the plain loop, the trainer on synthetic data is the reference of every ratio.
+    base = (theirs or ours)["imagesPerSec"]
+    if theirs is not None:
+        print(fmt_row(f"plain PyTorch ({theirs['model']})", theirs, base))
     print(fmt_row("dtjob trainer", ours, base))
     if a.jpegs:
         result["jpeg"] = jpeg_runs(a, gpu, work)
@@ -207,6 +212,18 @@ def main() -> None:
         type=ints,
         default=[DEFAULT_DALI_PREFETCH],
         help="DALI JPEG runs: the prefetch depths to try, comma-separated (one run per share and depth)",
+    )
+    p.add_argument(
+        "--loaders",
+        type=lambda text: text.split(","),
+        default=["pytorch", "dali"],
+        help="JPEG runs: the data loaders to run, comma-separated (pytorch, dali)",
+    )
+    p.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the plain PyTorch loop beside the trainer",
     )
     p.add_argument("--json", type=Path, help="write every figure here")
     p.add_argument(

@@ -72,3 +72,20 @@ def test_both_sides_run_and_report_every_figure(tmp_path: Path) -> None:
         assert row["imagesPerSec"] > 0 and row["cores"] == 1, row
         assert row["dataLoader"] == loader.split()[0], row
         assert f"trainer, JPEGs, {loader}, 1 cores" in done.stdout, done.stdout
+
+
+def test_without_the_baseline_the_trainer_is_the_reference_and_only_the_loaders_asked_for_run(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "figures.json"
+    loader = "dali" if dali_data.installed() else "pytorch"
+    tiny = ["--batch-size", "2", "--steps", "4", "--warmup", "2", "--image-size", "64", "--no-amp"]
+    done = bench(
+        "--cpu", *tiny, "--compile", "eager", "--jpegs", "16", "--cores", "1", "--loaders", loader,
+        "--no-baseline", "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    [result] = json.loads(out.read_text())
+    assert result["baseline"] is None and "plain PyTorch" not in done.stdout, done.stdout
+    assert "dtjob trainer" in done.stdout and "1.00x" in done.stdout, done.stdout
+    assert [row["dataLoader"] for row in result["jpeg"]] == [loader], result["jpeg"]
