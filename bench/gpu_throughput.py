@@ -53,6 +53,13 @@ def ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",")]
 
 
+def loader_names(text: str) -> list[str]:
+    names = text.split(",")
+    if unknown := sorted(set(names) - {"pytorch", "dali"}):
+        raise argparse.ArgumentTypeError(f"unknown data loader {', '.join(unknown)} (choose pytorch, dali)")
+    return names
+
+
 def child_env(gpu: int, cores: list[int] | None = None) -> dict[str, str]:
     """One GPU per child (none with --cpu: gpu -1)."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu) if gpu >= 0 else "", PYTHONUNBUFFERED="1")
@@ -215,7 +222,7 @@ def main() -> None:
     )
     p.add_argument(
         "--loaders",
-        type=lambda text: text.split(","),
+        type=loader_names,
         default=["pytorch", "dali"],
         help="JPEG runs: the data loaders to run, comma-separated (pytorch, dali)",
     )

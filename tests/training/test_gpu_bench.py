@@ -30,6 +30,11 @@ def test_without_a_gpu_it_says_so_and_measures_nothing() -> None:
     assert "no GPU here" in done.stdout and "img/s" not in done.stdout
 
 
+def test_an_unknown_data_loader_is_refused_by_name() -> None:
+    done = bench("--loaders", "pytorch,dalI")
+    assert done.returncode == 2 and "unknown data loader dalI (choose pytorch, dali)" in done.stderr, done
+
+
 def test_both_sides_run_and_report_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     done = bench(
