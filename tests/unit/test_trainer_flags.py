@@ -133,3 +133,21 @@ def test_one_frameworks_options_are_refused_for_another(
     with pytest.raises(SystemExit) as exited:
         parse_args(f"dtjob_train.{framework}", flags, framework=framework)
     assert exited.value.code == 2 and f"{flag}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "keras"])
+def test_the_pytorch_optimizers_step_is_refused_for_the_tensorflow_trainers(
+    framework: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--no-fused-optimizer is a PyTorch trainer's flag (no job sets it: its fused SGD is the default)."""
+    assert (
+        parse_args("dtjob_train.pytorch", ["--no-fused-optimizer"], framework="pytorch").fused_optimizer
+        is False
+    )
+    assert parse_args(f"dtjob_train.{framework}", [], framework=framework).fused_optimizer is True
+    with pytest.raises(SystemExit) as exited:
+        parse_args(f"dtjob_train.{framework}", ["--no-fused-optimizer"], framework=framework)
+    assert (
+        exited.value.code == 2
+        and "--no-fused-optimizer applies to the PyTorch trainer" in capsys.readouterr().err
+    )

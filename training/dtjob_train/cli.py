@@ -62,6 +62,7 @@ class TrainConfig:
     commit_every: int = DEFAULT_COMMIT_EVERY
     dali_hw_decoder_load: float = DEFAULT_DALI_HW_DECODER_LOAD
     dali_prefetch: int = DEFAULT_DALI_PREFETCH
+    fused_optimizer: bool = True
 
 
 def _positive_int(text: str) -> int:
@@ -193,6 +194,10 @@ def _performance_flags(f: argparse._ArgumentGroup) -> None:
         help=f"torch.compile the model in this mode (PyTorch); auto: {contract.GPU_COMPILE_MODE} on a GPU, "
         "eager on CPU",
     )
+    _pytorch_input_and_step_flags(f)
+
+
+def _pytorch_input_and_step_flags(f: argparse._ArgumentGroup) -> None:
     f.add_argument(
         "--data-loader",
         choices=contract.DATA_LOADERS,
@@ -213,6 +218,13 @@ def _performance_flags(f: argparse._ArgumentGroup) -> None:
         default=DEFAULT_DALI_PREFETCH,
         help="DALI: batches prepared ahead of the one training",
     )
+    f.add_argument(
+        "--fused-optimizer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="PyTorch: SGD's fused step, which takes the loss scale on the GPU; --no-fused-optimizer: "
+        "torch's default step, whose loss scaling reads the GPU's inf check back once a step",
+    )
 
 
 def parse_args(prog: str, argv: Sequence[str] | None = None, *, framework: str | None = None) -> TrainConfig:
@@ -229,6 +241,8 @@ def parse_args(prog: str, argv: Sequence[str] | None = None, *, framework: str |
         parser.error(
             f"--data-loader {ns.data_loader} applies to the PyTorch trainer (TensorFlow reads tf.data)"
         )
+    if framework not in (None, "pytorch") and not ns.fused_optimizer:
+        parser.error("--no-fused-optimizer applies to the PyTorch trainer")
     if ns.data == "imagenet" and ns.data_dir is None:
         parser.error("--data-dir is required with --data imagenet")
     if ns.label_smoothing >= contract.LABEL_SMOOTHING_BELOW:

@@ -13,6 +13,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from . import torch_optim
+
 
 class TorchDistributed:
     """torch.distributed as torch_train.Comm (the names horovod.torch gives its collectives)."""
@@ -66,7 +68,7 @@ def sync_optimizer(comm: TorchDistributed, optimizer: torch.optim.Optimizer) -> 
     state = optimizer.state_dict() if comm.rank() == 0 else None
     if state is not None:
         state = {**state, "state": {k: _to_cpu(v) for k, v in state["state"].items()}}
-    optimizer.load_state_dict(comm.broadcast_object(state, root_rank=0, name="optimizer"))
+    torch_optim.load_state(optimizer, comm.broadcast_object(state, root_rank=0, name="optimizer"))
 
 
 def _to_cpu(per_param: dict[str, Any]) -> dict[str, Any]:

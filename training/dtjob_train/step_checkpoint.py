@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoints, torch_checkpoint
+from . import checkpoints, torch_checkpoint, torch_optim
 from .elastic import Position
 
 _NAME = re.compile(r"^step-(\d{4,})-(\d{7,})\.pt$")
@@ -112,7 +112,7 @@ def restore_newest(
 def _load(path: Path, model: Any, optimizer: Any, scaler: Any, device: torch.device) -> Restored:
     state = torch.load(path, map_location=device, weights_only=True)
     model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    torch_optim.load_state(optimizer, state["optimizer"])
     if scaler is not None and state["scaler"]:  # else a run of another precision: the scaler stays fresh
         scaler.load_state_dict(state["scaler"])
     meta = state["position"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoints
+from . import checkpoints, torch_optim
 
 
 def save(directory: Path, epochs_done: int, model: Any, optimizer: Any, scaler: Any) -> None:
@@ -30,7 +30,7 @@ def restore_latest(
     if found is not None:
         state = torch.load(found[1], map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        torch_optim.load_state(optimizer, state["optimizer"])
         # A checkpoint of a run with another precision: the scaler keeps its fresh state.
         if scaler is not None and state["scaler"]:
             scaler.load_state_dict(state["scaler"])

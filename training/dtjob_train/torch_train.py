@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from . import torch_checkpoint
+from . import torch_checkpoint, torch_optim
 from .cli import TrainConfig
 from .common import EXIT_BAD_INPUT, fail
 from .data import dali_data
@@ -236,13 +236,6 @@ def make_inputs(
     return train, lambda: prefetch(iter(val_loader))
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """No weight decay on BatchNorm and bias parameters (1-D tensors), as in the large-batch recipes."""
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    no_decay = [p for p in model.parameters() if p.ndim <= 1]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 def train_step(
     forward: Forward, optimizer: Any, amp: Amp, loss_fn: nn.Module, batch: Batch, lr: float
 ) -> Any:
@@ -359,14 +352,12 @@ def plan_run(cfg: TrainConfig, comm: Comm) -> tuple[torch.device, str, TrainingR
 
 
 def model_and_optimizer(cfg: TrainConfig, run: TrainingRun, device: torch.device) -> tuple[nn.Module, Any]:
-    """ResNet on the device and its SGD with momentum (no weight decay on BatchNorm and biases). The
-    parameters stay NCHW with --channels-last: Horovod 0.28.1 allreduces and broadcasts only tensors
-    contiguous in the default format."""
+    """ResNet on the device and its SGD with momentum (no weight decay on BatchNorm and biases; fused unless
+    --no-fused-optimizer). The parameters stay NCHW with --channels-last: Horovod 0.28.1 allreduces and
+    broadcasts only tensors contiguous in the default format."""
     model = build(cfg.arch, run.num_classes).to(device)
-    optimizer = torch.optim.SGD(
-        param_groups(model, cfg.weight_decay), lr=run.learning_rate(0), momentum=cfg.momentum
-    )
-    return model, optimizer
+    lr = run.learning_rate(0)
+    return model, torch_optim.sgd(model, lr, cfg.momentum, cfg.weight_decay, cfg.fused_optimizer)
 
 
 @contextlib.contextmanager
