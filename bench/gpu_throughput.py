@@ -4,7 +4,7 @@ memory, step-time percentiles and the first step's seconds (start-up, cuDNN auto
     python -m bench.gpu_throughput [--batch-size 256] [--no-amp | --amp-dtype fp16|bf16] [--no-channels-last]
         [--compile auto|eager|default|reduce-overhead|...] [--steps 110 --warmup 10] [--image-size 224]
         [--jpegs 8000 --cores 12 [--loaders pytorch,dali] [--dali-hw-decoder-load 0.65,0.9,1]
-        [--dali-prefetch 2,3]] [--no-baseline] [--json FILE]
+        [--dali-prefetch 2,3]] [--variants foreach,async-completion] [--no-baseline] [--json FILE]
 
 Both sides train the same configuration on one fixed synthetic batch on the GPU: the batch per GPU, the
 precision, the memory format and the compile mode (auto: the trainer's choice on a GPU). The baseline is the
@@ -18,6 +18,12 @@ with that many vCPUs per GPU (an Azure ND H100 v5 has 12). DALI runs once per ha
 prefetch depth given (default: the trainer's). --loaders picks the loaders; --no-baseline leaves the plain
 loop out (its compile is a minute of a GPU machine's time), and the trainer on synthetic data is then the
 only reference.
+
+--variants also runs the trainer, on synthetic data and in each JPEG run, with each of these changes to its
+step, one at a time: foreach (--no-fused-optimizer: torch's default SGD step, whose loss scaling reads the
+GPU's inf check back every step) and async-completion (HOROVOD_ENABLE_ASYNC_COMPLETION=1: Horovod reports an
+allreduce done once it is queued on the GPU, so the loop does not wait for it; off in the trainer until
+measured). What each buys is its rate against the trainer's own in the same run.
 
 Without a GPU it says so and exits 0. On an AKS GPU node, run it in the PyTorch image (docs/benchmarks.md).
 """
@@ -43,6 +49,11 @@ from bench import gpu_baseline
 REPO = Path(__file__).resolve().parents[1]
 JPEG_EPOCHS = 3  # every epoch's first interval restarts the loader and is not counted
 DISTINCT_JPEGS = 512
+# --variants: each one's trainer flags and environment.
+VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "foreach": (["--no-fused-optimizer"], {}),
+    "async-completion": ([], {"HOROVOD_ENABLE_ASYNC_COMPLETION": "1"}),
+}
 
 
 def floats(text: str) -> list[float]:
@@ -57,6 +68,15 @@ def loader_names(text: str) -> list[str]:
     names = text.split(",")
     if unknown := sorted(set(names) - {"pytorch", "dali"}):
         raise argparse.ArgumentTypeError(f"unknown data loader {', '.join(unknown)} (choose pytorch, dali)")
+    return names
+
+
+def variant_names(text: str) -> list[str]:
+    names = text.split(",") if text else []
+    if unknown := sorted(set(names) - set(VARIANTS)):
+        raise argparse.ArgumentTypeError(
+            f"unknown variant {', '.join(unknown)} (choose {', '.join(VARIANTS)})"
+        )
     return names
 
 
@@ -91,14 +111,21 @@ def trainer_flags(a: argparse.Namespace, epochs: int) -> list[str]:
 
 
 def trainer(
-    a: argparse.Namespace, gpu: int, work: Path, name: str, data: list[str], cores: list[int] | None = None
+    a: argparse.Namespace,
+    gpu: int,
+    work: Path,
+    name: str,
+    data: list[str],
+    cores: list[int] | None = None,
+    variant: str | None = None,
 ) -> dict[str, Any]:
     """The dtjob trainer on one GPU: its metrics.json (images over time after each epoch's first interval)."""
     out = work / name
     epochs = 1 if "synthetic" in data else JPEG_EPOCHS
-    cmd = [sys.executable, "-m", "dtjob_train.pytorch", *trainer_flags(a, epochs), *data]
+    flags, env = VARIANTS[variant] if variant else ([], {})
+    cmd = [sys.executable, "-m", "dtjob_train.pytorch", *trainer_flags(a, epochs), *data, *flags]
     cmd += ["--output-dir", str(out), "--val-steps", "0"]
-    run_child(cmd, child_env(gpu, cores), cores, work / f"{name}.log")
+    run_child(cmd, child_env(gpu, cores) | env, cores, work / f"{name}.log")
     metrics: dict[str, Any] = json.loads((out / "metrics.json").read_text())
     return {
         "imagesPerSec": metrics["imagesPerSecPerWorker"],
@@ -145,10 +172,10 @@ def jpeg_runs(a: argparse.Namespace, gpu: int, work: Path) -> list[dict[str, Any
             tuning = ["--dali-hw-decoder-load", str(load), "--dali-prefetch", str(prefetch)]
             runs.append((f"dali (hw {load:g}, prefetch {prefetch})", tuning))
     rows = []
-    for i, (loader, tuning) in enumerate(runs):
+    for i, ((loader, tuning), variant) in enumerate(itertools.product(runs, [None, *a.variants])):
         data = ["--data", "imagenet", "--data-dir", str(root), "--data-loader", loader.split()[0], *tuning]
-        result = trainer(a, gpu, work, f"jpeg-{i}", data, cores)
-        rows.append(result | {"cores": len(cores), "loader": loader})
+        result = trainer(a, gpu, work, f"jpeg-{i}", data, cores, variant)
+        rows.append(result | {"cores": len(cores), "loader": loader, "variant": variant})
     return rows
 
 
@@ -160,7 +187,7 @@ def fmt_row(name: str, r: dict[str, Any], base: float) -> str:
     first = r.get("firstStepSeconds")
     first_text = f"{first:.1f}" if first is not None else "-"
     rate = r["imagesPerSec"]
-    return f"  {name:44s} {rate:9.1f} {rate / base:6.2f}x {mem_text:>9s} {steps:>20s} {first_text:>9s}"
+    return f"  {name:70s} {rate:9.1f} {rate / base:6.2f}x {mem_text:>9s} {steps:>20s} {first_text:>9s}"
 
 
 def bench_gpu(a: argparse.Namespace, gpu: int, work: Path) -> dict[str, Any]:
@@ -174,16 +201,24 @@ def bench_gpu(a: argparse.Namespace, gpu: int, work: Path) -> dict[str, Any]:
         f"compile {ours['compile'] or 'eager'}"
     )
     header = ("img/s", "ratio", "peak GiB", "step ms p50/p90/p99", "1st step s")
-    print(f"  {'':44s} {header[0]:>9s} {header[1]:>7s} {header[2]:>9s} {header[3]:>20s} {header[4]:>9s}")
+    print(f"  {'':70s} {header[0]:>9s} {header[1]:>7s} {header[2]:>9s} {header[3]:>20s} {header[4]:>9s}")
     # Without the plain loop, the trainer on synthetic data is the reference of every ratio.
     base = (theirs or ours)["imagesPerSec"]
     if theirs is not None:
         print(fmt_row(f"plain PyTorch ({theirs['model']})", theirs, base))
     print(fmt_row("dtjob trainer", ours, base))
+    result["variants"] = {
+        v: trainer(a, gpu, work, f"synthetic-{v}", ["--data", "synthetic"], None, v) for v in a.variants
+    }
+    for v, r in result["variants"].items():
+        print(fmt_row(f"dtjob trainer, {v}", r, base))
     if a.jpegs:
         result["jpeg"] = jpeg_runs(a, gpu, work)
         for r in result["jpeg"]:
-            print(fmt_row(f"trainer, JPEGs, {r['loader']}, {r['cores']} cores", r, ours["imagesPerSec"]))
+            label = f"trainer, JPEGs, {r['loader']}, {r['cores']} cores" + (
+                f", {r['variant']}" if r["variant"] else ""
+            )
+            print(fmt_row(label, r, ours["imagesPerSec"]))
         print("  (JPEG rows: ratio against the trainer on synthetic data)")
     return result
 
@@ -225,6 +260,12 @@ def main() -> None:
         type=loader_names,
         default=["pytorch", "dali"],
         help="JPEG runs: the data loaders to run, comma-separated (pytorch, dali)",
+    )
+    p.add_argument(
+        "--variants",
+        type=variant_names,
+        default=[],
+        help=f"the trainer again with each of these changes to its step ({', '.join(VARIANTS)})",
     )
     p.add_argument(
         "--baseline",

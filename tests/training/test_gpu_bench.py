@@ -79,6 +79,11 @@ def test_both_sides_run_and_report_every_figure(tmp_path: Path) -> None:
         assert f"trainer, JPEGs, {loader}, 1 cores" in done.stdout, done.stdout
 
 
+def test_an_unknown_variant_is_refused_by_name() -> None:
+    done = bench("--variants", "foreach,fused")
+    assert done.returncode == 2 and "unknown variant fused (choose foreach, async-completion)" in done.stderr
+
+
 def test_without_the_baseline_the_trainer_is_the_reference_and_only_the_loaders_asked_for_run(
     tmp_path: Path,
 ) -> None:
@@ -87,10 +92,16 @@ def test_without_the_baseline_the_trainer_is_the_reference_and_only_the_loaders_
     tiny = ["--batch-size", "2", "--steps", "4", "--warmup", "2", "--image-size", "64", "--no-amp"]
     done = bench(
         "--cpu", *tiny, "--compile", "eager", "--jpegs", "16", "--cores", "1", "--loaders", loader,
-        "--no-baseline", "--json", str(out),
+        "--no-baseline", "--variants", "foreach,async-completion", "--json", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     [result] = json.loads(out.read_text())
     assert result["baseline"] is None and "plain PyTorch" not in done.stdout, done.stdout
     assert "dtjob trainer" in done.stdout and "1.00x" in done.stdout, done.stdout
-    assert [row["dataLoader"] for row in result["jpeg"]] == [loader], result["jpeg"]
+    # Each variant once on synthetic data and once in the JPEG run, after the trainer as it ships.
+    assert set(result["variants"]) == {"foreach", "async-completion"}, result
+    assert all(r["imagesPerSec"] > 0 for r in result["variants"].values()), result["variants"]
+    assert "dtjob trainer, foreach" in done.stdout and "dtjob trainer, async-completion" in done.stdout
+    jpeg = [(row["dataLoader"], row["variant"]) for row in result["jpeg"]]
+    assert jpeg == [(loader, None), (loader, "foreach"), (loader, "async-completion")], result["jpeg"]
+    assert ", 1 cores, foreach" in done.stdout and ", 1 cores, async-completion" in done.stdout, done.stdout
