@@ -5,8 +5,11 @@ job: a forged Pod Security refusal would fail the job at once and free its GPUs 
 
 from __future__ import annotations
 
+import re
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from kubernetes import client, config
 
@@ -93,3 +96,43 @@ def test_a_refusal_forged_in_another_namespace_cannot_fail_a_tenants_job(
     cond = mine.condition("mine", "Created") or {}
     assert "exceeded quota: pods" in cond.get("message", "") and "PodSecurity" not in cond.get("message", "")
     assert len(mine.live_workers("mine")) == 2
+
+
+def resident(pid: int) -> int:
+    """VmRSS of a process, in bytes."""
+    match = re.search(r"^VmRSS:\s+(\d+) kB$", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
+    assert match
+    return int(match.group(1)) * 1024
+
+
+def test_refusals_naming_uids_no_job_has_cannot_fill_the_operators_memory(
+    cluster: TenantCluster, tenant_b: Tenant, operator: OperatorProcess
+) -> None:
+    """The API server takes any string as an Event's involvedObject.uid. Kept, 40 such Events of 1 MB from
+    tenant B's poster would add 40 MB to the operator that serves every tenant (a few hundred: past its
+    memory limit, and again at every start, from the LIST): it must keep none of them."""
+    assert operator.proc is not None
+    pid, namespace = operator.proc.pid, tenant_b.namespace
+    poster = event_poster(cluster, namespace)
+    before = resident(pid)
+    now = datetime.now(UTC)
+    for i in range(40):
+        poster.create_namespaced_event(namespace, client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=f"padded.{i}.{uuid.uuid4().hex[:8]}"),
+            involved_object=client.V1ObjectReference(
+                api_version="batch/v1", kind="Job", namespace=namespace, name="padded", uid="u" * 1_000_000
+            ),
+            reason="FailedCreate", type="Warning", message="padded", count=1, first_timestamp=now,
+            last_timestamp=now, source=client.V1EventSource(component="job-controller"),
+        ))  # fmt: skip
+    try:
+        # The watch brings them within a second; kept, they would show at once and stay.
+        peak = before
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            peak = max(peak, resident(pid))
+            time.sleep(0.5)
+        assert peak - before < 20_000_000, f"the operator grew by {(peak - before) / 1e6:.0f} MB"
+        assert operator.proc.poll() is None
+    finally:
+        cluster.core.delete_collection_namespaced_event(namespace)

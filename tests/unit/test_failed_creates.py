@@ -129,3 +129,18 @@ def test_past_its_bound_a_namespace_whose_event_was_not_kept_is_read_until_a_lis
         None, [failed_create("b", "j2", "two", "t1"), failed_create("c", "j3", "three", "t1", "cv")]
     )
     assert store.messages("cv", ["j3"]) == {"j3": "three"}
+
+
+def test_an_event_naming_a_uid_no_job_can_have_is_not_kept_nor_counted() -> None:
+    """The API server takes any string as an Event's involvedObject.uid, up to the object's 1.5 MiB: kept, a
+    few hundred such Events posted by anyone who may post Events would hold the operator's memory past its
+    limit (at every start too, from the LIST). No Job has such a uid, so the store keeps nothing of them."""
+    store = FailedCreates()
+    store.replace(None, [failed_create("big-listed", "u" * 1_000_000, "x", "t1")])
+    huge = failed_create("big", "u" * (failed_creates.JOB_UID_MAX_CHARS + 1), "refused", "t1")
+    assert huge["involvedObject"] == {"uid": None}, "the projection drops it before it is handed over"
+    assert store.observe(huge, False) is None
+    uid = "0f9c6b1e-7d1a-4c52-9a8e-3b7c2d4e5f60"  # the API server's kind
+    assert store.observe(failed_create("real", uid, "exceeded quota: pods", "t1"), False) == ("ns", uid)
+    assert store.messages("ns", [uid, "u" * 1_000_000]) == {uid: "exceeded quota: pods"}
+    assert len(store._keys) == 1, "only the Event that names a Job's uid is kept"

@@ -43,3 +43,6 @@ def test_every_page_is_read_and_only_what_keep_returns_is_kept(monkeypatch: pyte
     assert items == [{"name": f"p{i}"} for i in range(7)] and version == "42"
     assert [dict(q).get("continue") for q in asked] == [None, "3", "6"]
     assert all(("labelSelector", "a=b") in q and ("limit", "3") in q for q in asked)
+    asked.clear()
+    kube.list_pages(unused_api(), "Pod", "ml", [], dict, page_size=5)
+    assert [dict(q)["limit"] for q in asked] == ["5", "5"], "a page size of the caller's own"

@@ -127,14 +127,15 @@ def list_pages(
     query: Sequence[tuple[str, str]],
     keep: Callable[[Json], Json],
     accept: str = JSON,
+    page_size: int | None = None,
 ) -> tuple[list[Json], str]:
-    """Every item of a LIST, LIST_PAGE at a time, each passed through `keep` as its page is read, and the
-    list's resourceVersion. Whole, the LIST of a namespace with a thousand jobs (five thousand pods) was
-    decoded at once: the operator's peak memory."""
+    """Every item of a LIST, `page_size` (LIST_PAGE) at a time, each passed through `keep` as its page is
+    read, and the list's resourceVersion. Whole, the LIST of a namespace with a thousand jobs (five thousand
+    pods) was decoded at once: the operator's peak memory."""
     items: list[Json] = []
     token = ""
     while True:
-        paging = [("limit", str(LIST_PAGE))] + ([("continue", token)] if token else [])
+        paging = [("limit", str(page_size or LIST_PAGE))] + ([("continue", token)] if token else [])
         answer = api_call(api_client, "list", kind, namespace, query=[*query, *paging], accept=accept)
         page = wire.loads(answer.data)
         items.extend(keep(item) for item in page.get("items") or ())

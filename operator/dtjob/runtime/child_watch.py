@@ -57,6 +57,9 @@ class Watched:
     plural: str
     selector: tuple[str, str] | None  # (the query parameter, its value); None: every object of the kind
     project: Callable[[Mapping[str, Any]], Json]
+    # Items a LIST page asks for; None: the client's own page. A page is decoded whole before `project`
+    # cuts its items, so a kind whose objects anyone may make large asks for fewer.
+    page_size: int | None = None
 
 
 def children(selector: str) -> tuple[Watched, ...]:
@@ -142,7 +145,9 @@ class ChildWatch:
                 self._stopped.wait(delay)
 
     def _list(self, kind: Watched, namespace: str | None) -> str:
-        items, version = list_pages(self.api_client, kind.kind, namespace, _selecting(kind), kind.project)
+        items, version = list_pages(
+            self.api_client, kind.kind, namespace, _selecting(kind), kind.project, page_size=kind.page_size
+        )
         if self.listed is not None:
             served = [item for item in items if self.serves(_namespace_of(item))]
             self._send(self.listed, kind.plural, namespace, served)

@@ -10,8 +10,10 @@ nothing about that Job, however the whole cluster's watch delivers it.
 A namespace is served once a LIST of it (or of the whole cluster) has been taken in; until then, and where
 the operator may not watch Events, reconciles read them from the API server. So they do while more than
 MAX_KEPT Events would be kept (anyone who may post Events can post these): the store takes no more in, and
-serves a namespace it missed one in again from the next LIST that fits. Pure and single-threaded: the
-controller calls it on the event loop only.
+serves a namespace it missed one in again from the next LIST that fits. Nothing an Event's poster sizes is
+kept whole: the message is cut, and an Event whose Job uid is longer than any uid the API server gives names
+no Job and is not kept (the API server takes any string there, up to the object's 1.5 MiB). Pure and
+single-threaded: the controller calls it on the event loop only.
 """
 
 from __future__ import annotations
@@ -24,16 +26,25 @@ from dtjob.state.observed import FAILED_CREATE_MESSAGE_CHARS, newest_failed_crea
 Json = Mapping[str, Any]
 Key = tuple[str, str]  # (namespace, the uid of the Job the Event names)
 FIELD_SELECTOR = "involvedObject.kind=Job,reason=FailedCreate"
-# At most about 2 KiB each (the message is cut): 4 MiB in all. A refused Job has one, its count merged.
+# At most about 2 KiB each (the message cut, the uid bounded): 4 MiB in all. A refused Job has one, its count
+# merged.
 MAX_KEPT = 2000
+# The API server's uids are UUIDs (36 characters); a longer one is not a Job's.
+JOB_UID_MAX_CHARS = 64
+# A LIST page is decoded whole before each Event is cut to its projection, and an Event may be 1.5 MiB:
+# 25 of them bound a page to about 40 MiB, where the default page could hold 375.
+EVENT_LIST_PAGE = 25
 
 
 def event_projection(body: Json) -> dict[str, Any]:
     """The parts of an Event kept: who it is, which Job it names, its message and when."""
     meta = body.get("metadata") or {}
+    job_uid = (body.get("involvedObject") or {}).get("uid")
+    if not isinstance(job_uid, str) or len(job_uid) > JOB_UID_MAX_CHARS:
+        job_uid = None  # names no Job: not kept (_identity)
     return {
         "metadata": {key: meta.get(key) for key in ("name", "namespace", "uid", "resourceVersion")},
-        "involvedObject": {"uid": (body.get("involvedObject") or {}).get("uid")},
+        "involvedObject": {"uid": job_uid},
         "message": str(body.get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS],
         "lastTimestamp": body.get("lastTimestamp"),
         "eventTime": body.get("eventTime"),
