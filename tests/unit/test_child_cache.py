@@ -58,6 +58,22 @@ def test_children_are_grouped_by_job_and_jobs_by_role() -> None:
     )
 
 
+def test_a_batch_job_under_another_name_with_the_jobs_labels_stands_in_for_no_launcher_or_stager() -> None:
+    """A namespace admin may make batch Jobs labelled as the job's launcher and stager: seen first, they hid
+    the real launcher (the job stuck in Starting, or its world restarted as LauncherLost) and a completed one
+    read as a staging run that never happened."""
+    cache = ChildCache()
+    cache.observe(JOBS, child("j-a", "f1", 1, role="launcher", succeeded=1), deleted=False)
+    cache.observe(JOBS, child("j-b", "f2", 1, role="stager", succeeded=1), deleted=False)
+    forged_only = cache.children((NS, "j"))
+    assert forged_only.launcher is None and forged_only.staging is None
+    cache.observe(JOBS, child("j-launcher", "u1", 1, role="launcher"), deleted=False)
+    cache.observe(JOBS, child("j-stage", "u2", 1, role="stager"), deleted=False)
+    children = cache.children((NS, "j"))
+    assert children.launcher is not None and children.launcher["metadata"]["uid"] == "u1"
+    assert children.staging is not None and children.staging["metadata"]["uid"] == "u2"
+
+
 def test_a_relist_forgets_what_vanished_while_the_watch_was_down() -> None:
     cache = ChildCache()
     cache.observe(PODS, child("j-worker-0", "u0", 5), deleted=False)

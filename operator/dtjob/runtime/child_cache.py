@@ -199,15 +199,20 @@ class ChildCache:
         pods: list[dict[str, Any]] = []
         slices: list[dict[str, Any]] = []
         launcher = staging = None
+        # The batch Jobs by the names the operator gives them, not by their labels alone: a namespace admin
+        # may make a Job under other names with the job's labels, which would hide the launcher or stand in
+        # for the staging run. A name holds one Job at a time.
+        launcher_name, staging_name = names.launcher_name(key[1]), names.staging_job_name(key[1])
         for uid in self._by_key.get(key, {}):
             entry = self._entries[uid]
             if entry.kind in (PODS, SLICES):
                 (pods if entry.kind == PODS else slices).append(entry.obj)
                 continue
-            role = entry.obj["metadata"]["labels"].get(names.ROLE_LABEL)
-            if role == names.ROLE_LAUNCHER and launcher is None:
+            meta = entry.obj["metadata"]
+            role, name = meta["labels"].get(names.ROLE_LABEL), meta.get("name")
+            if role == names.ROLE_LAUNCHER and name == launcher_name:
                 launcher = entry.obj
-            elif role == ROLE_STAGER and staging is None:
+            elif role == ROLE_STAGER and name == staging_name:
                 staging = entry.obj
         uids = [str(job["metadata"].get("uid") or "") for job in (launcher, staging) if job]
         return Children(
