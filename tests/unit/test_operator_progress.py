@@ -99,3 +99,8 @@ def test_a_counter_no_status_can_hold_skips_the_record_instead_of_failing_the_re
     bad = json.dumps({**RECORD, "step": 7}).replace('"step": 7', f'"step": {number}')
     progress = latest_progress(line(RECORD) + "\nDTJOB_PROGRESS " + bad)
     assert progress is not None and progress["step"] == RECORD["step"]
+
+
+def test_a_long_updated_at_is_cut_not_copied_into_status_whole() -> None:
+    progress = latest_progress(line({**RECORD, "updatedAt": "2026-11-22T03:00:00Z" + "x" * 60_000}))
+    assert progress is not None and progress["updatedAt"] == ("2026-11-22T03:00:00Z" + "x" * 60_000)[:40]

@@ -28,6 +28,8 @@ PROGRESS_LINE = re.compile(PROGRESS_PREFIX + r" (\{[^{}]*\})")
 INT64_MAX = 2**63 - 1
 # How the summary ends when an ETA is known (estimate() and without_eta() agree on it).
 ETA_SUFFIX = re.compile(r" ETA \S+$")
+# RFC 3339 with nanoseconds and an offset is 35 characters.
+UPDATED_AT_MAX_CHARS = 40
 
 
 def latest_progress(log_text: str) -> dict[str, Any] | None:
@@ -69,7 +71,9 @@ def _status_progress(record: Any) -> dict[str, Any] | None:
         progress["imagesPerSec"] = round(images_per_sec, 1)
     if math.isfinite(loss):
         progress["loss"] = round(loss, 4)
-    progress["updatedAt"] = str(record.get("updatedAt") or "")
+    # An RFC 3339 time, as the trainer writes it; the log is the job's own, so a long string is cut, not
+    # copied into status whole (up to the tail's 64 KiB).
+    progress["updatedAt"] = str(record.get("updatedAt") or "")[:UPDATED_AT_MAX_CHARS]
     rate = f"{images_per_sec:.0f}" if math.isfinite(images_per_sec) else str(images_per_sec)
     summary = f"epoch {epoch}/{epochs} step {step}/{steps} {rate} img/s loss {loss:.3f}"
     progress["summary"] = summary + _add_estimate(progress, record)
