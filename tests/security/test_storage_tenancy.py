@@ -10,6 +10,7 @@ tenants' editors cannot read Secrets, so the operator's signature is their only 
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from urllib.parse import parse_qs
 
 import pytest
 from azure.storage.blob import BlobServiceClient, ContainerSasPermissions, generate_container_sas
+from dtjob import names
 from dtjob.names import STORAGE_KEY_LABEL
 from dtjob.reconcile.storage_observe import token_sha256
 from dtjob.spec.tenancy import ANNOTATION_WRITE_CONTAINERS
@@ -279,3 +281,68 @@ def test_an_output_edited_mid_run_to_another_teams_container_gets_nothing_signed
     )  # fmt: skip
     assert error.startswith("spec.output.container: ") and repr(theirs) in error, (status, error)
     assert blobs(blob, theirs) == before, "something was written into team A's container"
+
+
+def test_a_completed_job_under_the_staging_jobs_name_does_not_stand_in_for_the_jobs_staging(
+    operator: OperatorProcess,
+    tenant_a: Tenant,
+    api_client: client.ApiClient,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+) -> None:
+    """Team A's admin runs a batch Job named `mine-stage`, labelled as the stager of job `mine`, to completion
+    before the job is made (a job deleted with --cascade=orphan leaves one too). Before, the operator took
+    its Complete for the job's staging and started the world on a dataset nobody staged. The job now waits
+    for the name, as for any child another owner holds, and starts no worker."""
+    data = f"data-{uuid.uuid4().hex[:10]}"
+    blob.create_container(data).upload_blob("runs/train/x.bin", b"a dataset")
+    provision_key(api_client, tenant_a.namespace, azurite)
+    labels = names.labels("mine", "staging", names.ROLE_STAGER)
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    lookalike: Any = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": names.staging_job_name("mine"), "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"type": "kwok"},
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": names.STAGER_CONTAINER, "image": "busybox",
+                                    "securityContext": restricted}],
+                },
+            },
+        },
+    }  # fmt: skip
+    batch = client.BatchV1Api(api_client)
+    client.BatchV1Api(tenant_a.api(ADMIN)).create_namespaced_job(tenant_a.namespace, lookalike)
+
+    def completed() -> bool:
+        job = batch.read_namespaced_job(names.staging_job_name("mine"), tenant_a.namespace)
+        return any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or ())
+
+    wait_for(completed, timeout=90, what="the look-alike staging Job complete")
+    tenant_a.jobs().create("mine", **staging_from(azurite, data))
+    mine = Jobs(api_client, tenant_a.namespace)
+
+    def waiting() -> dict[str, Any] | None:
+        conditions = mine.status("mine").get("conditions") or ()
+        return next((c for c in conditions if c.get("reason") == "ChildNotOwned"), None)
+
+    held = wait_for(waiting, timeout=90, what="the job waiting for the staging Job's name")
+    assert f"Job {names.staging_job_name('mine')}" in held["message"], held
+    time.sleep(RESYNC_S)  # a resync's pass more, in which nothing of the world may appear either
+    assert not mine.pods("mine", "worker")
+    staged = mine.condition("mine", "Staged")
+    assert not staged or staged["status"] != "True", staged
+    # Pending or Staging, by whether the pass that met the name had recorded the job's staging yet.
+    assert mine.status("mine")["phase"] in ("Pending", "Staging"), mine.status("mine")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from dtjob.azure.sas import ANNOTATION_EXPIRES, ANNOTATION_ISSUED
+from dtjob.contract.transfer_report import ProgressSnapshot
 from dtjob.desired.common import owner_reference
 from dtjob.fence import NotLeader
 from dtjob.kube.client import Conflict
@@ -193,6 +194,59 @@ def test_a_name_held_by_another_owner_is_never_adopted() -> None:
     created = next(c for c in status["conditions"] if c["type"] == "Created")
     assert created["status"] == "False" and created["reason"] == "ChildNotOwned"
     assert "Secret rn50-ssh" in created["message"] and requeue == 30
+
+
+STAGED = {
+    "source": "imagenet",
+    "volume": {"nfs": {"server": "10.0.0.4", "path": "/exports"}, "mountPath": "/data"},
+    "dataDir": "/data/imagenet",
+    "stageFrom": {**OUTPUT, "container": "datasets"},
+}
+
+
+def _completed_staging_job(owner_uid: str) -> dict[str, Any]:
+    labels = {"dtjob.io/job-name": "rn50", "dtjob.io/role": "stager"}
+    return {
+        "kind": "Job",
+        "metadata": {"name": "rn50-stage", "namespace": "ml", "uid": "stage-uid", "labels": labels,
+                     "ownerReferences": [owner_reference("rn50", owner_uid)]},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]},
+    }  # fmt: skip
+
+
+def test_a_completed_staging_job_of_another_owner_is_not_this_jobs_staging() -> None:
+    """A job deleted with --cascade=orphan and made again under its name (or a namespace admin) leaves a
+    completed `rn50-stage`: the new job never takes that for its own staging and starts no world on a dataset
+    it never staged; it waits for the name, as for any child another owner holds."""
+    kube = RecordingKube()
+    _storage(kube)
+    new_job(kube, dataset=STAGED)
+    old = kube.put(_completed_staging_job("uid-of-the-old-job"))
+    requeue = reconcile(kube, CONFIG, "ml", "rn50", Children(staging=old), NOW)
+    assert not [c for c in kube.writes() if c[1] == "Pod"], kube.writes()
+    assert kube.objects[("Job", "ml", "rn50-stage")] == old, "the other owner's Job is left as it was"
+    status = kube.objects[(JOB, "ml", "rn50")]["status"]
+    assert not [c for c in status.get("conditions") or () if c["type"] == "Staged" and c["status"] == "True"]
+    waiting = [c for c in status["conditions"] if c["reason"] == "ChildNotOwned"]
+    assert waiting and "Job rn50-stage" in waiting[0]["message"] and requeue == 30, status
+
+    # The same Job owned by this job is its staging, done: the world follows. A pod labelled as its stager
+    # that the staging Job does not own says nothing of the staging: its termination message is not read.
+    kube = RecordingKube()
+    _storage(kube)
+    new_job(kube, dataset=STAGED)
+    ours = kube.put(_completed_staging_job("uid-1"))
+    snapshot = ProgressSnapshot("done", 999, 999, 0, 999, 999, 0, 1.0, 999.0)
+    terminated = {"terminated": {"exitCode": 0, "message": snapshot.to_json()}}
+    lookalike = {
+        "kind": "Pod",
+        "metadata": {"name": "rn50-stage-x", "namespace": "ml", "labels": ours["metadata"]["labels"]},
+        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "stager", "state": terminated}]},
+    }
+    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=(lookalike,), staging=ours), NOW)
+    status = kube.objects[(JOB, "ml", "rn50")]["status"]
+    assert [c for c in status["conditions"] if c["type"] == "Staged" and c["status"] == "True"], status
+    assert (status.get("staging") or {}).get("filesTotal") != 999, status
 
 
 def test_an_output_job_reconciled_again_writes_no_status() -> None:

@@ -77,6 +77,7 @@ def observe(
 ) -> Observed:
     meta = job["metadata"]
     uid = str(meta.get("uid") or "")
+    children = _without_foreign_staging(children, uid)
     seen = observe_children(children.pods, children.launcher, uid)
     if spec.torchrun is not None:  # no launcher: the workers' torchrun agents are the world's launch
         seen = replace(seen, launcher=_torchrun_launch(spec, prev, seen))
@@ -125,6 +126,15 @@ def observe(
         published=published_hosts(children.endpoint_slices, spec.name, uid),
         avoid_nodes=avoid_nodes,
     )
+
+
+def _without_foreign_staging(children: Children, uid: str) -> Children:
+    """`children` less a staging Job that is not the job's: like the launcher (observe_children), it counts
+    only when its ownerReference names the job, as the one under its name may be a namespace admin's, or an
+    older job's of the same name deleted with --cascade=orphan, whose Complete says nothing of this one."""
+    if children.staging is None or uid in owner_uids(children.staging):
+        return children
+    return replace(children, staging=None)
 
 
 def _progress_poll_s(

@@ -303,8 +303,10 @@ def observe_staging(
     pod with its parsed state (the outcome reads the stagers' termination messages from the pods)."""
     if staging_job is None:
         return None
+    # The staging Job's own pods: a pod labelled as its stager that it does not own says nothing of it.
+    job_uid = str((staging_job.get("metadata") or {}).get("uid") or "")
     stagers = sorted(
-        ((p, state) for p, state in pods if state.role == names.ROLE_STAGER),
+        ((p, state) for p, state in pods if state.role == names.ROLE_STAGER and job_uid in owner_uids(p)),
         key=lambda found: str((found[0].get("metadata") or {}).get("creationTimestamp") or ""),
     )
     raw = [dict(p) for p, _ in stagers]
