@@ -3,9 +3,19 @@ does (what the LIST no longer holds is forgotten), without undoing what happened
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from dtjob.runtime.child_cache import JOBS, PODS, SLICES, ChildCache
+import pytest
+from dtjob.gang import kueue
+from dtjob.names import AVOIDED_NODES_ANNOTATION
+from dtjob.runtime import cached_kube
+from dtjob.runtime.cached_kube import CachedKube
+from dtjob.runtime.child_cache import CHILD_LIST_PAGE, JOBS, PODS, SLICES, ChildCache, projection
+from dtjob.runtime.child_watch import children
+from dtjob.state.observed import pod_state
+
+from tests.unit.recording_kube import RecordingKube, unused_api
 
 NS = "ns"
 
@@ -144,3 +154,45 @@ def test_a_services_endpoint_slices_are_kept_with_their_hosts() -> None:
     (kept,) = cache.children((NS, "j")).endpoint_slices
     assert (kept["addressType"], kept["endpoints"], kept["ports"]) == ("IPv4", [endpoint], body["ports"])
     assert pod_names(cache) == [] and cache.children((NS, "j")).launcher is None
+
+
+def test_a_child_as_large_as_the_api_server_takes_is_kept_as_small_as_ours() -> None:
+    """Anyone who may make pods in a served namespace may put the watch's labels on one, and with them as
+    many labels, finalizers and scheduling gates as its 1.5 MiB holds (a gated pod runs nothing): the cache
+    keeps what the operator reads, the same few hundred bytes as for a pod of its own."""
+    body = child("big", "u1", 1, role="worker")
+    meta = body["metadata"]
+    meta["labels"].update({f"pad.example.com/l{i:05d}": "v" * 63 for i in range(10_000)})
+    meta["labels"].update({"dtjob.io/attempt": "2", "dtjob.io/worker-index": "1", "dtjob.io/world-size": "4"})
+    meta["finalizers"] = [f"example.com/f{i}" for i in range(5_000)] + [kueue.POD_FINALIZER]
+    meta["ownerReferences"] = [{"uid": "x" * 100_000}, *({"uid": f"owner-{i}"} for i in range(1_000))]
+    meta["annotations"] = {AVOIDED_NODES_ANNOTATION: "n," * 100_000, "pad": "p" * 200_000}
+    gates = [{"name": f"example.com/g{i}"} for i in range(5_000)] + [{"name": kueue.ADMISSION_GATE}]
+    body["spec"] = {"schedulingGates": gates, "nodeName": "node-1"}
+    assert len(json.dumps(body)) > 1_000_000
+
+    kept = projection(body)
+    assert len(json.dumps(kept)) < 2_048, kept
+    state = pod_state(kept)
+    assert (state.role, state.attempt, state.index, state.world_size) == ("worker", 2, 1, 4)
+    assert state.gated and state.kueue_finalizer and state.node == "node-1"
+    assert [ref["uid"] for ref in kept["metadata"]["ownerReferences"]] == ["owner-0", "owner-1", "owner-2"]
+    cache = ChildCache()
+    assert cache.observe(PODS, body, deleted=False) == (NS, "j")
+    assert pod_names(cache) == ["big"]
+
+
+def test_the_childrens_lists_ask_small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LIST page is decoded whole before each child is cut, so the children's LISTs ask few at a time:
+    the watch's, and the resync's."""
+    assert {w.page_size for w in children("dtjob.io/job-name")} == {CHILD_LIST_PAGE}
+    assert CHILD_LIST_PAGE <= 25
+    sizes: list[int | None] = []
+
+    def pages(*args: Any, page_size: int | None = None, **kwargs: Any) -> tuple[list[Any], str]:
+        sizes.append(page_size)
+        return [], "1"
+
+    monkeypatch.setattr(cached_kube, "list_pages", pages)
+    CachedKube(RecordingKube(), unused_api()).list_children(NS, "dtjob.io/job-name")
+    assert sizes == [CHILD_LIST_PAGE] * 3, sizes

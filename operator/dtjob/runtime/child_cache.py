@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtjob import names
+from dtjob.gang import kueue
 from dtjob.names import AVOIDED_NODES_ANNOTATION, ROLE_STAGER
-from dtjob.runtime.failed_creates import FailedCreates
+from dtjob.runtime.failed_creates import JOB_UID_MAX_CHARS, FailedCreates
+from dtjob.state import hosts
 from dtjob.state.observed import Children
 
 Key = tuple[str, str]  # (namespace, job name)
@@ -34,11 +36,29 @@ CHILD_KINDS = {"Pod": PODS, "Job": JOBS, "EndpointSlice": SLICES}
 SLICE_FIELDS = ("addressType", "endpoints", "ports")
 # How long a deleted uid is remembered, so that a LIST taken before its deletion cannot bring it back.
 TOMBSTONE_S = 600.0
+# What of a child's labels, finalizers and scheduling gates anything reads from the cache. Anyone who may make
+# pods or Jobs in a served namespace may put the watch's labels on them, and labels, finalizers and gates have
+# no count limit short of the object's 1.5 MiB: the rest is never kept.
+KEPT_LABELS = frozenset({
+    names.JOB_NAME_LABEL, names.ROLE_LABEL, names.ATTEMPT_LABEL, names.WORKER_INDEX_LABEL,
+    names.WORLD_SIZE_LABEL, hosts.SERVICE_NAME_LABEL, hosts.MANAGED_BY_LABEL,
+})  # fmt: skip
+KEPT_FINALIZERS = frozenset({kueue.POD_FINALIZER})
+KEPT_GATES = frozenset({kueue.ADMISSION_GATE})
+# The operator sets one owner, the Job controller one; a few more leave room for others' without keeping a
+# list as long as the object allows.
+OWNERS_KEPT = 4
+# The nodes a worker was kept off, comma-separated: a pool's worth of node names, not an annotation's 256 KiB.
+AVOIDED_NODES_MAX_CHARS = 16 * 1024
+# Items a LIST page of the children asks for: a page is decoded whole before projection() cuts each item.
+CHILD_LIST_PAGE = 25
 
 
 def projection(body: Json) -> dict[str, Any]:
     """The parts of a child the state machine reads, plus its identity; keeps the cache small."""
     meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    avoided = (meta.get("annotations") or {}).get(AVOIDED_NODES_ANNOTATION)
     return {
         "metadata": {
             "name": meta.get("name"),
@@ -46,22 +66,28 @@ def projection(body: Json) -> dict[str, Any]:
             "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"),
             # Only the owners' UIDs: a job re-created under the same name must not adopt what the old left.
-            "ownerReferences": [{"uid": ref.get("uid")} for ref in meta.get("ownerReferences") or ()],
-            "labels": dict(meta.get("labels") or {}),
+            "ownerReferences": [
+                {"uid": uid}
+                for ref in (meta.get("ownerReferences") or ())[:OWNERS_KEPT]
+                if isinstance(uid := ref.get("uid"), str) and len(uid) <= JOB_UID_MAX_CHARS
+            ],
+            "labels": {k: v for k, v in (meta.get("labels") or {}).items() if k in KEPT_LABELS},
             # The one annotation the state machine reads: the nodes a worker was kept off.
-            "annotations": {
-                k: v for k, v in (meta.get("annotations") or {}).items() if k == AVOIDED_NODES_ANNOTATION
-            },
+            "annotations": (
+                {AVOIDED_NODES_ANNOTATION: avoided}
+                if isinstance(avoided, str) and len(avoided) <= AVOIDED_NODES_MAX_CHARS
+                else {}
+            ),
             "deletionTimestamp": meta.get("deletionTimestamp"),
             "creationTimestamp": meta.get("creationTimestamp"),
             # Kueue's finalizer, which the operator takes off its own ended pods.
-            "finalizers": list(meta.get("finalizers") or ()),
+            "finalizers": [f for f in meta.get("finalizers") or () if f in KEPT_FINALIZERS],
         },
         # Kueue's admission gate: a worker that waits for its group's admission.
         # ... and the node it is bound to, whose conditions say whether it can keep the pod.
         "spec": {
-            "schedulingGates": list((body.get("spec") or {}).get("schedulingGates") or ()),
-            "nodeName": (body.get("spec") or {}).get("nodeName"),
+            "schedulingGates": [g for g in spec.get("schedulingGates") or () if g.get("name") in KEPT_GATES],
+            "nodeName": spec.get("nodeName"),
         },
         "status": dict(body.get("status") or {}),
         **{key: body[key] for key in SLICE_FIELDS if key in body},

@@ -31,7 +31,7 @@ from dtjob.kube import wire
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.errors import ApiError
 from dtjob.kube.rest import api_call, list_pages
-from dtjob.runtime.child_cache import CHILD_KINDS, projection
+from dtjob.runtime.child_cache import CHILD_KINDS, CHILD_LIST_PAGE, projection
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -65,7 +65,10 @@ class Watched:
 def children(selector: str) -> tuple[Watched, ...]:
     """The operator's children under a label selector, projected for the children's cache."""
     query = ("labelSelector", selector)
-    return tuple(Watched(kind, plural, query, projection) for kind, plural in CHILD_KINDS.items())
+    return tuple(
+        Watched(kind, plural, query, projection, page_size=CHILD_LIST_PAGE)
+        for kind, plural in CHILD_KINDS.items()
+    )
 
 
 class Gone(Exception):
