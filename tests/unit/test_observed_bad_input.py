@@ -45,3 +45,18 @@ def test_a_termination_message_that_is_not_a_snapshot_is_read_as_no_progress(mes
 @pytest.mark.parametrize("message", NOT_SNAPSHOTS)
 def test_a_log_line_that_is_not_a_snapshot_is_skipped(message: str) -> None:
     assert parse_progress(f"{PROGRESS_MARKER}{message}\n") is None
+
+
+def test_a_snapshots_text_reaches_the_status_no_longer_than_the_stager_writes_it() -> None:
+    """Whoever may exec into the stager's pod may print a `DTJOB_PROGRESS` line of their own to its log,
+    whose phase and reason the running job's status.staging shows: each is cut, as a line may be as long
+    as the log tail read."""
+    counts = ("files_total", "files_done", "files_skipped", "bytes_total", "bytes_done", "bytes_skipped")
+    forged = {"phase": "p" * 100_000, "reason": "r" * 100_000, **dict.fromkeys(counts, 3)}
+    forged.update(elapsed_s=1.0, bytes_per_s=3.0)
+    running = {"metadata": {"name": "rn50-stage"}, "status": {}}
+    outcome = staging_outcome(running, [], log_tail=PROGRESS_MARKER + json.dumps(forged) + "\n")
+    assert outcome.phase == "Running" and outcome.progress is not None
+    shown = outcome.progress.to_status()
+    assert shown["filesTotal"] == 3
+    assert 0 < len(shown["phase"]) <= 512 and 0 < len(shown["reason"]) <= 512, shown

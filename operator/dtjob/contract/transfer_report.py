@@ -77,10 +77,14 @@ class ProgressSnapshot:
             wanted = _FIELD_TYPES[str(cls.__dataclass_fields__[key].type)]
             if isinstance(value, bool) or not isinstance(value, wanted):
                 raise ValueError(f"progress snapshot field {key} has the wrong type")
+            if isinstance(value, str):  # it goes into the job's status: no longer than the stager writes it
+                fields[key] = value[:SNAPSHOT_TEXT_MAX_CHARS]
         return cls(**fields)
 
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float)}
+# A snapshot's text (its phase, a failure's reason) as the status keeps it: the stager's reasons are one line.
+SNAPSHOT_TEXT_MAX_CHARS = 512
 
 
 def parse_progress(log_text: str) -> ProgressSnapshot | None:

@@ -49,6 +49,9 @@ from dtjob.timefmt import format_time, parse_time
 log = logging.getLogger(__name__)
 
 STAGING_LOG_TAIL_LINES = 20
+# Twenty of the stager's lines are a few KB; anything else in its log is written by whoever may exec into
+# its pod.
+STAGING_LOG_TAIL_BYTES = 32 * 1024
 # The output container's check before the first output token: one quick try, never a reconcile held long.
 CONTAINER_CHECK_DEADLINES = Deadlines(connect_s=5.0, read_s=5.0, retries=0, backoff_s=1)
 
@@ -315,7 +318,8 @@ def observe_staging(
     if outcome.phase != "Running" or not running:
         return outcome
     try:
-        tail = kube.read_log(namespace, running[-1].name, names.STAGER_CONTAINER, STAGING_LOG_TAIL_LINES)
+        lines, size = STAGING_LOG_TAIL_LINES, STAGING_LOG_TAIL_BYTES
+        tail = kube.read_log(namespace, running[-1].name, names.STAGER_CONTAINER, lines, size)
     except LogUnavailable:
         return outcome  # progress is a nicety; the outcome does not depend on it
     return staging_outcome(dict(staging_job), raw, tail)
