@@ -99,6 +99,7 @@ def test_a_watched_namespace_reads_no_event_and_an_unwatched_one_reads_them() ->
     watch serves the namespace (no read of the API server), else with a LIST of the Job's Events."""
     job = job_body()
     waiting = {"metadata": {"name": "rn50-launcher", "uid": "lj", "labels": {"dtjob.io/attempt": "0"},
+                            "ownerReferences": [{"uid": job["metadata"]["uid"]}],
                             "creationTimestamp": "2026-12-03T11:59:00Z"}, "status": {}}  # fmt: skip
     prev = JobStatus(phase="Starting")
     kube = recording_kube.RecordingKube(failed_creates={"lj": "exceeded quota: pods (read)"})

@@ -257,12 +257,14 @@ def test_without_a_line_the_message_is_the_pods_reason_alone() -> None:
 def launcher_children(attempt: int = 0) -> Children:
     labels = {"dtjob.io/role": "launcher", "dtjob.io/attempt": str(attempt)}
     ended = {"name": "launcher", "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}
+    owned = [{"uid": "launcher-uid"}]
     pod: dict[str, Any] = {
-        "metadata": {"name": "rn50-launcher-x", "labels": labels},
+        "metadata": {"name": "rn50-launcher-x", "labels": labels, "ownerReferences": owned},
         "status": {"phase": "Failed", "containerStatuses": [ended]},
     }
-    job = {"metadata": {"name": "rn50-launcher", "labels": {"dtjob.io/attempt": str(attempt)}}, "status": {}}
-    return Children(pods=(pod,), launcher=job)
+    meta = {"name": "rn50-launcher", "uid": "launcher-uid", "labels": {"dtjob.io/attempt": str(attempt)},
+            "ownerReferences": [{"uid": job_body()["metadata"]["uid"]}]}  # fmt: skip
+    return Children(pods=(pod,), launcher={"metadata": meta, "status": {}})
 
 
 def observe_failed(kube: RecordingKube, prev: JobStatus, attempt: int = 0) -> Observed:

@@ -17,12 +17,14 @@ from dtjob.kube.client import Conflict
 from dtjob.names import STORAGE_KEY_LABEL, Access
 from dtjob.reconcile import storage_act
 from dtjob.reconcile.job import reconcile
+from dtjob.reconcile.observe import observe
 from dtjob.reconcile.storage_observe import token_sha256
 from dtjob.spec.parse import parse_spec
 from dtjob.spec.tenancy import ANNOTATION_ACCOUNTS, ANNOTATION_WRITE_CONTAINERS
 from dtjob.state.observed import Children
+from dtjob.state.status import JobStatus
 
-from tests.unit.operator_fixtures import CONFIG, job_body
+from tests.unit.operator_fixtures import CONFIG, job_body, job_spec
 from tests.unit.recording_kube import JOB_KIND, RecordingKube
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -247,6 +249,28 @@ def test_a_completed_staging_job_of_another_owner_is_not_this_jobs_staging() -> 
     status = kube.objects[(JOB, "ml", "rn50")]["status"]
     assert [c for c in status["conditions"] if c["type"] == "Staged" and c["status"] == "True"], status
     assert (status.get("staging") or {}).get("filesTotal") != 999, status
+
+
+def test_pods_labelled_as_the_jobs_that_it_does_not_own_are_not_its_children() -> None:
+    """A namespace admin's pods under the job's labels, or an older job's of the same name: none is read as
+    the job's, and none is among the children whose logs the job's run uploads (nor whose names its
+    status.output.logsMissing lists)."""
+    labels = {"dtjob.io/job-name": "rn50", "dtjob.io/role": "worker", "dtjob.io/attempt": "0"}
+
+    def pod(name: str, **meta: Any) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "uid": name, "labels": labels, **meta},
+            "status": {"phase": "Running"},
+        }
+
+    ours = pod("rn50-worker-0", ownerReferences=[owner_reference("rn50", "uid-1")])
+    older = pod("rn50-worker-1", ownerReferences=[owner_reference("rn50", "uid-of-the-old-job")])
+    children = Children(pods=(ours, older, pod("rn50-worker-7")))
+    seen = observe(
+        RecordingKube(), CONFIG, job_spec(), job_body(), JobStatus(phase="Succeeded"), children, NOW
+    )
+    assert [p.name for p in seen.children] == ["rn50-worker-0"]
+    assert [p.name for p in seen.pods] == ["rn50-worker-0"]
 
 
 def test_an_output_job_reconciled_again_writes_no_status() -> None:

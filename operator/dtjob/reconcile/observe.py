@@ -77,7 +77,7 @@ def observe(
 ) -> Observed:
     meta = job["metadata"]
     uid = str(meta.get("uid") or "")
-    children = _without_foreign_staging(children, uid)
+    children = _owned(children, uid)
     seen = observe_children(children.pods, children.launcher, uid)
     if spec.torchrun is not None:  # no launcher: the workers' torchrun agents are the world's launch
         seen = replace(seen, launcher=_torchrun_launch(spec, prev, seen))
@@ -128,13 +128,19 @@ def observe(
     )
 
 
-def _without_foreign_staging(children: Children, uid: str) -> Children:
-    """`children` less a staging Job that is not the job's: like the launcher (observe_children), it counts
-    only when its ownerReference names the job, as the one under its name may be a namespace admin's, or an
-    older job's of the same name deleted with --cascade=orphan, whose Complete says nothing of this one."""
-    if children.staging is None or uid in owner_uids(children.staging):
-        return children
-    return replace(children, staging=None)
+def _owned(children: Children, uid: str) -> Children:
+    """`children` less what is not the job's: a launcher or staging Job whose ownerReference names another
+    owner, and the pods that neither the job nor those two Jobs own. Names and labels are anyone's: a
+    namespace admin's look-alikes, or what an older job of the same name deleted with --cascade=orphan left,
+    never count as the job's (a completed staging Job of theirs would stand in for its staging) nor have
+    their logs uploaded into its run."""
+    launcher, staging = (
+        job if job is not None and uid in owner_uids(job) else None
+        for job in (children.launcher, children.staging)
+    )
+    owners = {uid} | {str(job["metadata"].get("uid")) for job in (launcher, staging) if job is not None}
+    pods = tuple(pod for pod in children.pods if owner_uids(pod) & owners)
+    return replace(children, pods=pods, launcher=launcher, staging=staging)
 
 
 def _progress_poll_s(

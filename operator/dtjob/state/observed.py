@@ -172,8 +172,9 @@ class Observed:
 
     pods: tuple[PodState, ...] = ()  # the job's own pods, and its launcher Job's
     launcher: LauncherState | None = None
-    # Every pod the watch cache holds for the job's name, parsed once: also the staging Job's (and, until the
-    # garbage collector takes them, an older job's of the same name). Their logs are what UploadLogs uploads.
+    # Every pod of the job's the watch cache holds, parsed once: the job's own, its launcher Job's and its
+    # staging Job's (dtjob.reconcile.observe leaves out what they do not own). Their logs are what UploadLogs
+    # uploads.
     children: tuple[PodState, ...] = ()
     generation: int | None = None  # metadata.generation of the job
     uid: str = ""  # metadata.uid of the job
