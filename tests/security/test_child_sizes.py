@@ -5,14 +5,13 @@ The operator serves every tenant: it must keep of each what it reads, not the wh
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from dtjob import names
 
 from testbed.operator_harness import OperatorProcess
 from testbed.tenancy import ADMIN, Tenant
-from tests.security.test_refusal_events import resident
+from tests.security.process_memory import peak_growth, resident
 
 PODS = 40
 LABELS_A_POD = 6_000  # about 1 MB of labels
@@ -45,13 +44,8 @@ def test_gated_pods_with_the_watchs_labels_and_a_megabyte_of_their_own_cannot_fi
     try:
         for i in range(PODS):
             core.create_namespaced_pod(namespace, padded_pod(f"padded-{i}"))
-        # The watch brings them within a second or two; kept, they would show at once and stay.
-        peak = before
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            peak = max(peak, resident(pid))
-            time.sleep(0.5)
-        assert peak - before < 20_000_000, f"the operator grew by {(peak - before) / 1e6:.0f} MB"
+        grown = peak_growth(pid, before, 20)
+        assert grown < 20_000_000, f"the operator grew by {grown / 1e6:.0f} MB"
         assert operator.proc.poll() is None
     finally:
         for i in range(PODS):  # finalizers: each pod stays until they are off

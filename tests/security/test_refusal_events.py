@@ -5,17 +5,15 @@ job: a forged Pod Security refusal would fail the job at once and free its GPUs 
 
 from __future__ import annotations
 
-import re
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from kubernetes import client, config
 
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import GROUP, PLURAL, VERSION, Jobs, OperatorProcess
 from testbed.tenancy import Tenant, TenantCluster, service_account_token, token_kubeconfig
+from tests.security.process_memory import peak_growth, resident
 
 FORGED = (
     'Error creating: pods "mine-launcher-x" is forbidden: violates PodSecurity "restricted:latest": '
@@ -98,13 +96,6 @@ def test_a_refusal_forged_in_another_namespace_cannot_fail_a_tenants_job(
     assert len(mine.live_workers("mine")) == 2
 
 
-def resident(pid: int) -> int:
-    """VmRSS of a process, in bytes."""
-    match = re.search(r"^VmRSS:\s+(\d+) kB$", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
-    assert match
-    return int(match.group(1)) * 1024
-
-
 def test_refusals_naming_uids_no_job_has_cannot_fill_the_operators_memory(
     cluster: TenantCluster, tenant_b: Tenant, operator: OperatorProcess
 ) -> None:
@@ -126,13 +117,8 @@ def test_refusals_naming_uids_no_job_has_cannot_fill_the_operators_memory(
             last_timestamp=now, source=client.V1EventSource(component="job-controller"),
         ))  # fmt: skip
     try:
-        # The watch brings them within a second; kept, they would show at once and stay.
-        peak = before
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            peak = max(peak, resident(pid))
-            time.sleep(0.5)
-        assert peak - before < 20_000_000, f"the operator grew by {(peak - before) / 1e6:.0f} MB"
+        grown = peak_growth(pid, before, 15)
+        assert grown < 20_000_000, f"the operator grew by {grown / 1e6:.0f} MB"
         assert operator.proc.poll() is None
     finally:
         cluster.core.delete_collection_namespaced_event(namespace)
