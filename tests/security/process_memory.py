@@ -23,3 +23,10 @@ def peak_growth(pid: int, before: int, seconds: float) -> int:
         peak = max(peak, resident(pid))
         time.sleep(0.5)
     return peak - before
+
+
+def peak_resident(pid: int) -> int:
+    """VmHWM of a process, the most it has been resident, in bytes."""
+    match = re.search(r"^VmHWM:\s+(\d+) kB$", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
+    assert match
+    return int(match.group(1)) * 1024

@@ -6,16 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from dtjob.gang import kueue
 from dtjob.names import AVOIDED_NODES_ANNOTATION
-from dtjob.runtime import cached_kube
-from dtjob.runtime.cached_kube import CachedKube
-from dtjob.runtime.child_cache import CHILD_LIST_PAGE, JOBS, PODS, SLICES, ChildCache, projection
-from dtjob.runtime.child_watch import children
+from dtjob.runtime.child_cache import JOBS, PODS, SLICES, ChildCache, projection
 from dtjob.state.observed import pod_state
-
-from tests.unit.recording_kube import RecordingKube, unused_api
 
 NS = "ns"
 
@@ -180,19 +174,3 @@ def test_a_child_as_large_as_the_api_server_takes_is_kept_as_small_as_ours() -> 
     cache = ChildCache()
     assert cache.observe(PODS, body, deleted=False) == (NS, "j")
     assert pod_names(cache) == ["big"]
-
-
-def test_the_childrens_lists_ask_small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A LIST page is decoded whole before each child is cut, so the children's LISTs ask few at a time:
-    the watch's, and the resync's."""
-    assert {w.page_size for w in children("dtjob.io/job-name")} == {CHILD_LIST_PAGE}
-    assert CHILD_LIST_PAGE <= 25
-    sizes: list[int | None] = []
-
-    def pages(*args: Any, page_size: int | None = None, **kwargs: Any) -> tuple[list[Any], str]:
-        sizes.append(page_size)
-        return [], "1"
-
-    monkeypatch.setattr(cached_kube, "list_pages", pages)
-    CachedKube(RecordingKube(), unused_api()).list_children(NS, "dtjob.io/job-name")
-    assert sizes == [CHILD_LIST_PAGE] * 3, sizes

@@ -124,13 +124,9 @@ def test_a_watch_given_a_listed_callback_hands_over_each_list_at_once_projected_
     """The FailedCreate Events' store replaces a namespace's Events from each LIST (those deleted while no
     watch ran go), so it takes a LIST whole; its query is a field selector, not the children's labels."""
     asked: list[tuple[str, str | None, list[tuple[str, str]]]] = []
-    sizes: list[int | None] = []
 
-    def pages(
-        api: Any, kind: str, namespace: str | None, query: list[tuple[str, str]], project: Any, page_size: Any
-    ) -> Any:
+    def pages(api: Any, kind: str, namespace: str | None, query: list[tuple[str, str]], project: Any) -> Any:
         asked.append((kind, namespace, query))
-        sizes.append(page_size)
         return [project(event("a", "team-a", "j1")), project(event("b", "other", "j2"))], "42"
 
     monkeypatch.setattr(child_watch, "list_pages", pages)
@@ -143,7 +139,6 @@ def test_a_watch_given_a_listed_callback_hands_over_each_list_at_once_projected_
     events._loop = Loop()  # type: ignore[assignment]
     assert events._list(EVENTS, None) == "42"
     assert asked == [("Event", None, [("fieldSelector", "involvedObject.kind=Job,reason=FailedCreate")])]
-    assert sizes == [25], "anyone who may post Events sizes them (up to 1.5 MiB): small pages"
     assert [(plural, scope, [e["metadata"]["name"] for e in items]) for plural, scope, items in lists] == [
         ("events", None, ["a"])
     ]

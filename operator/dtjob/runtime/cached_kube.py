@@ -29,7 +29,7 @@ from dtjob.kube.client import Forbidden, Kube
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.rest import METADATA_ONLY, Json, list_pages
 from dtjob.reconcile.reads import PollsLogs
-from dtjob.runtime.child_cache import CHILD_KINDS, CHILD_LIST_PAGE, projection
+from dtjob.runtime.child_cache import CHILD_KINDS, projection
 from dtjob.runtime.job_cache import JobCache
 from dtjob.runtime.log_polls import LogPolls
 from dtjob.runtime.ttl_cache import TtlCache
@@ -201,9 +201,7 @@ class CachedKube:
         return [
             (plural, item)
             for kind, plural in CHILD_KINDS.items()
-            for item in list_pages(
-                self.api_client, kind, namespace, query, projection, page_size=CHILD_LIST_PAGE
-            )[0]
+            for item in list_pages(self.api_client, kind, namespace, query, projection)[0]
         ]
 
     # --- passed through ------------------------------------------------------------------------------

@@ -50,8 +50,6 @@ KEPT_GATES = frozenset({kueue.ADMISSION_GATE})
 OWNERS_KEPT = 4
 # The nodes a worker was kept off, comma-separated: a pool's worth of node names, not an annotation's 256 KiB.
 AVOIDED_NODES_MAX_CHARS = 16 * 1024
-# Items a LIST page of the children asks for: a page is decoded whole before projection() cuts each item.
-CHILD_LIST_PAGE = 25
 
 
 def projection(body: Json) -> dict[str, Any]:

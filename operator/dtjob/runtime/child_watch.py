@@ -31,7 +31,7 @@ from dtjob.kube import wire
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.errors import ApiError
 from dtjob.kube.rest import api_call, list_pages
-from dtjob.runtime.child_cache import CHILD_KINDS, CHILD_LIST_PAGE, projection
+from dtjob.runtime.child_cache import CHILD_KINDS, projection
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -57,18 +57,12 @@ class Watched:
     plural: str
     selector: tuple[str, str] | None  # (the query parameter, its value); None: every object of the kind
     project: Callable[[Mapping[str, Any]], Json]
-    # Items a LIST page asks for; None: the client's own page. A page is decoded whole before `project`
-    # cuts its items, so a kind whose objects anyone may make large asks for fewer.
-    page_size: int | None = None
 
 
 def children(selector: str) -> tuple[Watched, ...]:
     """The operator's children under a label selector, projected for the children's cache."""
     query = ("labelSelector", selector)
-    return tuple(
-        Watched(kind, plural, query, projection, page_size=CHILD_LIST_PAGE)
-        for kind, plural in CHILD_KINDS.items()
-    )
+    return tuple(Watched(kind, plural, query, projection) for kind, plural in CHILD_KINDS.items())
 
 
 class Gone(Exception):
@@ -148,9 +142,7 @@ class ChildWatch:
                 self._stopped.wait(delay)
 
     def _list(self, kind: Watched, namespace: str | None) -> str:
-        items, version = list_pages(
-            self.api_client, kind.kind, namespace, _selecting(kind), kind.project, page_size=kind.page_size
-        )
+        items, version = list_pages(self.api_client, kind.kind, namespace, _selecting(kind), kind.project)
         if self.listed is not None:
             served = [item for item in items if self.serves(_namespace_of(item))]
             self._send(self.listed, kind.plural, namespace, served)

@@ -31,9 +31,6 @@ FIELD_SELECTOR = "involvedObject.kind=Job,reason=FailedCreate"
 MAX_KEPT = 2000
 # The API server's uids are UUIDs (36 characters); a longer one is not a Job's.
 JOB_UID_MAX_CHARS = 64
-# A LIST page is decoded whole before each Event is cut to its projection, and an Event may be 1.5 MiB:
-# 25 of them bound a page to about 40 MiB, where the default page could hold 375.
-EVENT_LIST_PAGE = 25
 
 
 def event_projection(body: Json) -> dict[str, Any]:

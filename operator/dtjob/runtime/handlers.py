@@ -37,7 +37,7 @@ from dtjob.runtime.child_watch import children as child_watches
 from dtjob.runtime.child_watch import scopes as watch_scopes
 from dtjob.runtime.controller import CHILDREN_SELECTOR, Controller, reconcile_threads
 from dtjob.runtime.election import Elector
-from dtjob.runtime.failed_creates import EVENT_LIST_PAGE, FIELD_SELECTOR, event_projection
+from dtjob.runtime.failed_creates import FIELD_SELECTOR, event_projection
 from dtjob.runtime.lease import Leadership
 from dtjob.runtime.log_polls import LogPolls
 from dtjob.spec.managed_by import handled_here, managed_by
@@ -47,9 +47,7 @@ from dtjob.spec.managed_by import handled_here, managed_by
 SHUTDOWN_GRACE_S = 3.0
 log = logging.getLogger(__name__)
 # Why admission refused a launcher's or stager's pod, watched rather than read at each job start.
-FAILED_CREATE_EVENTS = Watched(
-    "Event", "events", ("fieldSelector", FIELD_SELECTOR), event_projection, page_size=EVENT_LIST_PAGE
-)
+FAILED_CREATE_EVENTS = Watched("Event", "events", ("fieldSelector", FIELD_SELECTOR), event_projection)
 # The jobs, whole: a reconcile reads its job from the copy the watch keeps.
 JOBS = Watched(KIND, PLURAL, None, dict)
 
