@@ -9,9 +9,7 @@ from pathlib import Path
 
 def resident(pid: int) -> int:
     """VmRSS of a process, in bytes."""
-    match = re.search(r"^VmRSS:\s+(\d+) kB$", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
-    assert match
-    return int(match.group(1)) * 1024
+    return _status_bytes(pid, "VmRSS")
 
 
 def peak_growth(pid: int, before: int, seconds: float) -> int:
@@ -27,6 +25,11 @@ def peak_growth(pid: int, before: int, seconds: float) -> int:
 
 def peak_resident(pid: int) -> int:
     """VmHWM of a process, the most it has been resident, in bytes."""
-    match = re.search(r"^VmHWM:\s+(\d+) kB$", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
-    assert match
+    return _status_bytes(pid, "VmHWM")
+
+
+def _status_bytes(pid: int, field: str) -> int:
+    """One of a process's memory figures in /proc/PID/status (kB there), in bytes."""
+    match = re.search(rf"^{field}:\s+(\d+) kB$", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
+    assert match, f"no {field} for process {pid}"
     return int(match.group(1)) * 1024

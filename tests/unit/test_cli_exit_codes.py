@@ -5,15 +5,16 @@ a kubeconfig that cannot be loaded. A stand-in API server on loopback answers wi
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 import yaml
 from dtjob.cli.main import EXIT_CODES, build_parser, main
 from dtjob.contract.transfer_report import ExitCode
+
+from tests.unit.local_server import serving
 
 COMMANDS = [
     ["status", "r50"],
@@ -44,14 +45,8 @@ def api_server() -> Iterator[tuple[str, type[Answer]]]:
         def log_message(self, *_args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", Answer
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, Answer
 
 
 def kubeconfig(tmp_path: Path, server: str, namespace: str | None = None) -> str:

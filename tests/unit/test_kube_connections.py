@@ -4,16 +4,17 @@ creates, deletes and events over one connection, not a new TCP connection and TL
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
 from dtjob.kube.client import KubeClient
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.credentials import Credentials
+
+from tests.unit.local_server import serving
 
 
 class ApiServerStandIn(BaseHTTPRequestHandler):
@@ -41,15 +42,9 @@ class ApiServerStandIn(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def kube() -> Iterator[KubeClient]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ApiServerStandIn)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    credentials = Credentials(server=f"http://127.0.0.1:{server.server_address[1]}")
     ApiServerStandIn.connections = set()
-    try:
-        yield KubeClient(ApiClient(credentials, (5, 5), retries=False))
-    finally:
-        server.shutdown()
+    with serving(ApiServerStandIn) as url:
+        yield KubeClient(ApiClient(Credentials(server=url), (5, 5), retries=False))
 
 
 def test_unread_answers_release_their_connection(kube: KubeClient) -> None:

@@ -6,9 +6,8 @@ dropped unread and asked again smaller."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlparse
 
@@ -16,6 +15,8 @@ import pytest
 from dtjob.kube import rest as kube
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.credentials import Credentials
+
+from tests.unit.local_server import serving
 
 
 class ListingStandIn(BaseHTTPRequestHandler):
@@ -52,14 +53,9 @@ class ListingStandIn(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def api() -> Iterator[ApiClient]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ListingStandIn)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     ListingStandIn.asked, ListingStandIn.connections = [], set()
-    try:
-        yield ApiClient(Credentials(server=f"http://127.0.0.1:{server.server_address[1]}"), (5, 5), False)
-    finally:
-        server.shutdown()
+    with serving(ListingStandIn) as url:
+        yield ApiClient(Credentials(server=url), (5, 5), False)
 
 
 def pod(i: int, padding: int = 100) -> dict[str, Any]:

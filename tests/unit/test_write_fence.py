@@ -6,10 +6,9 @@ does; the client is the operator's own, connected as the operator connects."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 
@@ -17,6 +16,8 @@ import pytest
 from dtjob.fence import NotLeader
 from dtjob.kube.client import KubeClient
 from dtjob.kube.connect import connect
+
+from tests.unit.local_server import serving
 
 
 class Overloaded(BaseHTTPRequestHandler):
@@ -67,12 +68,8 @@ class Hold:
 @pytest.fixture
 def server() -> Iterator[str]:
     Overloaded.arrivals, Overloaded.refusals, Overloaded.stall_s = [], 0, 0.0
-    stand_in = ThreadingHTTPServer(("127.0.0.1", 0), Overloaded)
-    threading.Thread(target=stand_in.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{stand_in.server_address[1]}"
-    finally:
-        stand_in.shutdown()
+    with serving(Overloaded) as url:
+        yield url
 
 
 @pytest.fixture
