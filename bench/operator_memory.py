@@ -145,9 +145,8 @@ def mpi_operator_at_scale(
     operator = MpiOperatorProcess(binary / "mpi-operator", kubeconfig, namespace, flags,
                                   Path(f"/tmp/{namespace}-mpi-operator.log"))  # fmt: skip
     try:
-        operator.start()
+        operator.start_as_leader(api)
         assert operator.proc is not None
-        time.sleep(3.0)
         start = time.monotonic()
         for i in range(count):
             custom.create_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs",

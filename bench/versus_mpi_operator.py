@@ -50,6 +50,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ REPO = Path(__file__).resolve().parents[1]
 MPI_OPERATOR_VERSION = os.environ.get("MPI_OPERATOR_VERSION", "v0.8.2")
 MPI_JOB_LABEL = "training.kubeflow.org/job-name"
 LOCK_NAMESPACE = "mpi-operator"
+LOCK_NAME = "mpi-operator"  # its Lease, in LOCK_NAMESPACE
 LAUNCHER_SUFFIX = "-launcher"
 POOL_LABEL = "kubernetes.azure.com/agentpool"
 SYSTEM_PODS_SPARE = 20  # the system pool's own pods (DNS, the bench's) beside the launchers
@@ -246,6 +248,41 @@ class MpiOperatorProcess:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=env)
 
+    def start_as_leader(self, api: client.ApiClient, timeout_s: float = 60.0) -> None:
+        """Starts it on a lock no earlier process holds, and returns once it leads.
+
+        client-go's leader election counts a held Lease's duration from when the candidate first saw it, not
+        from the holder's last renewal, and mpi-operator does not release its Lease on exit: a process
+        started on the Lease of the previous run's process idled 15 s before it reconciled anything, inside
+        the measured time. The previous process has stopped, so deleting its Lease is what a release would
+        have done.
+        """
+        leases = client.CoordinationV1Api(api)
+        try:
+            leases.delete_namespaced_lease(LOCK_NAME, LOCK_NAMESPACE)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+        self.start()
+        assert self.proc is not None
+        proc = self.proc
+
+        def leads() -> bool:
+            if proc.poll() is not None:
+                raise SystemExit(f"mpi-operator exited: see {self.log}")
+            try:
+                return bool(leases.read_namespaced_lease(LOCK_NAME, LOCK_NAMESPACE).spec.holder_identity)
+            except client.ApiException as e:
+                if e.status == 404:
+                    return False
+                raise
+
+        wait_for(leads, timeout=timeout_s, interval=0.2, what="mpi-operator holding its Lease")
+        time.sleep(1.0)  # its informers sync on an empty namespace before the jobs arrive
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.terminate()
@@ -258,7 +295,7 @@ class MpiOperatorProcess:
 
 def measure(
     api: client.ApiClient, name: str, namespace: str, pid: int, create: Any, count: int, workers: int,
-    label: str, admin_kubeconfig: str,
+    label: str, admin_kubeconfig: str, alive: Callable[[], bool] | None = None,
 ) -> Result:  # fmt: skip
     seen = Watched(label)
     stop = threading.Event()
@@ -274,6 +311,10 @@ def measure(
     total_pods = count * (1 + workers)
 
     def done() -> bool:
+        # An operator that exits mid-run (mpi-operator does when it misses a Lease renewal) fails the run
+        # at once, rather than after the wait's 15 minutes.
+        if alive is not None and not alive():
+            raise SystemExit(f"{name} exited during the run")
         with seen.lock:
             return len(seen.launchers) >= count and len(seen.pods) >= total_pods
 
@@ -338,18 +379,15 @@ def mpi_run(
     log = Path(f"/tmp/{namespace}-mpi-operator.log")
     operator = MpiOperatorProcess(binary, kubeconfig, namespace, flags, log)
     try:
-        operator.start()
+        operator.start_as_leader(api)
         assert operator.proc is not None
-        time.sleep(3.0)  # its informers sync and it takes the lease before the jobs arrive
-        if operator.proc.poll() is not None:
-            raise SystemExit(f"mpi-operator exited: see {operator.log}")
 
         def create(job: str) -> None:
             custom.create_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs",
                                                    mpi_job(job, workers))  # fmt: skip
 
         return measure(api, name, namespace, operator.proc.pid, create, count, workers, MPI_JOB_LABEL,
-                       admin_kubeconfig)  # fmt: skip
+                       admin_kubeconfig, alive=operator.alive)  # fmt: skip
     finally:
         operator.stop()
         delete_namespace(core, namespace)
@@ -378,8 +416,9 @@ def dtjob_run(
             jobs.create(job, workers=workers, gpusPerWorker=1, launcher={"podAnnotations": RUN_FOREVER})
 
         pid = operator.proc.pid
+        proc = operator.proc
         result = measure(api, "dtjob", namespace, pid, create, count, workers, names.JOB_NAME_LABEL,
-                         admin_kubeconfig)  # fmt: skip
+                         admin_kubeconfig, alive=lambda: proc.poll() is None)  # fmt: skip
         # What its liveness endpoint says then, and how long until its queue is empty (every job Running).
         depth = (operator.probes() or {}).get("queue")
         start = time.monotonic()
