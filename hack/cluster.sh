@@ -9,6 +9,9 @@
 # Pool shape: SYSTEM_POOL_SIZE, GPU_POOL_SIZE, GPU_VM_SIZE, SYSTEM_VM_SIZE (see hack/sim_nodes.py); CLUSTER_APF=1
 # keeps the API server's request limits and API Priority and Fairness on; SIM_MANY_PODS=1 has kwok play pods'
 # stages 32 at a time (hack/kwok/many-pods.yaml), for benchmarks of thousands of pods.
+# CONTROLLER_MANAGER_QPS=N gives kube-controller-manager's controllers a client rate of N a second (burst 2N)
+# in place of Kubernetes' default 20: its Job controller makes every launcher Job's pod, for both operators a
+# benchmark compares.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -32,6 +35,11 @@ source "$here/kwokctl-create.sh"
 # a real cluster (bench.api_requests counts a client's requests by the FlowSchemas that classify them).
 qps_flags=(--disable-qps-limits)
 [[ ${CLUSTER_APF:-} == 1 ]] && qps_flags=()
+if [[ -n ${CONTROLLER_MANAGER_QPS:-} ]]; then
+  [[ $CONTROLLER_MANAGER_QPS =~ ^[1-9][0-9]*$ ]] || { echo "CONTROLLER_MANAGER_QPS: a whole number of requests a second, not '$CONTROLLER_MANAGER_QPS'" >&2; exit 2; }
+  qps_flags+=(--extra-args "kube-controller-manager=kube-api-qps=$CONTROLLER_MANAGER_QPS"
+             --extra-args "kube-controller-manager=kube-api-burst=$((2 * CONTROLLER_MANAGER_QPS))")
+fi
 # A cluster remembers the hash of the configuration and binaries it was created from; `up` recreates it when
 # they change, so an edited Stage or a new pinned version takes effect.
 config_hash=$( (cat "${configs[@]}" "$here/versions.env"; echo "${qps_flags[*]}") | sha256sum | cut -c1-16)
