@@ -17,6 +17,9 @@ WORLD_SIZE_LABEL = f"{API_GROUP}/world-size"
 # Pods that are MPI hosts, selected by the NetworkPolicies (workers, plus the launcher when it runs ranks).
 MPI_HOST_LABEL = f"{API_GROUP}/mpi-host"
 MANAGED_BY = "dtjob-operator"
+# The launcher Job is made with its world; this scheduling gate holds each of its pods until every worker is
+# Ready, when the operator takes it off (the pod is already there: no wait for the Job controller then).
+LAUNCH_GATE = f"{API_GROUP}/workers-ready"
 # On a worker pod: the nodes the operator kept it off (their conditions said they could not keep a worker),
 # comma-separated, as its affinity says; a pod still unbound when one of them recovers is made again.
 AVOIDED_NODES_ANNOTATION = f"{API_GROUP}/avoided-nodes"

@@ -187,7 +187,8 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_gpus_are_freed(
         if c.type == "PodScheduled" and c.status == "False"
     ]  # fmt: skip
     assert verdicts, "no scheduling verdict on any worker"
-    assert jobs.launcher("gang") is None
+    # The launcher Job came with the world; its pod is held off every node until the workers are Ready.
+    assert all(p.spec.scheduling_gates and not p.spec.node_name for p in jobs.pods("gang", "launcher"))
     assert free_gpus(core_v1) == 8
 
     # The other workload ends: the gang is placed at once, then the launcher (in the group, not counted).

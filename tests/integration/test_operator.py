@@ -65,24 +65,29 @@ def test_happy_path_to_succeeded(jobs: Jobs, operator: OperatorProcess) -> None:
     assert {"Running", "LauncherSucceeded"} <= reasons and not {"Pending", "Starting"} & reasons, reasons
 
 
-def test_launcher_absent_until_every_worker_ready(jobs: Jobs, operator: OperatorProcess) -> None:
+def test_launcher_held_until_every_worker_ready(jobs: Jobs, operator: OperatorProcess) -> None:
     jobs.create("gate", worker={"podAnnotations": {"sim.dtjob.io/ready-after": "6s"}})
     wait_for(lambda: len(jobs.pods("gate", "worker")) == 2, timeout=60, what="worker pods created")
-    # While the workers are scheduled but not Ready, the job waits and no launcher exists.
+    # While the workers are scheduled but not Ready, the job waits; its launcher Job, made with the world,
+    # has a pod that the operator's gate holds off every node.
     status = jobs.wait_phase("gate", "Starting", "Pending")
-    assert jobs.launcher("gate") is None
     assert status["workersReady"] == "0/2"
+    held = wait_for(lambda: jobs.pods("gate", "launcher"), timeout=30, what="the launcher's pod")[0]
+    assert [g.name for g in held.spec.scheduling_gates or ()] == ["dtjob.io/workers-ready"]
+    assert not held.spec.node_name
     jobs.wait_phase("gate", "Running", "Succeeded", timeout=120)
-    launcher = jobs.launcher("gate")
-    assert launcher is not None
+    launchers = jobs.pods("gate", "launcher")
+    assert [p.metadata.uid for p in launchers] == [held.metadata.uid]  # released, not made again
+    assert not launchers[0].spec.scheduling_gates
     ready_times = [
         c.last_transition_time
         for p in jobs.pods("gate", "worker")
         for c in p.status.conditions or []
         if c.type == "Ready" and c.status == "True"
     ]
-    assert len(ready_times) == 2
-    assert launcher.metadata.creation_timestamp >= max(ready_times)
+    placed = [c.last_transition_time for c in launchers[0].status.conditions if c.type == "PodScheduled"]
+    assert len(ready_times) == 2 and len(placed) == 1
+    assert placed[0] >= max(ready_times)
 
 
 def test_worker_failure_restarts_then_recovers(jobs: Jobs, operator: OperatorProcess) -> None:

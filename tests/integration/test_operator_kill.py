@@ -103,8 +103,8 @@ def test_killed_between_the_workers_and_the_launcher(
             at_kill["workers"] = sorted(history.created("Pod", role("worker")).values())
             at_kill["launchers"] = len(history.created("Job", role("launcher")))
 
-        # As soon as the first worker pod exists: the operator is creating the world; workers turn Ready only
-        # after 8 s, so no launcher can exist yet.
+        # As soon as the first worker pod exists: the operator is creating the world (its launcher Job comes
+        # after the workers); workers turn Ready only after 8 s, so no launcher's pod can have been released.
         killed = history.when(lambda e: e.kind == "Pod" and role("worker")(e), kill)
         jobs.create(
             "split",
@@ -112,7 +112,6 @@ def test_killed_between_the_workers_and_the_launcher(
             launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "5s"}},
         )
         assert killed.wait(60), "no worker pod was created"
-        assert at_kill["launchers"] == 0, at_kill
         operators()
         status = jobs.wait_phase("split", "Succeeded", "Failed", timeout=120)
         assert status["phase"] == "Succeeded", status
@@ -127,7 +126,9 @@ def test_killed_between_the_workers_and_the_launcher(
     _one_per_name(history, "Secret", mine)  # the SSH key pair was generated once
     # The world that ran is the one created before the kill: one attempt, both workers of it.
     assert {e.labels["dtjob.io/attempt"] for e in history.of("Pod", mine)} == {"0"}
-    print(f"killed with {len(at_kill['workers'])} worker pod(s) created: {at_kill['workers']}")
+    print(
+        f"killed with {len(at_kill['workers'])} worker pod(s), {at_kill['launchers']} launcher Job(s) created"
+    )
 
 
 @pytest.mark.azure

@@ -128,7 +128,8 @@ def test_a_world_that_fits_no_single_rack_waits_and_says_why(
     assert len(placed) == 2 and len({racks[node] for node in placed.values()}) == 1, placed
     pending = [p for p in jobs.pods("toobig", "worker") if not p.spec.node_name]
     assert len(pending) == 1 and pending[0].status.phase == "Pending"
-    assert jobs.launcher("toobig") is None
+    # Its launcher's pod, made with the world, stays held off every node: no worker there is Ready for it.
+    assert all(p.spec.scheduling_gates and not p.spec.node_name for p in jobs.pods("toobig", "launcher"))
 
 
 def domains(assignment: dict[str, Any]) -> list[list[str]]:

@@ -8,8 +8,8 @@ from bench.job_stages import JobTimeline, report, timelines
 
 
 def watched(job: str, t0: float, slow_node: float = 0.0) -> dict[str, Any]:
-    """One job of two workers: created at t0, workers at +1, bound at +2, Ready at +3 (+ slow_node), launcher
-    Job +1 later, its pod +1 later, running +1 later."""
+    """One job of two workers: created at t0, workers at +1, bound at +2, Ready at +3 (+ slow_node), its
+    launch (the launcher Job made) +1 later, its pod +1 later, running +1 later."""
     ready = t0 + 3 + slow_node
     workers = [f"{job}-worker-0", f"{job}-worker-1"]
     launcher = f"{job}-launcher-abc"
@@ -18,7 +18,7 @@ def watched(job: str, t0: float, slow_node: float = 0.0) -> dict[str, Any]:
         "pods": {**{w: t0 + 1 for w in workers}, launcher: ready + 2},
         "bound": {**{w: t0 + 2 for w in workers}, launcher: ready + 2.5},
         "ready": {job: {w: ready for w in workers}},
-        "launchers": {job: ready + 1},
+        "launches": {job: ready + 1},
         "running": {job: {**{w: ready for w in workers}, launcher: ready + 3}},
     }
 
@@ -41,10 +41,18 @@ def test_each_stage_ends_at_its_milestone_timed_from_the_origin() -> None:
 
 def test_a_job_missing_a_milestone_is_left_out() -> None:
     seen = watched("a", 0.0)
-    del seen["launchers"]["a"]
+    del seen["launches"]["a"]
     assert timelines({"a": 0.0}, workers=2, origin=0.0, **seen) == {}
     seen = watched("a", 0.0)
     assert timelines({"a": 0.0}, workers=3, origin=0.0, **seen) == {}  # a worker never seen
+
+
+def test_a_launcher_pod_made_before_its_launch_waits_no_time_for_the_job_controller() -> None:
+    # dtjob's: the pod made with the world (at +1.5), held, and released 1 s after the workers were Ready.
+    seen = watched("a", 0.0)
+    seen["pods"]["a-launcher-abc"] = 1.5
+    jobs = timelines({"a": 0.0}, workers=2, origin=0.0, **seen)
+    assert jobs["a"].stage_s() == [1.0, 1.0, 1.0, 1.0, 0.0, 2.0]
 
 
 def test_the_report_names_the_stage_the_slowest_jobs_waited_in_and_their_place() -> None:

@@ -28,3 +28,20 @@ def test_a_pod_is_stamped_when_first_seen_bound_running_and_ready_and_never_agai
     assert seen.running == {"j": {"j-worker-0": 4.0, "j-launcher-x": 5.0}}
     assert seen.ready == {"j": {"j-worker-0": 4.0}}  # only workers count towards the launcher's latency
     assert seen.last_pod_at == 5.0
+
+
+def test_a_held_launcher_pods_launch_is_when_it_was_first_seen_without_the_gate() -> None:
+    seen = Watched("job")
+    seen.job({"metadata": {"name": "j-launcher"}}, 1.0)  # made with the world
+    held = pod("j-launcher-x")
+    held["spec"]["schedulingGates"] = [{"name": "dtjob.io/workers-ready"}]
+    seen.pod(held, 2.0)
+    assert seen.launches() == {"j": 1.0}  # not launched yet: the Job alone
+    seen.pod(pod("j-launcher-x"), 6.0)
+    seen.pod(pod("j-launcher-x", node="n2"), 7.0)
+    assert seen.launches() == {"j": 6.0}
+    # An MPIJob's launcher pod, never gated: its launch is its Job's creation.
+    other = Watched("job")
+    other.job({"metadata": {"name": "j-launcher"}}, 5.0)
+    other.pod(pod("j-launcher-x"), 6.0)
+    assert other.launches() == {"j": 5.0}

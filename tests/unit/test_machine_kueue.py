@@ -4,6 +4,7 @@ admits it again; pods of ours that Kueue's finalizer would hold are released onc
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,7 +64,10 @@ def test_gated_workers_wait_for_admission_and_say_so() -> None:
     d = decide(job_spec(**QUEUED), Observed(pods=(gated(0), gated(1))), JobStatus(phase="Pending"), NOW)
     assert d.status.phase == "Pending"
     assert d.status.message == "0/2 workers ready; 2 worker pod(s) wait for admission by Kueue"
-    assert not any(isinstance(a, CreateLauncher) for a in d.actions)
+    assert not any(isinstance(a, CreateLauncher) for a in d.actions)  # a queued world holds no more pods
+    admitted = (replace(gated(0), gated=False), replace(gated(1), gated=False))
+    d = decide(job_spec(**QUEUED), Observed(pods=admitted), d.status, NOW)
+    assert d.actions == [CreateLauncher(0)]
 
 
 def test_a_preemption_suspends_the_world_without_spending_the_backoff_limit() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from dtjob.machine import decide, with_results
 from dtjob.machine.stale import FORCE_DELETE_AFTER
 from dtjob.reconcile.job import reconcile
-from dtjob.state.decision import CreateWorker, EnsureWorld, ForceDeletePod, PodForceDeleted
+from dtjob.state.decision import CreateLauncher, CreateWorker, EnsureWorld, ForceDeletePod, PodForceDeleted
 from dtjob.state.observed import Children, LauncherState, Observed, PodState, observe_children
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
@@ -71,7 +71,7 @@ def test_the_loss_is_counted_once_while_the_old_pod_lingers() -> None:
     lingering = worker(1, deleting=True, deletion_deadline=NOW + timedelta(seconds=20), disruption=EVICTED)
     d = decide(job_spec(), Observed(pods=(lingering,)), prev, NOW)
     assert d.status.restarts == 1 and d.status.phase == "Restarting"
-    assert d.actions == [EnsureWorld(), CreateWorker(0, 1)]
+    assert d.actions == [EnsureWorld(), CreateWorker(0, 1), CreateLauncher(1)]
     assert "waiting for 1 old pod(s) to terminate" in d.status.message
 
 
@@ -87,9 +87,9 @@ def test_a_pod_stuck_terminating_past_its_grace_period_is_force_deleted() -> Non
     later = NOW + FORCE_DELETE_AFTER
     d = decide(job_spec(), Observed(pods=(worker(0, attempt=1), stuck)), prev, later)
     overdue = (later - deadline).total_seconds()
-    assert d.actions == [ForceDeletePod("rn50-worker-1", "uid-w1-a0", overdue)]
+    assert d.actions == [ForceDeletePod("rn50-worker-1", "uid-w1-a0", overdue), CreateLauncher(1)]
     gone = decide(job_spec(), Observed(pods=(worker(0, attempt=1),)), prev, later)
-    assert gone.actions == [EnsureWorld(), CreateWorker(1, 1)]
+    assert gone.actions == [EnsureWorld(), CreateWorker(1, 1), CreateLauncher(1)]
     # A pod that is still within its grace period is left to its kubelet.
     fresh = replace(stuck, deletion_deadline=NOW + timedelta(seconds=25))
     d = decide(job_spec(), Observed(pods=(worker(0, attempt=1), fresh)), prev, NOW)

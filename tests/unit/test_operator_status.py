@@ -14,6 +14,7 @@ from dtjob.state.decision import (
     DeleteLauncher,
     DeletePod,
     EnsureWorld,
+    ReleaseLauncher,
     UploadLogs,
 )
 from dtjob.state.observed import Blocker, LauncherState, Observed, PodState
@@ -43,15 +44,24 @@ def launcher(attempt: int = 0, **kw: Any) -> LauncherState:
     return LauncherState(attempt=attempt, **defaults)
 
 
+def held(pod: bool = True) -> LauncherState:
+    """A launcher Job made with its world, its pod (when the Job controller has made it) still gated."""
+    gated = PodState(name="rn50-launcher-x", role="launcher", attempt=0, index=None, phase="Pending",
+                     scheduled=False, ready=False, deleting=False, reason=None, uid="uid-launcher",
+                     held=True)  # fmt: skip
+    return launcher(running=False, held=True, held_pod=gated if pod else None)
+
+
 def started(**kw: Any) -> JobStatus:
     return JobStatus(
         phase=kw.pop("phase", "Running"), start_time=format_time(NOW - timedelta(seconds=10)), **kw
     )
 
 
-def test_new_job_creates_world_and_workers_but_no_launcher() -> None:
+def test_new_job_creates_world_workers_and_its_held_launcher() -> None:
     d = decide(job_spec(), Observed(generation=1), JobStatus(), NOW)
-    assert d.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0)]
+    assert d.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0), CreateLauncher(0)]
+    assert d.status.launcher_state == "Pending"
     assert d.status.phase == "Pending"
     assert d.status.start_time == format_time(NOW)
     assert d.status.is_true("Created")
@@ -121,24 +131,60 @@ def test_a_new_worlds_status_holds_once_its_workers_exist() -> None:
     # Written before the creates, it already says what the pass after them would: no second status write.
     spec = job_spec()
     first = decide(spec, Observed(), JobStatus(), NOW)
-    assert first.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0)]
+    assert first.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0), CreateLauncher(0)]
     assert first.status.message == "0/2 workers ready"
     created = (worker(0, phase="Pending", ready=False), worker(1, phase="Pending", ready=False))
-    after = decide(spec, Observed(pods=created), first.status, NOW)
+    after = decide(spec, Observed(pods=created, launcher=held()), first.status, NOW)
     assert after.actions == [] and after.status == first.status
     # A worker replaced in a world that has the others says so.
-    d = decide(spec, Observed(pods=created[:1]), first.status, NOW)
+    d = decide(spec, Observed(pods=created[:1], launcher=held()), first.status, NOW)
     assert d.actions == [EnsureWorld(), CreateWorker(1, 0)]
     assert d.status.message == "0/2 workers ready; creating 1 worker pod(s)"
 
 
 def test_launcher_waits_for_every_worker_ready() -> None:
     spec = job_spec()
-    obs = Observed(pods=(worker(0), worker(1, ready=False, reason="ContainersNotReady")))
+    obs = Observed(pods=(worker(0), worker(1, ready=False, reason="ContainersNotReady")), launcher=held())
     d = decide(spec, obs, started(phase="Pending"), NOW)
-    assert not any(isinstance(a, CreateLauncher) for a in d.actions)
-    assert d.status.phase == "Starting"
+    assert d.actions == []  # the launcher's pod stays held
+    assert d.status.phase == "Starting" and d.status.launcher_state == "Pending"
     assert "1/2 workers ready" in d.status.message and "rn50-worker-1" in d.status.message
+
+
+def test_every_worker_ready_releases_the_held_launcher_pod() -> None:
+    spec = job_spec()
+    d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=held()), started(phase="Starting"), NOW)
+    assert d.actions == [ReleaseLauncher("rn50-launcher-x", "uid-launcher")]
+    assert d.status.phase == "Starting" and d.status.message == "all workers ready; launcher starting"
+    # The Job controller has not made its pod yet: nothing to release until it has.
+    d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=held(pod=False)), d.status, NOW)
+    assert d.actions == []
+
+
+def test_a_workers_edit_before_the_launch_makes_the_held_launcher_again_for_the_new_size() -> None:
+    spec = job_spec(workers=3)
+    prev = started(phase="Starting")
+    made_for_two = replace(held(), world_size=2)
+    d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=made_for_two), prev, NOW)
+    assert d.actions == [DeleteLauncher(), EnsureWorld(), CreateWorker(2, 0)]
+    gone = decide(spec, Observed(pods=(worker(0), worker(1), worker(2))), d.status, NOW)
+    assert gone.actions == [CreateLauncher(0)]
+    # Once launched, the world keeps its size: the edit waits for the next world.
+    launched = replace(launcher(), world_size=2)
+    d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=launched), started(), NOW)
+    assert d.actions == [] and d.status.phase == "Running"
+
+
+def test_a_worker_gone_before_the_launch_is_made_again_not_a_broken_world() -> None:
+    prev = started(phase="Starting")
+    d = decide(job_spec(), Observed(pods=(worker(0),), launcher=held()), prev, NOW)
+    assert d.actions == [EnsureWorld(), CreateWorker(1, 0)] and d.status.restarts == 0
+    # Once released, the launch has begun: a worker gone breaks the world.
+    released = launcher(running=False)
+    d = decide(job_spec(), Observed(pods=(worker(0),), launcher=released), prev, NOW)
+    assert d.status.restarts == 1
+    cond = d.status.condition("Restarting")
+    assert cond is not None and cond.reason == "WorkerLost"
 
 
 def test_unscheduled_worker_keeps_pending_with_reason() -> None:
@@ -196,10 +242,10 @@ def test_restart_waits_for_old_pods_then_recreates_with_new_attempt() -> None:
     assert waiting.status.phase == "Restarting"
     assert "old pod" in waiting.status.message
     gone = decide(spec, Observed(), prev, NOW)
-    assert gone.actions == [EnsureWorld(), CreateWorker(0, 1), CreateWorker(1, 1)]
+    assert gone.actions == [EnsureWorld(), CreateWorker(0, 1), CreateWorker(1, 1), CreateLauncher(1)]
     # A stale pod of attempt 0 that is not yet deleting gets deleted, and its name is not reused yet.
     stale = decide(spec, Observed(pods=(worker(0, attempt=0),)), prev, NOW)
-    assert stale.actions == [DeletePod("rn50-worker-0"), EnsureWorld(), CreateWorker(1, 1)]
+    assert stale.actions == [DeletePod("rn50-worker-0"), EnsureWorld(), CreateWorker(1, 1), CreateLauncher(1)]
 
 
 def test_recovery_after_restart_is_running_again() -> None:
@@ -282,7 +328,7 @@ def test_suspend_deletes_pods_keeps_job_and_resume_recreates() -> None:
     assert set(d.actions) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), DeleteLauncher()}
     assert d.status.start_time is None
     resumed = decide(job_spec(), Observed(), d.status, NOW)
-    assert resumed.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0)]
+    assert resumed.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0), CreateLauncher(0)]
     assert not resumed.status.is_true("Suspended")
     assert any(e.reason == "Resumed" for e in resumed.events)
     assert resumed.status.restarts == 0

@@ -54,8 +54,11 @@ def test_a_new_job_records_its_intent_then_creates_its_world() -> None:
         ("create", "Service", "rn50-workers"),
         ("create", "Pod", "rn50-worker-0"),
         ("create", "Pod", "rn50-worker-1"),
+        ("create", "Job", "rn50-launcher"),
     ]
-    # Before the first world: the preflight lookups, and no launcher until the workers are Ready.
+    # Before the first world: the preflight lookups. The launcher Job comes with the workers; its pod is held.
+    template = kube.objects[("Job", "ml", "rn50-launcher")]["spec"]["template"]["spec"]
+    assert template["schedulingGates"] == [{"name": "dtjob.io/workers-ready"}]
     assert ("list", "Node", "kubernetes.azure.com/agentpool=gpu") in kube.calls
     assert requeue is None
     status = kube.objects[(JOB, "ml", "rn50")]["status"]
@@ -357,12 +360,13 @@ def test_a_pass_that_only_moves_the_status_on_says_the_job_is_settled_at_its_wri
     assert kube.settled == {}, "it created the world: the pods' events bring the next pass"
     pods = tuple(scheduled(kube.objects[("Pod", "ml", f"rn50-worker-{i}")]) for i in range(2))
     before = len(kube.writes())
-    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods), NOW)
+    launcher = kube.objects[("Job", "ml", "rn50-launcher")]
+    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods, launcher=launcher), NOW)
     assert kube.writes()[before:] == [("patch-status", JOB, "rn50")]
     job = kube.objects[(JOB, "ml", "rn50")]
     assert job["status"]["phase"] == "Starting"
     assert kube.settled == {("ml", "rn50"): job["metadata"]["resourceVersion"]}
     # A pass that writes nothing has no write to settle at.
     kube.settled.clear()
-    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods), NOW)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods, launcher=launcher), NOW)
     assert kube.writes()[before + 1 :] == [] and kube.settled == {}

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from dtjob.machine import decide
 from dtjob.machine.refusals import POD_SECURITY_VIOLATION, RETRY_SECONDS, create_forbidden
-from dtjob.state.decision import CreateWorker, EnsureWorld
-from dtjob.state.observed import Observed, PodState
+from dtjob.state.decision import CreateLauncher, CreateWorker, EnsureWorld
+from dtjob.state.observed import LauncherState, Observed, PodState
 from dtjob.state.status import CREATE_FORBIDDEN, JobStatus
 
 from tests.unit.operator_fixtures import job_spec
@@ -50,7 +50,7 @@ def test_decide_keeps_the_refusal_in_view_while_it_retries_the_create() -> None:
     worker0 = PodState(name="rn50-worker-0", role="worker", attempt=0, index=0, phase="Pending",
                        scheduled=False, ready=False, deleting=False, reason=None)  # fmt: skip
     d = decide(job_spec(), Observed(pods=(worker0,), generation=1), refused, NOW)
-    assert d.actions == [EnsureWorld(), CreateWorker(1, 0)]  # tried again...
+    assert d.actions == [EnsureWorld(), CreateWorker(1, 0), CreateLauncher(0)]  # tried again...
     assert d.status.message == refused.message  # ...without claiming "creating 1 worker pod(s)"
     assert d.status.condition("Created") == refused.condition("Created")
     assert d.events == []
@@ -63,7 +63,11 @@ def test_once_the_create_succeeds_the_world_counts_as_created() -> None:
                  ready=False, deleting=False, reason=None)
         for i in range(2)
     )  # fmt: skip
+    # The refused create stopped the pass before the launcher Job: it comes next, the refusal still named.
     d = decide(job_spec(), Observed(pods=pods, generation=1), refused, NOW)
+    assert d.actions == [CreateLauncher(0)] and "exceeded quota" in d.status.message
+    held = LauncherState(attempt=0, deleting=False, running=False, succeeded=False, failed=False, held=True)
+    d = decide(job_spec(), Observed(pods=pods, launcher=held, generation=1), refused, NOW)
     assert d.actions == []
     assert d.status.is_true("Created") and "exceeded quota" not in d.status.message
 

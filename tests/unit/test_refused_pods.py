@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from dtjob.machine import decide
 from dtjob.machine.refused_pods import refused_pod
 from dtjob.state.decision import DeletePod
-from dtjob.state.observed import CreateRefusal, LauncherState, Observed, PodState
+from dtjob.state.failed_create import CreateRefusal
+from dtjob.state.observed import LauncherState, Observed, PodState
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 

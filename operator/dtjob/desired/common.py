@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dtjob import API_GROUP, API_VERSION, KIND
-from dtjob.names import Access
+from dtjob.names import LAUNCH_GATE, Access
 
 Json = dict[str, Any]
 
@@ -29,6 +29,13 @@ SAS_MOUNT_ROOT = "/var/run/dtjob"
 TRAINING_UID = 1000
 # The stager image's user and group (images/stager/Dockerfile: `USER 65532:65532`); it must match it.
 STAGER_UID = 65532
+
+
+def held_until_workers_ready(pod_spec: Mapping[str, Any]) -> Json:
+    """The launcher's pod spec held by the operator's gate until every worker is Ready. The gate goes first,
+    where the release looks for it; a template's own gates stay after it (and hold the pod too)."""
+    others = [g for g in pod_spec.get("schedulingGates") or () if g.get("name") != LAUNCH_GATE]
+    return {**pod_spec, "schedulingGates": [{"name": LAUNCH_GATE}, *others]}
 
 
 def sas_mount_path(access: Access) -> str:

@@ -23,6 +23,7 @@ from dtjob.desired.common import (
     TRAINING_UID,
     Json,
     container_security_context,
+    held_until_workers_ready,
     metadata,
     pod_security_context,
     sas_mount_path,
@@ -182,9 +183,9 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     _common_pod_spec(spec, pod_spec, gpu_placement=on_gpu)
     _pull_secrets(spec, spec.launcher.pod, pod_spec)
     pod_spec, annotations = _with_template(spec.launcher.pod, pod_spec, names.LAUNCHER_CONTAINER)
-    if on_gpu:
-        # One of the world's hosts (created once every worker is placed): it joins the workers' domain.
+    if on_gpu:  # one of the world's hosts: it joins the workers' domain
         pod_spec = with_topology(spec, pod_spec)
+    pod_spec = held_until_workers_ready(pod_spec)  # made with its world, it starts once every worker is Ready
     job_labels = {
         **_pod_labels(spec, names.ROLE_LAUNCHER, attempt),
         names.WORLD_SIZE_LABEL: str(spec.workers),

@@ -44,7 +44,7 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
     size = spec.workers
     live = {p.index: p for p in mine if not p.deleting and p.index is not None and p.index < size}
     # Admitted again: a fresh world, before its launcher (a torchrun world's workers may already run).
-    launched = observed.launcher is not None and observed.launcher.is_job
+    launched = observed.launcher is not None and observed.launcher.is_job and observed.launcher.launched
     back = eviction is None and not launched and len(live) == size
     if back and not any(p.gated for p in live.values()):
         b.cond("Suspended", False, "Admitted", kueue.ADMITTED_AGAIN)

@@ -113,7 +113,14 @@ class _World:
     @staticmethod
     def of(spec: JobSpec, observed: Observed, attempt: int) -> _World:
         launcher = observed.launcher if observed.launcher and observed.launcher.attempt == attempt else None
-        # A running world keeps the size it was created with; an edit of spec.workers applies at the next one.
+        if (
+            launcher
+            and launcher.held
+            and spec.elastic is None
+            and launcher.world_size not in (None, spec.workers)
+        ):
+            launcher = None  # made for a size edited since, not launched: it goes, and one for the edit comes
+        # A launched world keeps the size it was made with; an edit of spec.workers applies at the next one.
         # An elastic world takes the edit as it runs: Horovod's discovery finds the workers added or removed.
         size = (launcher.world_size if launcher and spec.elastic is None else None) or spec.workers
         workers = {
@@ -182,7 +189,8 @@ def _stuck(b: Builder, spec: JobSpec, observed: Observed, world: _World, attempt
     waiting_workers = [] if replaces_lost_workers(spec, launcher) else list(world.workers.values())
     pods = [
         *waiting_workers,
-        *(p for p in observed.pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt),
+        # A launcher pod the operator holds waits for the workers, whose own deadline counts.
+        *(p for p in observed.pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt and not p.held),
     ]
     stuck, due = startup_failure(spec, pods, b.now)
     if stuck is not None:

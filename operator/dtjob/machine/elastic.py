@@ -24,7 +24,7 @@ BELOW_MINIMUM = "WorkersBelowMinimum"
 
 def replaces_lost_workers(spec: JobSpec, launcher: LauncherState | None) -> bool:
     """Whether a lost worker is replaced instead of failing the world: an elastic job whose launcher lives."""
-    return spec.elastic is not None and launcher is not None and not launcher.finished
+    return spec.elastic is not None and launcher is not None and launcher.launched and not launcher.finished
 
 
 def lost(pod: PodState, now: datetime) -> bool:

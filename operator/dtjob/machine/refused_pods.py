@@ -2,7 +2,7 @@
 
 The operator creates those two as Jobs, and Pod Security admission and ResourceQuota refuse the Job's pod,
 not the Job: the Job waits without a word, and the job would sit in Starting (or Staging) holding every
-worker's GPUs. The observer reads the Job controller's FailedCreate Event instead (observed.CreateRefusal):
+worker's GPUs. The observer reads the Job controller's FailedCreate Event instead (a CreateRefusal):
 - a Pod Security refusal is decided by the pod and the namespace's label: no retry heals it, so the job fails
   at once, naming the field behind the pod;
 - anything else (a quota used up by the workers) can heal as other pods end: the job says so and waits, and
@@ -18,7 +18,7 @@ from dtjob.machine.builder import Builder
 from dtjob.machine.world import WorldFailure
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import Event
-from dtjob.state.observed import CreateRefusal
+from dtjob.state.failed_create import CreateRefusal
 
 POD_SECURITY = "violates PodSecurity"
 REFUSED = "PodRefused"

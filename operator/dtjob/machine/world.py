@@ -14,10 +14,10 @@ from dtjob.machine.builder import Builder
 from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
 from dtjob.machine.finish import delete_world_pods, finish
 from dtjob.machine.hosts import publish_hosts, world_hosts
+from dtjob.machine.launch import launch
 from dtjob.machine.stale import clear_stale
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
-    CreateLauncher,
     CreateWorker,
     DeleteLauncher,
     EnsureWorld,
@@ -198,8 +198,14 @@ def _worker_failure(
         # sshd must never exit while the world lives (a torchrun worker ends when its ranks are done).
         if worker.phase == "Succeeded" and spec.torchrun is None:
             return WorldFailure("WorkerFailed", f"worker pod {worker.name} exited")
-    if launcher is not None and not launcher.finished and not elastic and not launcher.trained:
-        # Once the launcher runs, every worker must stay: a vanished one (evicted, deleted) breaks the world.
+    if (
+        launcher is not None
+        and launcher.launched
+        and not launcher.finished
+        and not elastic
+        and not launcher.trained
+    ):
+        # Once the launch began, every worker must stay: a vanished one (evicted, deleted) breaks the world.
         # A torchrun world whose training is over is no longer broken by it: a gone worker did its part.
         return _missing_worker(spec, size, workers, leaving)
     return None
@@ -303,10 +309,7 @@ def advance_world(
         b.actions.append(EnsureWorld())
         b.actions.extend(CreateWorker(i, attempt, observed.avoid_nodes) for i in missing)
     all_ready = len(workers) == size and all(p.ready and p.phase == "Running" for p in workers.values())
-    create_launcher = launcher is None and all_ready and not stale_launcher and spec.torchrun is None
-    if create_launcher:
-        b.actions.append(CreateLauncher(attempt))
-        b.status = replace(b.status, launcher_state="Pending")
+    create_launcher = launch(b, spec, launcher, workers, missing, size, stale_launcher, all_ready, attempt)
 
     refused = b.prev.condition("Created")
     waits = (CREATE_FORBIDDEN, CHILD_NOT_OURS, GANG_API_MISSING, SECRET_NOT_FOUND)
@@ -328,7 +331,7 @@ def advance_world(
     if launcher is not None and launcher.running:
         _running(b, spec, launcher, size, attempt, restarting)
         return
-    if launcher is not None or all_ready:
+    if (launcher is not None and launcher.launched) or all_ready:
         message = "all workers ready; " + ("launcher starting" if spec.torchrun is None else "world forming")
         phase = STARTING
     else:

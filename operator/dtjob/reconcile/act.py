@@ -47,6 +47,7 @@ from dtjob.state.decision import (
     PublishHosts,
     RefusalKind,
     Refused,
+    ReleaseLauncher,
     ReleasePod,
     Result,
     RetireSelector,
@@ -176,6 +177,8 @@ def _run(
             return PodForceDeleted(pod, overdue) if deletes.force_delete_pod(kube, ns, pod, uid) else None
         case ReleasePod(name=pod, uid=uid):
             deletes.remove_pod_finalizer(kube, ns, pod, uid, kueue.POD_FINALIZER)
+        case ReleaseLauncher(name=pod, uid=uid):
+            deletes.remove_pod_gate(kube, ns, pod, uid, names.LAUNCH_GATE)
         case DeleteLauncher():
             deletes.delete_launcher(kube, ns, spec.name, str(owner["uid"]))
         case DeletePodGroup():

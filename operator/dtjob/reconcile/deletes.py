@@ -84,6 +84,40 @@ def remove_pod_finalizer(kube: Kube, namespace: str, name: str, uid: str, finali
     return True
 
 
+def remove_pod_gate(kube: Kube, namespace: str, name: str, uid: str, gate: str) -> bool:
+    """Take scheduling gate `gate` off the pod while it is the pod with `uid`. First where the operator puts
+    it (the first gate), without a read; where a webhook put another before it, at the index a read finds.
+    False: gone, replaced, or the gate is off."""
+    first = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": "/spec/schedulingGates/0/name", "value": gate},
+        {"op": "remove", "path": "/spec/schedulingGates/0"},
+    ]
+    try:
+        if kube.patch("Pod", namespace, name, first) is None:
+            return False
+        log.info("released Pod %s/%s (gate %s off)", namespace, name, gate)
+        return True
+    except Conflict:
+        pass
+    pod = kube.get("Pod", namespace, name)
+    gates = [str(g.get("name")) for g in ((pod or {}).get("spec") or {}).get("schedulingGates") or ()]
+    if ((pod or {}).get("metadata") or {}).get("uid") != uid or gate not in gates:
+        return False
+    at = gates.index(gate)
+    patch = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": f"/spec/schedulingGates/{at}/name", "value": gate},
+        {"op": "remove", "path": f"/spec/schedulingGates/{at}"},
+    ]
+    try:
+        kube.patch("Pod", namespace, name, patch)
+    except Conflict:  # changed since the read: the next reconcile looks again
+        return False
+    log.info("released Pod %s/%s (gate %s off)", namespace, name, gate)
+    return True
+
+
 def delete_launcher(kube: Kube, namespace: str, job_name: str, job_uid: str) -> None:
     """The job's launcher Job, while `job_uid` owns it, on the condition of the UID it was listed with (also
     one created a moment ago, not yet observed); background: the Job goes at once and the garbage collector

@@ -34,12 +34,12 @@ from dtjob.reconcile.preflight import preflight
 from dtjob.reconcile.results_check import stored_results
 from dtjob.reconcile.storage_observe import observe_sas, observe_staging, output_directory
 from dtjob.spec.parse import JobSpec
+from dtjob.state.failed_create import CreateRefusal
 from dtjob.state.hosts import published_hosts
 from dtjob.state.node_health import node_problems
 from dtjob.state.observed import (
     Blocker,
     Children,
-    CreateRefusal,
     LauncherState,
     Observed,
     PodState,

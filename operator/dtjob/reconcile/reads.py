@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 from dtjob import KIND
 from dtjob.desired.workload import KUEUE_APIS, PRIORITY_CLASS_KIND, WORKLOAD_KIND
 from dtjob.kube.client import Conflict, Forbidden, Kube, Rejected
-from dtjob.state.observed import newest_failed_create
+from dtjob.state.failed_create import newest_failed_create
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]

@@ -44,7 +44,7 @@ KEPT_LABELS = frozenset({
     names.WORLD_SIZE_LABEL, hosts.SERVICE_NAME_LABEL, hosts.MANAGED_BY_LABEL,
 })  # fmt: skip
 KEPT_FINALIZERS = frozenset({kueue.POD_FINALIZER})
-KEPT_GATES = frozenset({kueue.ADMISSION_GATE})
+KEPT_GATES = frozenset({kueue.ADMISSION_GATE, names.LAUNCH_GATE})
 # The operator sets one owner, the Job controller one; a few more leave room for others' without keeping a
 # list as long as the object allows.
 OWNERS_KEPT = 4
@@ -81,7 +81,8 @@ def projection(body: Json) -> dict[str, Any]:
             # Kueue's finalizer, which the operator takes off its own ended pods.
             "finalizers": [f for f in meta.get("finalizers") or () if f in KEPT_FINALIZERS],
         },
-        # Kueue's admission gate: a worker that waits for its group's admission.
+        # Kueue's admission gate (a worker that waits for its group's admission) and the operator's own on a
+        # launcher pod held until its workers are Ready.
         # ... and the node it is bound to, whose conditions say whether it can keep the pod.
         "spec": {
             "schedulingGates": [g for g in spec.get("schedulingGates") or () if g.get("name") in KEPT_GATES],

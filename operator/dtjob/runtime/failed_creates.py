@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dtjob.state.observed import FAILED_CREATE_MESSAGE_CHARS, newest_failed_create
+from dtjob.state.failed_create import FAILED_CREATE_MESSAGE_CHARS, newest_failed_create
 
 Json = Mapping[str, Any]
 Key = tuple[str, str]  # (namespace, the uid of the Job the Event names)

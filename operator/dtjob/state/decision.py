@@ -98,6 +98,15 @@ class ReleasePod:
 
 
 @dataclass(frozen=True)
+class ReleaseLauncher:
+    """Every worker is Ready: take the operator's gate off the launcher's pod, only while it is still the one
+    with `uid`; the scheduler places it from there."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
 class DeleteLauncher:
     """Delete the launcher Job, only while it is this job's (its owner checked and its UID a precondition)."""
 
@@ -134,9 +143,9 @@ class DeleteWorld:
 
 
 Action = (
-    MintSas | EnsureWorld | CreateWorker | CreateLauncher | DeletePod | ForceDeletePod | ReleasePod
-    | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets | DeletePodGroup
-    | DeleteWorld | PublishHosts | RetireSelector
+    MintSas | EnsureWorld | CreateWorker | CreateLauncher | ReleaseLauncher | DeletePod | ForceDeletePod
+    | ReleasePod | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets
+    | DeletePodGroup | DeleteWorld | PublishHosts | RetireSelector
 )  # fmt: skip
 
 

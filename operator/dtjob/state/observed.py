@@ -15,6 +15,7 @@ from dtjob import names
 from dtjob.contract.results_upload import ResultsRecord, UploadReport
 from dtjob.gang import kueue
 from dtjob.gang.pool_room import PoolRoom
+from dtjob.state.failed_create import CreateRefusal
 from dtjob.state.hosts import PublishedHosts
 from dtjob.state.node_health import NodeProblem
 from dtjob.state.prebuilt import PrebuiltWorkload
@@ -94,6 +95,8 @@ class PodState:
     kueue_eviction: str | None = None
     # ... and its finalizer is still on the pod.
     kueue_finalizer: bool = False
+    # A launcher pod the operator still holds (names.LAUNCH_GATE is on): it waits for every worker Ready.
+    held: bool = False
     address: str = ""  # status.podIP: where the pod's name resolves once the operator publishes it
     node: str = ""  # spec.nodeName, once bound
     avoided_nodes: tuple[str, ...] = ()  # the nodes the operator kept it off when it made it
@@ -124,6 +127,14 @@ class LauncherState:
     role: str = names.ROLE_LAUNCHER
     # A torchrun world whose training is over (a worker exited 0): its other workers may go.
     trained: bool = False
+    # Not launched yet: made with its world, its pod (none yet, or one the operator's gate holds) waits for
+    # every worker Ready. Until then a worker that goes is only missing, not a broken world.
+    held: bool = False
+    held_pod: PodState | None = None  # the pod to release once every worker is Ready
+
+    @property
+    def launched(self) -> bool:
+        return not self.held
 
     @property
     def finished(self) -> bool:
@@ -133,27 +144,6 @@ class LauncherState:
     def is_job(self) -> bool:
         """A launcher Job of the operator's (there is none to delete in a torchrun world)."""
         return self.role == names.ROLE_LAUNCHER
-
-
-@dataclass(frozen=True)
-class CreateRefusal:
-    """A Job (the launcher's, the staging one) whose pod the API server refused: the Job controller's
-    FailedCreate message, and when the Job was created (runPolicy.startupDeadlineSeconds counts from then)."""
-
-    job: str
-    message: str
-    job_created: datetime | None
-
-
-# A FailedCreate message quotes the admission's answer, which can be long.
-FAILED_CREATE_MESSAGE_CHARS = 1000
-
-
-def newest_failed_create(events: Iterable[Json]) -> str | None:
-    """The message of the newest of a Job's FailedCreate Events (the Job controller records one per try,
-    merged into a count), cut to FAILED_CREATE_MESSAGE_CHARS; None without one."""
-    newest = max(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), default=None)
-    return str((newest or {}).get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS] or None
 
 
 @dataclass(frozen=True)
@@ -261,12 +251,18 @@ def pod_state(pod: Json) -> PodState:
         gated=kueue.gated(pod),
         kueue_eviction=kueue.eviction(pod),
         kueue_finalizer=kueue.holds(pod),
+        held=_held(pod),
         address=str(status.get("podIP") or ""),
         node=str((pod.get("spec") or {}).get("nodeName") or ""),
         avoided_nodes=_avoided_nodes(meta),
         world_size=_int_label(labels, names.WORLD_SIZE_LABEL),
         ended=ended,
     )
+
+
+def _held(pod: Json) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or ()
+    return any(g.get("name") == names.LAUNCH_GATE for g in gates)
 
 
 def _avoided_nodes(meta: Json) -> tuple[str, ...]:
@@ -357,16 +353,23 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
             (failed_cond or {}).get("message") or (failed_cond or {}).get("reason") or "failed"
         )
     pod = failed_pod or succeeded_pod or running_pod or (mine[0] if mine else None)
+    live = [p for p in mine if not p.deleting]
+    # A Job's pod is made by the Job controller: until one is there, or while each there is still gated, the
+    # launch has not begun. A Job made before the gate existed has ungated pods, and launches as it did.
+    running = running_pod is not None or int(status.get("ready") or 0) > 0
+    held = not (running or succeeded or is_failed) and all(p.held for p in live)
     return LauncherState(
         attempt=attempt,
         deleting=bool(meta.get("deletionTimestamp")),
-        running=running_pod is not None or int(status.get("ready") or 0) > 0,
+        running=running,
         succeeded=succeeded,
         failed=is_failed,
         pod_name=pod.name if pod else None,
         reason=reason,
         world_size=_int_label(meta.get("labels") or {}, names.WORLD_SIZE_LABEL),
         failed_pod=failed_pod if is_failed else None,
+        held=held,
+        held_pod=next((p for p in live if p.held), None),
     )
 
 
