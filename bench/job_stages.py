@@ -1,10 +1,11 @@
 """Where a job's start went: each job's milestones, as the bench's watch saw them, cut into stages.
 
 A job starts when the last of its pods runs. On the way it passes six stages, each ending at a milestone the
-watch stamps: its workers exist (the operator), are on nodes (the scheduler), are Ready (the node), its
-launcher Job exists (the operator), the Job's pod exists (the Job controller), and that pod runs (the
-scheduler and the node). The median job and the slowest jobs are compared stage by stage, which says whose
-queue a tail of slow starts waited in.
+watch stamps: its workers exist (the operator), are on nodes (the scheduler), are Ready (the node), its launch
+begins (the operator: mpi-operator makes the launcher Job, dtjob releases the pod of the Job it made with the
+world), the Job's pod exists (the Job controller: for dtjob's, made before, a stage of no time), and that pod
+runs (the scheduler and the node). The median job and the slowest jobs are compared stage by stage, which says
+whose queue a tail of slow starts waited in.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ STAGES = (
     ("workers created", "operator"),
     ("workers bound", "scheduler"),
     ("workers Ready", "node"),
-    ("launcher Job", "operator"),
+    ("launch begun", "operator"),
     ("launcher pod", "Job controller"),
     ("launcher Running", "scheduler, node"),
 )
@@ -46,7 +47,7 @@ def timelines(
     pods: dict[str, float],
     bound: dict[str, float],
     ready: dict[str, dict[str, float]],
-    launchers: dict[str, float],
+    launches: dict[str, float],
     running: dict[str, dict[str, float]],
     workers: int,
     origin: float,
@@ -61,7 +62,7 @@ def timelines(
         if len(worker_pods) < workers or len(launcher_pods) != 1 or len(ready.get(job, {})) < workers:
             continue
         launcher_pod = launcher_pods[0]
-        if job not in launchers or launcher_pod not in running.get(job, {}):
+        if job not in launches or launcher_pod not in running.get(job, {}):
             continue
         if any(pod not in bound for pod in worker_pods):
             continue
@@ -69,8 +70,8 @@ def timelines(
             max(pods[pod] for pod in worker_pods),
             max(bound[pod] for pod in worker_pods),
             max(ready[job].values()),
-            launchers[job],
-            pods[launcher_pod],
+            launches[job],
+            max(pods[launcher_pod], launches[job]),
             running[job][launcher_pod],
         )
         found[job] = JobTimeline(order, at - origin, tuple(end - origin for end in ends))

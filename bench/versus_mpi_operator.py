@@ -5,10 +5,11 @@
     python -m bench.versus_mpi_operator [--jobs 100] [--raised-qps 500]
     # 1,000 jobs: GPU_POOL_SIZE=500 SYSTEM_POOL_SIZE=12 (the launchers need the system pool's pod room)
 
-Each job is 1 launcher + W workers (--workers, 4), each worker one simulated GPU on the kwok GPU pool
-(its taint tolerated), the launcher on the system pool and created only once every worker is Ready (dtjob
-always; an MPIJob with launcherCreationPolicy WaitForWorkersReady). kwok turns a scheduled pod Ready after a
-second. Four runs, each in a namespace of its own with the operator as a subprocess watching only it:
+Each job is 1 launcher + W workers (--workers, 4), each worker one simulated GPU on the kwok GPU pool (its
+taint tolerated), the launcher on the system pool and started only once every worker is Ready (dtjob always:
+its launcher Job is made with the world, its pod held by a scheduling gate until then; an MPIJob with
+launcherCreationPolicy WaitForWorkersReady, whose launcher Job is made then). kwok turns a scheduled pod Ready
+after a second. Four runs, each in a namespace of its own with the operator as a subprocess watching only it:
 mpi-operator with its defaults (--kube-api-qps 5 --kube-api-burst 10), mpi-operator with a raised client QPS
 (--kube-api-qps/--kube-api-burst, and its queue's rate limit raised alike), mpi-operator fully tuned (QPS
 1000, burst 2000, and --threadiness 8, as many workers as dtjob's 8 lanes), then dtjob. All N jobs are
@@ -16,10 +17,11 @@ created at once; a watch of the namespace's pods and Jobs, opened before, timest
 
 - pods: the time until all N x (1 + W) pods exist (the launchers' pods included);
 - launchers: the time until all N launcher Jobs exist;
-- launcher latency: per job, from the event that showed its last worker Ready to the launcher Job's ADDED
-  event, p50 and p99. Two watches see them (pods, Jobs), each on a thread of its own. Under load the pods'
-  watch, with five times the events to decode, can fall behind the Jobs'; both operators' figures then come
-  out low by the difference (the likely cause of dtjob's p50 below zero at 500 jobs);
+- launcher latency: per job, from the event that showed its last worker Ready to its launch: the launcher
+  Job's ADDED event (mpi-operator), the event that showed its held pod without the gate (dtjob), p50 and p99.
+  Two watches see them (pods, Jobs), each on a thread of its own. Under load the pods' watch, with five times
+  the events to decode, can fall behind the Jobs'; both operators' figures then come out low by the difference
+  (the likely cause of dtjob's p50 below zero at 500 jobs);
 - the operator's CPU seconds (utime + stime from /proc) until then, and its peak RSS (VmHWM);
 - where the pods waited: from first seen to first seen on a node (the scheduler), and from there to Running
   (the node), p50 of all pods;
@@ -102,6 +104,10 @@ class Watched:
     bound: dict[str, float] = field(default_factory=dict)  # pod -> first seen on a node
     ready: dict[str, dict[str, float]] = field(default_factory=dict)  # job -> worker -> first Ready
     launchers: dict[str, float] = field(default_factory=dict)  # job -> launcher Job ADDED
+    held: set[str] = field(default_factory=set)  # launcher pods seen with dtjob's gate on
+    released: dict[str, float] = field(
+        default_factory=dict
+    )  # job -> its held launcher pod first seen ungated
     running: dict[str, dict[str, float]] = field(default_factory=dict)  # job -> pod -> first Running
     members: dict[str, set[str]] = field(default_factory=dict)  # job -> its pods
     last_pod_at: float = 0.0
@@ -123,10 +129,21 @@ class Watched:
             if status.get("phase") == "Running":  # both label launcher and worker pods
                 self.running.setdefault(job, {}).setdefault(name, now)
             if "-worker-" not in name:  # both name workers <job>-worker-<i>
+                gates = {g.get("name") for g in spec.get("schedulingGates") or ()}
+                if names.LAUNCH_GATE in gates:
+                    self.held.add(name)
+                elif name in self.held:
+                    self.released.setdefault(job, now)
                 return
             conditions = status.get("conditions") or []
             if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
                 self.ready.setdefault(job, {}).setdefault(name, now)
+
+    def launches(self) -> dict[str, float]:
+        """job -> when its launch began: its held launcher pod released (dtjob, whose launcher Job comes with
+        the world), else its launcher Job made (mpi-operator's, once every worker is Ready)."""
+        with self.lock:
+            return {**self.launchers, **self.released}
 
     def job(self, body: dict[str, Any], now: float) -> None:
         # Both name the launcher <job>-launcher (mpi-operator labels its Job with app=<job> only).
@@ -331,16 +348,17 @@ def measure(
     finally:
         stop.set()
     requests = api_requests.settled(admin_kubeconfig) - requests0
+    launches = seen.launches()
     latencies = [
         at - max(seen.ready[job].values())
-        for job, at in seen.launchers.items()
+        for job, at in launches.items()
         if len(seen.ready.get(job, {})) >= workers
     ]
     starts = [max(seen.running[job].values()) - created[job] for job in created if job in seen.running]
     running = {pod: at for pods in seen.running.values() for pod, at in pods.items()}
     scheduler = [seen.bound[pod] - at for pod, at in seen.pods.items() if pod in seen.bound]
     node = [running[pod] - at for pod, at in seen.bound.items() if pod in running]
-    timelines = job_stages.timelines(created, seen.members, seen.pods, seen.bound, seen.ready, seen.launchers,
+    timelines = job_stages.timelines(created, seen.members, seen.pods, seen.bound, seen.ready, launches,
                                      seen.running, workers, origin=start)  # fmt: skip
     return Result(
         name,
