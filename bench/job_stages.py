@@ -3,8 +3,10 @@
 A job starts when the last of its pods runs. On the way it passes six stages, each ending at a milestone the
 watch stamps: its workers exist (the operator), are on nodes (the scheduler), are Ready (the node), its launch
 begins (the operator: mpi-operator makes the launcher Job, dtjob releases the pod of the Job it made with the
-world), the Job's pod exists (the Job controller: for dtjob's, made before, a stage of no time), and that pod
-runs (the scheduler and the node). The median job and the slowest jobs are compared stage by stage, which says
+world), the Job's pod exists (the Job controller), and that pod runs (the scheduler and the node). dtjob's
+pod, made with the world, can only be released once it and every worker are there: its two stages are the
+operator's time from the later of those to the release, and the Job controller's, how long past the workers'
+Ready the pod came (none when it was there before). The median job and the slowest jobs are compared stage by stage, which says
 whose queue a tail of slow starts waited in.
 """
 
@@ -66,12 +68,18 @@ def timelines(
             continue
         if any(pod not in bound for pod in worker_pods):
             continue
+        ready_at, launch, pod_at = max(ready[job].values()), launches[job], pods[launcher_pod]
+        begun, made = launch, pod_at
+        if pod_at <= launch:  # made before its launch (dtjob's, held): released once it and the workers were
+            # there, so the Job controller's part is how long past the workers' Ready the pod came
+            made = launch
+            begun = ready_at + launch - max(pod_at, ready_at)
         ends = (
             max(pods[pod] for pod in worker_pods),
             max(bound[pod] for pod in worker_pods),
-            max(ready[job].values()),
-            launches[job],
-            max(pods[launcher_pod], launches[job]),
+            ready_at,
+            begun,
+            made,
             running[job][launcher_pod],
         )
         found[job] = JobTimeline(order, at - origin, tuple(end - origin for end in ends))

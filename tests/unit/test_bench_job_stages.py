@@ -53,6 +53,11 @@ def test_a_launcher_pod_made_before_its_launch_waits_no_time_for_the_job_control
     seen["pods"]["a-launcher-abc"] = 1.5
     jobs = timelines({"a": 0.0}, workers=2, origin=0.0, **seen)
     assert jobs["a"].stage_s() == [1.0, 1.0, 1.0, 1.0, 0.0, 2.0]
+    # Its pod came 2 s after the workers were Ready (the Job controller behind), released 0.5 s later.
+    seen["pods"]["a-launcher-abc"] = 5.0
+    seen["launches"]["a"] = 5.5
+    jobs = timelines({"a": 0.0}, workers=2, origin=0.0, **seen)
+    assert jobs["a"].stage_s() == [1.0, 1.0, 1.0, 0.5, 2.0, 0.5]
 
 
 def test_the_report_names_the_stage_the_slowest_jobs_waited_in_and_their_place() -> None:
