@@ -6,8 +6,8 @@ begins (the operator: mpi-operator makes the launcher Job, dtjob releases the po
 world), the Job's pod exists (the Job controller), and that pod runs (the scheduler and the node). dtjob's
 pod, made with the world, can only be released once it and every worker are there: its two stages are the
 operator's time from the later of those to the release, and the Job controller's, how long past the workers'
-Ready the pod came (none when it was there before). The median job and the slowest jobs are compared stage by stage, which says
-whose queue a tail of slow starts waited in.
+Ready the pod came (none when it was there before). The median job and the slowest jobs are compared stage by
+stage, which says whose queue a tail of slow starts waited in.
 """
 
 from __future__ import annotations
