@@ -70,16 +70,9 @@ def remove_pod_finalizer(kube: Kube, namespace: str, name: str, uid: str, finali
     present = list(meta.get("finalizers") or ())
     if meta.get("uid") != uid or finalizer not in present:
         return False
-    at = present.index(finalizer)
-    patch = [
-        {"op": "test", "path": "/metadata/uid", "value": uid},
-        {"op": "test", "path": f"/metadata/finalizers/{at}", "value": finalizer},
-        {"op": "remove", "path": f"/metadata/finalizers/{at}"},
-    ]
-    try:
-        kube.patch("Pod", namespace, name, patch)
-    except Conflict:  # changed since the read: the next reconcile looks again
-        return False
+    at = f"/metadata/finalizers/{present.index(finalizer)}"
+    if not _remove_listed(kube, namespace, name, uid, at, at, finalizer):
+        return False  # changed since the read: the next reconcile looks again
     log.info("removed finalizer %s from Pod %s/%s", finalizer, namespace, name)
     return True
 
@@ -88,34 +81,35 @@ def remove_pod_gate(kube: Kube, namespace: str, name: str, uid: str, gate: str) 
     """Take scheduling gate `gate` off the pod while it is the pod with `uid`. First where the operator puts
     it (the first gate), without a read; where a webhook put another before it, at the index a read finds.
     False: gone, replaced, or the gate is off."""
-    first = [
-        {"op": "test", "path": "/metadata/uid", "value": uid},
-        {"op": "test", "path": "/spec/schedulingGates/0/name", "value": gate},
-        {"op": "remove", "path": "/spec/schedulingGates/0"},
-    ]
-    try:
-        if kube.patch("Pod", namespace, name, first) is None:
+    removed = _remove_listed(
+        kube, namespace, name, uid, "/spec/schedulingGates/0", "/spec/schedulingGates/0/name", gate
+    )
+    if not removed:
+        pod = kube.get("Pod", namespace, name) or {}
+        gates = [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or ()]
+        if (pod.get("metadata") or {}).get("uid") != uid or gate not in gates:
             return False
-        log.info("released Pod %s/%s (gate %s off)", namespace, name, gate)
-        return True
-    except Conflict:
-        pass
-    pod = kube.get("Pod", namespace, name)
-    gates = [str(g.get("name")) for g in ((pod or {}).get("spec") or {}).get("schedulingGates") or ()]
-    if ((pod or {}).get("metadata") or {}).get("uid") != uid or gate not in gates:
-        return False
-    at = gates.index(gate)
-    patch = [
-        {"op": "test", "path": "/metadata/uid", "value": uid},
-        {"op": "test", "path": f"/spec/schedulingGates/{at}/name", "value": gate},
-        {"op": "remove", "path": f"/spec/schedulingGates/{at}"},
-    ]
-    try:
-        kube.patch("Pod", namespace, name, patch)
-    except Conflict:  # changed since the read: the next reconcile looks again
-        return False
+        at = f"/spec/schedulingGates/{gates.index(gate)}"
+        if not _remove_listed(kube, namespace, name, uid, at, f"{at}/name", gate):
+            return False  # changed since the read: the next reconcile looks again
     log.info("released Pod %s/%s (gate %s off)", namespace, name, gate)
     return True
+
+
+def _remove_listed(
+    kube: Kube, namespace: str, name: str, uid: str, path: str, tested: str, value: str
+) -> bool:
+    """Remove the list item at `path` of the pod while it is the pod with `uid` and `tested` holds `value`
+    (a JSON patch whose tests fail otherwise). False: the pod is gone, or a test failed."""
+    patch = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": tested, "value": value},
+        {"op": "remove", "path": path},
+    ]
+    try:
+        return kube.patch("Pod", namespace, name, patch) is not None
+    except Conflict:
+        return False
 
 
 def delete_launcher(kube: Kube, namespace: str, job_name: str, job_uid: str) -> None:
