@@ -116,12 +116,6 @@ def evicted_reason(reason: str) -> str:
     return rest or "Evicted"
 
 
-def gated(pod: Json) -> bool:
-    """The pod waits for its group's admission: Kueue's scheduling gate is still on."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or ()
-    return any(g.get("name") == ADMISSION_GATE for g in gates)
-
-
 def holds(pod: Json) -> bool:
     """Kueue's finalizer is still on the pod."""
     return POD_FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or ())

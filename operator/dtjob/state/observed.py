@@ -248,10 +248,10 @@ def pod_state(pod: Json) -> PodState:
         unschedulable=bool(scheduled and scheduled.get("status") == "False"),
         exit_code=exit_code,
         termination_reason=termination_reason,
-        gated=kueue.gated(pod),
+        gated=_has_gate(pod, kueue.ADMISSION_GATE),
         kueue_eviction=kueue.eviction(pod),
         kueue_finalizer=kueue.holds(pod),
-        held=_held(pod),
+        held=_has_gate(pod, names.LAUNCH_GATE),
         address=str(status.get("podIP") or ""),
         node=str((pod.get("spec") or {}).get("nodeName") or ""),
         avoided_nodes=_avoided_nodes(meta),
@@ -260,9 +260,10 @@ def pod_state(pod: Json) -> PodState:
     )
 
 
-def _held(pod: Json) -> bool:
+def _has_gate(pod: Json, gate: str) -> bool:
+    """The pod still carries scheduling gate `gate` (Kueue's admission, or the operator's launch hold)."""
     gates = (pod.get("spec") or {}).get("schedulingGates") or ()
-    return any(g.get("name") == names.LAUNCH_GATE for g in gates)
+    return any(g.get("name") == gate for g in gates)
 
 
 def _avoided_nodes(meta: Json) -> tuple[str, ...]:
