@@ -82,13 +82,13 @@ def test_quota_refusal_waits_with_the_cause_and_goes_on_once_it_fits(
     assert len(jobs.pods("quota")) == 1  # worker 0 fitted; the job keeps it while it waits for room
     jobs.wait_event("quota", "CreateForbidden")  # posted after the status patch just read
 
-    # Room for the world: the next retry creates worker 1, and the launcher follows once both are Ready. (The
-    # launcher's own pod is the Job controller's to create, under the same quota, with its own backoff.)
+    # Room for the world: the next retry creates worker 1 and the launcher Job, whose pod (the Job
+    # controller's to create, under the same quota, with its own backoff) is released once both workers are
+    # Ready.
     core_v1.patch_namespaced_resource_quota("pods", namespace, {"spec": {"hard": {"pods": "10"}}})
-    wait_for(lambda: jobs.launcher("quota"), timeout=90, what="the launcher Job, once both workers are Ready")
+    status = jobs.wait_phase("quota", "Starting", "Running", "Succeeded", timeout=120)
+    assert jobs.launcher("quota") is not None
     assert jobs.condition("quota", "Created")["status"] == "True"
-    status = jobs.status("quota")
-    assert status["phase"] in ("Starting", "Running", "Succeeded")
     assert "exceeded quota" not in status["message"]
 
 
