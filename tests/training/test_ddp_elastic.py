@@ -160,6 +160,16 @@ def wait_for(what: str, done: Callable[[], bool], log: Callable[[], str], timeou
         time.sleep(0.02)
 
 
+def exit_code(agent: Agent, timeout: float, agents: list[Agent]) -> int:
+    """The agent's exit code; past `timeout`, a failure that shows the tail of every agent's log (one that
+    waits in torchrun's exit barrier waits for another node's)."""
+    try:
+        return agent.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        tails = "\n".join(f"--- {each.dir.name}\n{each.log()[-6000:]}" for each in agents)
+        pytest.fail(f"{agent.dir.name}'s agent still runs after {timeout:.0f} s:\n{tails}")
+
+
 def resize_lines(log: str) -> list[tuple[int, int, int, int]]:
     """(world size, epoch, step resumed at, steps redone) of rank 0's 'world resized' lines."""
     found = re.findall(
@@ -188,8 +198,8 @@ def shrink_and_grow(tmp_path: Path) -> Agent:
             wait_for("A's agent to stop its process", lambda: a.log().count(STOPPING) > stopping, a.log)
         finally:
             os.kill(worker, signal.SIGCONT)
-        assert a.proc.wait(90) == 0, a.log()
-        assert agents[2].proc.wait(30) == 0, agents[2].log()
+        assert exit_code(a, 90, agents) == 0, a.log()
+        assert exit_code(agents[2], 30, agents) == 0, agents[2].log()
     finally:
         for agent in agents:
             agent.kill()
@@ -257,7 +267,7 @@ def test_without_a_checkpoint_volume_a_restarted_process_resumes_from_rank_0s_lo
         os.kill(worker, signal.SIGSTOP)
         reached = int((run_dir / "reached").read_text())
         os.kill(worker, signal.SIGKILL)
-        assert a.proc.wait(90) == 0, a.log()
+        assert exit_code(a, 90, [a]) == 0, a.log()
     finally:
         a.kill()
     log = a.log()

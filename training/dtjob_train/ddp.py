@@ -16,7 +16,7 @@ from torch import nn
 from . import torch_checkpoint
 from .cli import parse_args
 from .ddp_elastic import train_elastic
-from .ddp_world import TorchDistributed, end_world, sync_optimizer, wrapped
+from .ddp_world import TorchDistributed, end_world, exit_past_gloo, sync_optimizer, wrapped
 from .torch_train import (
     Amp,
     bad_input_exits,
@@ -66,3 +66,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     main()
+    exit_past_gloo()

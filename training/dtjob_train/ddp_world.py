@@ -5,7 +5,9 @@ state on every rank, and the model in DDP's wrapper. Shared by dtjob_train.ddp a
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from typing import Any
 
 import torch
@@ -93,8 +95,21 @@ def end_world(comm: TorchDistributed) -> None:
     """Every rank past its last collective before any rank tears its world down. Gloo's threads drop a
     collective's tensors under the GIL after the caller returned, and torch 2.13's Gloo shutdown races with a
     peer's: one rank in about six aborted ("terminate called") as the other was still writing its results,
-    and still one in twenty after a barrier; with a barrier and no shutdown, none in forty (two ranks on two
-    busy cores). So Gloo's world ends with the process; NCCL's is destroyed, which frees its communicators."""
+    and still one in twenty after a barrier. So Gloo's world ends with the process (exit_past_gloo); NCCL's
+    is destroyed, which frees its communicators."""
     dist.barrier()
     if comm.backend == "nccl":
         dist.destroy_process_group()
+
+
+def exit_past_gloo() -> None:
+    """With a Gloo world still up, end the process at once, its work done and its output flushed. Left to the
+    interpreter's exit, Gloo's process group is destroyed with the rest, and that too aborted a rank now and
+    then ("terminate called", exit -6: one run in four of an elastic world on two busy cores). In an elastic
+    world an aborted rank is a failed node: its agent re-rendezvouses alone and trains the run again, while
+    the peer that finished waits for it in torchrun's exit barrier."""
+    if dist.is_initialized() and dist.get_backend() == "gloo":
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
