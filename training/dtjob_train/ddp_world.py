@@ -105,7 +105,7 @@ def end_world(comm: TorchDistributed) -> None:
 def exit_past_gloo() -> None:
     """With a Gloo world still up, end the process at once, its work done and its output flushed. Left to the
     interpreter's exit, Gloo's process group is destroyed with the rest, and that too aborted a rank now and
-    then ("terminate called", exit -6: one run in four of an elastic world on two busy cores). In an elastic
+    then ("terminate called", exit -6: one run in five of an elastic world on two busy cores). In an elastic
     world an aborted rank is a failed node: its agent re-rendezvouses alone and trains the run again, while
     the peer that finished waits for it in torchrun's exit barrier."""
     if dist.is_initialized() and dist.get_backend() == "gloo":
