@@ -10,8 +10,8 @@
 # keeps the API server's request limits and API Priority and Fairness on; SIM_MANY_PODS=1 has kwok play pods'
 # stages 32 at a time (hack/kwok/many-pods.yaml), for benchmarks of thousands of pods.
 # CONTROLLER_MANAGER_QPS=N gives kube-controller-manager's controllers a client rate of N a second (burst 2N)
-# in place of Kubernetes' default 20: its Job controller makes every launcher Job's pod, for both operators a
-# benchmark compares.
+# in place of Kubernetes' default 20: its Job controller makes every launcher Job's pod (mpi-operator's; dtjob
+# makes its launcher pods itself) and every staging Job's.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env

@@ -180,14 +180,14 @@ def print_where_to_look(name: str, out_dir: Path, operator_pid: int, endpoint: s
     banner("where to look (the cluster, the operator and Azurite keep running)")
     print(f"  {make_command('kubectl', f'get dtj {ns} -o wide')}")
     print(f"  {make_command('kubectl', f'get pods,jobs,svc {ns} -l dtjob.io/job-name={name}')}")
-    print(f"  {make_command('kubectl', f'logs {ns} job/{name}-launcher')}")
+    print(f"  {make_command('kubectl', f'logs {ns} {name}-launcher')}")
     print(f"  results and logs: {out_dir}")
     print(f"  the operator (pid {operator_pid}, watching {NAMESPACE}): {STATE_DIR / 'operator.log'}")
     print(f"  Azurite: {endpoint} (in the network namespace {NETNS})")
     print(f"\n  a second example, your own Horovod script on CPU workers ({published} is the local build):")
     print(f"  {make_command('kubectl', f'apply {ns} -f {example}')}")
     print(f"  {make_command('kubectl', f'get dtj {playground} {ns} -w')}")
-    print(f"  {make_command('kubectl', f'logs {ns} job/{playground}-launcher')}")
+    print(f"  {make_command('kubectl', f'logs {ns} {playground}-launcher')}")
     print(f"\n  {make_command('demo-down')}   stops all of it: the operator, Azurite, the cluster")
 
 

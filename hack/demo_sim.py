@@ -134,9 +134,9 @@ def main() -> int:
         )
         banner("launcher command")
         launcher = yaml.safe_load(
-            kubectl("get", "job", f"{name}-launcher", "-n", NAMESPACE, "-o", "yaml", capture=True)
+            kubectl("get", "pod", f"{name}-launcher", "-n", NAMESPACE, "-o", "yaml", capture=True)
         )
-        container = launcher["spec"]["template"]["spec"]["containers"][0]
+        container = launcher["spec"]["containers"][0]
         argv = [*container.get("command", []), *container.get("args", [])]
         # The launcher runs a short shell script (ssh client config, then exec horovodrun): print it as is.
         print(argv[2] if argv[:2] == ["/bin/sh", "-c"] else shlex.join(argv))

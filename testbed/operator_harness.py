@@ -257,9 +257,10 @@ class Jobs:
     def live_workers(self, name: str) -> list[client.V1Pod]:
         return [p for p in self.pods(name, "worker") if p.metadata and p.metadata.deletion_timestamp is None]
 
-    def launcher(self, name: str) -> client.V1Job | None:
+    def launcher(self, name: str) -> client.V1Pod | None:
+        """The job's launcher pod, which the operator makes itself, named after the job."""
         try:
-            return self.batch.read_namespaced_job(f"{name}-launcher", self.ns)
+            return self.core.read_namespaced_pod(f"{name}-launcher", self.ns)
         except ApiException as err:
             if err.status == 404:
                 return None

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, cast
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 
 def cri_line(text: str, stream: str = "stdout", at: datetime | None = None) -> str:
@@ -32,16 +34,24 @@ def serve_pod_log(api_client: client.ApiClient, namespace: str, pod: str, contai
 
 
 def serve_pod_logs(api_client: client.ApiClient, namespace: str, pod: str, paths: dict[str, Path]) -> None:
-    """Make each path the log of its container in `pod` (a sidecar's beside the main container's)."""
+    """Make each path the log of its container in `pod` (a sidecar's beside the main container's). A pod made
+    again under the same name (the launcher of the next world) gets its own: the Logs object is replaced."""
     for path in paths.values():
         path.touch()
     logs = [{"containers": [c], "logsFile": str(p.resolve()), "follow": True} for c, p in paths.items()]
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Logs",
         "metadata": {"name": pod, "namespace": namespace},
         "spec": {"logs": logs},
     }
-    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        "kwok.x-k8s.io", "v1alpha1", namespace, "logs", body
-    )
+    custom = client.CustomObjectsApi(api_client)
+    kwok = ("kwok.x-k8s.io", "v1alpha1", namespace, "logs")
+    try:
+        custom.create_namespaced_custom_object(*kwok, body)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        old = cast(dict[str, Any], custom.get_namespaced_custom_object(*kwok, pod))
+        body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        custom.replace_namespaced_custom_object(*kwok, pod, body)

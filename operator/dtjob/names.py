@@ -12,13 +12,14 @@ ROLE_LABEL = f"{API_GROUP}/role"
 # The world attempt a pod belongs to (status.restarts when it was created); older attempts are stale.
 ATTEMPT_LABEL = f"{API_GROUP}/attempt"
 WORKER_INDEX_LABEL = f"{API_GROUP}/worker-index"
-# On the launcher Job: how many workers its world has (spec.workers edited mid-run applies at the next world).
+# On the launcher pod (and a torchrun worker): how many workers its world has (spec.workers edited
+# mid-run applies at the next world).
 WORLD_SIZE_LABEL = f"{API_GROUP}/world-size"
 # Pods that are MPI hosts, selected by the NetworkPolicies (workers, plus the launcher when it runs ranks).
 MPI_HOST_LABEL = f"{API_GROUP}/mpi-host"
 MANAGED_BY = "dtjob-operator"
-# The launcher Job is made with its world; this scheduling gate holds each of its pods until every worker is
-# Ready, when the operator takes it off (the pod is already there: no wait for the Job controller then).
+# The launcher's pod is made with its world; this scheduling gate holds it until every worker is Ready, when
+# the operator takes it off (the pod is already there: the launch is one write then).
 LAUNCH_GATE = f"{API_GROUP}/workers-ready"
 # On a worker pod: the nodes the operator kept it off (their conditions said they could not keep a worker),
 # comma-separated, as its affinity says; a pod still unbound when one of them recovers is made again.

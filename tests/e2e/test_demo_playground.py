@@ -120,7 +120,7 @@ def test_make_demo_leaves_a_playground_that_demo_down_removes(tmp_path: Path) ->
         _kubectl(f"apply -n {NAMESPACE} -f {_shrunk_example(tmp_path / EXAMPLE.name)}", env)
         phase = _wait_for_job("my-benchmark", env)
         launcher = _make(
-            "-s", "kubectl", f"ARGS=logs -n {NAMESPACE} job/my-benchmark-launcher", env=env, check=False
+            "-s", "kubectl", f"ARGS=logs -n {NAMESPACE} my-benchmark-launcher", env=env, check=False
         )
         assert phase == "Succeeded", (
             f"{phase}\n{_kubectl(f'describe dtj my-benchmark -n {NAMESPACE}', env)}\n{launcher}\n"

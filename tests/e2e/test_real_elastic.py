@@ -150,6 +150,8 @@ def test_an_elastic_world_loses_a_worker_trains_on_and_grows_back_without_a_rest
         timeout=600, interval=0.5, what=f"{name} training",
     )  # fmt: skip
     launcher = real_jobs.status(name)["launcher"]["pod"]
+    # The same launcher pod to the end: a restart's launcher has the same name, and a new uid.
+    launcher_uid = real_jobs.core.read_namespaced_pod(launcher, real_jobs.ns).metadata.uid
     node = str(real_jobs.core.read_namespaced_pod(f"{name}-worker-1", real_jobs.ns).spec.node_name)
     with cordoned(real_jobs, node):
         deleted_at, old_uid = evict_worker(real_jobs, name)
@@ -169,7 +171,9 @@ def test_an_elastic_world_loses_a_worker_trains_on_and_grows_back_without_a_rest
     status = wait_finished(real_jobs, name, timeout=900, azurite=node_azurite, container=container)
     finished_after = time.time() - deleted_at
     said = [str(e.reason) for e in real_jobs.events(name)]
-    if status["restarts"] != 0 or status["launcher"]["pod"] != launcher:
+    final_launcher = real_jobs.launcher(name)
+    same_launcher = final_launcher is not None and final_launcher.metadata.uid == launcher_uid
+    if status["restarts"] != 0 or status["launcher"]["pod"] != launcher or not same_launcher:
         # The replaced world's logs (logs/attempt-0/) say why it ended: a CI run keeps nothing else.
         logs = pod_logs(real_jobs, name, node_azurite, container, lines=80)
         raise AssertionError(f"{json.dumps(status, indent=1)}\nevents: {said}\n{logs}")

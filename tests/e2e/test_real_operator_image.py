@@ -104,7 +104,7 @@ def test_operator_installed_by_helm_from_its_image_runs_a_real_job(
     def every_log() -> list[str] | None:
         logs = list(blob_names(node_azurite, container, prefix))
         workers = [n for n in logs if n.endswith((f"{name}-worker-0.log", f"{name}-worker-1.log"))]
-        launchers = [n for n in logs if n.startswith(f"{prefix}{name}-launcher-")]
+        launchers = [n for n in logs if n == f"{prefix}{name}-launcher.log"]
         return logs if len(workers) == 2 and launchers else None
 
     wait_for(every_log, timeout=60, what="the launcher's and both workers' logs uploaded by the operator")

@@ -267,16 +267,17 @@ def test_helm_upgrade_from_the_previous_chart_leaves_a_running_job_untouched(
     try:
         jobs.create("survivor", launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}})
         jobs.wait_phase("survivor", "Running", timeout=120)
-        # The Job controller counts the launcher's pod Ready a moment after the pod is: wait for that last
-        # status write, so the snapshot below is of a settled world that nothing but the upgrade could touch.
+        # The launcher pod Running and Ready: the snapshot below is of a settled world that nothing but the
+        # upgrade could touch.
         wait_for(
-            lambda: (job := jobs.launcher("survivor")) is not None and (job.status.ready or 0) >= 1,
-            timeout=60, what="the launcher Job counting its pod Ready",
+            lambda: (pod := jobs.launcher("survivor")) is not None
+            and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or ()),
+            timeout=60, what="the launcher pod Ready",
         )  # fmt: skip
     finally:
         operator.stop()
     before = job_and_children(jobs, "survivor")
-    assert {"Pod/survivor-worker-0", "Pod/survivor-worker-1", "Job/survivor-launcher"} <= set(before)
+    assert {"Pod/survivor-worker-0", "Pod/survivor-worker-1", "Pod/survivor-launcher"} <= set(before)
 
     # As documented: the values set at install kept, the new chart's defaults for the rest.
     install(kubeconfig, CHART, "upgrade", name, release_ns, reuse=True)

@@ -269,23 +269,24 @@ class Collected:
 
 def serve_launcher_log(
     jobs: Jobs, api_client: client.ApiClient, name: str, path: Path, skip: str = ""
-) -> str:
-    """Wait for the job's live launcher pod (not `skip`) and serve `path` as its log; returns its name."""
+) -> client.V1Pod:
+    """Wait for the job's live launcher pod (not the one of uid `skip`: the next world's launcher has the same
+    name) and serve `path` as its log; returns it."""
 
-    def new_launcher() -> str | None:
+    def new_launcher() -> client.V1Pod | None:
         pods = [p for p in jobs.pods(name, "launcher") if not p.metadata.deletion_timestamp]
-        return next((p.metadata.name for p in pods if p.metadata.name != skip), None)
+        return next((p for p in pods if p.metadata.uid != skip), None)
 
-    pod = wait_for(new_launcher, timeout=60, what=f"a launcher pod of {name} other than {skip!r}")
-    serve_pod_log(api_client, jobs.ns, pod, "launcher", path)
+    pod = wait_for(new_launcher, timeout=60, what=f"a launcher pod of {name} other than uid {skip!r}")
+    serve_pod_log(api_client, jobs.ns, str(pod.metadata.name), "launcher", path)
     return pod
 
 
 def test_logs_follow_the_launcher_across_a_world_restart_to_the_end(
     jobs: Jobs, operator: OperatorProcess, kubeconfig: str, api_client: client.ApiClient, tmp_path: Path
 ) -> None:
-    # The launcher runs until the test says otherwise (kwok ends a Job's pod 3 s after it starts by default,
-    # which would race the worker failure below on a busy machine).
+    # The launcher runs until the test says otherwise (kwok ends a launcher pod 3 s after it starts by
+    # default, which would race the worker failure below on a busy machine).
     jobs.create("follow", launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}})
     first_log = tmp_path / "world-0.log"
     first = serve_launcher_log(jobs, api_client, "follow", first_log)
@@ -299,17 +300,19 @@ def test_logs_follow_the_launcher_across_a_world_restart_to_the_end(
         # A worker fails: the operator replaces the world, and the follower moves on to the new launcher.
         jobs.annotate_pod("follow-worker-1", {"sim.dtjob.io/outcome": "Failed"})
         second_log = tmp_path / "world-1.log"
-        second = serve_launcher_log(jobs, api_client, "follow", second_log, skip=first)
+        second = serve_launcher_log(jobs, api_client, "follow", second_log, skip=str(first.metadata.uid))
         append_log(second_log, "world 1: step 1")
         wait_for(lambda: "world 1: step 1\n" in follower.out, timeout=60, what="the next world's line")
         assert jobs.status("follow")["restarts"] == 1
 
-        jobs.annotate_pod(second, {"sim.dtjob.io/outcome": "Succeeded"})
+        jobs.annotate_pod(str(second.metadata.name), {"sim.dtjob.io/outcome": "Succeeded"})
         assert follower.wait_exit(timeout=60) == 0, "".join(follower.err)
     finally:
         follower.proc.kill()
     assert follower.out == ["world 0: step 1\n", "world 0: step 2\n", "world 1: step 1\n"]
-    assert any(line.startswith(f"--- {second} (world 1) ---") for line in follower.err), follower.err
+    assert any(line.startswith(f"--- {second.metadata.name} (world 1) ---") for line in follower.err), (
+        follower.err
+    )
     assert jobs.status("follow")["phase"] == "Succeeded"
 
 
@@ -395,7 +398,7 @@ def test_logs_of_gone_pods_come_from_the_uploaded_copies(
     created = job_with_output(jobs, "done", azurite, container_name)
     run = run_prefix(OUTPUT_PREFIX, jobs.ns, "done", created["metadata"]["uid"])
     launcher_log = b"rank 0: epoch 1\nrank 0: epoch 2\nrank 0: total images/sec: 41.2\n"
-    put(container, f"{run}logs/done-launcher-x7k2p.log", launcher_log)
+    put(container, f"{run}logs/done-launcher.log", launcher_log)
     put(container, f"{run}logs/done-worker-0.log", b"sshd of worker 0\n")
     put(container, f"{run}logs/attempt-0/done-worker-1.log", b"worker 1 killed\n")
     status = {"phase": "Succeeded", "restarts": 1, "output": {"url": "x", "logsUploaded": True}}

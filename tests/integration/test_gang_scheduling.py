@@ -187,8 +187,10 @@ def test_a_gang_that_does_not_fit_binds_no_pod_until_the_gpus_are_freed(
         if c.type == "PodScheduled" and c.status == "False"
     ]  # fmt: skip
     assert verdicts, "no scheduling verdict on any worker"
-    # The launcher Job came with the world; its pod is held off every node until the workers are Ready.
-    assert all(p.spec.scheduling_gates and not p.spec.node_name for p in jobs.pods("gang", "launcher"))
+    # The launcher pod came with the world; it is held off every node until the workers are Ready.
+    held = jobs.pods("gang", "launcher")
+    assert [p.metadata.name for p in held] == ["gang-launcher"]
+    assert all(p.spec.scheduling_gates and not p.spec.node_name for p in held)
     assert free_gpus(core_v1) == 8
 
     # The other workload ends: the gang is placed at once, then the launcher (in the group, not counted).

@@ -70,10 +70,7 @@ def test_restarted_world_mounts_the_same_checkpoints(
     assert checkpoint_mounts(workers["resumer-worker-0"]) == ["/checkpoints"]
     assert checkpoint_mounts(workers["resumer-worker-1"]) == []
     launcher = jobs.launcher("resumer")
-    assert (
-        "--checkpoint-dir /checkpoints/" + jobs.ns + "/resumer"
-        in launcher.spec.template.spec.containers[0].command[2]
-    )
+    assert "--checkpoint-dir /checkpoints/" + jobs.ns + "/resumer" in launcher.spec.containers[0].command[2]
 
     # A worker dies: the whole world restarts, and rank 0 of the new world finds the same checkpoints.
     jobs.annotate_pod("resumer-worker-1", {"sim.dtjob.io/outcome": "Failed"})

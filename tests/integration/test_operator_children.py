@@ -1,5 +1,6 @@
 """Children changed behind the operator's back, against a real API server: a job re-created under the same
-name, a launcher Job deleted by hand, world objects deleted by hand, spec edits while the world runs.
+name, a launcher pod deleted by hand (after it ran, and before), world objects deleted by hand, spec edits
+while the world runs.
 
 Pods are simulated by kwok; sim.dtjob.io/run-duration keeps the launcher running.
 """
@@ -51,11 +52,14 @@ def test_a_job_recreated_under_the_same_name_never_adopts_the_old_ones_children(
         body=client.V1DeleteOptions(propagation_policy="Orphan"),
     )  # fmt: skip
     wait_for(lambda: jobs.get("same") is None, timeout=60, what="old job gone")
-    # The launcher pod keeps its own owner, the launcher Job; nothing names the deleted job any more.
+    # Every child, the launcher pod too (the job owns it directly), loses its owner: nothing names the
+    # deleted job any more.
     wait_for(lambda: all(old_uid not in _owner_uids(c) for c in _children(jobs, "same")), timeout=60,
              what="orphaned")  # fmt: skip
     orphans = {(type(c).__name__, c.metadata.name) for c in _children(jobs, "same")}  # type: ignore[attr-defined]
-    assert ("V1Pod", "same-worker-0") in orphans
+    assert {("V1Pod", "same-worker-0"), ("V1Pod", "same-launcher")} <= orphans
+    # No batch Job: the launcher is a pod the operator makes itself.
+    assert not any(kind == "V1Job" for kind, _ in orphans), orphans
 
     jobs.create("same", launcher=LONG_LAUNCHER)
     new_uid = (jobs.get("same") or {})["metadata"]["uid"]
@@ -82,9 +86,10 @@ def test_a_job_recreated_under_the_same_name_never_adopts_the_old_ones_children(
         delete = getattr(api, f"delete_namespaced_{'_'.join(_snake(kind))}")
         delete(meta.name, jobs.ns, propagation_policy="Background", grace_period_seconds=0)
     jobs.wait_phase("same", "Running", timeout=120)
-    for child in _children(jobs, "same"):
-        if type(child).__name__ == "V1Pod" and "launcher" in child.metadata.name:  # type: ignore[attr-defined]
-            continue  # owned by the launcher Job, which the job owns
+    # Every child is the new job's own, its launcher pod (named as the orphan was) among them.
+    built = _children(jobs, "same")
+    assert "same-launcher" in {c.metadata.name for c in built}  # type: ignore[attr-defined]
+    for child in built:
         assert _owner_uids(child) == {new_uid}, child.metadata.name  # type: ignore[attr-defined]
 
 
@@ -110,8 +115,10 @@ def test_a_launcher_deleted_by_hand_restarts_the_world_once_and_a_workers_edit_w
     assert jobs.status("edit")["restarts"] == 0
     assert len(jobs.live_workers("edit")) == 2 and jobs.status("edit")["phase"] == "Running"
 
-    # The launcher Job deleted by hand: the world restarts, counted and said once, at the new size.
-    jobs.batch.delete_namespaced_job("edit-launcher", jobs.ns, propagation_policy="Background")
+    # The launcher pod deleted by hand after it ran: the world restarts, counted and said once, at the new
+    # size.
+    old_uid = jobs.core.read_namespaced_pod("edit-launcher", jobs.ns).metadata.uid
+    jobs.core.delete_namespaced_pod("edit-launcher", jobs.ns)
     wait_for(lambda: jobs.status("edit").get("restarts") == 1, timeout=60, what="restart counted")
     restarting = jobs.condition("edit", "Restarting")
     assert restarting and restarting["reason"] in ("LauncherLost", "Recovered"), restarting
@@ -119,8 +126,33 @@ def test_a_launcher_deleted_by_hand_restarts_the_world_once_and_a_workers_edit_w
     wait_for(lambda: len(jobs.live_workers("edit")) == 3, timeout=60, what="the next world has 3 workers")
     time.sleep(3)
     assert jobs.status("edit")["restarts"] == 1
-    reasons = [e.reason for e in jobs.events("edit")]
-    assert reasons.count("LauncherLost") == 1, reasons
+    lost = [e for e in jobs.events("edit") if e.reason == "LauncherLost"]
+    assert len(lost) == 1, [e.reason for e in jobs.events("edit")]
+    assert "launcher pod edit-launcher disappeared (it was deleted)" in lost[0].message, lost[0].message
+    # The next world's launcher: a new pod under the same name, of the next attempt and the new size.
+    launcher = jobs.launcher("edit")
+    assert launcher is not None and launcher.metadata.uid != old_uid
+    labels = launcher.metadata.labels
+    assert (labels["dtjob.io/attempt"], labels["dtjob.io/world-size"]) == ("1", "3"), labels
+
+
+def test_a_launcher_pod_deleted_by_hand_before_it_ran_is_made_again_without_a_restart(
+    jobs: Jobs, operator: OperatorProcess
+) -> None:
+    # Workers slow to turn Ready: the launcher pod, made with them, is still held by the gate when it goes.
+    slow = {"podAnnotations": {"sim.dtjob.io/ready-after": "8s"}}
+    jobs.create("early", worker=slow, launcher=LONG_LAUNCHER)
+    held = wait_for(lambda: jobs.launcher("early"), timeout=60, what="the held launcher pod")
+    assert [g.name for g in held.spec.scheduling_gates or ()] == ["dtjob.io/workers-ready"]
+    jobs.core.delete_namespaced_pod("early-launcher", jobs.ns)
+    # Nothing had run: the same world gets a new launcher pod under the same name, and no restart is counted.
+    jobs.wait_phase("early", "Running", timeout=120)
+    launcher = jobs.launcher("early")
+    assert launcher is not None and launcher.metadata.uid != held.metadata.uid
+    assert launcher.metadata.labels["dtjob.io/attempt"] == "0"
+    time.sleep(3)
+    assert jobs.status("early")["restarts"] == 0
+    assert "LauncherLost" not in [e.reason for e in jobs.events("early")]
 
 
 def test_world_objects_deleted_by_hand_are_recreated_for_the_next_world(

@@ -42,6 +42,6 @@ def test_exit_code_policy_fails_a_users_error_without_a_restart(
     cond = jobs.condition("usererr", "Failed")
     assert cond and cond["reason"] == "LauncherFailed" and status["restarts"] == 0
     assert "exit code 1 is permanent under runPolicy.restartPolicy ExitCode" in cond["message"]
-    assert "launcher pod usererr-launcher-" in cond["message"]
+    assert "launcher pod usererr-launcher failed: " in cond["message"]
     # The default policy (OnFailure) restarts the world for the same exit.
     wait_for(lambda: jobs.status("retried").get("restarts", 0) >= 1, timeout=120, what="a restart")

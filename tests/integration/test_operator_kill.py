@@ -101,9 +101,9 @@ def test_killed_between_the_workers_and_the_launcher(
         def kill(_: Seen) -> None:
             first.kill()
             at_kill["workers"] = sorted(history.created("Pod", role("worker")).values())
-            at_kill["launchers"] = len(history.created("Job", role("launcher")))
+            at_kill["launchers"] = len(history.created("Pod", role("launcher")))
 
-        # As soon as the first worker pod exists: the operator is creating the world (its launcher Job comes
+        # As soon as the first worker pod exists: the operator is creating the world (its launcher pod comes
         # after the workers); workers turn Ready only after 8 s, so no launcher's pod can have been released.
         killed = history.when(lambda e: e.kind == "Pod" and role("worker")(e), kill)
         jobs.create(
@@ -120,14 +120,14 @@ def test_killed_between_the_workers_and_the_launcher(
     mine = job_of("split")
     workers = _one_per_name(history, "Pod", lambda e: mine(e) and role("worker")(e))
     assert sorted(workers) == ["split-worker-0", "split-worker-1"], at_kill
-    launchers = history.created("Job", lambda e: mine(e) and role("launcher")(e))
+    launchers = history.created("Pod", lambda e: mine(e) and role("launcher")(e))
     assert list(launchers.values()) == ["split-launcher"]
-    assert len(history.created("Pod", lambda e: mine(e) and role("launcher")(e))) == 1
+    assert history.created("Job", mine) == {}  # the launcher is a pod of the operator's, not a batch Job's
     _one_per_name(history, "Secret", mine)  # the SSH key pair was generated once
     # The world that ran is the one created before the kill: one attempt, both workers of it.
     assert {e.labels["dtjob.io/attempt"] for e in history.of("Pod", mine)} == {"0"}
     print(
-        f"killed with {len(at_kill['workers'])} worker pod(s), {at_kill['launchers']} launcher Job(s) created"
+        f"killed with {len(at_kill['workers'])} worker pod(s), {at_kill['launchers']} launcher pod(s) created"
     )
 
 
@@ -236,10 +236,10 @@ def test_killed_during_the_finish_keeps_every_log_and_revokes_the_sas(
     # No duplicate child; cleanPodPolicy Running deleted the idle workers and kept the finished launcher pod.
     workers = _one_per_name(history, "Pod", lambda e: mine(e) and role("worker")(e))
     assert sorted(workers) == [f"{name}-worker-0", f"{name}-worker-1"]
-    assert len(history.created("Job", lambda e: mine(e) and role("launcher")(e))) == 1
+    assert history.created("Job", lambda e: mine(e) and role("launcher")(e)) == {}
     assert len(history.created("Job", lambda e: mine(e) and role("stager")(e))) == 1
     launcher_pods = history.created("Pod", lambda e: mine(e) and role("launcher")(e))
-    assert len(launcher_pods) == 1
+    assert list(launcher_pods.values()) == [f"{name}-launcher"]
     assert [p.metadata.name for p in jobs.pods(name, "launcher")] == list(launcher_pods.values())
     assert status["phase"] == "Succeeded" and status["restarts"] == 0
     print(f"second kill, after the first SAS Secret deletion: {at_kill}")

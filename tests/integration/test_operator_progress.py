@@ -157,11 +157,12 @@ def test_a_world_that_stops_making_progress_restarts_then_fails_at_its_backoff_l
     launcher = {"podAnnotations": {"sim.dtjob.io/run-duration": "10m"}}
     jobs.create("hang", launcher=launcher, runPolicy={"progressDeadlineSeconds": 30, "backoffLimit": 1})
 
-    def launcher_pod() -> str | None:
+    def launcher_pod() -> client.V1Pod | None:
         pods = [p for p in jobs.pods("hang", "launcher") if p.metadata.deletion_timestamp is None]
-        return pods[0].metadata.name if pods and pods[0].status.phase == "Running" else None
+        return pods[0] if pods and pods[0].status.phase == "Running" else None
 
-    first = wait_for(launcher_pod, timeout=90, what="the launcher running")
+    first_pod = wait_for(launcher_pod, timeout=90, what="the launcher running")
+    first = str(first_pod.metadata.name)
     log = tmp_path / "first.log"
     append_log(log, progress_line(10, 2400.0))
     serve_pod_log(api_client, jobs.ns, first, "launcher", log)
@@ -195,10 +196,13 @@ def test_a_world_that_stops_making_progress_restarts_then_fails_at_its_backoff_l
     assert "its last record (epoch 1 step 11)" in restarting["message"], restarting
     assert jobs.status("hang")["restarts"] == 1
 
-    # The next world prints no record: timed from its start of Running, it fails the job.
+    # The next world prints no record: timed from its start of Running, it fails the job. Its launcher pod
+    # has the same name, and a new uid.
     def next_launcher() -> str | None:
         pod = launcher_pod()
-        return pod if pod != first else None
+        if pod is None or pod.metadata.uid == first_pod.metadata.uid:
+            return None
+        return str(pod.metadata.name)
 
     second = wait_for(next_launcher, timeout=120, what="the next world's launcher")
     quiet = tmp_path / "second.log"

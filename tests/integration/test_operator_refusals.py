@@ -1,9 +1,10 @@
 """Refusals from the real API server become a clear status, never a crash loop or a silent retry.
 
 - Pod Security admission (403): the namespace enforces `restricted`, which forbids the inline NFS volume the
-  job asks for. The job fails naming spec.dataset.volume.nfs; no pod is left.
+  job asks for, or the root the launcher's template asks for. The job fails naming the field; no pod is left.
 - A ResourceQuota (403), on pods or on the job's SAS Secrets: the job waits in Pending with condition
-  Created=False quoting the quota, and goes on by itself once the quota allows it.
+  Created=False quoting the quota, and goes on by itself once the quota allows it (or fails once refused for
+  runPolicy.startupDeadlineSeconds, freeing the workers).
 - A node selector the API server cannot parse (400 to the node list): a Failed job naming the field, where the
   reconcile used to raise on every attempt. The CRD refuses such pools and labels at apply now, so this drives
   the operator's own check with a spec the parser never produced (an older CRD, or the operator's config).
@@ -82,9 +83,8 @@ def test_quota_refusal_waits_with_the_cause_and_goes_on_once_it_fits(
     assert len(jobs.pods("quota")) == 1  # worker 0 fitted; the job keeps it while it waits for room
     jobs.wait_event("quota", "CreateForbidden")  # posted after the status patch just read
 
-    # Room for the world: the next retry creates worker 1 and the launcher Job, whose pod (the Job
-    # controller's to create, under the same quota, with its own backoff) is released once both workers are
-    # Ready.
+    # Room for the world: the next retry creates worker 1 and the launcher pod (under the same quota), which
+    # is released once both workers are Ready.
     core_v1.patch_namespaced_resource_quota("pods", namespace, {"spec": {"hard": {"pods": "10"}}})
     status = jobs.wait_phase("quota", "Starting", "Running", "Succeeded", timeout=120)
     assert jobs.launcher("quota") is not None
@@ -162,8 +162,8 @@ def test_a_sas_secret_refused_by_a_quota_waits_with_the_cause(
 def test_a_launcher_pod_refused_by_pod_security_fails_the_job_at_once_and_frees_the_workers(
     jobs: Jobs, operator: OperatorProcess, core_v1: client.CoreV1Api, namespace: str
 ) -> None:
-    """The workers meet `restricted`; the launcher's template asks for root. Admission refuses the pod the
-    launcher Job creates, not the Job. Before: the job sat in Starting holding every worker's GPUs."""
+    """The workers meet `restricted`; the launcher's template asks for root. Admission refuses the launcher
+    pod the operator creates: the job fails at once, naming the template, and no worker keeps its GPUs."""
     core_v1.patch_namespace(
         namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
     )
@@ -171,20 +171,24 @@ def test_a_launcher_pod_refused_by_pod_security_fails_the_job_at_once_and_frees_
     jobs.create("rootlaunch", launcher={"template": root})
     status = jobs.wait_phase("rootlaunch", "Failed", "Succeeded", timeout=120)
     failed = jobs.condition("rootlaunch", "Failed")
-    assert failed and failed["reason"] == "PodRefused", status
+    assert failed and failed["reason"] == "PodSecurityViolation", status
     assert failed["message"].startswith(
-        "spec.launcher.template: the launcher's pod (Job rootlaunch-launcher) is refused by Pod Security "
-        "admission: "
+        "spec.launcher.template: Pod rootlaunch-launcher refused by the API server: "
+        'pods "rootlaunch-launcher" is forbidden: violates PodSecurity '
     ), failed["message"]
-    assert "violates PodSecurity" in failed["message"] and "runAsUser=0" in failed["message"]
-    assert status["restarts"] == 0
+    assert "runAsUser=0" in failed["message"]
+    assert status["message"] == failed["message"] and status["restarts"] == 0
+    jobs.wait_event("rootlaunch", "PodSecurityViolation")  # posted after the status patch just read
     wait_for(lambda: not jobs.live_workers("rootlaunch"), timeout=60, what="the workers freed")
+    assert jobs.launcher("rootlaunch") is None
 
 
 def test_a_launcher_pod_refused_by_a_quota_says_so_then_fails_at_the_startup_deadline(
     jobs: Jobs, operator: OperatorProcess, core_v1: client.CoreV1Api, namespace: str
 ) -> None:
-    """The workers use up the namespace's pod quota, so the launcher Job's pod never fits."""
+    """The workers use up the namespace's pod quota, so the launcher pod the operator creates never fits:
+    the job says why while it retries, and fails once refused for runPolicy.startupDeadlineSeconds, freeing
+    the workers' GPUs."""
     quota = client.V1ResourceQuota(
         metadata=client.V1ObjectMeta(name="pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "2"})
     )
@@ -198,22 +202,29 @@ def test_a_launcher_pod_refused_by_a_quota_says_so_then_fails_at_the_startup_dea
 
     def refused() -> dict[str, str] | None:
         cond = jobs.condition("full", "Created")
-        return cond if cond and cond["reason"] == "PodRefused" else None
+        return cond if cond and cond["reason"] == "CreateForbidden" else None
 
-    cond = wait_for(refused, timeout=90, what="Created=False PodRefused")
+    cond = wait_for(refused, timeout=90, what="Created=False CreateForbidden")
     event_lists = event_lists_made(operator)
     assert cond["status"] == "False"
-    assert cond["message"].startswith("the launcher's pod (Job full-launcher) is refused: "), cond["message"]
+    assert cond["message"].startswith("Pod full-launcher refused by the API server: "), cond["message"]
     assert "exceeded quota: pods" in cond["message"]
-    assert "at most runPolicy.startupDeadlineSeconds (60s)" in cond["message"]
+    assert cond["message"].endswith("; retrying every 30s, at most runPolicy.startupDeadlineSeconds (60s)")
     assert jobs.status("full")["message"] == cond["message"]
-    jobs.wait_event("full", "PodRefused")  # posted after the status patch just read
+    assert len(jobs.live_workers("full")) == 2 and jobs.launcher("full") is None
+    jobs.wait_event("full", "CreateForbidden")  # posted after the status patch just read
     status = jobs.wait_phase("full", "Failed", "Succeeded", timeout=120)
     failed = jobs.condition("full", "Failed")
     assert failed and failed["reason"] == "StartupDeadlineExceeded", status
-    assert "still refused 60s after its Job was created" in failed["message"]
+    assert failed["message"].startswith("Pod full-launcher refused by the API server: "), failed["message"]
+    assert "exceeded quota: pods" in failed["message"]
+    assert failed["message"].endswith(
+        "; still refused 60s after the first refusal (runPolicy.startupDeadlineSeconds)"
+    ), failed["message"]
     wait_for(lambda: not jobs.live_workers("full"), timeout=60, what="the workers freed")
-    # Every look at the refused launcher in that minute took its Events from the watch: no LIST of them.
+    assert jobs.launcher("full") is None
+    # The refusal is the create's own answer (a 403 quoting the quota), never read from Events: no LIST of
+    # Events in that minute of retries.
     assert event_lists_made(operator) == event_lists
 
 

@@ -26,7 +26,7 @@ from tests.azure.conftest import azurite, container_name  # noqa: F401  (fixture
 
 pytestmark = [pytest.mark.integration]
 
-# The launcher runs until the test says otherwise (kwok ends a Job's pod 3 s after it starts by default).
+# The launcher runs until the test says otherwise (kwok ends a launcher pod 3 s after it starts by default).
 SPEC = {
     "framework": "pytorch",
     "workers": 2,

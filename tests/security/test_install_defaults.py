@@ -262,7 +262,7 @@ def test_a_namespaced_install_holds_no_secrets_or_pods_outside_its_namespaces(
     Jobs(api_client, tenant_a.namespace).wait_phase("served", "Running", timeout=120)
 
 
-def pull_secrets(pod: client.V1Pod | client.V1PodTemplateSpec) -> list[str]:
+def pull_secrets(pod: client.V1Pod) -> list[str]:
     return [str(s.name) for s in pod.spec.image_pull_secrets or ()]
 
 
@@ -277,18 +277,18 @@ def test_a_tenants_own_image_gets_none_of_the_installers_pull_secrets(
     tenant_a.jobs().create("sidecar", workers=1, gpusPerWorker=1, worker=sidecar)
     tenant_a.jobs().create("stock", workers=1, gpusPerWorker=1)
     jobs = Jobs(api_client, tenant_a.namespace)
-    launchers: dict[str, client.V1Job] = {}
+    launchers: dict[str, client.V1Pod] = {}
     for name in ("borrowed", "sidecar", "stock"):
         jobs.wait_phase(name, "Running", timeout=120)
         launchers[name] = wait_for(partial(jobs.launcher, name), timeout=30, what=f"{name}'s launcher")
 
     [worker] = jobs.pods("borrowed", "worker")
-    assert pull_secrets(worker) == [] and pull_secrets(launchers["borrowed"].spec.template) == []
+    assert pull_secrets(worker) == [] and pull_secrets(launchers["borrowed"]) == []
     # A template container of another image keeps them off that pod; the launcher runs the installer's.
     [worker] = jobs.pods("sidecar", "worker")
     assert pull_secrets(worker) == []
-    assert pull_secrets(launchers["sidecar"].spec.template) == [INSTALLER_SECRET]
+    assert pull_secrets(launchers["sidecar"]) == [INSTALLER_SECRET]
     # A job on the installer's images is what they are for.
     [worker] = jobs.pods("stock", "worker")
     assert pull_secrets(worker) == [INSTALLER_SECRET]
-    assert pull_secrets(launchers["stock"].spec.template) == [INSTALLER_SECRET]
+    assert pull_secrets(launchers["stock"]) == [INSTALLER_SECRET]

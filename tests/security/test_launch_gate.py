@@ -1,10 +1,12 @@
-"""The launcher Job is made with its world and its pod held by the scheduling gate `dtjob.io/workers-ready`
-until every worker is Ready, when the operator takes the gate off. A namespace admin may create pods with that
-gate and the launcher's labels: the operator releases only the pod its own launcher Job made, and the admin's
-look-alike neither stands in for the launch nor is touched."""
+"""The launcher pod is made with its world and held by the scheduling gate `dtjob.io/workers-ready` until
+every worker is Ready, when the operator takes the gate off. A namespace admin may create pods with that gate
+and the launcher's labels: the operator releases only its own launcher pod, found by name
+(`<job>-launcher`) and owner (the job), and the admin's look-alike neither stands in for the launch nor is
+touched, whether under another name or under the launcher's own."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from dtjob import names
@@ -52,7 +54,61 @@ def test_a_gated_pod_labelled_as_the_launcher_is_neither_released_nor_taken_for_
     assert status["restarts"] == 0, status
     own = [p for p in mine.pods("mine", names.ROLE_LAUNCHER) if p.metadata.name != "mine-launcher-extra"]
     assert len(own) == 1 and gates(own[0]) == [], [(p.metadata.name, gates(p)) for p in own]
-    assert own[0].metadata.owner_references[0].name == names.launcher_name("mine")
+    assert own[0].metadata.name == names.launcher_name("mine")
+    job_uid = (mine.get("mine") or {})["metadata"]["uid"]
+    owners = [(r.kind, r.name, r.uid) for r in own[0].metadata.owner_references or ()]
+    assert owners == [("DistributedTrainingJob", "mine", job_uid)], owners
     extra = core.read_namespaced_pod("mine-launcher-extra", tenant_a.namespace)
-    assert gates(extra) == [names.LAUNCH_GATE], "the operator released a pod its launcher Job did not make"
+    assert gates(extra) == [names.LAUNCH_GATE], "the operator released a pod that is not its launcher"
     assert status["launcher"] == {"state": "Running", "pod": own[0].metadata.name}, status
+
+
+def test_a_gated_pod_under_the_launchers_own_name_is_neither_released_nor_taken_for_the_launch(
+    tenant_a: Tenant, operator: OperatorProcess, api_client: client.ApiClient
+) -> None:
+    """The admin's look-alike holds the very name the launcher is made under, before the job exists: the name
+    alone never makes a pod the launcher. The job waits, saying which pod holds the name, until it is gone."""
+    name = names.launcher_name("mine")
+    labels = {**names.labels("mine", names.ROLE_LAUNCHER, names.ROLE_LAUNCHER), names.ATTEMPT_LABEL: "0"}
+    lookalike: Any = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "schedulingGates": [{"name": names.LAUNCH_GATE}],
+            "containers": [{"name": "launcher", "image": "busybox"}],
+        },
+    }
+    core = client.CoreV1Api(tenant_a.api(ADMIN))
+    planted = core.create_namespaced_pod(tenant_a.namespace, lookalike)
+    tenant_a.jobs().create("mine", launcher=LONG_LAUNCHER)
+    mine = Jobs(api_client, tenant_a.namespace)
+
+    def held_off() -> dict[str, str] | None:
+        created = mine.condition("mine", "Created")
+        return created if created and created["reason"] == "ChildNotOwned" else None
+
+    created = wait_for(held_off, timeout=60, what="Created=False ChildNotOwned")
+    assert created["message"].startswith(f"Pod {name} exists and belongs to another owner"), created
+
+    # Every worker Ready, and still the admin's pod is neither released nor taken for the launch.
+    def ready(pod: client.V1Pod) -> bool:
+        return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or ())
+
+    wait_for(lambda: [ready(p) for p in mine.live_workers("mine")] == [True, True], timeout=60,
+             what="both workers Ready")  # fmt: skip
+    time.sleep(3)  # a few more reconciles, each of which would release a pod it took for its launcher
+    status = mine.status("mine")
+    assert status["phase"] == "Pending" and status.get("launcher", {}).get("state") != "Running", status
+    pod = core.read_namespaced_pod(name, tenant_a.namespace)
+    assert pod.metadata.uid == planted.metadata.uid and not pod.metadata.owner_references
+    assert gates(pod) == [names.LAUNCH_GATE], "the operator released a pod that is not its launcher"
+
+    # Once the admin's pod is gone, the operator makes its own under that name, and the job runs.
+    core.delete_namespaced_pod(name, tenant_a.namespace, grace_period_seconds=0)
+    status = mine.wait_phase("mine", "Running", timeout=120)
+    own = core.read_namespaced_pod(name, tenant_a.namespace)
+    assert own.metadata.uid != planted.metadata.uid and gates(own) == []
+    job_uid = (mine.get("mine") or {})["metadata"]["uid"]
+    assert [r.uid for r in own.metadata.owner_references or ()] == [job_uid]
+    assert status["restarts"] == 0, status

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob.desired.command import mpi_command, training_command
-from dtjob.desired.pods import launcher_job, worker_pod
+from dtjob.desired.pods import launcher_pod, worker_pod
 from dtjob.desired.world import hostfile_text
 
 from tests.unit.operator_fixtures import job_spec
@@ -69,7 +69,4 @@ def test_each_mpi_implementation_gets_its_launcher_and_hostfile() -> None:
     # horovodrun reads Open MPI's hostfile whatever the image's MPI.
     horovod = job_spec(**CUSTOM, launcher={"mpiImplementation": "MPICH"})
     assert " slots=" in hostfile_text(horovod)
-    assert (
-        "mpiexec.hydra"
-        in launcher_job(mpich, OWNER, 0)["spec"]["template"]["spec"]["containers"][0]["command"][-1]
-    )
+    assert "mpiexec.hydra" in launcher_pod(mpich, OWNER, 0)["spec"]["containers"][0]["command"][-1]

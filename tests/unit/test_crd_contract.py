@@ -135,7 +135,7 @@ def test_every_mount_the_operator_makes_is_reserved() -> None:
     owner = owner_reference(spec.name, "uid-1")
     pods = [
         desired.worker_pod(spec, owner, 0, 0)["spec"],
-        desired.launcher_job(spec, owner, 0)["spec"]["template"]["spec"],
+        desired.launcher_pod(spec, owner, 0)["spec"],
         desired.staging_job(spec, owner, "stager:1")["spec"]["template"]["spec"],
     ]
     user = {spec.dataset.volume.mount_path if spec.dataset.volume else "", "/checkpoints"}

@@ -1,7 +1,7 @@
 """Every delete the operator makes is on the condition of the UID it observed (or listed with its owner
-checked): a pod, launcher Job or job created again under the same name in between is never deleted for the
-one that was. Through act(), against the recording client, which honours UID preconditions as the API server
-does (tests/integration/test_kube_contract.py holds the two together)."""
+checked): a pod, a legacy launcher Job or a job created again under the same name in between is never deleted
+for the one that was. Through act(), against the recording client, which honours UID preconditions as the API
+server does (tests/integration/test_kube_contract.py holds the two together)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,9 @@ def test_a_pod_created_again_under_the_observed_ones_name_stays() -> None:
     assert ("delete", "Pod", "rn50-worker-1") not in kube.calls, "never by name alone"
 
 
-def test_the_launcher_job_is_deleted_only_while_the_job_owns_it() -> None:
+def test_a_legacy_launcher_job_is_deleted_only_while_the_job_owns_it() -> None:
+    """A launcher Job that an earlier release of the operator made (today's launcher is a pod, deleted as
+    one)."""
     kube, owner = setup()
     spec = parse_spec(job_body(), CONFIG)
     labels = {"dtjob.io/job-name": "rn50", "dtjob.io/role": "launcher"}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dtjob.desired import launcher_job, worker_pod, workers_service
+from dtjob.desired import launcher_pod, worker_pod, workers_service
 from dtjob.desired.command import find_elastic_rank0, mpi_command, training_flags
 from dtjob.desired.world import elastic_discovery_script
 from dtjob.spec.parse import SpecError
@@ -65,7 +65,7 @@ def test_the_launcher_runs_horovodrun_elastic_on_the_discovered_hosts() -> None:
     assert "--commit-every" not in training_flags(spec)  # the trainers' default
     every = elastic(elastic={**ELASTIC, "commitEverySteps": 5})
     assert training_flags(every)[-3:] == ["--elastic", "--commit-every", "5"]
-    script = launcher_job(spec, OWNER, 0)["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    script = launcher_pod(spec, OWNER, 0)["spec"]["containers"][0]["command"][2]
     assert "does not resolve" not in script  # no wait for every hostfile name: Horovod waits for --min-np
 
 

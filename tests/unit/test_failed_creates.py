@@ -95,8 +95,9 @@ def test_a_failed_create_reconciles_the_job_that_owns_the_job_and_hands_it_the_m
 
 
 def test_a_watched_namespace_reads_no_event_and_an_unwatched_one_reads_them() -> None:
-    """The reconcile of a job whose launcher Job has no pod asks why: from the watch's messages where the
-    watch serves the namespace (no read of the API server), else with a LIST of the Job's Events."""
+    """The reconcile of a job whose legacy launcher Job (an earlier release's) has no pod asks why: from the
+    watch's messages where the watch serves the namespace (no read of the API server), else with a LIST of the
+    Job's Events."""
     job = job_body()
     waiting = {"metadata": {"name": "rn50-launcher", "uid": "lj", "labels": {"dtjob.io/attempt": "0"},
                             "ownerReferences": [{"uid": job["metadata"]["uid"]}],

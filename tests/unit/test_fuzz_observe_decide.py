@@ -177,7 +177,11 @@ owner_refs = st.lists(
     st.fixed_dictionaries({"uid": st.sampled_from([UID, "other", "launcher-uid"])}), max_size=2
 )
 metadata = st.fixed_dictionaries(
-    {"name": st.sampled_from(["rn50-worker-0", "rn50-worker-1", "rn50-launcher-x", "rn50-stage-y"])},
+    {
+        "name": st.sampled_from(
+            ["rn50-worker-0", "rn50-worker-1", "rn50-launcher", "rn50-launcher-x", "rn50-stage-y"]
+        )
+    },
     optional={
         "uid": st.sampled_from([UID, "launcher-uid", "pod-uid"]),
         "labels": labels,
@@ -301,7 +305,8 @@ def test_observe_and_decide_never_raise_on_a_users_objects(
 ) -> None:
     body = {**job_body(**spec), "status": status}
     prev = status_from_dict(status if isinstance(status, dict) else None)
-    seen = observe_children(child_pods, launcher, UID)
+    # The launcher: the pod of its name, or a legacy launcher Job's (an earlier release's) when one is there.
+    seen = observe_children(child_pods, launcher, UID, "rn50-launcher")
     staging = staging_outcome(stager, child_pods) if stager is not None else None
     observed = replace(seen, generation=generation, uid=UID, staging=staging)
     try:

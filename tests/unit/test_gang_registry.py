@@ -63,7 +63,7 @@ def test_kueue_admits_and_the_gang_scheduler_places_the_same_world() -> None:
     assert annotations == {kueue.POD_GROUP_TOTAL_COUNT: "2"}
     assert worker["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
     # The launcher joins the PodGroup but stays out of Kueue's group.
-    launcher = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]
+    launcher = desired.launcher_pod(spec, OWNER, 0)
     assert launcher["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "rn50"
     assert not [k for k in launcher["metadata"]["labels"] if k.startswith("kueue.x-k8s.io/")]
 

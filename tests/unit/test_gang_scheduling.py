@@ -93,7 +93,7 @@ def test_the_coscheduling_pod_group_counts_the_workers_and_carries_the_timeout()
     # The launcher is created only once the workers are Ready: it is not counted, nor are its resources.
     assert group["spec"] == {"minMember": 4, "scheduleTimeoutSeconds": 30}
     worker = desired.worker_pod(spec, OWNER, 2, 0)
-    launcher = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]
+    launcher = desired.launcher_pod(spec, OWNER, 0)
     for pod in (worker, launcher):
         assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "rn50"
         assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
@@ -110,7 +110,7 @@ def test_the_volcano_pod_group_asks_its_queue_for_the_workers_resources() -> Non
         "queue": "research",
         "minResources": {"cpu": "1500m", "memory": "48Gi", "nvidia.com/gpu": "12"},
     }
-    launcher = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]
+    launcher = desired.launcher_pod(spec, OWNER, 0)
     for pod in (desired.worker_pod(spec, OWNER, 0, 0), launcher):
         assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "rn50"
         assert pod["spec"]["schedulerName"] == "volcano"

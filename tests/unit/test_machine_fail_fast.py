@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from dtjob.machine import decide
 from dtjob.spec.reader import SpecError
-from dtjob.state.decision import DeleteLauncher, DeletePod
-from dtjob.state.observed import LauncherState, Observed, PodState, observe_children
+from dtjob.state.decision import DeletePod
+from dtjob.state.observed import LauncherState, Observed, PodState, launcher_state, observe_children
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
@@ -158,15 +158,15 @@ def test_without_a_deadline_a_stuck_pod_waits_and_an_invalid_image_fails_at_once
 
 def test_an_unschedulable_launcher_counts_too() -> None:
     spec = job_spec(runPolicy={"startupDeadlineSeconds": 60})
-    launcher_pod = pod("rn50-launcher-q", role="launcher", index=None, phase="Pending", ready=False,
+    launcher_pod = pod("rn50-launcher", role="launcher", index=None, phase="Pending", ready=False,
                        scheduled=False, unschedulable=True, reason="Unschedulable: 0/3 nodes are available",
                        created=NOW - timedelta(seconds=61))  # fmt: skip
-    launcher = LauncherState(0, deleting=False, running=False, succeeded=False, failed=False,
-                             pod_name="rn50-launcher-q")  # fmt: skip
+    launcher = launcher_state(launcher_pod)
     d = decide(spec, Observed(pods=(*workers(), launcher_pod), launcher=launcher), starting(), NOW)
     failed = d.status.condition("Failed")
     assert failed is not None and failed.reason == "StartupDeadlineExceeded"
-    assert "launcher pod rn50-launcher-q" in failed.message and DeleteLauncher() in d.actions
+    assert "launcher pod rn50-launcher " in failed.message
+    assert DeletePod("rn50-launcher", "uid-rn50-launcher") in d.actions  # its CPUs (or GPUs) are freed
 
 
 def test_observe_reads_exit_codes_waiting_reasons_and_creation() -> None:

@@ -17,7 +17,7 @@ from dtjob.state.decision import (
     EnsureWorld,
     ReleasePod,
 )
-from dtjob.state.observed import LauncherState, Observed, PodState, observe_children
+from dtjob.state.observed import LauncherState, Observed, PodState, launcher_state, observe_children
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
@@ -49,14 +49,16 @@ def stopped(i: int, **kw: Any) -> PodState:
 
 
 def launcher(failed: bool = False) -> LauncherState:
-    return LauncherState(
-        0, deleting=False, running=not failed, succeeded=False, failed=failed, pod_name="rn50-l"
-    )
+    """The world's launcher, from its pod (no member of Kueue's group: no finalizer of Kueue's on it)."""
+    phase = "Failed" if failed else "Running"
+    pod = worker(0, name="rn50-launcher", role="launcher", index=None, phase=phase, ready=not failed,
+                 uid="uid-l", kueue_finalizer=False)  # fmt: skip
+    return launcher_state(pod)
 
 
 def running() -> JobStatus:
     return JobStatus(
-        phase="Running", start_time=format_time(NOW - timedelta(minutes=5)), launcher_pod="rn50-l"
+        phase="Running", start_time=format_time(NOW - timedelta(minutes=5)), launcher_pod="rn50-launcher"
     )
 
 
@@ -80,8 +82,17 @@ def test_a_preemption_suspends_the_world_without_spending_the_backoff_limit() ->
     assert EVICTION in cond.message
     assert d.status.launcher_pod is None and d.status.start_time is None
     # The launcher (failed as its workers went) is deleted, not judged; the ended worker is released.
-    assert d.actions == [DeleteLauncher(), ReleasePod("rn50-worker-1", "uid-w1")]
+    assert d.actions == [DeletePod("rn50-launcher", "uid-l"), ReleasePod("rn50-worker-1", "uid-w1")]
     assert ("Warning", "Preempted") in [(e.type, e.reason) for e in d.events]
+
+
+def test_a_preemption_deletes_a_legacy_launcher_job_as_the_job() -> None:
+    """A launcher Job that an earlier release of the operator made goes as the Job (its pod with it)."""
+    legacy = replace(launcher(failed=True), pod=None, legacy_job=True)
+    observed = Observed(pods=(stopped(0), stopped(1, phase="Failed")), launcher=legacy)
+    d = decide(job_spec(**QUEUED), observed, running(), NOW)
+    assert d.status.phase == "Suspended"
+    assert d.actions == [DeleteLauncher(), ReleasePod("rn50-worker-1", "uid-w1")]
 
 
 def test_the_preempted_world_is_created_again_and_waits_gated_then_resumes() -> None:

@@ -11,7 +11,7 @@ from dtjob.machine import decide, with_results
 from dtjob.machine.stale import FORCE_DELETE_AFTER
 from dtjob.reconcile.job import reconcile
 from dtjob.state.decision import CreateLauncher, CreateWorker, EnsureWorld, ForceDeletePod, PodForceDeleted
-from dtjob.state.observed import Children, LauncherState, Observed, PodState, observe_children
+from dtjob.state.observed import Children, LauncherState, Observed, PodState, launcher_state, observe_children
 from dtjob.state.status import JobStatus
 from dtjob.timefmt import format_time
 
@@ -33,9 +33,10 @@ def worker(i: int, attempt: int = 0, **kw: Any) -> PodState:
 
 
 def running_launcher(attempt: int = 0) -> LauncherState:
-    return LauncherState(
-        attempt, deleting=False, running=True, succeeded=False, failed=False, pod_name="rn50-l"
-    )
+    """The world's launcher, running, from its own pod (which goes with its world, by UID)."""
+    pod = PodState(name="rn50-launcher", role="launcher", attempt=attempt, index=None, phase="Running",
+                   scheduled=True, ready=True, deleting=False, uid=f"uid-l-a{attempt}")  # fmt: skip
+    return launcher_state(pod)
 
 
 def running(phase: str = "Running", **kw: Any) -> JobStatus:

@@ -102,7 +102,12 @@ def running(**kw: Any) -> JobStatus:
 
 
 def no_launcher_actions(d: Decision) -> None:
-    assert not any(isinstance(a, CreateLauncher | DeleteLauncher) for a in d.actions), d.actions
+    """A torchrun world has no launcher: nothing creates or deletes one (its pod, or a legacy Job)."""
+    launcher = names.launcher_name("rn50")
+    assert not any(
+        isinstance(a, CreateLauncher | DeleteLauncher) or getattr(a, "name", "") == launcher
+        for a in d.actions
+    ), d.actions
 
 
 def test_a_new_world_creates_its_workers_and_never_a_launcher() -> None:
@@ -267,7 +272,7 @@ def test_the_launch_waits_for_every_worker_to_run() -> None:
     assert torchrun_launch(old.workers(), 1, 2) is None
     launch = torchrun_launch(observe_children([raw_worker(0), raw_worker(1)], None).workers(), 0, 2)
     assert launch is not None and launch.running and not launch.finished
-    assert launch.role == names.ROLE_WORKER and not launch.is_job
+    assert launch.role == names.ROLE_WORKER and not launch.is_launcher
     assert (launch.attempt, launch.world_size, launch.pod_name) == (0, 2, "rn50-worker-0")
 
 

@@ -59,6 +59,7 @@ def worker(index: int, ip: str, **kw: Any) -> dict[str, Any]:
 
 
 def launcher_job() -> dict[str, Any]:
+    """A launcher Job that an earlier release of the operator made (today's launcher is the job's own pod)."""
     labels = {names.ROLE_LABEL: names.ROLE_LAUNCHER, names.ATTEMPT_LABEL: "0", names.WORLD_SIZE_LABEL: "2"}
     meta = {"name": "rn50-launcher", "uid": LAUNCHER_JOB_UID, "labels": labels, "ownerReferences": [OWNER]}
     return {"metadata": meta, "status": {"ready": 1}}
@@ -67,7 +68,7 @@ def launcher_job() -> dict[str, Any]:
 def observed(
     pods: list[dict[str, Any]], launcher: dict[str, Any] | None = None, slices: tuple[Any, ...] = ()
 ) -> Observed:
-    seen = observe_children(pods, launcher, JOB_UID)
+    seen = observe_children(pods, launcher, JOB_UID, names.launcher_name("rn50"))
     return replace(seen, uid=JOB_UID, published=published_hosts(slices, "rn50", JOB_UID))
 
 
@@ -121,6 +122,21 @@ def test_pods_being_deleted_or_ended_are_left_out() -> None:
 
 def test_a_launcher_that_runs_ranks_is_published_under_its_hostname() -> None:
     spec = job_spec(launcher={"runAsWorker": True})
+    pods = [
+        worker(0, "10.0.0.1"),
+        worker(1, "10.0.0.2"),
+        raw_pod("rn50-launcher", "10.0.0.9", role="launcher"),
+    ]
+    d = decide(spec, observed(pods), JobStatus(), NOW)
+    launcher = MpiHost("rn50-launcher", "10.0.0.9", "rn50-launcher", "uid-rn50-launcher", True)
+    assert published(d.actions) == (launcher, host(0, "10.0.0.1"), host(1, "10.0.0.2"))
+    # A launcher that does not run ranks is no MPI host.
+    d = decide(job_spec(), observed(pods), JobStatus(), NOW)
+    assert published(d.actions) == (host(0, "10.0.0.1"), host(1, "10.0.0.2"))
+
+
+def test_the_pod_of_a_legacy_launcher_job_that_runs_ranks_is_published_under_the_launchers_hostname() -> None:
+    spec = job_spec(launcher={"runAsWorker": True})
     launcher_pod = raw_pod(
         "rn50-launcher-x7k2p", "10.0.0.9", role=names.ROLE_LAUNCHER, owner=LAUNCHER_JOB_UID
     )
@@ -128,9 +144,6 @@ def test_a_launcher_that_runs_ranks_is_published_under_its_hostname() -> None:
     d = decide(spec, observed(pods, launcher_job()), JobStatus(), NOW)
     launcher = MpiHost("rn50-launcher", "10.0.0.9", "rn50-launcher-x7k2p", "uid-rn50-launcher-x7k2p", True)
     assert published(d.actions) == (launcher, host(0, "10.0.0.1"), host(1, "10.0.0.2"))
-    # A launcher that does not run ranks is no MPI host.
-    d = decide(job_spec(), observed(pods, launcher_job()), JobStatus(), NOW)
-    assert published(d.actions) == (host(0, "10.0.0.1"), host(1, "10.0.0.2"))
 
 
 def test_hosts_already_published_are_not_written_again_and_a_change_is_a_patch() -> None:
@@ -209,17 +222,14 @@ def test_a_reconcile_creates_the_slice_before_the_launcher_then_patches_it() -> 
     reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods), NOW)
     writes = kube.writes()
     assert writes.index(("create", "EndpointSlice", SERVICE)) < writes.index(
-        ("create", "Job", "rn50-launcher")
+        ("create", "Pod", "rn50-launcher")
     )
     created = kube.objects[("EndpointSlice", "ml", SERVICE)]
     assert [e["addresses"] for e in created["endpoints"]] == [["10.0.0.1"], ["10.0.0.2"]]
     # Worker 1 has a new address: one patch of the slice the cache holds.
     kube.calls.clear()
-    moved = (worker(0, "10.0.0.1"), worker(1, "10.0.0.7"))
-    launcher = kube.objects[("Job", "ml", "rn50-launcher")]
-    reconcile(
-        kube, CONFIG, "ml", "rn50", Children(pods=moved, launcher=launcher, endpoint_slices=(created,)), NOW
-    )
+    moved = (worker(0, "10.0.0.1"), worker(1, "10.0.0.7"), kube.objects[("Pod", "ml", "rn50-launcher")])
+    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=moved, endpoint_slices=(created,)), NOW)
     assert [w for w in kube.writes() if w[1] == "EndpointSlice"] == [("patch", "EndpointSlice", SERVICE)]
     patched = kube.objects[("EndpointSlice", "ml", SERVICE)]
     assert [e["addresses"] for e in patched["endpoints"]] == [["10.0.0.1"], ["10.0.0.7"]]

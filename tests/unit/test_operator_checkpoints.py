@@ -42,14 +42,14 @@ def test_only_the_rank0_worker_mounts_the_checkpoint_claim() -> None:
     assert volumes(rank0)["checkpoints"]["persistentVolumeClaim"] == {"claimName": "ckpt", "readOnly": False}
     # One pod only: a ReadWriteOnce claim works.
     assert "checkpoints" not in volumes(other)
-    launcher = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]
+    launcher = desired.launcher_pod(spec, OWNER, 0)
     assert "checkpoints" not in volumes(launcher)
 
 
 def test_a_launcher_that_runs_ranks_holds_rank0_and_the_checkpoints() -> None:
     spec = job_spec(checkpoints={"nfs": {"server": "10.0.0.4", "path": "/ckpt"}, "mountPath": "/mnt/ckpt"},
                     launcher={"runAsWorker": True})  # fmt: skip
-    launcher = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]
+    launcher = desired.launcher_pod(spec, OWNER, 0)
     assert mounts(launcher)["checkpoints"] == "/mnt/ckpt"
     # Writable by default, unlike a dataset share.
     assert volumes(launcher)["checkpoints"]["nfs"] == {

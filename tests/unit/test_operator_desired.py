@@ -26,7 +26,7 @@ def test_every_child_is_labelled_and_owned() -> None:
         desired.hostfile_config_map(spec, OWNER),
         desired.workers_service(spec, OWNER),
         desired.worker_pod(spec, OWNER, 0, 0),
-        desired.launcher_job(spec, OWNER, 0),
+        desired.launcher_pod(spec, OWNER, 0),
     ]
     for obj in objects:
         meta = obj["metadata"]
@@ -54,11 +54,11 @@ def test_hostfile_lists_every_worker_with_its_slots() -> None:
 def test_launcher_as_worker_is_first_host() -> None:
     spec = job_spec(launcher={"runAsWorker": True})
     assert desired.hostfile_text(spec).splitlines()[0] == "rn50-launcher.rn50-workers.ml.svc slots=4"
-    job = desired.launcher_job(spec, OWNER, 0)
-    pod = job["spec"]["template"]["spec"]
+    launcher = desired.launcher_pod(spec, OWNER, 0)
+    pod = launcher["spec"]
     assert pod["hostname"] == "rn50-launcher" and pod["subdomain"] == "rn50-workers"
     assert _container(pod)["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert job["spec"]["template"]["metadata"]["labels"][names.MPI_HOST_LABEL] == "true"
+    assert launcher["metadata"]["labels"][names.MPI_HOST_LABEL] == "true"
     assert "-np 12 " in _container(pod)["command"][2]
 
 
@@ -122,12 +122,12 @@ def test_worker_pod_gets_gpus_placement_readiness_and_data() -> None:
 
 
 def test_launcher_runs_on_cpu_pool_without_gpus() -> None:
-    job = desired.launcher_job(job_spec(launcher={"podAnnotations": {"sim": "x"}}), OWNER, 2)
-    assert job["spec"]["backoffLimit"] == 0
-    template = job["spec"]["template"]
-    assert template["metadata"]["annotations"] == {"sim": "x"}
-    assert template["metadata"]["labels"][names.ATTEMPT_LABEL] == "2"
-    pod = template["spec"]
+    launcher = desired.launcher_pod(job_spec(launcher={"podAnnotations": {"sim": "x"}}), OWNER, 2)
+    # World restarts are the operator's (runPolicy.backoffLimit): the pod itself never restarts.
+    assert launcher["spec"]["restartPolicy"] == "Never"
+    assert launcher["metadata"]["annotations"] == {"sim": "x"}
+    assert launcher["metadata"]["labels"][names.ATTEMPT_LABEL] == "2"
+    pod = launcher["spec"]
     # The default CPU pool ("") selects none: any node without a taint it lacks (so not the GPU pool).
     assert "nodeSelector" not in pod
     assert "tolerations" not in pod
@@ -144,8 +144,7 @@ def test_launcher_keeps_host_names_resolvable_and_starts_every_daemon_itself() -
     # Open MPI would shorten <job>-worker-0.<service>... to <job>-worker-0, which no pod resolves, and let
     # daemons start each other over ssh from workers that hold no client setup.
     user = {"name": "OMPI_MCA_plm_rsh_no_tree_spawn", "value": "0"}
-    job = desired.launcher_job(job_spec(env=[user]), OWNER, 0)
-    env = _container(job["spec"]["template"]["spec"])["env"]
+    env = _container(desired.launcher_pod(job_spec(env=[user]), OWNER, 0)["spec"])["env"]
     assert {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"} in env
     # A user's own setting comes later, so it wins.
     assert env.index({"name": "OMPI_MCA_plm_rsh_no_tree_spawn", "value": "true"}) < env.index(user)
@@ -197,7 +196,7 @@ def test_every_rank_expects_a_gpu_unless_the_jobs_env_says_otherwise() -> None:
         spec = job_spec(launcher={"runner": runner})
         assert expect in _container(desired.worker_pod(spec, OWNER, 0, 0)["spec"])["env"]
         # The launcher carries it too: horovodrun and mpirun -x hand the launcher's values to the ranks.
-        assert expect in _container(desired.launcher_job(spec, OWNER, 0)["spec"]["template"]["spec"])["env"]
+        assert expect in _container(desired.launcher_pod(spec, OWNER, 0)["spec"])["env"]
     cmd = mpi_command(job_spec(launcher={"runner": "mpirun"}))
     assert cmd[cmd.index("DTJOB_EXPECT_GPU") - 1] == "-x"
     # A CPU-only cluster (the test bed) opts out: the job's own entry replaces the operator's.
@@ -210,8 +209,7 @@ def test_every_rank_expects_a_gpu_unless_the_jobs_env_says_otherwise() -> None:
 
 def test_launcher_script_is_valid_shell_around_the_command() -> None:
     spec = job_spec(framework="keras", hyperparameters={"learningRate": 0.1})
-    job = desired.launcher_job(spec, OWNER, 0)
-    script = _container(job["spec"]["template"]["spec"])["command"][2]
+    script = _container(desired.launcher_pod(spec, OWNER, 0)["spec"])["command"][2]
     last = script.strip().splitlines()[-1]
     assert last.startswith("exec horovodrun")
     argv = shlex.split(last)[1:]
@@ -236,11 +234,9 @@ def test_the_launcher_stays_out_of_kueue_and_a_job_without_a_queue_has_no_kueue_
     # The launcher is created once every worker is Ready, that is after admission: in the group it could never
     # be counted at admission, and as its own Workload it would queue behind its own workers.
     spec = job_spec(runPolicy={"scheduling": {"queueName": "gpu-queue"}})
-    job = desired.launcher_job(spec, OWNER, 0)
-    template = job["spec"]["template"]["metadata"]
-    for meta in (job["metadata"], template):
-        assert not [k for k in (meta.get("labels") or {}) if k.startswith("kueue.x-k8s.io/")]
-        assert not [k for k in (meta.get("annotations") or {}) if k.startswith("kueue.x-k8s.io/")]
+    meta = desired.launcher_pod(spec, OWNER, 0)["metadata"]
+    assert not [k for k in meta["labels"] if k.startswith("kueue.x-k8s.io/")]
+    assert not [k for k in (meta.get("annotations") or {}) if k.startswith("kueue.x-k8s.io/")]
     plain = desired.worker_pod(job_spec(), OWNER, 0, 0)["metadata"]
     assert not [k for k in {**plain["labels"], **(plain.get("annotations") or {})} if k.startswith("kueue.")]
 
@@ -258,7 +254,7 @@ def test_a_pod_that_asks_for_no_gpu_is_shown_none_whatever_the_job_says() -> Non
     cpu = job_spec(gpusPerWorker=0, env=grab, worker={"template": {"spec": {"containers": [
         {"name": names.WORKER_CONTAINER, "env": grab}]}}})  # fmt: skip
     worker = _container(desired.worker_pod(cpu, OWNER, 0, 0)["spec"])
-    launcher = _container(desired.launcher_job(cpu, OWNER, 0)["spec"]["template"]["spec"])
+    launcher = _container(desired.launcher_pod(cpu, OWNER, 0)["spec"])
     assert _env_value(worker, "NVIDIA_VISIBLE_DEVICES") == ""
     assert _env_value(launcher, "NVIDIA_VISIBLE_DEVICES") == ""
     # A worker given GPUs sees what the device plugin gives it: the operator sets nothing.

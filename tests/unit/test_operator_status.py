@@ -17,7 +17,7 @@ from dtjob.state.decision import (
     ReleaseLauncher,
     UploadLogs,
 )
-from dtjob.state.observed import Blocker, LauncherState, Observed, PodState
+from dtjob.state.observed import Blocker, LauncherState, Observed, PodState, launcher_state
 from dtjob.state.observed import observe_children as observe
 from dtjob.state.status import JobStatus, status_from_dict
 from dtjob.timefmt import format_time
@@ -35,21 +35,35 @@ def worker(i: int, attempt: int = 0, phase: str = "Running", ready: bool = True,
     )  # fmt: skip
 
 
+LAUNCHER = "rn50-launcher"
+
+
 def launcher(attempt: int = 0, **kw: Any) -> LauncherState:
+    """The launcher as its own pod says (running unless told otherwise); the pod goes by its UID."""
     defaults: dict[str, Any] = {
-        "deleting": False, "running": True, "succeeded": False, "failed": False,
-        "pod_name": "rn50-launcher-x",
+        "deleting": False, "running": True, "succeeded": False, "failed": False, "pod_name": LAUNCHER,
     }  # fmt: skip
     defaults.update(kw)
+    phase = next((p for p, on in (("Running", "running"), ("Succeeded", "succeeded"), ("Failed", "failed"))
+                  if defaults[on]), "Pending")  # fmt: skip
+    defaults.setdefault("pod", PodState(
+        name=defaults["pod_name"], role="launcher", attempt=attempt, index=None, phase=phase,
+        scheduled=phase != "Pending", ready=phase == "Running", deleting=defaults["deleting"],
+        uid="uid-launcher",
+    ))  # fmt: skip
     return LauncherState(attempt=attempt, **defaults)
 
 
-def held(pod: bool = True) -> LauncherState:
-    """A launcher Job made with its world, its pod (when the Job controller has made it) still gated."""
-    gated = PodState(name="rn50-launcher-x", role="launcher", attempt=0, index=None, phase="Pending",
-                     scheduled=False, ready=False, deleting=False, reason=None, uid="uid-launcher",
-                     held=True)  # fmt: skip
-    return launcher(running=False, held=True, held_pod=gated if pod else None)
+def gone_launcher() -> DeletePod:
+    """How the launcher() pod goes with its world."""
+    return DeletePod(LAUNCHER, "uid-launcher")
+
+
+def held(world_size: int | None = None, deleting: bool = False) -> LauncherState:
+    """A launcher pod made with its world (of `world_size` workers, as its label says), still gated."""
+    return launcher_state(PodState(name=LAUNCHER, role="launcher", attempt=0, index=None, phase="Pending",
+                                   scheduled=False, ready=False, deleting=deleting, reason=None,
+                                   uid="uid-launcher", held=True, world_size=world_size))  # fmt: skip
 
 
 def started(**kw: Any) -> JobStatus:
@@ -94,10 +108,10 @@ def test_the_launchers_pod_is_named_with_its_running_state() -> None:
     pending = decide(spec, waiting, started(phase="Starting"), NOW)
     assert pending.status.launcher_state == "Pending" and pending.status.launcher_pod is None
     running = decide(spec, Observed(pods=workers, launcher=launcher()), pending.status, NOW)
-    assert running.status.launcher_pod == "rn50-launcher-x"
+    assert running.status.launcher_pod == LAUNCHER
 
 
-def test_a_launcher_job_deleted_before_its_pod_ran_is_created_again_not_lost() -> None:
+def test_a_launcher_pod_deleted_before_it_ran_is_created_again_not_lost() -> None:
     spec = job_spec()
     workers = (worker(0), worker(1))
     waiting = Observed(pods=workers, launcher=launcher(running=False))
@@ -154,19 +168,23 @@ def test_launcher_waits_for_every_worker_ready() -> None:
 def test_every_worker_ready_releases_the_held_launcher_pod() -> None:
     spec = job_spec()
     d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=held()), started(phase="Starting"), NOW)
-    assert d.actions == [ReleaseLauncher("rn50-launcher-x", "uid-launcher")]
+    assert d.actions == [ReleaseLauncher(LAUNCHER, "uid-launcher")]
     assert d.status.phase == "Starting" and d.status.message == "all workers ready; launcher starting"
-    # The Job controller has not made its pod yet: nothing to release until it has.
-    d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=held(pod=False)), d.status, NOW)
+    # A legacy launcher Job whose pod the Job controller has not made yet: nothing to release until it has.
+    legacy = replace(held(), held_pod=None, pod=None, legacy_job=True)
+    d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=legacy), d.status, NOW)
     assert d.actions == []
 
 
 def test_a_workers_edit_before_the_launch_makes_the_held_launcher_again_for_the_new_size() -> None:
     spec = job_spec(workers=3)
     prev = started(phase="Starting")
-    made_for_two = replace(held(), world_size=2)
-    d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=made_for_two), prev, NOW)
-    assert d.actions == [DeleteLauncher(), EnsureWorld(), CreateWorker(2, 0)]
+    d = decide(spec, Observed(pods=(worker(0), worker(1)), launcher=held(world_size=2)), prev, NOW)
+    assert d.actions == [gone_launcher(), EnsureWorld(), CreateWorker(2, 0)]
+    # Its name is the new one's: nothing is made under it while the old pod is still going.
+    going = held(world_size=2, deleting=True)
+    d = decide(spec, Observed(pods=(worker(0), worker(1), worker(2)), launcher=going), d.status, NOW)
+    assert d.actions == []
     gone = decide(spec, Observed(pods=(worker(0), worker(1), worker(2))), d.status, NOW)
     assert gone.actions == [CreateLauncher(0)]
     # Once launched, the world keeps its size: the edit waits for the next world.
@@ -210,7 +228,7 @@ def test_launcher_success_finishes_and_cleans_running_workers() -> None:
     assert not d.status.is_true("Running")
     assert d.status.completion_time == format_time(NOW)
     assert d.actions == [DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1")]
-    assert "rn50-launcher-x" in d.status.message
+    assert "rn50-launcher" in d.status.message
 
 
 def test_clean_pod_policy_none_and_all() -> None:
@@ -218,7 +236,16 @@ def test_clean_pod_policy_none_and_all() -> None:
     none = decide(job_spec(runPolicy={"cleanPodPolicy": "None"}), obs, started(), NOW)
     assert none.actions == []
     every = decide(job_spec(runPolicy={"cleanPodPolicy": "All"}), obs, started(), NOW)
+    assert every.actions == [DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), gone_launcher()]
+    # A launcher Job that an earlier release of the operator made goes as the Job.
+    legacy = replace(obs, launcher=launcher(running=False, succeeded=True, pod=None, legacy_job=True))
+    every = decide(job_spec(runPolicy={"cleanPodPolicy": "All"}), legacy, started(), NOW)
     assert every.actions == [DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), DeleteLauncher()]
+    # One already going is not deleted again.
+    going = replace(obs, launcher=launcher(running=False, succeeded=True, deleting=True))
+    assert decide(job_spec(runPolicy={"cleanPodPolicy": "All"}), going, started(), NOW).actions == [
+        DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"),
+    ]  # fmt: skip
 
 
 def test_worker_failure_restarts_world_naming_the_pod() -> None:
@@ -229,7 +256,7 @@ def test_worker_failure_restarts_world_naming_the_pod() -> None:
     cond = d.status.condition("Restarting")
     assert cond is not None and cond.status == "True" and cond.reason == "WorkerFailed"
     assert "rn50-worker-1" in cond.message and "exit code 1" in cond.message
-    assert set(d.actions) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), DeleteLauncher()}
+    assert set(d.actions) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), gone_launcher()}
     assert any(e.type == "Warning" and "rn50-worker-1" in e.message for e in d.events)
 
 
@@ -276,7 +303,7 @@ def test_failure_at_backoff_limit_fails_naming_the_pod() -> None:
         "rn50-worker-0" in cond.message and "OOMKilled" in cond.message and "backoffLimit (1)" in cond.message
     )
     # The failed pod stays for its logs; the running worker and the launcher are cleaned up.
-    assert d.actions == [DeletePod("rn50-worker-1"), DeleteLauncher()]
+    assert d.actions == [DeletePod("rn50-worker-1"), gone_launcher()]
 
 
 def test_launcher_failure_restarts() -> None:
@@ -325,7 +352,7 @@ def test_suspend_deletes_pods_keeps_job_and_resume_recreates() -> None:
     spec = job_spec(runPolicy={"suspend": True})
     d = decide(spec, obs, started(), NOW)
     assert d.status.phase == "Suspended" and d.status.is_true("Suspended")
-    assert set(d.actions) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), DeleteLauncher()}
+    assert set(d.actions) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), gone_launcher()}
     assert d.status.start_time is None
     resumed = decide(job_spec(), Observed(), d.status, NOW)
     assert resumed.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0), CreateLauncher(0)]
@@ -395,7 +422,7 @@ def test_condition_transition_time_moves_only_on_flip() -> None:
     assert first.status.condition("Running") == later.status.condition("Running")
 
 
-def test_observe_reads_raw_pods_and_job() -> None:
+def test_observe_reads_raw_pods_and_the_launcher_from_its_own_pod() -> None:
     pod = {
         "metadata": {"name": "rn50-worker-0", "labels": {
             "dtjob.io/role": "worker", "dtjob.io/attempt": "1", "dtjob.io/worker-index": "0"}},
@@ -405,6 +432,33 @@ def test_observe_reads_raw_pods_and_job() -> None:
             "containerStatuses": [{"state": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
         },
     }  # fmt: skip
+    labels = {"dtjob.io/role": "launcher", "dtjob.io/attempt": "1", "dtjob.io/world-size": "2"}
+    launcher_pod: dict[str, Any] = {
+        "metadata": {"name": LAUNCHER, "uid": "uid-launcher", "labels": labels},
+        "status": {"phase": "Running"},
+    }
+    obs = observe([pod, launcher_pod], None, launcher_name=LAUNCHER)
+    state = obs.pods[0]
+    assert (state.attempt, state.index, state.phase, state.ready, state.scheduled) == (
+        1,
+        0,
+        "Failed",
+        False,
+        True,
+    )
+    assert state.reason == "Error, exit code 1"
+    found = obs.launcher
+    assert found is not None and found.running and found.pod_name == LAUNCHER and not found.legacy_job
+    assert (found.attempt, found.world_size) == (1, 2)
+    assert found.pod is not None and found.pod.uid == "uid-launcher"
+    # Only the pod of the launcher's name is the launcher: a look-alike with another name is not.
+    other = {**launcher_pod, "metadata": {**launcher_pod["metadata"], "name": "rn50-launcher-q"}}
+    assert observe([other], None, launcher_name=LAUNCHER).launcher is None
+
+
+def test_observe_reads_a_legacy_launcher_job() -> None:
+    """A launcher Job that an earlier release of the operator made: its pod (the Job controller's, with a
+    generated name) says how the launch went, and the Job's conditions say it once the pod is gone."""
     launcher_pod = {
         "metadata": {
             "name": "rn50-launcher-q",
@@ -416,17 +470,9 @@ def test_observe_reads_raw_pods_and_job() -> None:
         "metadata": {"name": "rn50-launcher", "labels": {"dtjob.io/attempt": "1"}},
         "status": {"active": 1},
     }
-    obs = observe([pod, launcher_pod], job)
-    state = obs.pods[0]
-    assert (state.attempt, state.index, state.phase, state.ready, state.scheduled) == (
-        1,
-        0,
-        "Failed",
-        False,
-        True,
-    )
-    assert state.reason == "Error, exit code 1"
+    obs = observe([launcher_pod], job, launcher_name=LAUNCHER)
     assert obs.launcher is not None and obs.launcher.running and obs.launcher.pod_name == "rn50-launcher-q"
+    assert obs.launcher.legacy_job
     failed_job = {
         **job,
         "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]},
@@ -442,7 +488,7 @@ def test_worker_that_exits_cleanly_still_breaks_the_world() -> None:
     assert cond is not None and "rn50-worker-0 exited" in cond.message
 
 
-def test_launcher_pod_outcome_counts_before_the_job_condition() -> None:
+def test_a_legacy_launcher_jobs_pod_outcome_counts_before_the_job_condition() -> None:
     labels = {"dtjob.io/role": "launcher", "dtjob.io/attempt": "0"}
     job = {
         "metadata": {"name": "rn50-launcher", "labels": {"dtjob.io/attempt": "0"}},
@@ -474,7 +520,7 @@ def test_a_restart_uploads_the_failed_worlds_logs_before_deleting_it() -> None:
     assert d.status.phase == "Restarting"
     # Attempt 0's logs first (they say why it failed), then its pods go; the final upload stays pending.
     assert d.actions[0] == UploadLogs(attempt=0)
-    assert set(d.actions[1:]) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), DeleteLauncher()}
+    assert set(d.actions[1:]) == {DeletePod("rn50-worker-0"), DeletePod("rn50-worker-1"), gone_launcher()}
     assert not d.status.logs_uploaded
     # Without an output there is nowhere to upload to.
     assert not any(isinstance(a, UploadLogs) for a in decide(job_spec(), obs, started(), NOW).actions)
@@ -500,7 +546,7 @@ def test_a_ttl_near_int64_max_still_cleans_up_a_finished_job() -> None:
 
 
 def test_spec_workers_edited_mid_run_applies_at_the_next_world_not_as_a_lost_worker() -> None:
-    # The running world was created for 2 workers (its launcher Job says so); the spec now asks for 3.
+    # The running world was created for 2 workers (its launcher pod says so); the spec now asks for 3.
     obs = Observed(pods=(worker(0), worker(1)), launcher=launcher(world_size=2))
     d = decide(job_spec(workers=3), obs, started(), NOW)
     assert d.status.phase == "Running" and d.status.restarts == 0
@@ -513,12 +559,12 @@ def test_spec_workers_edited_mid_run_applies_at_the_next_world_not_as_a_lost_wor
 
 def test_a_launcher_deleted_by_hand_restarts_the_world_and_counts_it() -> None:
     obs = Observed(pods=(worker(0), worker(1)))
-    prev = started(launcher_pod="rn50-launcher-x", launcher_state="Running")
+    prev = started(launcher_pod=LAUNCHER, launcher_state="Running")
     d = decide(job_spec(), obs, prev, NOW)
     assert d.status.phase == "Restarting" and d.status.restarts == 1
     restarting = d.status.condition("Restarting")
     assert restarting is not None and restarting.reason == "LauncherLost"
-    assert "rn50-launcher-x disappeared" in restarting.message
+    assert "launcher pod rn50-launcher disappeared (it was deleted)" in restarting.message
     # Our own create, not yet in the cache, is not a loss: no launcher pod was ever seen.
     fresh = decide(job_spec(), obs, started(phase="Starting", launcher_state="Pending"), NOW)
     assert fresh.status.restarts == 0

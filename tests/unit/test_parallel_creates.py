@@ -56,7 +56,7 @@ def test_the_world_then_its_workers_each_go_out_in_one_batch() -> None:
     assert kube.batches == [
         ["Secret/rn50-ssh", "ConfigMap/rn50-hostfile", "Service/rn50-workers"],
         [f"Pod/rn50-worker-{i}" for i in range(4)],
-        ["Job/rn50-launcher"],
+        ["Pod/rn50-launcher"],
     ]
     assert not [c for c in kube.calls if c[0] == "get"], "the SSH Secret is created, not read first"
 

@@ -20,7 +20,7 @@ def pod_specs(**spec: Any) -> dict[str, dict[str, Any]]:
     parsed = job_spec(**spec)
     return {
         "worker": desired.worker_pod(parsed, OWNER, 0, 0)["spec"],
-        "launcher": desired.launcher_job(parsed, OWNER, 0)["spec"]["template"]["spec"],
+        "launcher": desired.launcher_pod(parsed, OWNER, 0)["spec"],
     }
 
 
@@ -71,7 +71,7 @@ def test_network_policy_admits_only_the_jobs_own_pods() -> None:
     assert spec["ingress"] == [{"from": [{"podSelector": {"matchLabels": {names.JOB_NAME_LABEL: "rn50"}}}]}]
     # Every MPI host is selected, and every pod of the job is admitted.
     worker = desired.worker_pod(job_spec(), OWNER, 1, 0)
-    launcher = desired.launcher_job(job_spec(), OWNER, 0)["spec"]["template"]
+    launcher = desired.launcher_pod(job_spec(), OWNER, 0)
     for pod in (worker, launcher):
         assert pod["metadata"]["labels"][names.JOB_NAME_LABEL] == "rn50"
     assert all(worker["metadata"]["labels"].get(k) == v for k, v in selected.items())

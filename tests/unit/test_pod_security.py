@@ -47,9 +47,9 @@ SPECS: dict[str, dict[str, Any]] = {
 
 
 def pods(spec: JobSpec) -> dict[str, Json]:
-    """Every pod spec the operator creates for `spec`: workers, the launcher Job's template, the stager's."""
+    """Every pod spec the operator creates for `spec`: workers, the launcher's, the stager's."""
     built = {f"worker-{i}": desired.worker_pod(spec, OWNER, i, 0)["spec"] for i in range(spec.workers)}
-    built["launcher"] = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]["spec"]
+    built["launcher"] = desired.launcher_pod(spec, OWNER, 0)["spec"]
     if spec.dataset.staging is not None:
         built["stager"] = desired.staging_job(spec, OWNER, STAGER_IMAGE)["spec"]["template"]["spec"]
     return built

@@ -35,7 +35,7 @@ def worker(template: dict[str, Any], index: int = 0, **spec: Any) -> dict[str, A
 
 def launcher(template: dict[str, Any], **spec: Any) -> dict[str, Any]:
     spec.setdefault("launcher", {})["template"] = template
-    pod: dict[str, Any] = desired.launcher_job(job_spec(**spec), OWNER, 0)["spec"]["template"]
+    pod: dict[str, Any] = desired.launcher_pod(job_spec(**spec), OWNER, 0)
     return pod
 
 
@@ -48,7 +48,7 @@ def test_no_template_builds_the_same_pods() -> None:
     plain = job_spec()
     empty = job_spec(worker={"template": {}}, launcher={"template": {"spec": {}}})
     assert desired.worker_pod(plain, OWNER, 1, 0) == desired.worker_pod(empty, OWNER, 1, 0)
-    assert desired.launcher_job(plain, OWNER, 0) == desired.launcher_job(empty, OWNER, 0)
+    assert desired.launcher_pod(plain, OWNER, 0) == desired.launcher_pod(empty, OWNER, 0)
 
 
 def test_a_sidecar_and_a_volume_are_added_after_the_operators() -> None:
@@ -366,21 +366,21 @@ def test_the_owned_lists_are_what_the_operator_builds() -> None:
     for spec in (parse_spec(body, CONFIG), job_spec(launcher={"runAsWorker": True})):
         pods = [
             desired.worker_pod(spec, OWNER, 0, 0),
-            desired.launcher_job(spec, OWNER, 0)["spec"]["template"],
+            desired.launcher_pod(spec, OWNER, 0),
         ]
         for pod in pods:
             assert {v["name"] for v in pod["spec"]["volumes"]} <= set(validators.OPERATOR_VOLUMES)
             assert all(validators.owned_label(k) for k in pod["metadata"]["labels"]
                        if not k.startswith(("kueue.x-k8s.io/", "scheduling.x-k8s.io/")))  # fmt: skip
     plain = job_spec(env=[{"name": "A", "value": "1"}])
-    env = container(desired.launcher_job(plain, OWNER, 0)["spec"]["template"]["spec"], "launcher")["env"]
+    env = container(desired.launcher_pod(plain, OWNER, 0)["spec"], "launcher")["env"]
     own = {e["name"] for e in env} - {"A", "DTJOB_EXPECT_GPU"} - {name for name, _ in LAUNCHER_DEFAULT_ENV}
     assert own == set(validators.LAUNCHER_OWNED_ENV)
 
 
 def test_the_launchers_start_timeout_is_a_default_the_jobs_env_overrides() -> None:
     def launcher_env(spec: Any) -> list[tuple[str, str]]:
-        pod = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]["spec"]
+        pod = desired.launcher_pod(spec, OWNER, 0)["spec"]
         return [(e["name"], e.get("value", "")) for e in container(pod, "launcher")["env"]]
 
     assert ("HOROVOD_START_TIMEOUT", "120") in launcher_env(job_spec())

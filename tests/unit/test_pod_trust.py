@@ -80,7 +80,7 @@ def _secret(name: str, labels: dict[str, str] | None = None, owner: str | None =
 
 
 def _judge(spec: JobSpec, *secrets: dict[str, Any], objects: list[Any] | None = None) -> Untrusted | None:
-    objects = objects or [desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_job(spec, OWNER, 0)]
+    objects = objects or [desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_pod(spec, OWNER, 0)]
     known = {s["metadata"]["name"]: s for s in secrets}
     read = {name: known.get(name) for name in to_read(spec, objects)}
     return judge(spec, UID, objects, read, CONFIG.operator_namespace, CONFIG.operator_service_account)
@@ -97,7 +97,7 @@ def test_every_way_a_pod_names_a_secret_is_found_with_its_field(template: dict[s
 
 def test_image_pull_secrets_and_the_jobs_own_secrets_are_not_read() -> None:
     spec = job_spec(imagePullSecrets=[{"name": "registry"}], output=OUTPUT)
-    objects = [desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_job(spec, OWNER, 0)]
+    objects = [desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_pod(spec, OWNER, 0)]
     assert "rn50-sas-out" in str(objects[0]) and "rn50-ssh" in str(objects[1])
     assert to_read(spec, objects) == []
 
@@ -125,7 +125,7 @@ def test_a_secret_named_through_spec_env_or_a_merged_env_is_found_in_the_built_p
         ("spec.env[0].valueFrom.secretKeyRef.name", "from-env"),
         (f"{WORKER}.containers[0].env[0].valueFrom.secretKeyRef.name", "from-template"),
     }
-    launcher_refs = foreign_references(spec, desired.launcher_job(spec, OWNER, 0))
+    launcher_refs = foreign_references(spec, desired.launcher_pod(spec, OWNER, 0))
     assert [r.name for r in launcher_refs] == ["from-env"]  # the worker's template is not the launcher's
 
 
@@ -180,14 +180,14 @@ OPERATOR = replace(CONFIG, operator_namespace="ml", operator_service_account="dt
 @pytest.mark.parametrize("key", ["serviceAccountName", "serviceAccount"])
 def test_the_operators_service_account_is_refused_in_the_operators_namespace(part: str, key: str) -> None:
     spec = job_spec(**{part: {"template": {"spec": {key: "dtjob"}}}})
-    objects = [desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_job(spec, OWNER, 0)]
+    objects = [desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_pod(spec, OWNER, 0)]
     verdict = judge(spec, UID, objects, {}, OPERATOR.operator_namespace, OPERATOR.operator_service_account)
     assert verdict is not None and verdict.fatal and verdict.reason == SERVICE_ACCOUNT_NOT_ALLOWED
     assert verdict.field == f"spec.{part}.template.spec.{key}"
     assert "operator's own ServiceAccount" in verdict.message
     # Another ServiceAccount, or the same name in another namespace, is the namespace's RBAC's business.
     other = job_spec(**{part: {"template": {"spec": {key: "trainer"}}}})
-    objects = [desired.worker_pod(other, OWNER, 0, 0), desired.launcher_job(other, OWNER, 0)]
+    objects = [desired.worker_pod(other, OWNER, 0, 0), desired.launcher_pod(other, OWNER, 0)]
     assert judge(other, UID, objects, {}, "ml", "dtjob") is None
     assert judge(spec, UID, objects, {}, "dtjob-system", "dtjob") is None
 

@@ -26,8 +26,8 @@ from dtjob.spec.managed_by import (
     prebuilt_workload,
 )
 from dtjob.spec.parse import SpecError, parse_spec
-from dtjob.state.decision import CreateWorker, DeleteLauncher, DeletePod
-from dtjob.state.observed import Children, LauncherState, Observed, PodState
+from dtjob.state.decision import CreateWorker, DeletePod
+from dtjob.state.observed import Children, Observed, PodState, launcher_state
 from dtjob.state.prebuilt import PrebuiltWorkload, prebuilt_state
 from dtjob.state.status import JobStatus
 
@@ -170,15 +170,16 @@ def test_a_copy_waits_with_no_world_until_its_workload_is_admitted_then_creates_
 
 def test_a_world_whose_workload_no_longer_holds_its_quota_is_deleted() -> None:
     spec = parse_spec(labelled("dtjob-rn50"), CONFIG)
-    launcher = LauncherState(
-        0, deleting=False, running=True, succeeded=False, failed=False, pod_name="rn50-l"
-    )
+    pod = PodState("rn50-launcher", "launcher", 0, None, "Running", True, True, False, uid="uid-l")
     evicted = prebuilt_state("dtjob-rn50", workload(("status.conditions", [])), "uid-1")
-    observed = Observed(pods=(worker(0), worker(1)), launcher=launcher, prebuilt=evicted)
+    observed = Observed(pods=(worker(0), worker(1), pod), launcher=launcher_state(pod), prebuilt=evicted)
     running = JobStatus(phase="Running", start_time="2026-05-01T11:00:00Z")
     stopped = decide(spec, observed, running, NOW)
-    assert {type(a) for a in stopped.actions} == {DeletePod, DeleteLauncher}, stopped.actions
-    assert [a.name for a in stopped.actions if isinstance(a, DeletePod)] == ["rn50-worker-0", "rn50-worker-1"]
+    assert stopped.actions == [
+        DeletePod("rn50-worker-0", "uid-w0"),
+        DeletePod("rn50-worker-1", "uid-w1"),
+        DeletePod("rn50-launcher", "uid-l"),
+    ]
     assert stopped.status.phase == "Pending" and stopped.status.condition("Created") is not None
 
 

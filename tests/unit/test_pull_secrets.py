@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from dtjob.config import load_config
-from dtjob.desired.pods import launcher_job, worker_pod
+from dtjob.desired.pods import launcher_pod, worker_pod
 from dtjob.desired.staging import staging_job
 from dtjob.spec.parse import JobSpec, parse_spec
 
@@ -30,7 +30,7 @@ def pods(spec: JobSpec) -> dict[str, list[str]]:
     """The pull Secrets each pod of the job names."""
     specs = {
         "worker": worker_pod(spec, OWNER, 0, 0)["spec"],
-        "launcher": launcher_job(spec, OWNER, 0)["spec"]["template"]["spec"],
+        "launcher": launcher_pod(spec, OWNER, 0)["spec"],
     }
     if spec.dataset.staging is not None:
         specs["stager"] = staging_job(spec, OWNER, CONFIG.stager_image)["spec"]["template"]["spec"]

@@ -254,29 +254,39 @@ def test_without_a_line_the_message_is_the_pods_reason_alone() -> None:
 # --- observe: the failed launcher's log, read once --------------------------------------------------------
 
 
-def launcher_children(attempt: int = 0) -> Children:
+def launcher_children(attempt: int = 0, legacy: bool = False) -> Children:
+    """The job's failed launcher: its own pod, or (`legacy`) the pod of a launcher Job an earlier release of
+    the operator made, which has a generated name."""
     labels = {"dtjob.io/role": "launcher", "dtjob.io/attempt": str(attempt)}
     ended = {"name": "launcher", "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}
-    owned = [{"uid": "launcher-uid"}]
+    job_uid = job_body()["metadata"]["uid"]
     pod: dict[str, Any] = {
-        "metadata": {"name": "rn50-launcher-x", "labels": labels, "ownerReferences": owned},
+        "metadata": {"name": "rn50-launcher", "labels": labels, "ownerReferences": [{"uid": job_uid}]},
         "status": {"phase": "Failed", "containerStatuses": [ended]},
     }
+    if not legacy:
+        return Children(pods=(pod,))
+    pod["metadata"] = {
+        **pod["metadata"],
+        "name": "rn50-launcher-x",
+        "ownerReferences": [{"uid": "launcher-uid"}],
+    }
     meta = {"name": "rn50-launcher", "uid": "launcher-uid", "labels": {"dtjob.io/attempt": str(attempt)},
-            "ownerReferences": [{"uid": job_body()["metadata"]["uid"]}]}  # fmt: skip
+            "ownerReferences": [{"uid": job_uid}]}  # fmt: skip
     return Children(pods=(pod,), launcher={"metadata": meta, "status": {}})
 
 
-def observe_failed(kube: RecordingKube, prev: JobStatus, attempt: int = 0) -> Observed:
-    return observe(kube, CONFIG, job_spec(), job_body(), prev, launcher_children(attempt), NOW)
+def observe_failed(kube: RecordingKube, prev: JobStatus, attempt: int = 0, legacy: bool = False) -> Observed:
+    return observe(kube, CONFIG, job_spec(), job_body(), prev, launcher_children(attempt, legacy), NOW)
 
 
-def test_observe_reads_the_failed_launchers_log_tail_for_the_line() -> None:
-    kube = RecordingKube(logs={"rn50-launcher-x": "noise\n" * 500 + GLOO_NO_GPU})
-    observed = observe_failed(kube, running())
+@pytest.mark.parametrize("pod", ["rn50-launcher", "rn50-launcher-x"])
+def test_observe_reads_the_failed_launchers_log_tail_for_the_line(pod: str) -> None:
+    kube = RecordingKube(logs={pod: "noise\n" * 500 + GLOO_NO_GPU})
+    observed = observe_failed(kube, running(), legacy=pod != "rn50-launcher")
     assert observed.launcher is not None and observed.launcher.failed
     assert observed.launcher.log_error == rank_error(GLOO_NO_GPU)
-    assert kube.calls.count(("read-log", "Pod", "rn50-launcher-x")) == 1
+    assert kube.calls.count(("read-log", "Pod", pod)) == 1
     assert GLOO_NO_GPU.count("\n") < FAILURE_TAIL_LINES  # the banner and traceback after the line fit
 
 
@@ -287,7 +297,7 @@ def test_a_log_that_cannot_be_read_leaves_the_message_as_the_pod_says() -> None:
 
 def test_a_failed_launcher_of_an_older_world_is_not_read_for_an_error() -> None:
     # Restarting: the old world's launcher is still there, and the next world's message is not about it.
-    kube = RecordingKube(logs={"rn50-launcher-x": GLOO_NO_GPU})
+    kube = RecordingKube(logs={"rn50-launcher": GLOO_NO_GPU})
     prev = JobStatus(phase="Restarting", start_time=format_time(NOW - timedelta(minutes=10)), restarts=1)
     observed = observe_failed(kube, prev, attempt=0)
     assert observed.launcher is not None and observed.launcher.log_error is None

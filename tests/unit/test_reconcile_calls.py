@@ -54,11 +54,12 @@ def test_a_new_job_records_its_intent_then_creates_its_world() -> None:
         ("create", "Service", "rn50-workers"),
         ("create", "Pod", "rn50-worker-0"),
         ("create", "Pod", "rn50-worker-1"),
-        ("create", "Job", "rn50-launcher"),
+        ("create", "Pod", "rn50-launcher"),
     ]
-    # Before the first world: the preflight lookups. The launcher Job comes with the workers; its pod is held.
-    template = kube.objects[("Job", "ml", "rn50-launcher")]["spec"]["template"]["spec"]
-    assert template["schedulingGates"] == [{"name": "dtjob.io/workers-ready"}]
+    # Before the first world: the preflight lookups. The launcher's pod comes with the workers, held.
+    launcher = kube.objects[("Pod", "ml", "rn50-launcher")]
+    assert launcher["spec"]["schedulingGates"] == [{"name": "dtjob.io/workers-ready"}]
+    assert launcher["metadata"]["ownerReferences"][0]["kind"] == JOB
     assert ("list", "Node", "kubernetes.azure.com/agentpool=gpu") in kube.calls
     assert requeue is None
     status = kube.objects[(JOB, "ml", "rn50")]["status"]
@@ -82,7 +83,7 @@ def test_a_child_the_api_server_rejects_fails_the_job_and_leaves_no_half_world()
         ("create", "Pod", "rn50-worker-0"),
         ("create", "Pod", "rn50-worker-1"),  # a world's pods go out together: each is tried
     ]
-    # No launcher Job of the job's was listed, so none is deleted (never one by its name alone).
+    # No legacy launcher Job of the job's was listed, so none is deleted (never one by its name alone).
     assert writes[6:] == [("patch-status", JOB, "rn50")]
     assert ("list", "Job", "dtjob.io/job-name=rn50,dtjob.io/role=launcher") in kube.calls
     status = kube.objects[(JOB, "ml", "rn50")]["status"]
@@ -292,13 +293,18 @@ def test_an_edit_the_operator_rejects_mid_run_frees_the_world_and_revokes_the_to
     job = new_job(kube, workers=0)  # past the schema (a direct write, an older CRD), refused by parse_spec
     job["status"] = {"phase": "Running", "startTime": "2026-05-01T11:00:00Z"}
     ours = [owner_reference("rn50", job["metadata"]["uid"])]
-    labels = {"dtjob.io/job-name": "rn50", "dtjob.io/role": "worker"}
-    for i in range(2):
-        meta = {"name": f"rn50-worker-{i}", "namespace": "ml", "labels": labels, "ownerReferences": ours}
+    for name, role in (
+        ("rn50-worker-0", "worker"),
+        ("rn50-worker-1", "worker"),
+        ("rn50-launcher", "launcher"),
+    ):
+        labels = {"dtjob.io/job-name": "rn50", "dtjob.io/role": role}
+        meta = {"name": name, "namespace": "ml", "labels": labels, "ownerReferences": ours}
         kube.put({"kind": "Pod", "metadata": meta})
     for access in ("in", "out"):
         kube.put({"kind": "Secret", "metadata": {"name": f"rn50-sas-{access}", "namespace": "ml",
                                                  "ownerReferences": ours}})  # fmt: skip
+    # A launcher Job an earlier release of the operator made goes too.
     launcher = {
         "kind": "Job",
         "metadata": {
@@ -310,7 +316,12 @@ def test_an_edit_the_operator_rejects_mid_run_frees_the_world_and_revokes_the_to
     reconcile(kube, CONFIG, "ml", "rn50", Children(launcher=launcher), NOW)
     writes = kube.writes()
     assert writes[0] == ("patch-status", JOB, "rn50")
-    assert {("delete", "Pod", "rn50-worker-0"), ("delete", "Pod", "rn50-worker-1")} <= set(writes)
+    pods = {
+        ("delete", "Pod", "rn50-worker-0"),
+        ("delete", "Pod", "rn50-worker-1"),
+        ("delete", "Pod", "rn50-launcher"),
+    }
+    assert pods <= set(writes)
     assert ("delete", "Job", "rn50-launcher") in writes
     assert {("delete", "Secret", "rn50-sas-in"), ("delete", "Secret", "rn50-sas-out")} <= set(writes)
     status = kube.objects[(JOB, "ml", "rn50")]["status"]
@@ -320,8 +331,8 @@ def test_an_edit_the_operator_rejects_mid_run_frees_the_world_and_revokes_the_to
 
 def test_a_rejected_job_never_deletes_what_another_owner_holds_under_its_names() -> None:
     """Deletes by name or label check the owner first, as creates do: a rejected job `rn50` leaves another
-    owner's `rn50-sas-in`, a Secret nobody owns, a pod that only carries its label, and a launcher Job of an
-    older job of the same name."""
+    owner's `rn50-sas-in`, a Secret nobody owns, a pod that only carries its label, and the launcher pod and
+    (legacy) launcher Job of an older job of the same name."""
     kube = RecordingKube()
     job = new_job(kube, workers=0)
     job["status"] = {"phase": "Running", "startTime": "2026-05-01T11:00:00Z"}
@@ -330,6 +341,10 @@ def test_a_rejected_job_never_deletes_what_another_owner_holds_under_its_names()
         ("Secret", "rn50-sas-in"): {"ownerReferences": other},
         ("Secret", "rn50-sas-out"): {},
         ("Pod", "rn50-worker-0"): {"labels": {"dtjob.io/job-name": "rn50"}},
+        ("Pod", "rn50-launcher"): {
+            "labels": {"dtjob.io/job-name": "rn50", "dtjob.io/role": "launcher"},
+            "ownerReferences": other,
+        },
         ("Job", "rn50-launcher"): {"ownerReferences": other},
     }
     for (kind, name), meta in foreign.items():
@@ -359,14 +374,14 @@ def test_a_pass_that_only_moves_the_status_on_says_the_job_is_settled_at_its_wri
     reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
     assert kube.settled == {}, "it created the world: the pods' events bring the next pass"
     pods = tuple(scheduled(kube.objects[("Pod", "ml", f"rn50-worker-{i}")]) for i in range(2))
+    pods += (kube.objects[("Pod", "ml", "rn50-launcher")],)  # held until the workers are Ready
     before = len(kube.writes())
-    launcher = kube.objects[("Job", "ml", "rn50-launcher")]
-    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods, launcher=launcher), NOW)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods), NOW)
     assert kube.writes()[before:] == [("patch-status", JOB, "rn50")]
     job = kube.objects[(JOB, "ml", "rn50")]
     assert job["status"]["phase"] == "Starting"
     assert kube.settled == {("ml", "rn50"): job["metadata"]["resourceVersion"]}
     # A pass that writes nothing has no write to settle at.
     kube.settled.clear()
-    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods, launcher=launcher), NOW)
+    reconcile(kube, CONFIG, "ml", "rn50", Children(pods=pods), NOW)
     assert kube.writes()[before + 1 :] == [] and kube.settled == {}

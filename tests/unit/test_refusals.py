@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from dtjob.machine import decide
-from dtjob.machine.refusals import POD_SECURITY_VIOLATION, RETRY_SECONDS, create_forbidden
+from dtjob.machine.refusals import POD_SECURITY_VIOLATION, RETRY_SECONDS, create_forbidden, pod_security_field
 from dtjob.state.decision import CreateLauncher, CreateWorker, EnsureWorld
 from dtjob.state.observed import LauncherState, Observed, PodState
 from dtjob.state.status import CREATE_FORBIDDEN, JobStatus
@@ -63,7 +63,7 @@ def test_once_the_create_succeeds_the_world_counts_as_created() -> None:
                  ready=False, deleting=False, reason=None)
         for i in range(2)
     )  # fmt: skip
-    # The refused create stopped the pass before the launcher Job: it comes next, the refusal still named.
+    # The refused create stopped the pass before the launcher's pod: it comes next, the refusal still named.
     d = decide(job_spec(), Observed(pods=pods, generation=1), refused, NOW)
     assert d.actions == [CreateLauncher(0)] and "exceeded quota" in d.status.message
     held = LauncherState(attempt=0, deleting=False, running=False, succeeded=False, failed=False, held=True)
@@ -88,3 +88,23 @@ def test_a_pod_security_refusal_of_what_a_template_adds_names_the_template() -> 
     assert create_forbidden(JobStatus(phase="Pending"), PSA, NOW, 1).status.message.startswith(
         "spec.dataset.volume.nfs: "
     )
+
+
+def test_a_pod_security_refusal_of_the_launchers_pod_names_the_launchers_template() -> None:
+    text = (
+        'Pod rn50-launcher refused by the API server: pods "rn50-launcher" is forbidden: violates '
+        'PodSecurity "baseline:latest": host namespaces (hostIPC=true)'
+    )
+    assert pod_security_field(text) == "spec.launcher.template"
+    d = create_forbidden(JobStatus(phase="Pending"), text, NOW, 1)
+    assert d.status.phase == "Failed" and d.status.message.startswith(
+        "spec.launcher.template: Pod rn50-launcher "
+    )
+    cond = d.status.condition("Failed")
+    assert cond is not None and cond.reason == POD_SECURITY_VIOLATION
+    # A worker's pod, also of a job whose name reads like a launcher's, is the worker template's.
+    worker = text.replace("rn50-launcher", "rn50-launcher-worker-0")
+    assert pod_security_field(worker) == "spec.worker.template"
+    # What is no pod of the job's names the spec as a whole.
+    job = text.replace("Pod rn50-launcher", "Job rn50-stage", 1)
+    assert pod_security_field(job) == "spec"

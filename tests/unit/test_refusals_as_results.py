@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from dtjob.desired.common import owner_reference
-from dtjob.machine import settle
-from dtjob.machine.refusals import CHILD_REJECTED, POD_SECURITY_VIOLATION, RETRY_SECONDS, refused
+from dtjob.machine import decide, settle
+from dtjob.machine.refusals import (
+    CHILD_REJECTED,
+    POD_SECURITY_VIOLATION,
+    RETRY_SECONDS,
+    STARTUP_DEADLINE_EXCEEDED,
+    refused,
+)
 from dtjob.reconcile.act import act
 from dtjob.state.decision import (
     Action,
@@ -22,6 +28,7 @@ from dtjob.state.decision import (
     Refused,
     Result,
 )
+from dtjob.state.observed import Observed, PodState
 from dtjob.state.status import CHILD_NOT_OURS, CREATE_FORBIDDEN, GANG_API_MISSING, JobStatus
 
 from tests.unit.operator_fixtures import CONFIG, job_spec
@@ -47,6 +54,86 @@ def test_a_quota_refusal_waits_and_tries_again_without_deleting_anything() -> No
     assert d.status.phase == "Pending" and _reason(d, "Created") == CREATE_FORBIDDEN
     assert d.actions == [] and d.requeue_after == RETRY_SECONDS
     assert d.status.observed_generation == 4  # the generation the pass decided from
+
+
+LAUNCHER_QUOTA = (
+    'Pod rn50-launcher refused by the API server: pods "rn50-launcher" is forbidden: exceeded quota: cpu, '
+    "requested: requests.cpu=2, used: requests.cpu=8, limited: requests.cpu=8"
+)
+DEADLINE = {"runPolicy": {"startupDeadlineSeconds": 120}}
+
+
+def workers_made() -> Observed:
+    """The world's workers, made before the launcher's pod that the quota refuses."""
+    return Observed(pods=tuple(
+        PodState(f"rn50-worker-{i}", "worker", 0, i, "Running", scheduled=True, ready=True, deleting=False)
+        for i in range(2)
+    ))  # fmt: skip
+
+
+def test_a_quota_refusal_waits_at_most_the_startup_deadline_then_fails_the_job_and_deletes_its_world() -> (
+    None
+):
+    spec = job_spec(**DEADLINE)
+    refusal = Refused(RefusalKind.FORBIDDEN, CreateLauncher(0), LAUNCHER_QUOTA)
+    first = refused(PENDING, refusal, spec, NOW)
+    assert first.status.phase == "Pending" and _reason(first, "Created") == CREATE_FORBIDDEN
+    assert first.status.message == (
+        f"{LAUNCHER_QUOTA}; retrying every 30s, at most runPolicy.startupDeadlineSeconds (120s)"
+    )
+    assert first.actions == [] and first.requeue_after == RETRY_SECONDS
+    # The passes in between try the create again and keep the refusal, and when it began, in view.
+    retry = decide(spec, workers_made(), first.status, NOW + timedelta(seconds=30))
+    assert CreateLauncher(0) in retry.actions
+    assert retry.status.condition("Created") == first.status.condition("Created")
+    # Counted from the first refusal: a later one waits only for what is left ...
+    later = refused(retry.status, refusal, spec, NOW + timedelta(seconds=110))
+    assert later.status.phase == "Pending" and later.actions == [] and later.requeue_after == 10.0
+    # ... and one past it fails the job: the workers made before the refused launcher would hold their GPUs.
+    late = refused(later.status, refusal, spec, NOW + timedelta(seconds=120))
+    assert late.status.phase == "Failed" and _reason(late, "Failed") == STARTUP_DEADLINE_EXCEEDED
+    assert late.status.message == (
+        f"{LAUNCHER_QUOTA}; still refused 120s after the first refusal (runPolicy.startupDeadlineSeconds)"
+    )
+    assert late.actions == [DeleteWorld()] and late.requeue_after is None
+
+
+def test_without_a_startup_deadline_a_quota_refusal_keeps_waiting() -> None:
+    refusal = Refused(RefusalKind.FORBIDDEN, CreateLauncher(0), LAUNCHER_QUOTA)
+    first = refused(PENDING, refusal, job_spec(), NOW)
+    days = refused(first.status, refusal, job_spec(), NOW + timedelta(days=3))
+    assert days.status.phase == "Pending" and _reason(days, "Created") == CREATE_FORBIDDEN
+    assert days.actions == [] and days.requeue_after == RETRY_SECONDS
+    assert days.status.message == f"{LAUNCHER_QUOTA}; retrying every 30s"
+
+
+def test_the_startup_deadline_counts_from_the_first_refusal_not_from_the_worlds_creation() -> None:
+    # The world was created an hour ago: the first refusal since is no hour old.
+    created = decide(job_spec(**DEADLINE), Observed(), JobStatus(), NOW - timedelta(hours=1)).status
+    assert created.is_true("Created")
+    refusal = Refused(RefusalKind.FORBIDDEN, CreateLauncher(0), LAUNCHER_QUOTA)
+    d = refused(created, refusal, job_spec(**DEADLINE), NOW)
+    assert d.status.phase == "Pending" and _reason(d, "Created") == CREATE_FORBIDDEN
+    assert d.actions == [] and d.requeue_after == RETRY_SECONDS
+
+
+def test_the_startup_deadline_counts_from_the_first_quota_refusal_not_from_an_earlier_wait() -> None:
+    """Created=False keeps its transition time across reasons: ten minutes waiting for an older job's
+    ConfigMap to go are no quota refusal, and must not fail the job 30 s after its first one."""
+    spec = job_spec(**DEADLINE)
+    earlier = NOW - timedelta(minutes=10)
+    made = decide(spec, Observed(), JobStatus(), earlier).status
+    held = refused(
+        made, Refused(RefusalKind.NOT_OURS, EnsureWorld(), "ConfigMap rn50-hostfile"), spec, earlier
+    )
+    assert _reason(held, "Created") == CHILD_NOT_OURS
+    quota = Refused(RefusalKind.FORBIDDEN, CreateLauncher(0), LAUNCHER_QUOTA)
+    first = refused(decide(spec, Observed(), held.status, NOW).status, quota, spec, NOW)
+    assert first.status.phase == "Pending" and _reason(first, "Created") == CREATE_FORBIDDEN
+    later = NOW + timedelta(seconds=30)
+    second = refused(decide(spec, workers_made(), first.status, later).status, quota, spec, later)
+    assert second.status.phase == "Pending", second.status.message
+    assert second.requeue_after == RETRY_SECONDS and second.actions == []
 
 
 def test_a_pod_security_refusal_fails_the_job_and_deletes_its_world() -> None:
@@ -115,7 +202,7 @@ def test_act_returns_a_refused_create_and_runs_nothing_after_it() -> None:
     assert len(results) == 1 and isinstance(results[0], Refused)
     assert (results[0].kind, results[0].action) == (RefusalKind.REJECTED, CreateWorker(0, 0))
     assert "Pod rn50-worker-0" in results[0].message
-    assert ("create", "Job", "rn50-launcher") not in kube.writes()
+    assert ("create", "Pod", "rn50-launcher") not in kube.writes()
 
 
 def test_act_returns_a_name_another_owner_holds() -> None:

@@ -141,21 +141,21 @@ def test_with_kueue_the_workers_carry_its_tas_annotation_and_no_affinity(mode: s
     assert pod["metadata"]["annotations"] == {kueue.POD_GROUP_TOTAL_COUNT: "3", annotation: RACK}
     assert "affinity" not in pod["spec"]
     # The launcher is no member of Kueue's group: no annotation on it.
-    template = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]
-    assert not [k for k in template["metadata"]["annotations"] if k.startswith("kueue.x-k8s.io/")]
+    launcher = desired.launcher_pod(spec, OWNER, 0)["metadata"]
+    assert not [k for k in launcher.get("annotations", {}) if k.startswith("kueue.x-k8s.io/")]
 
 
 @pytest.mark.parametrize("queue", [None, "team-a"])
 def test_a_launcher_that_runs_ranks_follows_the_workers_domain(queue: str | None) -> None:
     scheduling: dict[str, Any] = {"topology": {"key": RACK}, **({"queueName": queue} if queue else {})}
     spec = job_spec(workers=2, launcher={"runAsWorker": True}, runPolicy={"scheduling": scheduling})
-    pod_spec = desired.launcher_job(spec, OWNER, 0)["spec"]["template"]["spec"]
+    pod_spec = desired.launcher_pod(spec, OWNER, 0)["spec"]
     assert pod_spec["affinity"] == {
         "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [WORKER_TERM]}
     }
     # A launcher on the CPU pool is no host of the world: it goes where it fits.
     plain = job_spec(workers=2, runPolicy={"scheduling": {"topology": {"key": RACK}}})
-    assert "affinity" not in desired.launcher_job(plain, OWNER, 0)["spec"]["template"]["spec"]
+    assert "affinity" not in desired.launcher_pod(plain, OWNER, 0)["spec"]
 
 
 def test_with_a_gang_scheduler_the_same_affinity_applies() -> None:

@@ -168,7 +168,7 @@ def test_every_worker_is_labelled_with_the_world_size_it_was_started_for() -> No
         assert labels[names.WORLD_SIZE_LABEL] == "3"
         assert labels[names.WORKER_INDEX_LABEL] == str(index)
         assert labels[names.ATTEMPT_LABEL] == "2"
-    # An MPI world's size is on its launcher Job instead.
+    # An MPI world's size is on its launcher's pod instead.
     assert names.WORLD_SIZE_LABEL not in desired.worker_pod(job_spec(), OWNER, 0, 0)["metadata"]["labels"]
 
 

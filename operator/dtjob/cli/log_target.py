@@ -51,11 +51,15 @@ class LogTarget:
         return "the launcher" if self.worker is None else f"worker {self.worker}"
 
     def is_its_log(self, file_name: str) -> bool:
-        """Whether an uploaded `<pod>.log` is this target's (the launcher's pod has a generated suffix)."""
+        """Whether an uploaded `<pod>.log` is this target's (a launcher pod that a Job made, in an earlier
+        release, has a generated suffix)."""
         if not self.uploaded:
             return False
         if self.worker is None:
-            return file_name.startswith(f"{names.launcher_name(self.job)}-") and file_name.endswith(".log")
+            launcher = names.launcher_name(self.job)
+            return file_name == f"{launcher}.log" or (
+                file_name.startswith(f"{launcher}-") and file_name.endswith(".log")
+            )
         return file_name == f"{names.worker_name(self.job, self.worker)}.log"
 
 
@@ -115,7 +119,7 @@ def staging_outcome(job: Mapping[str, Any]) -> str:
 
 def uploaded_log(target: LogTarget, blob_names: Sequence[str], folder: str) -> str | None:
     """The blob under `folder` (`.../logs/` or `.../logs/attempt-<n>/`) that holds the target's log; the last
-    by name when there are several (a launcher Job that ran more than one pod)."""
+    by name when there are several (a launcher Job of an earlier release that ran more than one pod)."""
     mine = sorted(n for n in blob_names if n.startswith(folder) and target.is_its_log(n[len(folder) :]))
     return mine[-1] if mine else None
 

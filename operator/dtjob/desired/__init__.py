@@ -2,7 +2,7 @@
 
 from dtjob.desired.hosts import hosts_slice
 from dtjob.desired.pod_group import pod_group
-from dtjob.desired.pods import launcher_job, worker_pod
+from dtjob.desired.pods import launcher_pod, worker_pod
 from dtjob.desired.staging import staging_job
 from dtjob.desired.world import (
     hostfile_config_map,
@@ -17,8 +17,8 @@ __all__ = [
     "hostfile_config_map",
     "hostfile_text",
     "hosts_slice",
-    "launcher_job",
     "launcher_network_policy",
+    "launcher_pod",
     "network_policy",
     "pod_group",
     "ssh_secret",

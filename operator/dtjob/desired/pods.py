@@ -1,4 +1,4 @@
-"""Worker Pods (sshd + GPUs + data) and the launcher Job (horovodrun/mpirun) of one world attempt."""
+"""Worker Pods (sshd + GPUs + data) and the launcher Pod (horovodrun/mpirun) of one world attempt."""
 
 from __future__ import annotations
 
@@ -148,16 +148,23 @@ def off_nodes(pod_spec: Json, nodes: Sequence[str]) -> Json:
     return {**pod_spec, "affinity": affinity}
 
 
-def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
+def launcher_pod(spec: JobSpec, owner: Json, attempt: int) -> Json:
+    """The launcher's pod, made with its world's workers and held (names.LAUNCH_GATE) until every one of them
+    is Ready. The operator makes it itself, not through a batch Job: a world's restarts are the operator's
+    (runPolicy.backoffLimit), so a Job would add only kube-controller-manager's queue to every job's start."""
     name = names.launcher_name(spec.name)
     on_gpu = spec.launcher.run_as_worker
-    pod_labels = {**spec.launcher.pod.pod_labels, **_pod_labels(spec, names.ROLE_LAUNCHER, attempt)}
+    labels = {
+        **spec.launcher.pod.pod_labels,
+        **_pod_labels(spec, names.ROLE_LAUNCHER, attempt),
+        names.WORLD_SIZE_LABEL: str(spec.workers),
+    }
     own = _env(spec)
     named = {str(e["name"]) for e in own}
     defaults = [(k, v) for k, v in LAUNCHER_DEFAULT_ENV if k not in named]
     env = [{"name": k, "value": v} for k, v in (*LAUNCHER_MPI_ENV, *defaults)] + own
     if on_gpu:
-        pod_labels[names.MPI_HOST_LABEL] = "true"
+        labels[names.MPI_HOST_LABEL] = "true"
         resources = _gpu_resources(spec.launcher.pod, spec.gpus_per_worker)
     else:
         env.append(_hidden_gpus())
@@ -186,27 +193,12 @@ def launcher_job(spec: JobSpec, owner: Json, attempt: int) -> Json:
     if on_gpu:  # one of the world's hosts: it joins the workers' domain
         pod_spec = with_topology(spec, pod_spec)
     pod_spec = held_until_workers_ready(pod_spec)  # made with its world, it starts once every worker is Ready
-    job_labels = {
-        **_pod_labels(spec, names.ROLE_LAUNCHER, attempt),
-        names.WORLD_SIZE_LABEL: str(spec.workers),
-    }
+    annotations = {**annotations, **gang.pod_annotations(spec, names.ROLE_LAUNCHER)}
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata(name, spec.namespace, job_labels, owner),
-        "spec": {
-            # World restarts are the operator's decision (runPolicy.backoffLimit), never the Job's.
-            "backoffLimit": 0,
-            "completions": 1,
-            "parallelism": 1,
-            "template": {
-                "metadata": {
-                    "labels": pod_labels,
-                    "annotations": {**annotations, **gang.pod_annotations(spec, names.ROLE_LAUNCHER)},
-                },
-                "spec": pod_spec,
-            },
-        },
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata(name, spec.namespace, labels, owner, annotations),
+        "spec": pod_spec,
     }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from dtjob import names
 from dtjob.desired.common import Json, metadata
-from dtjob.desired.pods import launcher_job, worker_pod
+from dtjob.desired.pods import launcher_pod, worker_pod
 from dtjob.gang.kueue import QUEUE_NAME_LABEL
 from dtjob.spec.managed_by import unqueued, workload_name
 from dtjob.spec.parse import JobSpec
@@ -98,7 +98,10 @@ def world_pod_sets(spec: JobSpec, owner: Json) -> list[Json]:
         worker["minCount"] = spec.elastic.min_workers
     if spec.torchrun is not None:
         return [worker]
-    return [worker, _pod_set(names.ROLE_LAUNCHER, 1, launcher_job(world, owner, 0)["spec"]["template"])]
+    launcher = launcher_pod(world, owner, 0)
+    # The world's size is the operator's record on the pod, not part of what Kueue admits.
+    launcher["metadata"]["labels"].pop(names.WORLD_SIZE_LABEL, None)
+    return [worker, _pod_set(names.ROLE_LAUNCHER, 1, launcher)]
 
 
 def _pod_set(name: str, count: int, pod: Json) -> Json:

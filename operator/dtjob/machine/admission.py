@@ -14,8 +14,9 @@ from dataclasses import replace
 from dtjob import names
 from dtjob.gang import kueue
 from dtjob.machine.builder import Builder
+from dtjob.machine.launch import launcher_deletes
 from dtjob.spec.parse import JobSpec
-from dtjob.state.decision import CreateWorker, DeleteLauncher, DeletePod, EnsureWorld, Event, ReleasePod
+from dtjob.state.decision import CreateWorker, DeletePod, EnsureWorld, Event, ReleasePod
 from dtjob.state.observed import Observed, PodState
 from dtjob.state.status import SUSPENDED
 
@@ -44,7 +45,7 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
     size = spec.workers
     live = {p.index: p for p in mine if not p.deleting and p.index is not None and p.index < size}
     # Admitted again: a fresh world, before its launcher (a torchrun world's workers may already run).
-    launched = observed.launcher is not None and observed.launcher.is_job and observed.launcher.launched
+    launched = observed.launcher is not None and observed.launcher.is_launcher and observed.launcher.launched
     back = eviction is None and not launched and len(live) == size
     if back and not any(p.gated for p in live.values()):
         b.cond("Suspended", False, "Admitted", kueue.ADMITTED_AGAIN)
@@ -60,8 +61,7 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
         b.status, start_time=None, launcher_state="Absent", launcher_pod=None, workers_ready=0,
         workers_succeeded=0,
     )  # fmt: skip
-    if observed.launcher is not None and observed.launcher.is_job and not observed.launcher.deleting:
-        b.actions.append(DeleteLauncher())
+    b.actions.extend(launcher_deletes(observed.launcher))
     blocked: set[str] = set()
     for pod in observed.workers():
         if pod.deleting or pod.attempt != attempt or pod.kueue_eviction:

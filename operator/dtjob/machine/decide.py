@@ -151,7 +151,7 @@ def _ended(b: Builder, spec: JobSpec, observed: Observed, world: _World) -> bool
         if spec.output is not None:
             said = observed.results_upload.message if observed.results_upload is not None else "uploaded"
             b.status = replace(b.status, results_state=UPLOADED, results_message=said)
-        if launcher.is_job:
+        if launcher.is_launcher:
             finish(b, spec, observed, SUCCEEDED, "LauncherSucceeded", f"launcher pod {pod} completed")
         else:
             finish(

@@ -10,11 +10,11 @@ from dtjob import gang, names
 from dtjob.contract.results_upload import FAILED as RESULTS_FAILED
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT, UploadReport
 from dtjob.machine.builder import Builder
+from dtjob.machine.launch import launcher_deletes
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     Decision,
     DeleteJob,
-    DeleteLauncher,
     DeletePod,
     DeletePodGroup,
     DeleteSasSecrets,
@@ -54,7 +54,7 @@ def results_upload_failed(spec: JobSpec, launcher: LauncherState, observed: Obse
     failed = launcher.failed_pod
     if launcher.failed:
         return failed is not None and failed.exit_code == UPLOAD_FAILED_EXIT
-    return not launcher.is_job and launcher.running
+    return not launcher.is_launcher and launcher.running
 
 
 def results_not_uploaded(b: Builder, spec: JobSpec, observed: Observed) -> None:
@@ -134,10 +134,8 @@ def cleanup(b: Builder, spec: JobSpec, observed: Observed) -> None:
         if not pod.deleting and (policy == "All" or not pod.finished):
             b.actions.append(DeletePod(pod.name, pod.uid))
     launcher = observed.launcher
-    if launcher is None or not launcher.is_job or launcher.deleting:
-        return
-    if policy == "All" or not launcher.finished:
-        b.actions.append(DeleteLauncher())
+    if launcher is not None and (policy == "All" or not launcher.finished):
+        b.actions.extend(launcher_deletes(launcher))
 
 
 def _keeps_results(status: JobStatus, pod: PodState) -> bool:
@@ -182,8 +180,7 @@ def delete_world_pods(b: Builder, observed: Observed) -> None:
     for pod in observed.workers():
         if not pod.deleting:
             b.actions.append(DeletePod(pod.name, pod.uid))
-    if observed.launcher is not None and observed.launcher.is_job and not observed.launcher.deleting:
-        b.actions.append(DeleteLauncher())
+    b.actions.extend(launcher_deletes(observed.launcher))
 
 
 def invalid_spec(
@@ -194,10 +191,11 @@ def invalid_spec(
     generation: int | None,
     reason: str = "InvalidSpec",
 ) -> Decision:
-    """A spec the operator cannot run -> Failed, naming the field. Parsing comes first: nothing exists yet."""
+    """A spec the operator cannot run -> Failed, naming the field (`path`; "": the message names what failed).
+    Parsing comes first: nothing exists yet."""
     b = Builder(prev, now)
     b.status = replace(prev, observed_generation=generation)
-    text = f"{path}: {message}"
+    text = f"{path}: {message}" if path else message
     if prev.phase in FINISHED:
         return b.decision()
     b.status = replace(b.status, completion_time=format_time(now))

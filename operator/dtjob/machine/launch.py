@@ -1,6 +1,6 @@
-"""A Horovod world's launcher: its Job made with the world's workers, its pod held (names.LAUNCH_GATE) until
-every worker is Ready, then released. The pod is already there when the world is, so the start waits for no
-Job controller; the release is one write. Pure."""
+"""A Horovod world's launcher: its pod made with the world's workers and held (names.LAUNCH_GATE) until every
+worker is Ready, then released. The pod is already there when the world is, so the start waits for no other
+controller; the release is one write. Pure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from dtjob.machine.builder import Builder
 from dtjob.spec.parse import JobSpec
-from dtjob.state.decision import CreateLauncher, ReleaseLauncher
+from dtjob.state.decision import Action, CreateLauncher, DeleteLauncher, DeletePod, ReleaseLauncher
 from dtjob.state.observed import LauncherState, PodState
 
 
@@ -25,7 +25,7 @@ def launch(
     attempt: int,
 ) -> bool:
     """The launcher's create (True: decided in this pass), or its pod's release once every worker is Ready.
-    `stale`: an older world's launcher Job is still there (its name is not free yet)."""
+    `stale`: an older world's launcher pod is still there (its name is not free yet)."""
     if launcher is None and not stale and spec.torchrun is None and _due(spec, workers, missing, size):
         b.actions.append(CreateLauncher(attempt))
         b.status = replace(b.status, launcher_state="Pending")
@@ -41,3 +41,14 @@ def _due(spec: JobSpec, workers: Mapping[int, PodState], missing: list[int], siz
     if spec.run_policy.scheduling.queue_name:
         return len(workers) == size and not any(p.gated for p in workers.values())
     return bool(missing or workers)
+
+
+def launcher_deletes(launcher: LauncherState | None) -> list[Action]:
+    """What removes the launcher of a world that goes: its pod, by UID (a legacy launcher Job, as the Job);
+    nothing while it is already going, or for a torchrun world, whose launch is a worker's."""
+    if launcher is None or not launcher.is_launcher or launcher.deleting:
+        return []
+    if launcher.legacy_job:
+        return [DeleteLauncher()]
+    pod = launcher.pod
+    return [] if pod is None or pod.deleting else [DeletePod(pod.name, pod.uid)]

@@ -6,7 +6,9 @@ Admission refuses creates with 403 for two kinds of cause:
   template adds: hostIPC, capabilities...): the job fails with a message naming the field, and nothing of its
   world is left.
 - A ResourceQuota, or the operator's own RBAC: room or permission may come later. The job waits in Pending
-  with condition Created=False (reason CreateForbidden) quoting the API server, and tries again.
+  with condition Created=False (reason CreateForbidden) quoting the API server, and tries again; with
+  runPolicy.startupDeadlineSeconds, it fails once the refusals have lasted that long (the workers made before
+  a refused launcher would otherwise hold their GPUs for good).
 A child whose name an object of another owner holds (an older job of the same name) is never adopted: the job
 waits the same way (reason ChildNotOwned) until the garbage collector removes it. So does a gang-scheduled job
 on a cluster that does not serve its scheduler's PodGroup API (reason GangSchedulerMissing) until the
@@ -20,8 +22,9 @@ that would name a Secret not there yet waits (reason SecretNotFound) and is buil
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from dtjob import names
 from dtjob.gang import gang_scheduler
 from dtjob.machine.finish import invalid_spec
 from dtjob.spec.parse import JobSpec
@@ -38,14 +41,16 @@ from dtjob.state.status import (
     JobStatus,
     set_condition,
 )
+from dtjob.timefmt import parse_time_or_none
 
 POD_SECURITY_VIOLATION = "PodSecurityViolation"
 CHILD_REJECTED = "ChildRejected"
+STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
 RETRY_SECONDS = 30.0
 # Pod volumes built from the spec (dtjob.desired.pods), by name.
 _VOLUME_FIELDS = {"data": "spec.dataset.volume", "checkpoints": "spec.checkpoints"}
-# The template behind a refused object (`Pod <job>-worker-<i>`, `Job <job>-launcher`).
-_TEMPLATE_FIELDS = {"Pod": "spec.worker.template", "Job": "spec.launcher.template"}
+# The template behind a refused pod, by its role (`Pod <job>-worker-<i>`, `Pod <job>-launcher`).
+_TEMPLATE_FIELDS = {names.ROLE_WORKER: "spec.worker.template", names.ROLE_LAUNCHER: "spec.launcher.template"}
 
 
 def refused(prev: JobStatus, refusal: Refused, spec: JobSpec | None, now: datetime) -> Decision:
@@ -54,7 +59,8 @@ def refused(prev: JobStatus, refusal: Refused, spec: JobSpec | None, now: dateti
     generation, message = prev.observed_generation, refusal.message
     match refusal.kind:
         case RefusalKind.FORBIDDEN:
-            decision = create_forbidden(prev, message, now, generation)
+            deadline = spec.run_policy.startup_deadline_seconds if spec is not None else None
+            decision = create_forbidden(prev, message, now, generation, deadline)
         case RefusalKind.NOT_OURS:
             return child_not_ours(prev, message, now, generation)
         case RefusalKind.API_NOT_SERVED:
@@ -86,8 +92,10 @@ def pod_security_field(message: str) -> str:
         fields += [f"{field}.nfs" for volume, field in _VOLUME_FIELDS.items() if f'"{volume}"' in message]
     violations = message.split('violates PodSecurity "', 1)[-1].split(": ", 1)[-1]
     if not fields or any(not v.startswith("restricted volume types") for v in _violations(violations)):
-        refused = message.split(" ", 1)[0]
-        fields.append(_TEMPLATE_FIELDS.get(refused, "spec"))
+        kind, _, rest = message.partition(" ")
+        launcher = rest.split(" ", 1)[0].endswith(f"-{names.ROLE_LAUNCHER}")
+        role = names.ROLE_LAUNCHER if launcher else names.ROLE_WORKER
+        fields.append(_TEMPLATE_FIELDS[role] if kind == "Pod" else "spec")
     return " and ".join(dict.fromkeys(fields))
 
 
@@ -102,8 +110,11 @@ def _violations(text: str) -> list[str]:
     return [*found, text[start:].strip()]
 
 
-def create_forbidden(prev: JobStatus, message: str, now: datetime, generation: int | None) -> Decision:
-    """The decision after a create was refused with 403 (`message` names the object and quotes the API)."""
+def create_forbidden(
+    prev: JobStatus, message: str, now: datetime, generation: int | None, deadline_s: int | None = None
+) -> Decision:
+    """The decision after a create was refused with 403 (`message` names the object and quotes the API);
+    `deadline_s`: runPolicy.startupDeadlineSeconds, counted from the first of the refusals in a row."""
     if is_pod_security(message):
         hint = ""
         if 'volume type "nfs"' in message:
@@ -111,7 +122,33 @@ def create_forbidden(prev: JobStatus, message: str, now: datetime, generation: i
         return invalid_spec(
             prev, pod_security_field(message), message + hint, now, generation, reason=POD_SECURITY_VIOLATION
         )
-    return _wait(prev, CREATE_FORBIDDEN, f"{message}; retrying every {RETRY_SECONDS:.0f}s", now, generation)
+    text = f"{message}; retrying every {RETRY_SECONDS:.0f}s"
+    if _refused_since(prev) is None:
+        # The first refusal of a row: Created starts over from now, whatever it waited for before (its time
+        # would otherwise stay that of an earlier wait, which moves only when the status flips).
+        prev = replace(prev, conditions=tuple(c for c in prev.conditions if c.type != "Created"))
+    if deadline_s is None:
+        return _wait(prev, CREATE_FORBIDDEN, text, now, generation)
+    left = ((_refused_since(prev) or now) + timedelta(seconds=deadline_s) - now).total_seconds()
+    if left <= 0:
+        late = f"still refused {deadline_s}s after the first refusal (runPolicy.startupDeadlineSeconds)"
+        return invalid_spec(prev, "", f"{message}; {late}", now, generation, reason=STARTUP_DEADLINE_EXCEEDED)
+    decision = _wait(
+        prev,
+        CREATE_FORBIDDEN,
+        f"{text}, at most runPolicy.startupDeadlineSeconds ({deadline_s}s)",
+        now,
+        generation,
+    )
+    return replace(decision, requeue_after=min(RETRY_SECONDS, left))
+
+
+def _refused_since(prev: JobStatus) -> datetime | None:
+    """When the creates began to be refused: the Created condition's transition, while it says so."""
+    created = prev.condition("Created")
+    if created is None or created.status != "False" or created.reason != CREATE_FORBIDDEN:
+        return None
+    return parse_time_or_none(created.last_transition_time)
 
 
 def child_not_ours(prev: JobStatus, child: str, now: datetime, generation: int | None) -> Decision:

@@ -36,7 +36,7 @@ def clear_stale(
             if not pod.deleting:
                 b.actions.append(DeletePod(pod.name, pod.uid))
             elif not release_when_ended(b, pod):
-                _force_delete_when_stuck(b, pod)
+                force_delete_when_stuck(b, pod)
     return blocked
 
 
@@ -44,7 +44,7 @@ def _recovered(pod: PodState, avoid_nodes: Iterable[str]) -> bool:
     return bool(set(pod.avoided_nodes) - set(avoid_nodes))
 
 
-def _force_delete_when_stuck(b: Builder, pod: PodState) -> None:
+def force_delete_when_stuck(b: Builder, pod: PodState) -> None:
     """A terminating pod whose kubelet never confirms (its node lost) would hold its name, and with it the
     next world, until the node comes back or is deleted: force-delete it once FORCE_DELETE_AFTER past its
     grace period, and look again then (a stuck pod sends no event)."""

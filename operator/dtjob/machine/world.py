@@ -14,12 +14,11 @@ from dtjob.machine.builder import Builder
 from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
 from dtjob.machine.finish import delete_world_pods, finish
 from dtjob.machine.hosts import publish_hosts, world_hosts
-from dtjob.machine.launch import launch
-from dtjob.machine.stale import clear_stale
+from dtjob.machine.launch import launch, launcher_deletes
+from dtjob.machine.stale import clear_stale, force_delete_when_stuck
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     CreateWorker,
-    DeleteLauncher,
     EnsureWorld,
     Event,
     UploadLogs,
@@ -79,9 +78,9 @@ def count_workers(
             else "Pending"
         )  # fmt: skip
         pod = launcher.pod_name
-        if state == "Pending" and launcher.is_job:
+        if state == "Pending" and launcher.is_launcher:
             # Named with its Running state, in that patch, not in one of its own (a write per job): until
-            # it runs, a Job found gone is recreated, as any launcher not yet seen, not counted as lost.
+            # it runs, a launcher pod found gone is made again, as any not yet seen, not counted as lost.
             pod = b.prev.launcher_pod
     b.status = replace(
         b.status, workers_ready=ready, workers_succeeded=succeeded, launcher_state=state, launcher_pod=pod
@@ -103,10 +102,8 @@ def first_failure(
         # The torchrun world formed before and no longer does: one of its workers is gone.
         return _missing_worker(spec, size, workers, leaving)
     if launcher is None and prev.launcher_pod is not None and prev.phase != SUSPENDED:
-        # Its pod was seen, so this is no cache lag after our own create: the Job was deleted by hand.
-        return WorldFailure(
-            "LauncherLost", f"launcher pod {prev.launcher_pod} disappeared (its Job was deleted)"
-        )
+        # Its pod was seen running, so this is no cache lag after our own create: it was deleted.
+        return WorldFailure("LauncherLost", f"launcher pod {prev.launcher_pod} disappeared (it was deleted)")
     if launcher is not None and launcher.failed:
         return _launcher_failure(spec, size, workers, launcher, leaving, now)
     return _worker_failure(spec, size, workers, launcher, leaving, now)
@@ -129,7 +126,7 @@ def _launcher_failure(
         return on_sick_node
     pod = launcher.pod_name or names.launcher_name(spec.name)
     message = f"{launcher.role} pod {pod} failed: {launcher.reason or 'unknown reason'}"
-    reason = LAUNCH_FAILED_REASONS[0] if launcher.is_job else LAUNCH_FAILED_REASONS[1]
+    reason = LAUNCH_FAILED_REASONS[0] if launcher.is_launcher else LAUNCH_FAILED_REASONS[1]
     if launcher.log_error is not None:  # what the rank said, where the user would otherwise have to look
         message += f": {launcher.log_error.describe()}"
     failed = launcher.failed_pod
@@ -138,7 +135,7 @@ def _launcher_failure(
     policy = spec.run_policy
     if not policy.is_permanent(code) or infrastructure:
         return WorldFailure(reason, message)
-    if launcher.is_job:
+    if launcher.is_launcher:
         broken = _worker_failure(spec, size, workers, None, leaving, now)
     else:  # the failed worker is the launch's own failure; only another one taken away breaks the world
         broken = next((_lost(w) for w in workers.values() if w.name != pod and w.disruption), None)
@@ -297,8 +294,11 @@ def advance_world(
     """Toward a world of `size` workers (spec.workers, or the running world's own size)."""
     blocked = clear_stale(b, observed, attempt, size, replaces_lost_workers(spec, launcher))
     stale_launcher = observed.launcher is not None and launcher is None
-    if stale_launcher and observed.launcher and not observed.launcher.deleting:
-        b.actions.append(DeleteLauncher())
+    if stale_launcher and observed.launcher is not None:
+        b.actions.extend(launcher_deletes(observed.launcher))
+        going = observed.launcher.pod
+        if going is not None and going.deleting:  # its name is the next launcher's: a lost node's is forced
+            force_delete_when_stuck(b, going)
     # Before any create: a refused one (a quota) must not keep a gone pod's address among the hosts.
     publish_hosts(b, spec, observed, world_hosts(spec, observed, workers, attempt))
 
@@ -350,7 +350,7 @@ def _running(
         ranks = elastic_ranks(spec, b.status.workers_ready, b.status.training_progress)
     elif size != spec.workers:
         ranks += f" (spec.workers={spec.workers} applies at the next world)"
-    b.cond("Running", True, "LauncherRunning" if launcher.is_job else "WorkersRunning", ranks)
+    b.cond("Running", True, "LauncherRunning" if launcher.is_launcher else "WorkersRunning", ranks)
     b.cond_false_if_present("Restarting", "Recovered", f"world running again after {attempt} restarts")
     if restarting:
         b.events.append(Event("Normal", "Recovered", f"world running again after {attempt} restarts"))

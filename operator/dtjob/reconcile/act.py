@@ -119,10 +119,11 @@ def _run_step(
 
 
 def _pod_bearing(config: OperatorConfig, spec: JobSpec, owner: Json, action: Action) -> list[Json] | None:
-    """The batch Job of pods an action creates, built from the spec as it is now; None for any other."""
+    """The pod, or batch Job of pods, an action creates, built from the spec as it is now; None for any
+    other."""
     match action:
         case CreateLauncher(attempt=attempt):
-            return [desired.launcher_job(spec, owner, attempt)]
+            return [desired.launcher_pod(spec, owner, attempt)]
         case CreateStagingJob():
             return [desired.staging_job(spec, owner, config.stager_image)]
     return None
@@ -200,8 +201,8 @@ def _run(
 
 
 def delete_world(kube: Kube, namespace: str, name: str, uid: str, launcher: bool = True) -> None:
-    """The pods and the launcher Job of the job `uid`: pods by owner, never by label alone (those created a
-    moment ago too); the launcher Job when `launcher`, only while `uid` owns it."""
+    """The pods of the job `uid` (its launcher's among them) by owner, never by label alone (those created a
+    moment ago too); when `launcher`, a legacy launcher Job too, only while `uid` owns it."""
     deletes.delete_pods(kube, namespace, f"{names.JOB_NAME_LABEL}={name}", uid)
     if launcher:
         deletes.delete_launcher(kube, namespace, name, uid)

@@ -19,7 +19,7 @@ def delete_owned(
     kube: Kube, kind: str, namespace: str, name: str, owner_uid: str, api_version: str | None = None,
     background: bool = False,
 ) -> None:  # fmt: skip
-    """Delete the object only while `owner_uid` owns it (a Secret, a PodGroup, the launcher Job: the name
+    """Delete the object only while `owner_uid` owns it (a Secret, a PodGroup, a staging Job: the name
     alone may be another owner's). A cluster that does not serve the kind's API has none to delete.
     `background`: the object goes at once and the garbage collector removes its dependents."""
     kube.check_leader()  # a standby reads nothing it could not act on
@@ -113,9 +113,9 @@ def _remove_listed(
 
 
 def delete_launcher(kube: Kube, namespace: str, job_name: str, job_uid: str) -> None:
-    """The job's launcher Job, while `job_uid` owns it, on the condition of the UID it was listed with (also
-    one created a moment ago, not yet observed); background: the Job goes at once and the garbage collector
-    removes its pods."""
+    """The job's launcher Job, made by an earlier release of the operator (today's launcher is a pod, deleted
+    as one), while `job_uid` owns it, on the condition of the UID it was listed with; background: the Job goes
+    at once and the garbage collector removes its pod."""
     kube.check_leader()  # a standby lists nothing it could not act on
     name = names.launcher_name(job_name)
     selector = f"{names.JOB_NAME_LABEL}={job_name},{names.ROLE_LABEL}={names.ROLE_LAUNCHER}"

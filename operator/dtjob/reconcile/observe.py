@@ -78,7 +78,7 @@ def observe(
     meta = job["metadata"]
     uid = str(meta.get("uid") or "")
     children = _owned(children, uid)
-    seen = observe_children(children.pods, children.launcher, uid)
+    seen = observe_children(children.pods, children.launcher, uid, names.launcher_name(spec.name))
     if spec.torchrun is not None:  # no launcher: the workers' torchrun agents are the world's launch
         seen = replace(seen, launcher=_torchrun_launch(spec, prev, seen))
     active = prev.phase not in FINISHED and not spec.run_policy.suspend
@@ -129,8 +129,8 @@ def observe(
 
 
 def _owned(children: Children, uid: str) -> Children:
-    """`children` less what is not the job's: a launcher or staging Job whose ownerReference names another
-    owner, and the pods that neither the job nor those two Jobs own. Names and labels are anyone's: a
+    """`children` less what is not the job's: a (legacy) launcher or staging Job whose ownerReference names
+    another owner, and the pods that neither the job nor those two Jobs own. Names and labels are anyone's: a
     namespace admin's look-alikes, or what an older job of the same name deleted with --cascade=orphan left,
     never count as the job's (a completed staging Job of theirs would stand in for its staging) nor have
     their logs uploaded into its run."""

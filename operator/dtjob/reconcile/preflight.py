@@ -60,7 +60,7 @@ def _untrusted(kube: Kube, config: OperatorConfig, spec: JobSpec, uid: str) -> B
     """The first world's pods as they would be built now, judged before anything exists
     (dtjob.reconcile.pod_trust; every create is judged again, as the spec is then)."""
     owner = owner_reference(spec.name, uid)
-    pods = [desired.worker_pod(spec, owner, 0, 0), desired.launcher_job(spec, owner, 0)]
+    pods = [desired.worker_pod(spec, owner, 0, 0), desired.launcher_pod(spec, owner, 0)]
     verdict = pod_trust.untrusted(kube, config, spec, uid, pods)
     if verdict is None:
         return None

@@ -1,4 +1,4 @@
-"""The operator's cache of its children (pods, launcher and staging Jobs, the EndpointSlices of its Service),
+"""The operator's cache of its children (pods, staging Jobs, the EndpointSlices of its Service),
 grouped by the job they belong to.
 
 Watch events keep it current; a LIST from the API server, at start and every resync, corrects it. The LIST

@@ -1,6 +1,6 @@
 """A work queue of job keys, like controller-runtime's: events enqueue, a few workers reconcile.
 
-Every watch event (the job itself, one of its pods, its launcher Job) only enqueues the job's key; the key is
+Every watch event (the job itself, one of its pods, its staging Job) only enqueues the job's key; the key is
 deduplicated while waiting and never reconciled twice at the same time, and a child's event waits a quarter
 of a second for the rest of its burst, so a burst of pod events for one job costs one reconcile. A pod turning
 Ready that makes every worker of its job Ready puts the job in the queue's urgent lane (dtjob.runtime.lanes)

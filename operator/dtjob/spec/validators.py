@@ -219,9 +219,9 @@ GPU_WHY = "is set by the operator: use spec.gpusPerWorker"
 IMAGE_REQUIRED_WHY = (
     "is required for a container the template adds (spec.image is the operator's container's)"
 )
-# A plain container beside the launcher's would keep its Job, and so the job, from ever finishing.
+# A plain container beside the launcher's would keep its pod, and so the job, from ever finishing.
 LAUNCHER_ALONE_WHY = (
-    "the launcher's pod takes no container beside launcher: its Job would wait for it to end. Add a sidecar "
+    "the launcher's pod takes no container beside launcher: the pod would wait for it to end. Add a sidecar "
     "to initContainers with restartPolicy: Always (a native sidecar, stopped when the launcher ends)"
 )
 # The Open MPI settings the launcher's command line relies on, and the blanked GPUs of a launcher off the GPU

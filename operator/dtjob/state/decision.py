@@ -108,7 +108,8 @@ class ReleaseLauncher:
 
 @dataclass(frozen=True)
 class DeleteLauncher:
-    """Delete the launcher Job, only while it is this job's (its owner checked and its UID a precondition)."""
+    """Delete a launcher Job an earlier release of the operator made (today's launcher is a pod, deleted with
+    DeletePod), only while it is this job's (its owner checked and its UID a precondition)."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,9 @@ class DeleteSasSecrets:
 
 @dataclass(frozen=True)
 class DeleteWorld:
-    """A refusal failed the job: its pods (by label, only those it owns, also those created a moment ago) and,
-    when `launcher`, its launcher Job go, so that no half world keeps holding GPUs."""
+    """A refusal failed the job: its pods, its launcher's among them (by label, only those it owns, also those
+    created a moment ago) and, when `launcher`, a legacy launcher Job go, so that no half world keeps holding
+    GPUs."""
 
     launcher: bool = True
 

@@ -8,28 +8,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from dtjob import names
 from dtjob.contract.results_upload import ResultsRecord, UploadReport
-from dtjob.gang import kueue
 from dtjob.gang.pool_room import PoolRoom
 from dtjob.state.failed_create import CreateRefusal
 from dtjob.state.hosts import PublishedHosts
-from dtjob.state.node_health import NodeProblem
+from dtjob.state.pod_state import PodState as PodState
+from dtjob.state.pod_state import int_label, true_condition
+from dtjob.state.pod_state import pod_state as pod_state
 from dtjob.state.prebuilt import PrebuiltWorkload
 from dtjob.state.rank_error import RankError
 from dtjob.state.staging import StagingOutcome as StagingOutcome
-from dtjob.timefmt import parse_time_or_none
 
 Json = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
 class Children:
-    """The job's pods, launcher Job, staging Job and the EndpointSlices of its Service as the watch cache last
-    saw them (raw dicts)."""
+    """The job's pods (its launcher's among them), staging Job and the EndpointSlices of its Service as the
+    watch cache last saw them (raw dicts); `launcher`: a launcher Job that an earlier release of the operator
+    made, whose pod is its world's launcher until that world ends."""
 
     pods: tuple[Mapping[str, Any], ...] = ()
     launcher: Mapping[str, Any] | None = None
@@ -64,53 +64,6 @@ class SasObservation:
 
 
 @dataclass(frozen=True)
-class PodState:
-    name: str
-    role: str
-    attempt: int | None
-    index: int | None
-    phase: str
-    scheduled: bool
-    ready: bool
-    deleting: bool
-    # Why the pod failed or waits (e.g. "Error, exit code 1", "ImagePullBackOff: ..."), for messages.
-    reason: str | None = None
-    uid: str = ""
-    # When a deleting pod's grace period ends (metadata.deletionTimestamp): its kubelet confirms the end by
-    # then, unless the node is lost and no kubelet is left to confirm anything.
-    deletion_deadline: datetime | None = None
-    # Why the cluster took the pod away (its DisruptionTarget condition): an eviction from a NotReady node,
-    # the pod garbage collector after its node was deleted, a preemption. None: no disruption.
-    disruption: str | None = None
-    created: datetime | None = None  # metadata.creationTimestamp
-    # Why a container has not started (ImagePullBackOff, ErrImagePull, CreateContainerConfigError, ...).
-    waiting: str | None = None
-    unschedulable: bool = False  # PodScheduled False: no node can take it (now)
-    # How the container ended when it failed: its exit code and reason (Error, OOMKilled, ...).
-    exit_code: int | None = None
-    termination_reason: str | None = None
-    # Kueue: the pod waits for its group's admission (its scheduling gate is on) ...
-    gated: bool = False
-    # ... Kueue stopped it, its Workload evicted (`<reason>: <message>`, e.g. "Preempted: ...") ...
-    kueue_eviction: str | None = None
-    # ... and its finalizer is still on the pod.
-    kueue_finalizer: bool = False
-    # A launcher pod the operator still holds (names.LAUNCH_GATE is on): it waits for every worker Ready.
-    held: bool = False
-    address: str = ""  # status.podIP: where the pod's name resolves once the operator publishes it
-    node: str = ""  # spec.nodeName, once bound
-    avoided_nodes: tuple[str, ...] = ()  # the nodes the operator kept it off when it made it
-    # Its node's condition that says it cannot keep the pod (read only for the workers of an active job).
-    node_problem: NodeProblem | None = None
-    world_size: int | None = None  # a torchrun worker's: the workers its torchrun was started for (--nnodes)
-    ended: datetime | None = None  # when its failed container ended (to tell the first failure of several)
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True)
 class LauncherState:
     attempt: int | None
     deleting: bool
@@ -123,7 +76,7 @@ class LauncherState:
     failed_pod: PodState | None = None  # the launcher pod that failed: its exit code, reason, disruption
     # Why a rank failed, as its log says (the failed launcher's log tail, read once by the observer).
     log_error: RankError | None = None
-    # Whose pod this is: the launcher Job's, or for a torchrun world (dtjob.state.torchrun) a worker's.
+    # Whose pod this is: the operator's launcher, or for a torchrun world (dtjob.state.torchrun) a worker's.
     role: str = names.ROLE_LAUNCHER
     # A torchrun world whose training is over (a worker exited 0): its other workers may go.
     trained: bool = False
@@ -131,6 +84,9 @@ class LauncherState:
     # every worker Ready. Until then a worker that goes is only missing, not a broken world.
     held: bool = False
     held_pod: PodState | None = None  # the pod to release once every worker is Ready
+    pod: PodState | None = None  # the launcher's own pod, which goes with its world (by its UID)
+    # Made by an earlier release of the operator as a batch Job: it goes as the Job.
+    legacy_job: bool = False
 
     @property
     def launched(self) -> bool:
@@ -141,8 +97,8 @@ class LauncherState:
         return self.succeeded or self.failed
 
     @property
-    def is_job(self) -> bool:
-        """A launcher Job of the operator's (there is none to delete in a torchrun world)."""
+    def is_launcher(self) -> bool:
+        """The operator's launcher (a torchrun world has none: its launch is a worker's)."""
         return self.role == names.ROLE_LAUNCHER
 
 
@@ -160,11 +116,11 @@ class StoredResults:
 class Observed:
     """Every read of one reconcile, gathered before anything is decided."""
 
-    pods: tuple[PodState, ...] = ()  # the job's own pods, and its launcher Job's
+    pods: tuple[PodState, ...] = ()  # the job's own pods (its launcher's among them)
     launcher: LauncherState | None = None
-    # Every pod of the job's the watch cache holds, parsed once: the job's own, its launcher Job's and its
-    # staging Job's (dtjob.reconcile.observe leaves out what they do not own). Their logs are what UploadLogs
-    # uploads.
+    # Every pod of the job's the watch cache holds, parsed once: the job's own (its launcher's among them) and
+    # its staging Job's (dtjob.reconcile.observe leaves out what they do not own). Their logs are what
+    # UploadLogs uploads.
     children: tuple[PodState, ...] = ()
     generation: int | None = None  # metadata.generation of the job
     uid: str = ""  # metadata.uid of the job
@@ -205,146 +161,42 @@ class Observed:
         return bool(self.workers()) or self.launcher is not None
 
 
-def _int_label(labels: Json, key: str) -> int | None:
-    try:
-        return int(labels[key])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _condition(conditions: Iterable[Json] | None, kind: str) -> Json | None:
-    return next((c for c in conditions or () if c.get("type") == kind), None)
-
-
-def _true_condition(conditions: Iterable[Json] | None, kind: str) -> Json | None:
-    found = _condition(conditions, kind)
-    return found if found is not None and found.get("status") == "True" else None
-
-
-def pod_state(pod: Json) -> PodState:
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    status = pod.get("status") or {}
-    conditions = status.get("conditions")
-    ready = _condition(conditions, "Ready")
-    scheduled = _condition(conditions, "PodScheduled")
-    role = str(labels.get(names.ROLE_LABEL, ""))
-    exit_code, termination_reason, ended = _failed_termination(status, names.CONTAINER_OF_ROLE.get(role))
-    return PodState(
-        name=str(meta.get("name", "")),
-        role=role,
-        attempt=_int_label(labels, names.ATTEMPT_LABEL),
-        index=_int_label(labels, names.WORKER_INDEX_LABEL),
-        phase=str(status.get("phase") or "Pending"),
-        scheduled=bool(scheduled and scheduled.get("status") == "True"),
-        ready=bool(ready and ready.get("status") == "True"),
-        deleting=bool(meta.get("deletionTimestamp")),
-        reason=pod_reason(pod),
-        uid=str(meta.get("uid") or ""),
-        deletion_deadline=parse_time_or_none(meta.get("deletionTimestamp")),
-        disruption=pod_disruption(pod),
-        created=parse_time_or_none(meta.get("creationTimestamp")),
-        waiting=_waiting_reason(status),
-        unschedulable=bool(scheduled and scheduled.get("status") == "False"),
-        exit_code=exit_code,
-        termination_reason=termination_reason,
-        gated=_has_gate(pod, kueue.ADMISSION_GATE),
-        kueue_eviction=kueue.eviction(pod),
-        kueue_finalizer=kueue.holds(pod),
-        held=_has_gate(pod, names.LAUNCH_GATE),
-        address=str(status.get("podIP") or ""),
-        node=str((pod.get("spec") or {}).get("nodeName") or ""),
-        avoided_nodes=_avoided_nodes(meta),
-        world_size=_int_label(labels, names.WORLD_SIZE_LABEL),
-        ended=ended,
+def launcher_state(pod: PodState) -> LauncherState:
+    """The launcher, from its pod: made with its world and held until every worker is Ready, then its phase
+    is the launch's (restartPolicy Never: its end is the world's outcome)."""
+    failed = pod.phase == "Failed"
+    return LauncherState(
+        attempt=pod.attempt,
+        deleting=pod.deleting,
+        running=pod.phase == "Running",
+        succeeded=pod.phase == "Succeeded",
+        failed=failed,
+        pod_name=pod.name,
+        reason=(pod.reason or "failed") if failed else None,
+        world_size=pod.world_size,
+        failed_pod=pod if failed else None,
+        held=pod.held and pod.phase == "Pending",
+        held_pod=pod if pod.held and not pod.deleting else None,
+        pod=pod,
     )
 
 
-def _has_gate(pod: Json, gate: str) -> bool:
-    """The pod still carries scheduling gate `gate` (Kueue's admission, or the operator's launch hold)."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or ()
-    return any(g.get("name") == gate for g in gates)
-
-
-def _avoided_nodes(meta: Json) -> tuple[str, ...]:
-    text = (meta.get("annotations") or {}).get(names.AVOIDED_NODES_ANNOTATION)
-    return tuple(sorted(n for n in text.split(",") if n)) if isinstance(text, str) else ()
-
-
-def _statuses(status: Json) -> list[Json]:
-    """Every container's status: init containers (a job's template may add them, native sidecars too) first,
-    as they run first."""
-    return [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
-
-
-def _waiting_reason(status: Json) -> str | None:
-    for cs in _statuses(status):
-        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
-        if reason and reason not in ("ContainerCreating", "PodInitializing"):
-            return str(reason)
-    return None
-
-
-def _failed_termination(
-    status: Json, main: str | None = None
-) -> tuple[int | None, str | None, datetime | None]:
-    """(exit code, reason, end) of the first container that ended with a nonzero code, the pod's own
-    container (`main`, e.g. the launcher's, whose code the restart policy judges) before a sidecar; or
-    (None, None, None)."""
-    statuses = sorted(_statuses(status), key=lambda cs: cs.get("name") != main)
-    for cs in statuses:
-        term = (cs.get("state") or {}).get("terminated")
-        if term and isinstance(term.get("exitCode"), int) and term["exitCode"] != 0:
-            return int(term["exitCode"]), term.get("reason"), parse_time_or_none(term.get("finishedAt"))
-    return None, None, None
-
-
-def pod_disruption(pod: Json) -> str | None:
-    """`<reason>: <message>` of a True DisruptionTarget condition (the cluster, not the container, ended the
-    pod), or None."""
-    found = _true_condition((pod.get("status") or {}).get("conditions"), "DisruptionTarget")
-    if found is None:
-        return None
-    return f"{found.get('reason') or 'DisruptionTarget'}: {found.get('message') or ''}".rstrip(": ")
-
-
-def pod_reason(pod: Json) -> str | None:
-    """The most telling reason a pod is not healthy, or None."""
-    status = pod.get("status") or {}
-    for cs in _statuses(status):
-        state = cs.get("state") or {}
-        term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if term and (term.get("exitCode") or 0) != 0:
-            text = f"{term.get('reason') or 'Terminated'}, exit code {term.get('exitCode')}"
-            return f"{text}: {term['message']}" if term.get("message") else text
-        waiting = state.get("waiting")
-        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
-            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
-    scheduled = _condition(status.get("conditions"), "PodScheduled")
-    if scheduled and scheduled.get("status") == "False":
-        return f"{scheduled.get('reason', 'Unschedulable')}: {scheduled.get('message', '')}".rstrip(": ")
-    disruption = pod_disruption(pod)
-    if disruption is not None:
-        return disruption
-    if status.get("reason"):
-        return f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
-    return None
-
-
-def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
+def legacy_launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
+    """The launcher of a world that an earlier release of the operator made: a batch Job (backoffLimit 0, one
+    completion), whose pod the Job controller made."""
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
     conditions = status.get("conditions")
-    attempt = _int_label(meta.get("labels") or {}, names.ATTEMPT_LABEL)
+    attempt = int_label(meta.get("labels") or {}, names.ATTEMPT_LABEL)
     mine = [p for p in pods if p.role == names.ROLE_LAUNCHER and p.attempt == attempt]
     failed_pod = next((p for p in mine if p.phase == "Failed"), None)
     succeeded_pod = next((p for p in mine if p.phase == "Succeeded"), None)
     running_pod = next((p for p in mine if p.phase == "Running"), None)
-    # The launcher Job has backoffLimit 0 and one completion, so its pod's end is the Job's outcome; the
-    # pod is seen before the Job controller's Complete/Failed condition, so the status never flickers back.
-    failed_cond = _true_condition(conditions, "Failed") or _true_condition(conditions, "FailureTarget")
+    # Its pod's end is the Job's outcome, and is seen before the Job controller's Complete/Failed condition,
+    # so the status never flickers back.
+    failed_cond = true_condition(conditions, "Failed") or true_condition(conditions, "FailureTarget")
     succeeded = bool(
-        _true_condition(conditions, "Complete") or _true_condition(conditions, "SuccessCriteriaMet")
+        true_condition(conditions, "Complete") or true_condition(conditions, "SuccessCriteriaMet")
     )
     succeeded = succeeded or (succeeded_pod is not None and failed_cond is None)
     is_failed = not succeeded and (failed_cond is not None or failed_pod is not None)
@@ -355,8 +207,7 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
         )
     pod = failed_pod or succeeded_pod or running_pod or (mine[0] if mine else None)
     live = [p for p in mine if not p.deleting]
-    # A Job's pod is made by the Job controller: until one is there, or while each there is still gated, the
-    # launch has not begun. A Job made before the gate existed has ungated pods, and launches as it did.
+    # Until the Job controller's pod is there, or while each there is still gated, the launch has not begun.
     running = running_pod is not None or int(status.get("ready") or 0) > 0
     held = not (running or succeeded or is_failed) and all(p.held for p in live)
     return LauncherState(
@@ -367,17 +218,21 @@ def launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
         failed=is_failed,
         pod_name=pod.name if pod else None,
         reason=reason,
-        world_size=_int_label(meta.get("labels") or {}, names.WORLD_SIZE_LABEL),
+        world_size=int_label(meta.get("labels") or {}, names.WORLD_SIZE_LABEL),
         failed_pod=failed_pod if is_failed else None,
         held=held,
         held_pod=next((p for p in live if p.held), None),
+        legacy_job=True,
     )
 
 
-def observe_children(pods: Iterable[Json], launcher_job: Json | None, job_uid: str = "") -> Observed:
+def observe_children(
+    pods: Iterable[Json], launcher_job: Json | None, job_uid: str = "", launcher_name: str = ""
+) -> Observed:
     """The children's facts alone, each pod parsed once; dtjob.reconcile.observe adds the rest. With
     `job_uid`, what another owner holds (an older job of the same name, not yet garbage collected) is left
-    out of `pods` and `launcher`: it is never taken for ours."""
+    out of `pods` and `launcher`: it is never taken for ours. The launcher is the pod named `launcher_name`
+    that the job owns, or a legacy launcher Job's (`launcher_job`) while one is there."""
     if job_uid and launcher_job is not None and not _owned_by(launcher_job, {job_uid}):
         launcher_job = None
     found = [(pod, pod_state(pod)) for pod in pods]
@@ -385,7 +240,11 @@ def observe_children(pods: Iterable[Json], launcher_job: Json | None, job_uid: s
     if job_uid:
         owners = {job_uid} | ({str(launcher_job["metadata"].get("uid"))} if launcher_job else set())
         states = tuple(state for pod, state in found if _owned_by(pod, owners))
-    launcher = launcher_state(launcher_job, states) if launcher_job else None
+    if launcher_job is not None:
+        launcher: LauncherState | None = legacy_launcher_state(launcher_job, states)
+    else:
+        own = next((p for p in states if p.role == names.ROLE_LAUNCHER and p.name == launcher_name), None)
+        launcher = launcher_state(own) if own is not None and launcher_name else None
     return Observed(pods=states, launcher=launcher, children=tuple(state for _, state in found))
 
 
