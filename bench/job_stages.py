@@ -2,12 +2,12 @@
 
 A job starts when the last of its pods runs. On the way it passes six stages, each ending at a milestone the
 watch stamps: its workers exist (the operator), are on nodes (the scheduler), are Ready (the node), its launch
-begins (the operator: mpi-operator makes the launcher Job, dtjob releases the pod of the Job it made with the
-world), the Job's pod exists (the Job controller), and that pod runs (the scheduler and the node). dtjob's
-pod, made with the world, can only be released once it and every worker are there: its two stages are the
-operator's time from the later of those to the release, and the Job controller's, how long past the workers'
-Ready the pod came (none when it was there before). The median job and the slowest jobs are compared stage by
-stage, which says whose queue a tail of slow starts waited in.
+begins (the operator: mpi-operator makes the launcher Job, dtjob releases the launcher pod it made with the
+world), the launcher's pod exists (mpi-operator's: the Job controller), and that pod runs (the scheduler and
+the node). dtjob's pod, made with the world, can only be released once it and every worker are there: its two
+stages are the operator's time from the later of those to the release, and how long past the workers' Ready
+the pod came (none when it was there before, as it is unless the operator falls behind). The median job and
+the slowest jobs are compared stage by stage, which says whose queue a tail of slow starts waited in.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ STAGES = (
     ("workers bound", "scheduler"),
     ("workers Ready", "node"),
     ("launch begun", "operator"),
-    ("launcher pod", "Job controller"),
+    ("launcher pod", "Job controller; dtjob's"),
     ("launcher Running", "scheduler, node"),
 )
 
@@ -71,7 +71,7 @@ def timelines(
         ready_at, launch, pod_at = max(ready[job].values()), launches[job], pods[launcher_pod]
         begun, made = launch, pod_at
         if pod_at <= launch:  # made before its launch (dtjob's, held): released once it and the workers were
-            # there, so the Job controller's part is how long past the workers' Ready the pod came
+            # there, so the pod's own part is how long past the workers' Ready it came
             made = launch
             begun = ready_at + launch - max(pod_at, ready_at)
         ends = (

@@ -7,8 +7,9 @@
 
 Each job is 1 launcher + W workers (--workers, 4), each worker one simulated GPU on the kwok GPU pool (its
 taint tolerated), the launcher on the system pool and started only once every worker is Ready (dtjob always:
-its launcher Job is made with the world, its pod held by a scheduling gate until then; an MPIJob with
-launcherCreationPolicy WaitForWorkersReady, whose launcher Job is made then). kwok turns a scheduled pod Ready
+its launcher pod is made by the operator with the world and held by a scheduling gate until then; an MPIJob
+with launcherCreationPolicy WaitForWorkersReady, whose launcher Job is made then and its pod by
+kube-controller-manager's Job controller). kwok turns a scheduled pod Ready
 after a second. Four runs, each in a namespace of its own with the operator as a subprocess watching only it:
 mpi-operator with its defaults (--kube-api-qps 5 --kube-api-burst 10), mpi-operator with a raised client QPS
 (--kube-api-qps/--kube-api-burst, and its queue's rate limit raised alike), mpi-operator fully tuned (QPS
@@ -16,7 +17,7 @@ mpi-operator with its defaults (--kube-api-qps 5 --kube-api-burst 10), mpi-opera
 created at once; a watch of the namespace's pods and Jobs, opened before, timestamps what arrives:
 
 - pods: the time until all N x (1 + W) pods exist (the launchers' pods included);
-- launchers: the time until all N launcher Jobs exist;
+- launchers: the time until all N launchers exist (mpi-operator's launcher Jobs, dtjob's launcher pods);
 - launcher latency: per job, from the event that showed its last worker Ready to its launch: the launcher
   Job's ADDED event (mpi-operator), the event that showed its held pod without the gate (dtjob), p50 and p99.
   Two watches see them (pods, Jobs), each on a thread of its own. Under load the pods' watch, with five times
@@ -105,7 +106,8 @@ class Watched:
     pods: dict[str, float] = field(default_factory=dict)  # pod -> first seen
     bound: dict[str, float] = field(default_factory=dict)  # pod -> first seen on a node
     ready: dict[str, dict[str, float]] = field(default_factory=dict)  # job -> worker -> first Ready
-    launchers: dict[str, float] = field(default_factory=dict)  # job -> launcher Job ADDED
+    # job -> its launcher made: mpi-operator's launcher Job ADDED, dtjob's launcher pod first seen
+    launchers: dict[str, float] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)  # launcher pods seen with dtjob's gate on
     released: dict[str, float] = field(
         default_factory=dict
@@ -131,6 +133,8 @@ class Watched:
             if status.get("phase") == "Running":  # both label launcher and worker pods
                 self.running.setdefault(job, {}).setdefault(name, now)
             if "-worker-" not in name:  # both name workers <job>-worker-<i>
+                if name == f"{job}{LAUNCHER_SUFFIX}":  # dtjob's own launcher pod (a Job's has a suffix)
+                    self.launchers.setdefault(job, now)
                 gates = {g.get("name") for g in spec.get("schedulingGates") or ()}
                 if names.LAUNCH_GATE in gates:
                     self.held.add(name)
@@ -142,13 +146,13 @@ class Watched:
                 self.ready.setdefault(job, {}).setdefault(name, now)
 
     def launches(self) -> dict[str, float]:
-        """job -> when its launch began: its held launcher pod released (dtjob, whose launcher Job comes with
+        """job -> when its launch began: its held launcher pod released (dtjob, whose launcher pod comes with
         the world), else its launcher Job made (mpi-operator's, once every worker is Ready)."""
         with self.lock:
             return {**self.launchers, **self.released}
 
     def job(self, body: dict[str, Any], now: float) -> None:
-        # Both name the launcher <job>-launcher (mpi-operator labels its Job with app=<job> only).
+        # mpi-operator names its launcher Job <job>-launcher (and labels it with app=<job> only).
         name: str = body["metadata"]["name"]
         if name.endswith(LAUNCHER_SUFFIX):
             with self.lock:

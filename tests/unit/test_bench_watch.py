@@ -45,3 +45,16 @@ def test_a_held_launcher_pods_launch_is_when_it_was_first_seen_without_the_gate(
     other.job({"metadata": {"name": "j-launcher"}}, 5.0)
     other.pod(pod("j-launcher-x"), 6.0)
     assert other.launches() == {"j": 5.0}
+
+
+def test_dtjobs_own_launcher_pod_is_its_launcher_made_and_a_jobs_pod_is_not() -> None:
+    seen = Watched("job")
+    held = pod("j-launcher")  # dtjob's: the operator's own pod, named after the job
+    held["spec"]["schedulingGates"] = [{"name": "dtjob.io/workers-ready"}]
+    seen.pod(held, 2.0)
+    seen.pod(pod("j-launcher"), 6.0)
+    assert seen.launchers == {"j": 2.0} and seen.launches() == {"j": 6.0}
+    # An MPIJob's launcher pod, made by the Job controller under a generated name, is no launcher made.
+    other = Watched("job")
+    other.pod(pod("j-launcher-x"), 3.0)
+    assert other.launchers == {}
