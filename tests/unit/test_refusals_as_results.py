@@ -170,6 +170,30 @@ def test_a_name_held_by_another_owner_waits_naming_it() -> None:
     assert d.actions == [] and d.requeue_after == RETRY_SECONDS
 
 
+def test_a_name_held_by_another_owner_fails_the_job_at_the_startup_deadline_and_frees_its_world() -> None:
+    """A namespace admin's pod under `<job>-launcher` is never adopted: the workers made beside it would hold
+    their GPUs for as long as it stays, so the wait is bounded like a refused create's."""
+    spec = job_spec(**DEADLINE)
+    held = Refused(RefusalKind.NOT_OURS, CreateLauncher(0), "Pod rn50-launcher")
+    first = refused(PENDING, held, spec, NOW)
+    assert _reason(first, "Created") == CHILD_NOT_OURS and first.actions == []
+    assert first.status.message.endswith(
+        "waiting for it to be deleted; retrying every 30s, at most runPolicy.startupDeadlineSeconds (120s)"
+    )
+    later = refused(first.status, held, spec, NOW + timedelta(seconds=100))
+    assert later.status.phase == "Pending" and later.actions == [] and later.requeue_after == 20.0
+    late = refused(later.status, held, spec, NOW + timedelta(seconds=120))
+    assert late.status.phase == "Failed" and _reason(late, "Failed") == STARTUP_DEADLINE_EXCEEDED
+    assert late.status.message.startswith("Pod rn50-launcher exists and belongs to another owner")
+    assert late.status.message.endswith(
+        "still refused 120s after the first refusal (runPolicy.startupDeadlineSeconds)"
+    )
+    assert late.actions == [DeleteWorld()]
+    # Without a deadline it waits as long as the name is held, deleting nothing.
+    days = refused(first.status, held, job_spec(), NOW + timedelta(days=2))
+    assert days.status.phase == "Pending" and days.actions == []
+
+
 def test_a_pod_group_api_not_served_waits_naming_the_scheduler() -> None:
     api = "PodGroup (scheduling.volcano.sh/v1beta1)"
     d = refused(PENDING, Refused(RefusalKind.API_NOT_SERVED, EnsureWorld(), api), job_spec(**VOLCANO), NOW)

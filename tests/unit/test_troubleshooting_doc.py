@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from dtjob.machine.world import LAUNCH_FAILED_REASONS, STARTUP_HOPELESS
-from dtjob.state.status import Phase
+from dtjob.state.status import CHILD_NOT_OURS, CREATE_FORBIDDEN, Phase
 
 REPO = Path(__file__).resolve().parents[2]
 CODE = REPO / "operator" / "dtjob"
@@ -85,6 +85,8 @@ COMPUTED: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("dtjob.machine.world", "_launcher_failure", "reason"): LAUNCH_FAILED_REASONS,
     # A condition read back from the stored status: its reason was written by one of the calls scanned.
     ("dtjob.state.status", "status_from_dict", "str(c.get('reason') or '')"): (),
+    # The waits a startup deadline bounds: a create refused (403), a child's name another owner holds.
+    ("dtjob.machine.refusals", "_bounded_wait", "reason"): (CREATE_FORBIDDEN, CHILD_NOT_OURS),
 }
 
 # Every dict literal of the code with a "reason" key, the way a reason could reach the API past SINKS (an

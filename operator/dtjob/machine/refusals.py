@@ -8,7 +8,7 @@ Admission refuses creates with 403 for two kinds of cause:
 - A ResourceQuota, or the operator's own RBAC: room or permission may come later. The job waits in Pending
   with condition Created=False (reason CreateForbidden) quoting the API server, and tries again; with
   runPolicy.startupDeadlineSeconds, it fails once the refusals have lasted that long (the workers made before
-  a refused launcher would otherwise hold their GPUs for good).
+  a refused launcher would otherwise hold their GPUs for good). So does a name held by another owner, below.
 A child whose name an object of another owner holds (an older job of the same name) is never adopted: the job
 waits the same way (reason ChildNotOwned) until the garbage collector removes it. So does a gang-scheduled job
 on a cluster that does not serve its scheduler's PodGroup API (reason GangSchedulerMissing) until the
@@ -59,10 +59,9 @@ def refused(prev: JobStatus, refusal: Refused, spec: JobSpec | None, now: dateti
     generation, message = prev.observed_generation, refusal.message
     match refusal.kind:
         case RefusalKind.FORBIDDEN:
-            deadline = spec.run_policy.startup_deadline_seconds if spec is not None else None
-            decision = create_forbidden(prev, message, now, generation, deadline)
+            decision = create_forbidden(prev, message, now, generation, _deadline(spec))
         case RefusalKind.NOT_OURS:
-            return child_not_ours(prev, message, now, generation)
+            decision = child_not_ours(prev, message, now, generation, _deadline(spec))
         case RefusalKind.API_NOT_SERVED:
             assert spec is not None, "only a parsed spec's gang creates a PodGroup"
             return gang_api_missing(prev, spec, message, now, generation)
@@ -75,9 +74,14 @@ def refused(prev: JobStatus, refusal: Refused, spec: JobSpec | None, now: dateti
         case RefusalKind.SECRET_MISSING:
             text = f"{refusal.field}: {message}; retrying every {RETRY_SECONDS:.0f}s"
             return _wait(prev, SECRET_NOT_FOUND, text, now, generation)
-    if refusal.kind is not RefusalKind.FORBIDDEN or decision.status.phase in FINISHED:
+    waits = refusal.kind in (RefusalKind.FORBIDDEN, RefusalKind.NOT_OURS)
+    if not waits or decision.status.phase in FINISHED:
         decision.actions.append(DeleteWorld())  # something the spec asked for: no half world is left
     return decision
+
+
+def _deadline(spec: JobSpec | None) -> int | None:
+    return spec.run_policy.startup_deadline_seconds if spec is not None else None
 
 
 def is_pod_security(message: str) -> bool:
@@ -122,43 +126,50 @@ def create_forbidden(
         return invalid_spec(
             prev, pod_security_field(message), message + hint, now, generation, reason=POD_SECURITY_VIOLATION
         )
+    return _bounded_wait(prev, CREATE_FORBIDDEN, message, now, generation, deadline_s)
+
+
+def _bounded_wait(
+    prev: JobStatus, reason: str, message: str, now: datetime, generation: int | None, deadline_s: int | None
+) -> Decision:
+    """Created=False with `reason` and another try later; with `deadline_s` (startupDeadlineSeconds), Failed
+    once the creates have been refused for that long, counted from the first refusal of that reason in a row:
+    the workers made before a refused pod or a name another owner holds would otherwise keep their GPUs."""
     text = f"{message}; retrying every {RETRY_SECONDS:.0f}s"
-    if _refused_since(prev) is None:
+    if _refused_since(prev, reason) is None:
         # The first refusal of a row: Created starts over from now, whatever it waited for before (its time
         # would otherwise stay that of an earlier wait, which moves only when the status flips).
         prev = replace(prev, conditions=tuple(c for c in prev.conditions if c.type != "Created"))
     if deadline_s is None:
-        return _wait(prev, CREATE_FORBIDDEN, text, now, generation)
-    left = ((_refused_since(prev) or now) + timedelta(seconds=deadline_s) - now).total_seconds()
+        return _wait(prev, reason, text, now, generation)
+    left = ((_refused_since(prev, reason) or now) + timedelta(seconds=deadline_s) - now).total_seconds()
     if left <= 0:
         late = f"still refused {deadline_s}s after the first refusal (runPolicy.startupDeadlineSeconds)"
         return invalid_spec(prev, "", f"{message}; {late}", now, generation, reason=STARTUP_DEADLINE_EXCEEDED)
-    decision = _wait(
-        prev,
-        CREATE_FORBIDDEN,
-        f"{text}, at most runPolicy.startupDeadlineSeconds ({deadline_s}s)",
-        now,
-        generation,
-    )
+    bounded = f"{text}, at most runPolicy.startupDeadlineSeconds ({deadline_s}s)"
+    decision = _wait(prev, reason, bounded, now, generation)
     return replace(decision, requeue_after=min(RETRY_SECONDS, left))
 
 
-def _refused_since(prev: JobStatus) -> datetime | None:
-    """When the creates began to be refused: the Created condition's transition, while it says so."""
+def _refused_since(prev: JobStatus, reason: str) -> datetime | None:
+    """When the creates began to be refused for `reason`: the Created condition's transition, while it says
+    so."""
     created = prev.condition("Created")
-    if created is None or created.status != "False" or created.reason != CREATE_FORBIDDEN:
+    if created is None or created.status != "False" or created.reason != reason:
         return None
     return parse_time_or_none(created.last_transition_time)
 
 
-def child_not_ours(prev: JobStatus, child: str, now: datetime, generation: int | None) -> Decision:
+def child_not_ours(
+    prev: JobStatus, child: str, now: datetime, generation: int | None, deadline_s: int | None = None
+) -> Decision:
     """A child's name is held by another owner's object (`child`, e.g. "ConfigMap rn50-hostfile"): most often
     an older job of the same name whose children the garbage collector has not removed yet."""
     text = (
         f"{child} exists and belongs to another owner (an older job of the same name?); waiting for it to be "
-        f"deleted, retrying every {RETRY_SECONDS:.0f}s"
+        "deleted"
     )
-    return _wait(prev, CHILD_NOT_OURS, text, now, generation)
+    return _bounded_wait(prev, CHILD_NOT_OURS, text, now, generation, deadline_s)
 
 
 def gang_api_missing(
