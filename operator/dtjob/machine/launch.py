@@ -50,5 +50,5 @@ def launcher_deletes(launcher: LauncherState | None) -> list[Action]:
         return []
     if launcher.legacy_job:
         return [DeleteLauncher()]
-    pod = launcher.pod
-    return [] if pod is None or pod.deleting else [DeletePod(pod.name, pod.uid)]
+    pod = launcher.pod  # a launcher pod's `deleting` is its pod's
+    return [] if pod is None else [DeletePod(pod.name, pod.uid)]

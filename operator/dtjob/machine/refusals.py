@@ -136,13 +136,15 @@ def _bounded_wait(
     once the creates have been refused for that long, counted from the first refusal of that reason in a row:
     the workers made before a refused pod or a name another owner holds would otherwise keep their GPUs."""
     text = f"{message}; retrying every {RETRY_SECONDS:.0f}s"
-    if _refused_since(prev, reason) is None:
+    since = _refused_since(prev, reason)
+    if since is None:
         # The first refusal of a row: Created starts over from now, whatever it waited for before (its time
         # would otherwise stay that of an earlier wait, which moves only when the status flips).
         prev = replace(prev, conditions=tuple(c for c in prev.conditions if c.type != "Created"))
+        since = now
     if deadline_s is None:
         return _wait(prev, reason, text, now, generation)
-    left = ((_refused_since(prev, reason) or now) + timedelta(seconds=deadline_s) - now).total_seconds()
+    left = (since + timedelta(seconds=deadline_s) - now).total_seconds()
     if left <= 0:
         late = f"still refused {deadline_s}s after the first refusal (runPolicy.startupDeadlineSeconds)"
         return invalid_spec(prev, "", f"{message}; {late}", now, generation, reason=STARTUP_DEADLINE_EXCEEDED)
