@@ -97,8 +97,8 @@ def test_an_editor_can_neither_switch_a_world_to_torchrun_nor_resize_a_torchrun_
     tenant_a: Tenant,
 ) -> None:
     """spec.torchrun is fixed at creation (a running MPI world never becomes a torchrun one, nor the reverse),
-    refuses a launcher beside it, and the world-size label the operator reads on a torchrun worker is out of
-    an editor's reach (it may patch no pod)."""
+    refuses a launcher beside it, and the world-size label the operator reads on a torchrun worker, and on an
+    MPI world's launcher pod, is out of an editor's reach (it may patch no pod)."""
     editor = tenant_a.jobs(EDITOR)
     ns = tenant_a.namespace
     custom = client.CustomObjectsApi(tenant_a.api(EDITOR))
@@ -113,3 +113,4 @@ def test_an_editor_can_neither_switch_a_world_to_torchrun_nor_resize_a_torchrun_
     assert invalid(patch("ddp-world", {"spec": {"launcher": {"runner": "mpirun"}}}))
     label = {"metadata": {"labels": {"dtjob.io/world-size": "1"}}}
     assert refused(lambda: tenant_a.core(EDITOR).patch_namespaced_pod("ddp-world-worker-0", ns, label))
+    assert refused(lambda: tenant_a.core(EDITOR).patch_namespaced_pod("mpi-world-launcher", ns, label))
