@@ -2,7 +2,10 @@
 reached by the API server on loopback; testbed/kueue.py): a ClusterQueue with GPU quota for one job's world.
 
 - A second job's workers exist but stay gated, bound to no node, until the first job finishes; then Kueue
-  admits its world and it runs on the simulated GPU pool.
+  admits its world and it runs on the simulated GPU pool. The launcher is a member of its world's group: its
+  pod stays after the job ends (its log), and the group's Workload still finishes, freeing the quota.
+- A namespace's LocalQueue named `default` (Kueue's LocalQueue defaulting) takes no pod of a queued world:
+  the world is one Workload on the job's own queue.
 - A job of higher priority preempts a running one: the preempted job shows Suspended (reason Preempted)
   without spending runPolicy.backoffLimit (0 here: one counted failure would fail it), and runs again once
   the quota is free.
@@ -175,7 +178,9 @@ def test_a_second_job_waits_gated_until_the_first_finishes(
     jobs.wait_phase("first", "Running", timeout=120)
     admitted = workload(api_client, namespace, "first")
     assert condition(admitted, "Admitted").get("status") == "True", admitted
-    assert {p.metadata.labels[kq.POD_GROUP_NAME_LABEL] for p in jobs.pods("first", "worker")} == {"first"}
+    # One Workload for the world: the workers' PodSet and the launcher's.
+    assert sorted(ps["count"] for ps in admitted["spec"]["podSets"]) == [1, 2], admitted["spec"]["podSets"]
+    assert {p.metadata.labels[kq.POD_GROUP_NAME_LABEL] for p in jobs.pods("first")} == {"first"}
     assert all(p.spec.node_name for p in jobs.pods("first", "worker"))
 
     jobs.create("second", **world())
@@ -198,7 +203,12 @@ def test_a_second_job_waits_gated_until_the_first_finishes(
     assert jobs.status("first")["phase"] == "Running"
 
     jobs.wait_phase("first", "Succeeded", timeout=120)
+    # Its launcher pod stays, marked so that Kueue finishes the group with no pod of it active.
+    kept = jobs.launcher("first")
+    assert kept is not None and kept.status.phase == "Succeeded"
+    assert (kept.metadata.annotations or {}).get(kq.RETRIABLE_IN_GROUP) == kq.NOT_RETRIABLE
     jobs.wait_phase("second", "Running", timeout=120)
+    assert condition(workload(api_client, namespace, "first"), "Finished").get("status") == "True"
     pods = jobs.pods("second", "worker")
     assert all(not gated(p) and p.spec.node_name for p in pods)
     jobs.wait_phase("second", "Succeeded", timeout=120)
@@ -298,3 +308,31 @@ def test_a_torchrun_world_is_admitted_as_its_workers_alone_and_frees_the_quota_a
     assert condition({"status": first}, "Succeeded").get("reason") == "WorkersSucceeded", first
     jobs.wait_phase("ddp-second", "Running", timeout=120)
     assert jobs.status("ddp-second").get("restarts", 0) == 0
+
+
+def test_a_namespaces_default_local_queue_takes_no_pod_of_a_queued_world(
+    jobs: Jobs, operator: Any, queues: dict[str, str], api_client: client.ApiClient, namespace: str,
+    kueue: KueueProcess,
+) -> None:  # fmt: skip
+    """Kueue puts every pod that names no queue in its namespace's LocalQueue `default`, if there is one
+    (LocalQueue defaulting: on by default from v0.12, always from v0.19). A launcher outside its world's group
+    would be a Workload of its own there, admitted, and preempted, apart from its workers."""
+    custom = client.CustomObjectsApi(api_client)
+    default = {"apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "default"},
+               "spec": {"clusterQueue": queues["cq"]}}  # fmt: skip
+    custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", default)
+    wait_queues_active(custom, namespace, queues["cq"], "default", kueue)
+    jobs.create("dq", **world(launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "10s"}}))
+    jobs.wait_phase("dq", "Running", timeout=120)
+    launcher = jobs.launcher("dq")
+    assert launcher is not None and launcher.metadata.labels[kq.QUEUE_NAME_LABEL] == QUEUE
+    found = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
+    assert [(w["metadata"]["name"], w["spec"]["queueName"]) for w in found] == [("dq", QUEUE)], found
+    assert sum(ps["count"] for ps in found[0]["spec"]["podSets"]) == 3
+    jobs.wait_phase("dq", "Succeeded", timeout=120)
+    wait_for(
+        lambda: condition(workload(api_client, namespace, "dq"), "Finished").get("status") == "True",
+        timeout=60, what="the world's Workload Finished once the job ended",
+    )  # fmt: skip
+    # The ClusterQueue's status says so at its next update.
+    wait_for(lambda: gpus_reserved(custom, queues["cq"]) == "0", timeout=30, what="no GPU reserved")

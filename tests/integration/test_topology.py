@@ -153,24 +153,30 @@ def domains(assignment: dict[str, Any]) -> list[list[str]]:
 def tas_queue(
     api_client: client.ApiClient, namespace: str, kueue: KueueProcess, racks: dict[str, str]
 ) -> Iterator[str]:
-    """A Topology whose one level is the rack label, a ResourceFlavor of the GPU pool that names it, a
-    ClusterQueue with quota for the whole pool and a LocalQueue on it; yields the LocalQueue's name."""
+    """A Topology whose one level is the rack label, a ResourceFlavor of the GPU pool that names it and one
+    of the system pool for the launchers (a member of their world's group, on the CPU pool), a ClusterQueue
+    with quota for the whole GPU pool and a LocalQueue on it; yields the LocalQueue's name."""
     join_kueue(api_client, namespace, kueue)
     custom = client.CustomObjectsApi(api_client)
-    names = {k: f"{k}-{namespace}" for k in ("topology", "flavor", "cq")}
+    names = {k: f"{k}-{namespace}" for k in ("topology", "flavor", "cpu-flavor", "cq")}
     pool = {"kubernetes.azure.com/agentpool": "gpu"}
     quota = [{"name": "cpu", "nominalQuota": "1000"}, {"name": "memory", "nominalQuota": "10000Gi"},
              {"name": "nvidia.com/gpu", "nominalQuota": "16"}]  # fmt: skip
+    cpu_quota = [{"name": "cpu", "nominalQuota": "100"}, {"name": "memory", "nominalQuota": "1000Gi"},
+                 {"name": "nvidia.com/gpu", "nominalQuota": "0"}]  # fmt: skip
     objects = [
-        ("topologies", "Topology", {"levels": [{"nodeLabel": RACK}]}),
-        ("resourceflavors", "ResourceFlavor", {"nodeLabels": pool, "topologyName": names["topology"]}),
-        ("clusterqueues", "ClusterQueue", {"namespaceSelector": {}, "resourceGroups": [{
+        ("topologies", "topology", "Topology", {"levels": [{"nodeLabel": RACK}]}),
+        ("resourceflavors", "flavor", "ResourceFlavor",
+         {"nodeLabels": pool, "topologyName": names["topology"]}),
+        ("resourceflavors", "cpu-flavor", "ResourceFlavor",
+         {"nodeLabels": {"kubernetes.azure.com/mode": "system"}}),
+        ("clusterqueues", "cq", "ClusterQueue", {"namespaceSelector": {}, "resourceGroups": [{
             "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-            "flavors": [{"name": names["flavor"], "resources": quota}]}]}),
+            "flavors": [{"name": names["flavor"], "resources": quota},
+                        {"name": names["cpu-flavor"], "resources": cpu_quota}]}]}),
     ]  # fmt: skip
-    kinds = {"topologies": "topology", "resourceflavors": "flavor", "clusterqueues": "cq"}
-    for plural, kind, spec in objects:
-        body = {"apiVersion": "/".join(KUEUE), "kind": kind, "metadata": {"name": names[kinds[plural]]},
+    for plural, role, kind, spec in objects:
+        body = {"apiVersion": "/".join(KUEUE), "kind": kind, "metadata": {"name": names[role]},
                 "spec": spec}  # fmt: skip
         create = partial(custom.create_cluster_custom_object, *KUEUE, plural, body)
         wait_for(partial(created, create), timeout=30, what=f"{kind} created")
@@ -181,9 +187,9 @@ def tas_queue(
     try:
         yield "racks"
     finally:
-        for plural, _, _ in reversed(objects):
+        for plural, role, _, _ in reversed(objects):
             try:
-                custom.delete_cluster_custom_object(*KUEUE, plural, names[kinds[plural]])
+                custom.delete_cluster_custom_object(*KUEUE, plural, names[role])
             except ApiException as err:
                 if err.status != 404:
                     raise
@@ -224,10 +230,34 @@ def test_kueue_admits_a_world_only_into_one_rack(
     except AssertionError as err:
         raise AssertionError(f"{err}\n{explain(jobs, 'kfit', operator)}") from None
     assert len({racks[node] for node in placed.values()}) == 1, placed
-    assignment = workload(api_client, namespace, "kfit")["status"]["admission"]["podSetAssignments"][0]
+    assignments = workload(api_client, namespace, "kfit")["status"]["admission"]["podSetAssignments"]
+    assignment = next(a for a in assignments if a.get("count") == 4)  # the workers' (the launcher's is 1)
     assert domains(assignment["topologyAssignment"]) in (
         [["rack-a"]],
         [["rack-b"]],
     ), assignment
     jobs.wait_phase("kfit", "Succeeded", timeout=120)
     assert not bound(jobs, "kbig") and jobs.status("kbig")["phase"] == "Pending"
+
+
+def test_kueue_puts_a_launcher_that_runs_ranks_in_its_workers_rack(
+    jobs: Jobs, operator: OperatorProcess, tas_queue: str, racks: dict[str, str]
+) -> None:
+    """A launcher that runs ranks is a PodSet of its own (its pod is unlike the workers'); one PodSet group
+    gives it the workers' rack, where Kueue pins every host of the world."""
+    scheduling = {"queueName": tas_queue, "topology": {"key": RACK}}
+    launcher = {**LAUNCHER, "runAsWorker": True}
+    jobs.create("khosts", workers=3, gpusPerWorker=2, runPolicy={"scheduling": scheduling}, launcher=launcher)
+    try:
+        placed = wait_for(
+            partial(all_bound, jobs, "khosts", 3), timeout=120, what="3 workers admitted and bound"
+        )
+        pod = wait_for(
+            lambda: (p := jobs.launcher("khosts")) is not None and p.spec.node_name and p,
+            timeout=120, what="the launcher bound once its workers are Ready",
+        )  # fmt: skip
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{explain(jobs, 'khosts', operator)}") from None
+    hosts = {**placed, "launcher": pod.spec.node_name}
+    assert len({racks[node] for node in hosts.values()}) == 1, hosts
+    jobs.wait_phase("khosts", "Succeeded", timeout=120)

@@ -14,7 +14,10 @@ Then tenant A's editor, and tenant B's, label jobs of their own with a Workload 
   with a spec the operator rejects (so it ends at once) never marks that Workload Finished: Kueue keeps its
   quota (the ClusterQueue's reservation is what it was) while its pods run;
 - a job in tenant B named as the victim, labelled with its Workload's name, cannot reach tenant A's Workload
-  (Workloads are namespaced): it waits, with no pod, saying why.
+  (Workloads are namespaced): it waits, with no pod, saying why;
+- tenant A's admin, who may patch its pods, marks a running job's launcher pod as the operator marks it once
+  the job has ended (`kueue.x-k8s.io/retriable-in-group: "false"`): the job runs on, its Workload stays
+  admitted with its quota until the job ends, and is finished (the quota free) once it has.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from typing import Any, cast
 import pytest
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
-from dtjob.desired.workload import PRIORITY_CLASS_LABEL, world_pod_sets
+from dtjob.desired.workload import world_pod_sets
 from dtjob.gang import kueue as kq
+from dtjob.gang.kueue import PRIORITY_CLASS_LABEL
 from dtjob.reconcile.dispatch import NO_PRIORITY_CLASS
 from dtjob.spec.managed_by import (
     MULTIKUEUE,
@@ -44,7 +48,7 @@ from kubernetes import client
 from testbed.kube_wait import wait_for
 from testbed.kueue import KUEUE, KueueProcess, releases
 from testbed.operator_harness import GROUP, PLURAL, VERSION, Jobs, OperatorProcess
-from testbed.tenancy import Tenant
+from testbed.tenancy import ADMIN, Tenant
 from tests.integration.test_kueue import condition, created, gated, gpus_reserved, wait_queues_active
 
 QUEUE = "team"
@@ -269,6 +273,39 @@ def test_a_job_that_ends_at_once_never_finishes_a_workload_it_names(
     stays_empty(touched)
     assert admin.status(VICTIM)["phase"] == "Running" and admin.status("dtjob-grouped")["phase"] == "Running"
     assert admin.pods("ender") == [] and admin.pods("grouped") == []
+
+
+def test_an_early_mark_on_the_launcher_neither_ends_the_job_nor_frees_its_quota(
+    victim: dict[str, str], tenant_a: Tenant, api_client: client.ApiClient
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    admin = Jobs(api_client, tenant_a.namespace)
+    tenant_a.jobs().create(
+        "marked", **world(launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "25s"}})
+    )
+    status = admin.wait_phase("marked", "Running", timeout=120)
+    assert gpus_reserved(custom, victim["cq"]) == str(2 * GPUS_PER_WORLD), status
+    mark = {"metadata": {"annotations": {kq.RETRIABLE_IN_GROUP: kq.NOT_RETRIABLE}}}
+    tenant_a.core(ADMIN).patch_namespaced_pod("marked-launcher", tenant_a.namespace, mark)
+
+    def touched() -> list[str]:
+        found = [] if admin.status("marked")["phase"] == "Running" else ["the job no longer Running"]
+        if not admitted_and_not_finished(get_workload(custom, tenant_a.namespace, "marked")):
+            found.append("its Workload no longer admitted, or Finished")
+        now = gpus_reserved(custom, victim["cq"])
+        return found + ([f"{now} GPUs reserved"] if now != str(2 * GPUS_PER_WORLD) else [])
+
+    stays_empty(touched)
+    admin.wait_phase("marked", "Succeeded", timeout=120)
+
+    def freed() -> bool:
+        finished = condition(get_workload(custom, tenant_a.namespace, "marked"), "Finished")
+        return finished.get("status") == "True" and gpus_reserved(custom, victim["cq"]) == str(GPUS_PER_WORLD)
+
+    wait_for(
+        freed, timeout=60, what="the ended job's Workload Finished, its quota free (the victim's alone held)"
+    )
+    assert admin.status(VICTIM)["phase"] == "Running"
 
 
 def test_a_job_in_another_namespace_cannot_reach_a_tenants_workload(

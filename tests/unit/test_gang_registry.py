@@ -60,12 +60,15 @@ def test_kueue_admits_and_the_gang_scheduler_places_the_same_world() -> None:
     labels, annotations = worker["metadata"]["labels"], worker["metadata"]["annotations"]
     assert labels[kueue.QUEUE_NAME_LABEL] == "team-a" and labels[kueue.POD_GROUP_NAME_LABEL] == "rn50"
     assert labels["scheduling.x-k8s.io/pod-group"] == "rn50"
-    assert annotations == {kueue.POD_GROUP_TOTAL_COUNT: "2"}
+    assert annotations == {kueue.POD_GROUP_TOTAL_COUNT: "3"}  # the two workers and the launcher
     assert worker["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
-    # The launcher joins the PodGroup but stays out of Kueue's group.
+    # The launcher joins both: the PodGroup, and Kueue's group on the same queue, counted in its total.
     launcher = desired.launcher_pod(spec, OWNER, 0)
-    assert launcher["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "rn50"
-    assert not [k for k in launcher["metadata"]["labels"] if k.startswith("kueue.x-k8s.io/")]
+    launcher_labels = launcher["metadata"]["labels"]
+    assert launcher_labels["scheduling.x-k8s.io/pod-group"] == "rn50"
+    assert launcher_labels[kueue.QUEUE_NAME_LABEL] == "team-a"
+    assert launcher_labels[kueue.POD_GROUP_NAME_LABEL] == "rn50"
+    assert launcher["metadata"]["annotations"][kueue.POD_GROUP_TOTAL_COUNT] == "3"
 
 
 def test_kueue_alone_needs_no_pod_group_no_scheduler_name_and_no_gang_condition() -> None:

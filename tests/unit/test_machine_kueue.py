@@ -15,6 +15,8 @@ from dtjob.state.decision import (
     DeleteLauncher,
     DeletePod,
     EnsureWorld,
+    FinishKueueGroup,
+    ReleaseLauncher,
     ReleasePod,
 )
 from dtjob.state.observed import LauncherState, Observed, PodState, launcher_state, observe_children
@@ -39,8 +41,8 @@ def worker(i: int, attempt: int = 0, **kw: Any) -> PodState:
     return PodState(**fields)
 
 
-def gated(i: int) -> PodState:
-    return worker(i, phase="Pending", scheduled=False, ready=False, gated=True)
+def gated(i: int, **kw: Any) -> PodState:
+    return worker(i, phase="Pending", scheduled=False, ready=False, gated=True, **kw)
 
 
 def stopped(i: int, **kw: Any) -> PodState:
@@ -48,12 +50,19 @@ def stopped(i: int, **kw: Any) -> PodState:
     return worker(i, deleting=True, kueue_eviction=EVICTION, **kw)
 
 
-def launcher(failed: bool = False) -> LauncherState:
-    """The world's launcher, from its pod (no member of Kueue's group: no finalizer of Kueue's on it)."""
+def launcher(failed: bool = False, **kw: Any) -> LauncherState:
+    """The world's launcher, from its pod: a member of Kueue's group (Kueue's finalizer on it)."""
     phase = "Failed" if failed else "Running"
-    pod = worker(0, name="rn50-launcher", role="launcher", index=None, phase=phase, ready=not failed,
-                 uid="uid-l", kueue_finalizer=False)  # fmt: skip
-    return launcher_state(pod)
+    fields: dict[str, Any] = {"name": "rn50-launcher", "role": "launcher", "index": None, "phase": phase,
+                              "ready": not failed, "uid": "uid-l", "kueue_group_open": True}  # fmt: skip
+    return launcher_state(worker(0, **{**fields, **kw}))
+
+
+def held_launcher(**kw: Any) -> LauncherState:
+    """The next world's launcher: made with its workers, gated by Kueue and held by the operator."""
+    fields: dict[str, Any] = {"phase": "Pending", "scheduled": False, "ready": False, "gated": True,
+                              "held": True}  # fmt: skip
+    return launcher(**{**fields, **kw})
 
 
 def running() -> JobStatus:
@@ -66,10 +75,16 @@ def test_gated_workers_wait_for_admission_and_say_so() -> None:
     d = decide(job_spec(**QUEUED), Observed(pods=(gated(0), gated(1))), JobStatus(phase="Pending"), NOW)
     assert d.status.phase == "Pending"
     assert d.status.message == "0/2 workers ready; 2 worker pod(s) wait for admission by Kueue"
-    assert not any(isinstance(a, CreateLauncher) for a in d.actions)  # a queued world holds no more pods
-    admitted = (replace(gated(0), gated=False), replace(gated(1), gated=False))
-    d = decide(job_spec(**QUEUED), Observed(pods=admitted), d.status, NOW)
+    # The launcher is made with its gated workers: Kueue counts the group only once all of it exists.
     assert d.actions == [CreateLauncher(0)]
+    d = decide(
+        job_spec(**QUEUED), Observed(pods=(gated(0), gated(1)), launcher=held_launcher()), d.status, NOW
+    )
+    assert d.actions == [] and d.status.phase == "Pending"
+    # Admitted (the gates off) and every worker Ready: the operator lets its launcher go.
+    d = decide(job_spec(**QUEUED), Observed(pods=(worker(0), worker(1)), launcher=held_launcher(gated=False)),
+               d.status, NOW)  # fmt: skip
+    assert d.actions == [ReleaseLauncher("rn50-launcher", "uid-l")]
 
 
 def test_a_preemption_suspends_the_world_without_spending_the_backoff_limit() -> None:
@@ -82,8 +97,20 @@ def test_a_preemption_suspends_the_world_without_spending_the_backoff_limit() ->
     assert EVICTION in cond.message
     assert d.status.launcher_pod is None and d.status.start_time is None
     # The launcher (failed as its workers went) is deleted, not judged; the ended worker is released.
-    assert d.actions == [DeletePod("rn50-launcher", "uid-l"), ReleasePod("rn50-worker-1", "uid-w1")]
+    assert d.actions == [ReleasePod("rn50-worker-1", "uid-w1"), DeletePod("rn50-launcher", "uid-l")]
     assert ("Warning", "Preempted") in [(e.type, e.reason) for e in d.events]
+
+
+def test_a_preemption_seen_first_on_the_launcher_suspends_the_world_too() -> None:
+    """Kueue stops every pod of the group, the launcher among them, one by one: the first it marked may be
+    the launcher, whose end must not be taken for the world's failure (backoffLimit 0 here)."""
+    evicted = launcher(failed=True, deleting=True, kueue_eviction=EVICTION)
+    d = decide(job_spec(**QUEUED), Observed(pods=(worker(0), worker(1)), launcher=evicted), running(), NOW)
+    assert d.status.phase == "Suspended" and d.status.restarts == 0
+    cond = d.status.condition("Suspended")
+    assert cond is not None and cond.reason == "Preempted" and EVICTION in cond.message
+    # Kueue stops the workers itself; the ended launcher's finalizer comes off, so that its name is free.
+    assert d.actions == [ReleasePod("rn50-launcher", "uid-l")]
 
 
 def test_a_preemption_deletes_a_legacy_launcher_job_as_the_job() -> None:
@@ -92,25 +119,37 @@ def test_a_preemption_deletes_a_legacy_launcher_job_as_the_job() -> None:
     observed = Observed(pods=(stopped(0), stopped(1, phase="Failed")), launcher=legacy)
     d = decide(job_spec(**QUEUED), observed, running(), NOW)
     assert d.status.phase == "Suspended"
-    assert d.actions == [DeleteLauncher(), ReleasePod("rn50-worker-1", "uid-w1")]
+    assert d.actions == [ReleasePod("rn50-worker-1", "uid-w1"), DeleteLauncher()]
 
 
 def test_the_preempted_world_is_created_again_and_waits_gated_then_resumes() -> None:
     spec = job_spec(**QUEUED)
     first = decide(spec, Observed(pods=(stopped(0), stopped(1))), running(), NOW)
-    # The old pods are gone: both workers are created again (Kueue's webhook gates them).
+    # The old pods are gone: the world is made again, launcher included (Kueue's webhook gates them all).
     d = decide(spec, Observed(), first.status, NOW)
     assert d.status.phase == "Suspended" and d.status.restarts == 0
-    assert d.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0)]
-    d = decide(spec, Observed(pods=(gated(0), gated(1))), d.status, NOW)
-    assert d.status.phase == "Suspended" and d.actions == []
+    assert d.actions == [EnsureWorld(), CreateWorker(0, 0), CreateWorker(1, 0), CreateLauncher(0)]
+    d = decide(spec, Observed(pods=(gated(0), gated(1)), launcher=held_launcher()), d.status, NOW)
+    assert d.status.phase == "Suspended" and d.actions == []  # the next world's launcher is kept
     assert d.status.message == "preempted by Kueue; waiting for admission in LocalQueue team-a"
     # Admitted again: the gates are off, the world goes on as a fresh start of the same attempt.
-    d = decide(spec, Observed(pods=(worker(0), worker(1))), d.status, NOW)
+    back = Observed(pods=(worker(0), worker(1)), launcher=held_launcher(gated=False))
+    d = decide(spec, back, d.status, NOW)
     cond = d.status.condition("Suspended")
     assert cond is not None and cond.status == "False" and cond.reason == "Admitted"
     assert d.status.restarts == 0 and d.status.phase in ("Starting", "Pending")
-    assert CreateLauncher(0) in d.actions
+    assert ReleaseLauncher("rn50-launcher", "uid-l") in d.actions
+
+
+def test_the_old_worlds_launcher_goes_and_its_name_waits_for_it() -> None:
+    """An evicted launcher still terminating (Kueue's finalizer, its pod not ended yet) holds the name: no new
+    one is made until it is gone."""
+    spec = job_spec(**QUEUED)
+    first = decide(spec, Observed(pods=(stopped(0), stopped(1))), running(), NOW)
+    going = launcher(deleting=True, kueue_eviction=EVICTION)
+    d = decide(spec, Observed(launcher=going), first.status, NOW)
+    assert d.status.phase == "Suspended"
+    assert not any(isinstance(a, CreateLauncher | DeletePod | ReleasePod) for a in d.actions), d.actions
 
 
 def test_a_worker_that_failed_on_its_own_still_counts() -> None:
@@ -157,3 +196,60 @@ def test_a_finished_jobs_deleted_workers_are_released_so_kueue_frees_the_quota()
     d = decide(job_spec(**QUEUED), Observed(pods=(ended, worker(1, kueue_finalizer=False))), prev, NOW)
     assert ReleasePod("rn50-worker-0", "uid-w0") in d.actions
     assert not any(isinstance(a, ReleasePod) and a.name == "rn50-worker-1" for a in d.actions)
+
+
+def test_the_launcher_kept_after_the_end_is_marked_so_that_kueue_finishes_the_group() -> None:
+    """An MPI world's workers never succeed (they are deleted) and its launcher pod stays for its log: Kueue's
+    group would wait for all its pods to succeed, holding the quota. The operator marks the kept launcher
+    once, and Kueue finishes the group as soon as none of its pods is active."""
+    done = launcher(phase="Succeeded", ready=False)
+    # In the pass that ends the job already: with cleanPodPolicy None no pod event need come again.
+    for policy in ("Running", "None"):
+        kept = job_spec(runPolicy={**QUEUED["runPolicy"], "cleanPodPolicy": policy})
+        d = decide(kept, Observed(pods=(worker(0), worker(1)), launcher=done), running(), NOW)
+        assert d.status.phase == "Succeeded" and FinishKueueGroup("rn50-launcher", "uid-l") in d.actions
+    prev = JobStatus(phase="Succeeded", start_time=format_time(NOW), completion_time=format_time(NOW))
+    spec = job_spec(**QUEUED)
+    d = decide(spec, Observed(pods=(worker(0, deleting=True, phase="Failed"),), launcher=done), prev, NOW)
+    assert FinishKueueGroup("rn50-launcher", "uid-l") in d.actions
+    assert ReleasePod("rn50-worker-0", "uid-w0") in d.actions
+    marked = launcher(phase="Succeeded", ready=False, kueue_group_open=False)
+    for left in (marked, launcher(phase="Succeeded", ready=False, kueue_finalizer=False)):
+        # Marked already, or Kueue has finished the group (its finalizer is off): nothing more to write.
+        d = decide(spec, Observed(launcher=left), prev, NOW)
+        assert not any(isinstance(a, FinishKueueGroup) for a in d.actions), d.actions
+    # A launcher deleted with its job's end (cleanPodPolicy All) is released once it ended, not marked.
+    going = launcher(phase="Succeeded", ready=False, deleting=True)
+    d = decide(spec, Observed(launcher=going), prev, NOW)
+    assert d.actions.count(ReleasePod("rn50-launcher", "uid-l")) == 1
+    assert not any(isinstance(a, FinishKueueGroup) for a in d.actions)
+
+
+def test_observe_reads_kueues_group_and_its_mark_on_the_launcher() -> None:
+    labels = {"dtjob.io/role": "launcher", "dtjob.io/attempt": "0", "kueue.x-k8s.io/pod-group-name": "rn50"}
+    pod: dict[str, Any] = {"metadata": {"name": "rn50-launcher", "labels": labels, "annotations": {}}}
+    assert observe_children([pod], None).pods[0].kueue_group_open
+    pod["metadata"]["annotations"]["kueue.x-k8s.io/retriable-in-group"] = "false"
+    assert not observe_children([pod], None).pods[0].kueue_group_open
+    del labels["kueue.x-k8s.io/pod-group-name"]  # no member of a group: nothing to finish
+    pod["metadata"]["annotations"] = {}
+    assert not observe_children([pod], None).pods[0].kueue_group_open
+
+
+def test_a_queued_world_an_earlier_release_made_gets_its_launcher_outside_the_group_once_admitted() -> None:
+    """An earlier release made a queued world's workers a group of their own (its count: the workers) and its
+    launcher only once that group was admitted. A launcher joining that group would be a member Kueue never
+    admits: the upgraded operator makes it as that release did."""
+    spec = job_spec(**QUEUED)
+    d = decide(
+        spec, Observed(pods=(gated(0, kueue_group_size=2), gated(1, kueue_group_size=2))), JobStatus(), NOW
+    )
+    assert not any(isinstance(a, CreateLauncher) for a in d.actions), d.actions
+    admitted = Observed(pods=(worker(0, kueue_group_size=2), worker(1, kueue_group_size=2)))
+    d = decide(spec, admitted, d.status, NOW)
+    assert CreateLauncher(0, outside_kueue_group=True) in d.actions
+    # The group this release makes counts the launcher: it joins, and is made with its workers.
+    d = decide(
+        spec, Observed(pods=(gated(0, kueue_group_size=3), gated(1, kueue_group_size=3))), JobStatus(), NOW
+    )
+    assert CreateLauncher(0) in d.actions

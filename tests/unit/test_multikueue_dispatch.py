@@ -16,12 +16,12 @@ from dtjob.desired.common import owner_reference
 from dtjob.desired.workload import (
     KUEUE_APIS,
     PRIORITY_CLASS_KIND,
-    PRIORITY_CLASS_LABEL,
     dispatch_queue,
     dispatch_workload,
     finished_conditions,
 )
 from dtjob.gang import registry
+from dtjob.gang.kueue import PRIORITY_CLASS_LABEL
 from dtjob.machine import wound_down
 from dtjob.reconcile.dispatch import (
     INVALID_SPEC,

@@ -4,9 +4,12 @@ import shlex
 from typing import Any
 
 from dtjob import desired, names
+from dtjob.config import OperatorConfig
 from dtjob.desired.command import mpi_command, training_command
 from dtjob.desired.common import owner_reference
 from dtjob.desired.sshkeys import generate_keypair
+from dtjob.reconcile.act import _pod_bearing
+from dtjob.state.decision import CreateLauncher
 
 from tests.unit.operator_fixtures import job_spec
 
@@ -89,10 +92,10 @@ def test_worker_pod_gets_gpus_placement_readiness_and_data() -> None:
     meta, pod_spec = pod["metadata"], pod["spec"]
     assert meta["labels"][names.ATTEMPT_LABEL] == "3"
     assert meta["labels"][names.WORKER_INDEX_LABEL] == "1"
-    # Kueue's pod group: every worker names its job's group and the group's size (the workers alone).
+    # Kueue's pod group: every worker names its job's group and the group's size (the workers, the launcher).
     assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
     assert meta["labels"]["kueue.x-k8s.io/pod-group-name"] == "rn50"
-    assert meta["annotations"] == {"a": "b", "kueue.x-k8s.io/pod-group-total-count": "2"}
+    assert meta["annotations"] == {"a": "b", "kueue.x-k8s.io/pod-group-total-count": "3"}
     assert pod_spec["hostname"] == "rn50-worker-1" and pod_spec["subdomain"] == "rn50-workers"
     assert pod_spec["restartPolicy"] == "Never"
     assert pod_spec["schedulerName"] == "volcano"
@@ -230,15 +233,30 @@ def test_a_worker_leaves_a_lost_node_within_seconds_not_five_minutes() -> None:
     assert unreachable == [own]
 
 
-def test_the_launcher_stays_out_of_kueue_and_a_job_without_a_queue_has_no_kueue_metadata() -> None:
-    # The launcher is created once every worker is Ready, that is after admission: in the group it could never
-    # be counted at admission, and as its own Workload it would queue behind its own workers.
-    spec = job_spec(runPolicy={"scheduling": {"queueName": "gpu-queue"}})
-    meta = desired.launcher_pod(spec, OWNER, 0)["metadata"]
-    assert not [k for k in meta["labels"] if k.startswith("kueue.x-k8s.io/")]
-    assert not [k for k in (meta.get("annotations") or {}) if k.startswith("kueue.x-k8s.io/")]
-    plain = desired.worker_pod(job_spec(), OWNER, 0, 0)["metadata"]
-    assert not [k for k in {**plain["labels"], **(plain.get("annotations") or {})} if k.startswith("kueue.")]
+def test_the_launcher_joins_its_workers_kueue_group_and_a_job_without_a_queue_has_no_kueue_metadata() -> None:
+    # Made with its workers, the launcher is a member of their group: Kueue admits and evicts the world whole,
+    # and no default LocalQueue of the namespace makes the launcher a Workload of its own.
+    spec = job_spec(workers=2, runPolicy={"scheduling": {"queueName": "gpu-queue"}})
+    launcher = desired.launcher_pod(spec, OWNER, 0)["metadata"]
+    worker = desired.worker_pod(spec, OWNER, 0, 0)["metadata"]
+    group = {"kueue.x-k8s.io/queue-name": "gpu-queue", "kueue.x-k8s.io/pod-group-name": "rn50"}
+    assert group.items() <= launcher["labels"].items() and group.items() <= worker["labels"].items()
+    counts = {m["annotations"]["kueue.x-k8s.io/pod-group-total-count"] for m in (launcher, worker)}
+    assert counts == {"3"}
+    # One group, one priority: the workers' WorkloadPriorityClass is the launcher's too.
+    priority = {"kueue.x-k8s.io/priority-class": "urgent"}
+    ranked = job_spec(worker={"podLabels": priority}, runPolicy={"scheduling": {"queueName": "gpu-queue"}})
+    assert priority.items() <= desired.launcher_pod(ranked, OWNER, 0)["metadata"]["labels"].items()
+    # A torchrun world has no launcher: its group is its workers.
+    ddp = job_spec(workers=2, torchrun={}, runPolicy={"scheduling": {"queueName": "gpu-queue"}})
+    assert desired.worker_pod(ddp, OWNER, 0, 0)["metadata"]["annotations"] == {
+        "kueue.x-k8s.io/pod-group-total-count": "2"
+    }
+    for plain in (desired.worker_pod(job_spec(), OWNER, 0, 0), desired.launcher_pod(job_spec(), OWNER, 0)):
+        meta = plain["metadata"]
+        assert not [
+            k for k in {**meta["labels"], **(meta.get("annotations") or {})} if k.startswith("kueue.")
+        ]
 
 
 def _env_value(container: dict[str, Any], name: str) -> str | None:
@@ -260,3 +278,14 @@ def test_a_pod_that_asks_for_no_gpu_is_shown_none_whatever_the_job_says() -> Non
     # A worker given GPUs sees what the device plugin gives it: the operator sets nothing.
     gpu = _container(desired.worker_pod(job_spec(gpusPerWorker=2), OWNER, 0, 0)["spec"])
     assert _env_value(gpu, "NVIDIA_VISIBLE_DEVICES") is None
+
+
+def test_a_launcher_kept_outside_its_workers_kueue_group_carries_nothing_of_kueues() -> None:
+    """What CreateLauncher(outside_kueue_group=True) makes: a launcher with no Kueue label or annotation."""
+    spec = job_spec(workers=2, runPolicy={"scheduling": {"queueName": "gpu-queue"}})
+    config = OperatorConfig()
+    (inside,) = _pod_bearing(config, spec, OWNER, CreateLauncher(0)) or []
+    (outside,) = _pod_bearing(config, spec, OWNER, CreateLauncher(0, outside_kueue_group=True)) or []
+    assert inside["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    meta = outside["metadata"]
+    assert not [k for k in {**meta["labels"], **(meta.get("annotations") or {})} if k.startswith("kueue.")]

@@ -138,17 +138,18 @@ def test_the_users_affinity_is_kept_and_the_topology_term_added(mode: str, where
 def test_with_kueue_the_workers_carry_its_tas_annotation_and_no_affinity(mode: str, annotation: str) -> None:
     spec = topology_spec(mode, queueName="team-a")
     pod = desired.worker_pod(spec, OWNER, 2, 0)
-    assert pod["metadata"]["annotations"] == {kueue.POD_GROUP_TOTAL_COUNT: "3", annotation: RACK}
+    assert pod["metadata"]["annotations"] == {kueue.POD_GROUP_TOTAL_COUNT: "4", annotation: RACK}
     assert "affinity" not in pod["spec"]
-    # The launcher is no member of Kueue's group: no annotation on it.
-    launcher = desired.launcher_pod(spec, OWNER, 0)["metadata"]
-    assert not [k for k in launcher.get("annotations", {}) if k.startswith("kueue.x-k8s.io/")]
+    # A launcher on the CPU pool is a member of Kueue's group but no host: it asks for no domain.
+    launcher = desired.launcher_pod(spec, OWNER, 0)
+    assert launcher["metadata"]["annotations"] == {kueue.POD_GROUP_TOTAL_COUNT: "4"}
+    assert "affinity" not in launcher["spec"]
 
 
-@pytest.mark.parametrize("queue", [None, "team-a"])
-def test_a_launcher_that_runs_ranks_follows_the_workers_domain(queue: str | None) -> None:
-    scheduling: dict[str, Any] = {"topology": {"key": RACK}, **({"queueName": queue} if queue else {})}
-    spec = job_spec(workers=2, launcher={"runAsWorker": True}, runPolicy={"scheduling": scheduling})
+def test_a_launcher_that_runs_ranks_follows_the_workers_domain() -> None:
+    spec = job_spec(
+        workers=2, launcher={"runAsWorker": True}, runPolicy={"scheduling": {"topology": {"key": RACK}}}
+    )
     pod_spec = desired.launcher_pod(spec, OWNER, 0)["spec"]
     assert pod_spec["affinity"] == {
         "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [WORKER_TERM]}
@@ -156,6 +157,22 @@ def test_a_launcher_that_runs_ranks_follows_the_workers_domain(queue: str | None
     # A launcher on the CPU pool is no host of the world: it goes where it fits.
     plain = job_spec(workers=2, runPolicy={"scheduling": {"topology": {"key": RACK}}})
     assert "affinity" not in desired.launcher_pod(plain, OWNER, 0)["spec"]
+
+
+def test_with_kueue_a_launcher_that_runs_ranks_shares_the_workers_podset_group() -> None:
+    """The launcher's pod is unlike the workers' (a PodSet of its own): one PodSet group gives both one
+    domain, where Kueue pins them by node selector, so neither gets the affinity."""
+    scheduling = {"topology": {"key": RACK}, "queueName": "team-a"}
+    spec = job_spec(workers=2, launcher={"runAsWorker": True}, runPolicy={"scheduling": scheduling})
+    launcher = desired.launcher_pod(spec, OWNER, 0)
+    worker = desired.worker_pod(spec, OWNER, 0, 0)
+    wanted = {
+        kueue.POD_GROUP_TOTAL_COUNT: "3",
+        "kueue.x-k8s.io/podset-required-topology": RACK,
+        "kueue.x-k8s.io/podset-group-name": "hosts",
+    }
+    assert launcher["metadata"]["annotations"] == worker["metadata"]["annotations"] == wanted
+    assert "affinity" not in launcher["spec"] and "affinity" not in worker["spec"]
 
 
 def test_with_a_gang_scheduler_the_same_affinity_applies() -> None:

@@ -29,7 +29,7 @@ from dtjob.desired.common import (
     sas_mount_path,
 )
 from dtjob.desired.template import merge_pod_spec, template_annotations
-from dtjob.desired.topology import with_topology, worker_with_topology
+from dtjob.desired.topology import worker_with_topology
 from dtjob.desired.torchrun import RENDEZVOUS_PORT, torchrun_worker_script
 from dtjob.names import Access
 from dtjob.spec import validators as rules
@@ -190,8 +190,8 @@ def launcher_pod(spec: JobSpec, owner: Json, attempt: int) -> Json:
     _common_pod_spec(spec, pod_spec, gpu_placement=on_gpu)
     _pull_secrets(spec, spec.launcher.pod, pod_spec)
     pod_spec, annotations = _with_template(spec.launcher.pod, pod_spec, names.LAUNCHER_CONTAINER)
-    if on_gpu:  # one of the world's hosts: it joins the workers' domain
-        pod_spec = with_topology(spec, pod_spec)
+    if on_gpu:  # one of the world's hosts: it joins the workers' domain (with Kueue, Kueue places it there)
+        pod_spec = worker_with_topology(spec, pod_spec)
     pod_spec = held_until_workers_ready(pod_spec)  # made with its world, it starts once every worker is Ready
     annotations = {**annotations, **gang.pod_annotations(spec, names.ROLE_LAUNCHER)}
     return {

@@ -4,9 +4,8 @@ domain of the topology key that holds the job's workers. Pure.
 The scheduler places the first worker where it fits (no worker matches the term yet, and the pod matches its
 own term), and every later one beside it: required waits for room in that domain, preferred (weight 100)
 takes another domain when that one is full. The term selects the job's workers by job name and role, not by
-attempt, so a restarted world's pods are placed by the same rule. With Kueue the annotations on the workers
-(dtjob.gang.kueue) place the world instead and the workers get no affinity; a launcher that runs ranks, which
-is no member of Kueue's group, still follows the workers by it.
+attempt, so a restarted world's pods are placed by the same rule. With Kueue the annotations on the world's
+hosts (dtjob.gang.kueue) place the world instead, and its pods get no affinity.
 """
 
 from __future__ import annotations
@@ -23,7 +22,8 @@ PREFERRED_WEIGHT = 100  # the most a preferred term can weigh: the domain outwei
 
 
 def worker_with_topology(spec: JobSpec, pod_spec: Mapping[str, Any]) -> Json:
-    """A worker's `pod_spec` with the topology affinity, unless a scheduler (Kueue) places by topology."""
+    """A host of the world's (a worker, a launcher that runs ranks): its `pod_spec` with the topology
+    affinity, unless a scheduler (Kueue) places by topology."""
     return with_topology(spec, pod_spec) if gang.topology_by_affinity(spec) else dict(pod_spec)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from dtjob import names
 from dtjob.desired.common import Json, metadata
 from dtjob.desired.pods import launcher_pod, worker_pod
-from dtjob.gang.kueue import QUEUE_NAME_LABEL
+from dtjob.gang.kueue import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from dtjob.spec.managed_by import unqueued, workload_name
 from dtjob.spec.parse import JobSpec
 from dtjob.state.prebuilt import FINISHED
@@ -31,9 +31,6 @@ from dtjob.timefmt import format_time
 KUEUE_APIS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1")
 WORKLOAD_KIND = "Workload"
 PRIORITY_CLASS_KIND = "WorkloadPriorityClass"
-# Kueue's label that names a job's WorkloadPriorityClass (constants.WorkloadPriorityClassLabel), as on its
-# own Jobs: the class's value is the Workload's priority.
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 # How a v1beta1 Workload says where its priority came from (v1beta2: spec.priorityClassRef).
 V1BETA1_PRIORITY_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 # The reasons of Kueue's Finished condition (kueue.WorkloadFinishedReason*).

@@ -1,6 +1,12 @@
 """Kueue's pod-group integration, as the operator speaks it: the labels and annotation that make a job's
-workers one Workload, and what Kueue writes back on the pods (its scheduling gate, the condition of a pod it
-stops). Names follow sigs.k8s.io/kueue pkg/controller/jobs/pod and pkg/controller/jobframework. Pure.
+world (its workers and its launcher) one Workload, and what Kueue writes back on the pods (its scheduling
+gate, the condition of a pod it stops). Names follow sigs.k8s.io/kueue pkg/controller/jobs/pod and
+pkg/controller/jobframework. Pure.
+
+The launcher is a member of the group, as an MPIJob's launcher is of its Workload: Kueue admits, counts and
+evicts the world as one unit, and a namespace's default LocalQueue (Kueue's LocalQueue defaulting, on by
+default since v0.12) never makes the launcher a Workload of its own, to be admitted or preempted apart from
+its workers.
 
 A job joins Kueue by runPolicy.scheduling.queueName, beside or without a gang scheduler: Kueue admits the
 world (its quota) and leaves placing it to the pods' scheduler. It creates the group's Workload itself, so
@@ -22,8 +28,13 @@ from dtjob.spec.parse import JobSpec
 Json = Mapping[str, Any]
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue's label that names a job's WorkloadPriorityClass (constants.WorkloadPriorityClassLabel), as on its
+# own Jobs: the class's value is the Workload's priority. A pod group's is its pods'; the workers carry it
+# (spec.worker.podLabels), and the launcher carries theirs, so that the group has one.
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+GROUP_SIZE_DIGITS = 9  # more than any world's pods, fewer than anything but a number
 # Kueue's webhook adds this gate to every pod it manages; its controller removes it once the group's Workload
 # is admitted.
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
@@ -31,6 +42,12 @@ ADMISSION_GATE = "kueue.x-k8s.io/admission"
 # replacement pod exists (or the group is finished); the operator reuses pod names, so it drops it itself
 # from a pod of its own that is deleted and has ended.
 POD_FINALIZER = "kueue.x-k8s.io/managed"
+# A group with a member so marked is finished once none of its pods is active, and no longer waits for all
+# of them to succeed: put on the launcher, which stays after its job ends (its log), once the job has ended,
+# so that the world's Workload finishes and its quota is free (MPI workers never succeed: they are deleted).
+# Kueue allows the mark to be added, never taken off.
+RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"
+NOT_RETRIABLE = "false"
 # Before deleting the pods of a Workload it stops (evicted: preempted, its LocalQueue or ClusterQueue stopped,
 # its admission check rejected), Kueue marks each with this condition; its reason is the stop reason,
 # "WorkloadEvictedDueTo<Evicted reason>" (e.g. WorkloadEvictedDueToPreempted), its message the eviction's.
@@ -42,6 +59,10 @@ EVICTED_REASON_PREFIX = "WorkloadEvicted"
 # Kueue acts on them only for a ClusterQueue whose ResourceFlavor names a Topology (spec.topologyName).
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+# PodSets that name the same PodSet group get one flavor and one topology domain together: the workers and a
+# launcher that runs ranks (a PodSet of its own, its pod unlike theirs) are the world's hosts, in one domain.
+PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+HOSTS_PODSET_GROUP = "hosts"
 
 
 class Kueue(GangScheduler):
@@ -51,17 +72,19 @@ class Kueue(GangScheduler):
     places_by_topology = True
 
     def pod_labels(self, spec: JobSpec, role: str) -> dict[str, str]:
-        if role != names.ROLE_WORKER:
-            return {}
-        return worker_labels(spec.run_policy.scheduling.queue_name, spec.name)
+        labels = group_labels(spec.run_policy.scheduling.queue_name, spec.name)
+        priority = spec.worker.pod_labels.get(PRIORITY_CLASS_LABEL)
+        if labels and priority is not None and role != names.ROLE_WORKER:
+            labels[PRIORITY_CLASS_LABEL] = priority  # one group, one priority: the workers'
+        return labels
 
     def pod_annotations(self, spec: JobSpec, role: str) -> dict[str, str]:
-        if role != names.ROLE_WORKER:
-            return {}
         scheduling = spec.run_policy.scheduling
+        host = role == names.ROLE_WORKER or spec.launcher.run_as_worker
         return {
-            **worker_annotations(scheduling.queue_name, spec.workers),
-            **topology_annotations(scheduling.topology),
+            **group_annotations(scheduling.queue_name, group_size(spec)),
+            # The world's hosts share one domain; a launcher on the CPU pool asks for none.
+            **(topology_annotations(scheduling.topology, spec.launcher.run_as_worker) if host else {}),
         }
 
 
@@ -88,26 +111,34 @@ def gated_message(count: int) -> str:
     return f"{count} worker pod(s) wait for admission by Kueue"
 
 
-def worker_labels(queue_name: str | None, group: str) -> dict[str, str]:
-    """The labels that put a worker in its job's pod group on `queue_name`; none without a queue."""
+def group_size(spec: JobSpec) -> int:
+    """The pods of the world's group: its workers, and the launcher a Horovod world has (a torchrun world's
+    launch is a worker's)."""
+    return spec.workers + (0 if spec.torchrun is not None else 1)
+
+
+def group_labels(queue_name: str | None, group: str) -> dict[str, str]:
+    """The labels that put a pod of the world in its job's pod group on `queue_name`; none without a queue."""
     if not queue_name:
         return {}
     return {QUEUE_NAME_LABEL: queue_name, POD_GROUP_NAME_LABEL: group}
 
 
-def worker_annotations(queue_name: str | None, workers: int) -> dict[str, str]:
-    """Kueue admits a group once it sees this many pods: the workers. The launcher (created only after every
-    worker is Ready) is no member: a group that counted it could never be admitted."""
+def group_annotations(queue_name: str | None, size: int) -> dict[str, str]:
+    """Kueue makes the group's Workload once it sees this many pods: the launcher is made with its workers,
+    so the whole world is there to be counted."""
     if not queue_name:
         return {}
-    return {POD_GROUP_TOTAL_COUNT: str(workers)}
+    return {POD_GROUP_TOTAL_COUNT: str(size)}
 
 
-def topology_annotations(topology: Topology | None) -> dict[str, str]:
-    """Kueue's TAS request for the workers: one domain of `topology.key`, required or preferred."""
+def topology_annotations(topology: Topology | None, launcher_hosts: bool = False) -> dict[str, str]:
+    """Kueue's TAS request for the world's hosts: one domain of `topology.key`, required or preferred; with a
+    launcher among the hosts (`launcher_hosts`), its PodSet and the workers' share it as one PodSet group."""
     if topology is None:
         return {}
-    return {REQUIRED_TOPOLOGY if topology.required else PREFERRED_TOPOLOGY: topology.key}
+    request = {REQUIRED_TOPOLOGY if topology.required else PREFERRED_TOPOLOGY: topology.key}
+    return {**request, PODSET_GROUP: HOSTS_PODSET_GROUP} if launcher_hosts else request
 
 
 def evicted_reason(reason: str) -> str:
@@ -119,6 +150,22 @@ def evicted_reason(reason: str) -> str:
 def holds(pod: Json) -> bool:
     """Kueue's finalizer is still on the pod."""
     return POD_FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or ())
+
+
+def group_size_of(pod: Json) -> int | None:
+    """The size of the pod group the pod was made for (its POD_GROUP_TOTAL_COUNT), if it names one."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(POD_GROUP_TOTAL_COUNT)
+    return int(text) if isinstance(text, str) and text.isdigit() and len(text) <= GROUP_SIZE_DIGITS else None
+
+
+def in_group(pod: Json) -> bool:
+    """The pod is a member of a Kueue pod group."""
+    return bool(((pod.get("metadata") or {}).get("labels") or {}).get(POD_GROUP_NAME_LABEL))
+
+
+def not_retriable(pod: Json) -> bool:
+    """The pod's group is marked to finish once none of its pods is active."""
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(RETRIABLE_IN_GROUP) == NOT_RETRIABLE
 
 
 def eviction(pod: Json) -> str | None:

@@ -16,8 +16,16 @@ from dtjob.gang import kueue
 from dtjob.machine.builder import Builder
 from dtjob.machine.launch import launcher_deletes
 from dtjob.spec.parse import JobSpec
-from dtjob.state.decision import CreateWorker, DeletePod, EnsureWorld, Event, ReleasePod
-from dtjob.state.observed import Observed, PodState
+from dtjob.state.decision import (
+    CreateLauncher,
+    CreateWorker,
+    DeletePod,
+    EnsureWorld,
+    Event,
+    FinishKueueGroup,
+    ReleasePod,
+)
+from dtjob.state.observed import LauncherState, Observed, PodState
 from dtjob.state.status import SUSPENDED
 
 PREEMPTED = "Preempted"
@@ -33,10 +41,24 @@ def release_when_ended(b: Builder, pod: PodState) -> bool:
     return False
 
 
+def after_the_end(b: Builder, observed: Observed) -> None:
+    """Once the job has ended, Kueue frees the world's quota when its Workload finishes: when every pod of the
+    group is gone (the operator takes Kueue's finalizer off its own once they have ended), or, while the
+    launcher pod stays for its log, once that pod is marked (FinishKueueGroup) and none is active."""
+    launcher = observed.launcher
+    pod = launcher.pod if launcher is not None and launcher.is_launcher else None
+    for gone in (*observed.workers(), *((pod,) if pod is not None else ())):
+        release_when_ended(b, gone)
+    if pod is not None and not pod.deleting and pod.finished and pod.kueue_finalizer and pod.kueue_group_open:
+        b.actions.append(FinishKueueGroup(pod.name, pod.uid))
+
+
 def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bool:
-    """While Kueue has evicted the world: tear down what is left of it, create its workers again (Kueue gates
-    them until the group is admitted) and say so; True until the world is admitted again."""
-    mine = [p for p in observed.workers() if p.attempt == attempt]
+    """While Kueue has evicted the world: tear down what is left of it, create it again (Kueue gates its pods
+    until the group, launcher included, is admitted) and say so; True until the world is admitted again."""
+    launcher = observed.launcher if observed.launcher is not None and observed.launcher.is_launcher else None
+    own = launcher.pod if launcher is not None and launcher.attempt == attempt else None
+    mine = [p for p in (*observed.workers(), *((own,) if own else ())) if p.attempt == attempt]
     eviction = next((p.kueue_eviction for p in mine if p.kueue_eviction), None)
     held = b.prev.condition("Suspended")
     holding = held is not None and held.status == "True" and held.reason == PREEMPTED
@@ -45,7 +67,7 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
     size = spec.workers
     live = {p.index: p for p in mine if not p.deleting and p.index is not None and p.index < size}
     # Admitted again: a fresh world, before its launcher (a torchrun world's workers may already run).
-    launched = observed.launcher is not None and observed.launcher.is_launcher and observed.launcher.launched
+    launched = launcher is not None and launcher.launched
     back = eviction is None and not launched and len(live) == size
     if back and not any(p.gated for p in live.values()):
         b.cond("Suspended", False, "Admitted", kueue.ADMITTED_AGAIN)
@@ -61,7 +83,6 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
         b.status, start_time=None, launcher_state="Absent", launcher_pod=None, workers_ready=0,
         workers_succeeded=0,
     )  # fmt: skip
-    b.actions.extend(launcher_deletes(observed.launcher))
     blocked: set[str] = set()
     for pod in observed.workers():
         if pod.deleting or pod.attempt != attempt or pod.kueue_eviction:
@@ -74,6 +95,25 @@ def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bo
     if missing:
         b.actions.append(EnsureWorld())
         b.actions.extend(CreateWorker(i, attempt, observed.avoid_nodes) for i in missing)
+    _launcher_again(b, spec, launcher, attempt)
     waiting = kueue.waiting_message(spec.run_policy.scheduling.queue_name, bool(blocked))
     b.phase(SUSPENDED, waiting, "Warning", PREEMPTED)
     return True
+
+
+def _launcher_again(b: Builder, spec: JobSpec, launcher: LauncherState | None, attempt: int) -> None:
+    """The evicted world's launcher goes (Kueue stops it with its workers); the next world's is made with its
+    workers, as a member of the group that Kueue admits whole. One made for the next world (held by the
+    operator's gate, not stopped by Kueue) is kept."""
+    pod = launcher.pod if launcher is not None else None
+    if launcher is None:
+        if spec.torchrun is None:
+            b.actions.append(CreateLauncher(attempt))
+            b.status = replace(b.status, launcher_state="Pending")
+        return
+    next_world = launcher.held and launcher.attempt == attempt and pod is not None and not pod.kueue_eviction
+    if next_world and not launcher.deleting:
+        return
+    b.actions.extend(launcher_deletes(launcher))
+    if pod is not None and pod.deleting:
+        release_when_ended(b, pod)

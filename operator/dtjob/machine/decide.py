@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from dtjob import gang, names
 from dtjob.contract.results_upload import UPLOADED
-from dtjob.machine.admission import PREEMPTED, preempted, release_when_ended
+from dtjob.machine.admission import PREEMPTED, after_the_end, preempted
 from dtjob.machine.builder import Builder
 from dtjob.machine.deadline import active_deadline
 from dtjob.machine.elastic import BELOW_MINIMUM, elastic_world, replaces_lost_workers
@@ -137,8 +137,7 @@ def _finished(b: Builder, spec: JobSpec, observed: Observed) -> None:
     uploaded_later(b, observed)
     cleanup(b, spec, observed)
     publish_hosts(b, spec, observed)
-    for gone in observed.workers():  # Kueue frees the quota once every pod of the group is gone
-        release_when_ended(b, gone)
+    after_the_end(b, observed)
     ttl(b, spec)
 
 

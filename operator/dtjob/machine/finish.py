@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from dtjob import gang, names
 from dtjob.contract.results_upload import FAILED as RESULTS_FAILED
 from dtjob.contract.results_upload import UPLOAD_FAILED_EXIT, UploadReport
+from dtjob.machine.admission import after_the_end
 from dtjob.machine.builder import Builder
 from dtjob.machine.launch import launcher_deletes
 from dtjob.spec.parse import JobSpec
@@ -41,6 +42,7 @@ def finish(b: Builder, spec: JobSpec, observed: Observed, phase: str, reason: st
         # Once, as the job ends (its ownerReference removes it with the job in any case).
         b.actions.append(DeletePodGroup())
     cleanup(b, spec, observed)
+    after_the_end(b, observed)  # now: with cleanPodPolicy None no pod event may come again
     ttl(b, spec)
 
 

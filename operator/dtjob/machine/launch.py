@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from dtjob.gang import kueue
 from dtjob.machine.builder import Builder
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import Action, CreateLauncher, DeleteLauncher, DeletePod, ReleaseLauncher
@@ -19,15 +20,19 @@ def launch(
     launcher: LauncherState | None,
     workers: Mapping[int, PodState],
     missing: list[int],
-    size: int,
     stale: bool,
     all_ready: bool,
     attempt: int,
 ) -> bool:
     """The launcher's create (True: decided in this pass), or its pod's release once every worker is Ready.
     `stale`: an older world's launcher pod is still there (its name is not free yet)."""
-    if launcher is None and not stale and spec.torchrun is None and _due(spec, workers, missing, size):
-        b.actions.append(CreateLauncher(attempt))
+    # Made with its world's workers: a world Kueue queues is one pod group, launcher included, which Kueue
+    # counts only once every member of it exists.
+    if launcher is None and not stale and spec.torchrun is None and (missing or workers):
+        outside = _group_of_workers_alone(spec, workers)
+        if outside and (missing or any(p.gated for p in workers.values())):
+            return False  # as the release that made the group did: once it is admitted, outside it
+        b.actions.append(CreateLauncher(attempt, outside_kueue_group=outside))
         b.status = replace(b.status, launcher_state="Pending")
         return True
     if launcher is not None and launcher.held_pod is not None and all_ready:
@@ -35,12 +40,12 @@ def launch(
     return False
 
 
-def _due(spec: JobSpec, workers: Mapping[int, PodState], missing: list[int], size: int) -> bool:
-    """Made with its world's workers; a world Kueue queues gets it once admitted (every worker there and
-    ungated), so that a queued world holds no pod beside its workers."""
-    if spec.run_policy.scheduling.queue_name:
-        return len(workers) == size and not any(p.gated for p in workers.values())
-    return bool(missing or workers)
+def _group_of_workers_alone(spec: JobSpec, workers: Mapping[int, PodState]) -> bool:
+    """The world's workers are a Kueue pod group that counts no launcher: an earlier release of the operator
+    made them so (or spec.workers was edited since). A launcher that joined would be a member Kueue never
+    admits; it is made outside the group, as that release made it."""
+    size = kueue.group_size(spec)
+    return any(p.kueue_group_size not in (None, size) for p in workers.values())
 
 
 def launcher_deletes(launcher: LauncherState | None) -> list[Action]:

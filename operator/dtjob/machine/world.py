@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from dtjob import names
 from dtjob.gang import kueue, placement
+from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
 from dtjob.machine.finish import delete_world_pods, finish
@@ -297,7 +298,8 @@ def advance_world(
     if stale_launcher and observed.launcher is not None:
         b.actions.extend(launcher_deletes(observed.launcher))
         going = observed.launcher.pod
-        if going is not None and going.deleting:  # its name is the next launcher's: a lost node's is forced
+        # Its name is the next launcher's: Kueue's finalizer comes off once it ended, a lost node's is forced.
+        if going is not None and going.deleting and not release_when_ended(b, going):
             force_delete_when_stuck(b, going)
     # Before any create: a refused one (a quota) must not keep a gone pod's address among the hosts.
     publish_hosts(b, spec, observed, world_hosts(spec, observed, workers, attempt))
@@ -309,7 +311,7 @@ def advance_world(
         b.actions.append(EnsureWorld())
         b.actions.extend(CreateWorker(i, attempt, observed.avoid_nodes) for i in missing)
     all_ready = len(workers) == size and all(p.ready and p.phase == "Running" for p in workers.values())
-    create_launcher = launch(b, spec, launcher, workers, missing, size, stale_launcher, all_ready, attempt)
+    create_launcher = launch(b, spec, launcher, workers, missing, stale_launcher, all_ready, attempt)
 
     refused = b.prev.condition("Created")
     waits = (CREATE_FORBIDDEN, CHILD_NOT_OURS, GANG_API_MISSING, SECRET_NOT_FOUND)

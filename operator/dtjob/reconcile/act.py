@@ -27,6 +27,7 @@ from dtjob.names import Access
 from dtjob.reconcile import deletes, pod_trust, storage_act
 from dtjob.reconcile.ensure import Applied, ensure_all
 from dtjob.reconcile.storage_observe import StorageRefused
+from dtjob.spec.managed_by import unqueued
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     Action,
@@ -40,6 +41,7 @@ from dtjob.state.decision import (
     DeleteSasSecrets,
     DeleteWorld,
     EnsureWorld,
+    FinishKueueGroup,
     ForceDeletePod,
     LogsUploaded,
     MintSas,
@@ -122,8 +124,8 @@ def _pod_bearing(config: OperatorConfig, spec: JobSpec, owner: Json, action: Act
     """The pod, or batch Job of pods, an action creates, built from the spec as it is now; None for any
     other."""
     match action:
-        case CreateLauncher(attempt=attempt):
-            return [desired.launcher_pod(spec, owner, attempt)]
+        case CreateLauncher(attempt=attempt, outside_kueue_group=outside):
+            return [desired.launcher_pod(unqueued(spec) if outside else spec, owner, attempt)]
         case CreateStagingJob():
             return [desired.staging_job(spec, owner, config.stager_image)]
     return None
@@ -178,6 +180,8 @@ def _run(
             return PodForceDeleted(pod, overdue) if deletes.force_delete_pod(kube, ns, pod, uid) else None
         case ReleasePod(name=pod, uid=uid):
             deletes.remove_pod_finalizer(kube, ns, pod, uid, kueue.POD_FINALIZER)
+        case FinishKueueGroup(name=pod, uid=uid):
+            deletes.annotate_pod(kube, ns, pod, uid, kueue.RETRIABLE_IN_GROUP, kueue.NOT_RETRIABLE)
         case ReleaseLauncher(name=pod, uid=uid):
             deletes.remove_pod_gate(kube, ns, pod, uid, names.LAUNCH_GATE)
         case DeleteLauncher():

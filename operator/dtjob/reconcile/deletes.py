@@ -77,6 +77,20 @@ def remove_pod_finalizer(kube: Kube, namespace: str, name: str, uid: str, finali
     return True
 
 
+def annotate_pod(kube: Kube, namespace: str, name: str, uid: str, key: str, value: str) -> bool:
+    """Set annotation `key` on a pod that has annotations, only while it is the pod with `uid`. False: gone or
+    replaced."""
+    path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+    patch = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "add", "path": path, "value": value},
+    ]
+    try:
+        return kube.patch("Pod", namespace, name, patch) is not None
+    except Conflict:
+        return False
+
+
 def remove_pod_gate(kube: Kube, namespace: str, name: str, uid: str, gate: str) -> bool:
     """Take scheduling gate `gate` off the pod while it is the pod with `uid`. First where the operator puts
     it (the first gate), without a read; where a webhook put another before it, at the index a read finds.

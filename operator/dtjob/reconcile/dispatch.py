@@ -17,7 +17,6 @@ from typing import Any
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
 from dtjob.desired.workload import (
-    PRIORITY_CLASS_LABEL,
     WORKLOAD_KIND,
     Priority,
     dispatch_queue,
@@ -25,6 +24,7 @@ from dtjob.desired.workload import (
     finished_conditions,
     priority_class,
 )
+from dtjob.gang.kueue import PRIORITY_CLASS_LABEL
 from dtjob.kube.client import Forbidden, Kube
 from dtjob.machine.prebuilt import prebuilt_problem
 from dtjob.reconcile import reads

@@ -41,7 +41,7 @@ TOMBSTONE_S = 600.0
 # no count limit short of the object's 1.5 MiB: the rest is never kept.
 KEPT_LABELS = frozenset({
     names.JOB_NAME_LABEL, names.ROLE_LABEL, names.ATTEMPT_LABEL, names.WORKER_INDEX_LABEL,
-    names.WORLD_SIZE_LABEL, hosts.SERVICE_NAME_LABEL, hosts.MANAGED_BY_LABEL,
+    names.WORLD_SIZE_LABEL, hosts.SERVICE_NAME_LABEL, hosts.MANAGED_BY_LABEL, kueue.POD_GROUP_NAME_LABEL,
 })  # fmt: skip
 KEPT_FINALIZERS = frozenset({kueue.POD_FINALIZER})
 KEPT_GATES = frozenset({kueue.ADMISSION_GATE, names.LAUNCH_GATE})
@@ -70,12 +70,17 @@ def projection(body: Json) -> dict[str, Any]:
                 if isinstance(uid := ref.get("uid"), str) and len(uid) <= JOB_UID_MAX_CHARS
             ],
             "labels": {k: v for k, v in (meta.get("labels") or {}).items() if k in KEPT_LABELS},
-            # The one annotation the state machine reads: the nodes a worker was kept off.
-            "annotations": (
-                {AVOIDED_NODES_ANNOTATION: avoided}
-                if isinstance(avoided, str) and len(avoided) <= AVOIDED_NODES_MAX_CHARS
-                else {}
-            ),
+            # The annotations the state machine reads: the nodes a worker was kept off, the size of the
+            # Kueue pod group it was made for, and Kueue's mark that the launcher's group may finish.
+            "annotations": {
+                **(
+                    {AVOIDED_NODES_ANNOTATION: avoided}
+                    if isinstance(avoided, str) and len(avoided) <= AVOIDED_NODES_MAX_CHARS
+                    else {}
+                ),
+                **({kueue.RETRIABLE_IN_GROUP: kueue.NOT_RETRIABLE} if kueue.not_retriable(body) else {}),
+                **({kueue.POD_GROUP_TOTAL_COUNT: str(size)} if (size := kueue.group_size_of(body)) else {}),
+            },
             "deletionTimestamp": meta.get("deletionTimestamp"),
             "creationTimestamp": meta.get("creationTimestamp"),
             # Kueue's finalizer, which the operator takes off its own ended pods.

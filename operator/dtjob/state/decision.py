@@ -65,6 +65,8 @@ class CreateWorker:
 @dataclass(frozen=True)
 class CreateLauncher:
     attempt: int
+    # Kept out of its workers' Kueue pod group: an earlier release made them a group of the workers alone.
+    outside_kueue_group: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,16 @@ class ReleasePod:
     """Take Kueue's finalizer off a pod of ours that is deleted and has ended, only while it is still the one
     with `uid`: Kueue keeps it on a pod group's member until a replacement exists, and the replacement needs
     this pod's name."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class FinishKueueGroup:
+    """The job has ended and its launcher pod stays (its log): mark it kueue.RETRIABLE_IN_GROUP false, only
+    while it is still the one with `uid`, so that Kueue finishes the world's Workload, and frees its quota,
+    once none of the group's pods is active (an MPI world's workers never succeed: they are deleted)."""
 
     name: str
     uid: str
@@ -146,8 +158,8 @@ class DeleteWorld:
 
 Action = (
     MintSas | EnsureWorld | CreateWorker | CreateLauncher | ReleaseLauncher | DeletePod | ForceDeletePod
-    | ReleasePod | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs | DeleteSasSecrets
-    | DeletePodGroup | DeleteWorld | PublishHosts | RetireSelector
+    | ReleasePod | FinishKueueGroup | DeleteLauncher | DeleteJob | CreateStagingJob | UploadLogs
+    | DeleteSasSecrets | DeletePodGroup | DeleteWorld | PublishHosts | RetireSelector
 )  # fmt: skip
 
 

@@ -49,6 +49,11 @@ class PodState:
     kueue_eviction: str | None = None
     # ... and its finalizer is still on the pod.
     kueue_finalizer: bool = False
+    # A member of a Kueue pod group whose Workload still waits for all its pods to succeed before it finishes
+    # (not yet marked kueue.RETRIABLE_IN_GROUP false).
+    kueue_group_open: bool = False
+    # The size of the Kueue pod group it was made for (kueue.POD_GROUP_TOTAL_COUNT), if any.
+    kueue_group_size: int | None = None
     # A launcher pod the operator still holds (names.LAUNCH_GATE is on): it waits for every worker Ready.
     held: bool = False
     address: str = ""  # status.podIP: where the pod's name resolves once the operator publishes it
@@ -110,6 +115,8 @@ def pod_state(pod: Json) -> PodState:
         gated=_has_gate(pod, kueue.ADMISSION_GATE),
         kueue_eviction=kueue.eviction(pod),
         kueue_finalizer=kueue.holds(pod),
+        kueue_group_open=kueue.in_group(pod) and not kueue.not_retriable(pod),
+        kueue_group_size=kueue.group_size_of(pod),
         held=_has_gate(pod, names.LAUNCH_GATE),
         address=str(status.get("podIP") or ""),
         node=str((pod.get("spec") or {}).get("nodeName") or ""),
