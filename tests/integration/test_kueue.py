@@ -9,6 +9,7 @@ reached by the API server on loopback; testbed/kueue.py): a ClusterQueue with GP
 - A job of higher priority preempts a running one: the preempted job shows Suspended (reason Preempted)
   without spending runPolicy.backoffLimit (0 here: one counted failure would fail it), and runs again once
   the quota is free.
+- A suspended job (runPolicy.suspend) holds no quota until it is resumed.
 """
 
 from __future__ import annotations
@@ -336,3 +337,22 @@ def test_a_namespaces_default_local_queue_takes_no_pod_of_a_queued_world(
     )  # fmt: skip
     # The ClusterQueue's status says so at its next update.
     wait_for(lambda: gpus_reserved(custom, queues["cq"]) == "0", timeout=30, what="no GPU reserved")
+
+
+def test_a_suspended_job_frees_its_quota_and_runs_again_when_resumed(
+    jobs: Jobs, operator: Any, queues: dict[str, str], api_client: client.ApiClient, namespace: str
+) -> None:
+    """runPolicy.suspend deletes the world and makes none in its place: the operator takes Kueue's finalizer
+    off the ended pods, so that the group's Workload goes with them and its quota is free while the job
+    waits."""
+    custom = client.CustomObjectsApi(api_client)
+    jobs.create("pause", **world(launcher=LONG_LAUNCHER))
+    jobs.wait_phase("pause", "Running", timeout=120)
+    assert gpus_reserved(custom, queues["cq"]) == str(GPUS_PER_WORLD)
+    jobs.patch_spec("pause", {"runPolicy": {"suspend": True}})
+    jobs.wait_phase("pause", "Suspended", timeout=60)
+    wait_for(lambda: jobs.pods("pause") == [], timeout=60, what="the suspended world's pods gone")
+    wait_for(lambda: gpus_reserved(custom, queues["cq"]) == "0", timeout=60, what="its quota free")
+    jobs.patch_spec("pause", {"runPolicy": {"suspend": False}})
+    status = jobs.wait_phase("pause", "Running", timeout=120)
+    assert gpus_reserved(custom, queues["cq"]) == str(GPUS_PER_WORLD), status

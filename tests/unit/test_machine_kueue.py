@@ -253,3 +253,20 @@ def test_a_queued_world_an_earlier_release_made_gets_its_launcher_outside_the_gr
         spec, Observed(pods=(gated(0, kueue_group_size=3), gated(1, kueue_group_size=3))), JobStatus(), NOW
     )
     assert CreateLauncher(0) in d.actions
+
+
+def test_a_suspended_world_releases_its_ended_pods_so_that_kueue_frees_the_quota() -> None:
+    """runPolicy.suspend deletes the world and makes no replacement: Kueue would keep its finalizer on the
+    pods, and the Workload its quota, for as long as the job stays suspended."""
+    spec = job_spec(runPolicy={**QUEUED["runPolicy"], "suspend": True})
+    gone = launcher(failed=True, deleting=True)
+    observed = Observed(
+        pods=(worker(0, deleting=True, phase="Failed"), worker(1, deleting=True)), launcher=gone
+    )
+    d = decide(spec, observed, running(), NOW)
+    assert d.status.phase == "Suspended"
+    assert (
+        ReleasePod("rn50-worker-0", "uid-w0") in d.actions
+        and ReleasePod("rn50-launcher", "uid-l") in d.actions
+    )
+    assert ReleasePod("rn50-worker-1", "uid-w1") not in d.actions  # still running: Kueue counts it active

@@ -41,14 +41,22 @@ def release_when_ended(b: Builder, pod: PodState) -> bool:
     return False
 
 
-def after_the_end(b: Builder, observed: Observed) -> None:
-    """Once the job has ended, Kueue frees the world's quota when its Workload finishes: when every pod of the
-    group is gone (the operator takes Kueue's finalizer off its own once they have ended), or, while the
-    launcher pod stays for its log, once that pod is marked (FinishKueueGroup) and none is active."""
+def release_all_ended(b: Builder, observed: Observed) -> PodState | None:
+    """Kueue's finalizer off every deleted pod of the job's that has ended: no replacement comes for them (the
+    job has ended, or is suspended), and Kueue frees the group's quota once its last pod is gone. Returns the
+    launcher's pod, if any."""
     launcher = observed.launcher
     pod = launcher.pod if launcher is not None and launcher.is_launcher else None
     for gone in (*observed.workers(), *((pod,) if pod is not None else ())):
         release_when_ended(b, gone)
+    return pod
+
+
+def after_the_end(b: Builder, observed: Observed) -> None:
+    """Once the job has ended, Kueue frees the world's quota when its Workload finishes: when every pod of the
+    group is gone, or, while the launcher pod stays for its log, once that pod is marked (FinishKueueGroup)
+    and none is active."""
+    pod = release_all_ended(b, observed)
     if pod is not None and not pod.deleting and pod.finished and pod.kueue_finalizer and pod.kueue_group_open:
         b.actions.append(FinishKueueGroup(pod.name, pod.uid))
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from dtjob import gang, names
 from dtjob.contract.results_upload import UPLOADED
-from dtjob.machine.admission import PREEMPTED, after_the_end, preempted
+from dtjob.machine.admission import PREEMPTED, after_the_end, preempted, release_all_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.deadline import active_deadline
 from dtjob.machine.elastic import BELOW_MINIMUM, elastic_world, replaces_lost_workers
@@ -218,6 +218,7 @@ def _blocked(b: Builder, spec: JobSpec, observed: Observed) -> bool:
 def _suspended(b: Builder, spec: JobSpec, observed: Observed) -> bool:
     if spec.run_policy.suspend:
         delete_world_pods(b, observed)
+        release_all_ended(b, observed)  # a suspended world holds no quota of Kueue's
         publish_hosts(b, spec, observed)
         if gang.pod_group_api(spec) is not None and b.prev.phase != SUSPENDED:
             b.actions.append(DeletePodGroup())  # a Volcano queue counts it while it exists
