@@ -196,23 +196,28 @@ def test_results_that_storage_refused_for_good_are_uploaded_later_from_the_pod_t
         said = capsys.readouterr()
         assert code == 0, said
         assert proxy.forwarded > 0, "the upload must have gone through the endpoint the job names"
-    assert "dtjob results upload: done" in said.err, said
-    assert f"job {name} is Succeeded" in said.out, said
-    assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
-    status = real_jobs.status(name)
-    succeeded = real_jobs.condition(name, "Succeeded")
-    assert succeeded and succeeded["reason"] == "ResultsUploadedLater", status
-    assert (
-        status["output"]["results"]["state"] == "Uploaded" and "keptOnPod" not in status["output"]["results"]
-    )
-    # The pod ends at SIGTERM; on a real node busy with other runs the kubelet may take minutes.
-    deadline = time.monotonic() + 300
-    while any(p.metadata.name == kept for p in real_jobs.pods(name)) and time.monotonic() < deadline:
-        time.sleep(2)
-    left = [(p.metadata.name, p.metadata.deletion_timestamp, p.status.phase) for p in real_jobs.pods(name)]
-    # Whether the operator asked (a deletionTimestamp) tells the operator's fault from the kubelet's pace.
-    still = f"{left}, status {real_jobs.status(name)}"
-    assert all(n != kept for n, _, _ in left), f"cleanPodPolicy frees the pod now: {still}"
+        # Storage stays up (the proxy open) from here on: the operator's retried log upload reaches it, and
+        # cleanPodPolicy frees the kept pod once the logs are stored, not only past the logs' grace.
+        assert "dtjob results upload: done" in said.err, said
+        assert f"job {name} is Succeeded" in said.out, said
+        assert_trained_together(run_metrics(node_azurite, container, real_jobs, name))
+        status = real_jobs.status(name)
+        succeeded = real_jobs.condition(name, "Succeeded")
+        assert succeeded and succeeded["reason"] == "ResultsUploadedLater", status
+        assert (
+            status["output"]["results"]["state"] == "Uploaded"
+            and "keptOnPod" not in status["output"]["results"]
+        )
+        # The pod ends at SIGTERM; on a real node busy with other runs the kubelet may take minutes.
+        deadline = time.monotonic() + 300
+        while any(p.metadata.name == kept for p in real_jobs.pods(name)) and time.monotonic() < deadline:
+            time.sleep(2)
+        left = [
+            (p.metadata.name, p.metadata.deletion_timestamp, p.status.phase) for p in real_jobs.pods(name)
+        ]
+        # Whether the operator asked (a deletionTimestamp) tells the operator's fault from the kubelet's pace.
+        still = f"{left}, status {real_jobs.status(name)}"
+        assert all(n != kept for n, _, _ in left), f"cleanPodPolicy frees the pod now: {still}"
     assert main(argv) == 0 and "already uploaded" in capsys.readouterr().err
 
 
