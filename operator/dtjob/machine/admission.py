@@ -41,22 +41,28 @@ def release_when_ended(b: Builder, pod: PodState) -> bool:
     return False
 
 
-def release_all_ended(b: Builder, observed: Observed) -> PodState | None:
-    """Kueue's finalizer off every deleted pod of the job's that has ended: no replacement comes for them (the
-    job has ended, or is suspended), and Kueue frees the group's quota once its last pod is gone. Returns the
-    launcher's pod, if any."""
+def _launcher(observed: Observed) -> LauncherState | None:
+    """The operator's launcher, if there is one (a torchrun world's launch is a worker's)."""
     launcher = observed.launcher
-    pod = launcher.pod if launcher is not None and launcher.is_launcher else None
+    return launcher if launcher is not None and launcher.is_launcher else None
+
+
+def release_all_ended(b: Builder, observed: Observed) -> None:
+    """Kueue's finalizer off every deleted pod of the job's that has ended: no replacement comes for them (the
+    job has ended, or is suspended), and Kueue frees the group's quota once its last pod is gone."""
+    launcher = _launcher(observed)
+    pod = launcher.pod if launcher is not None else None
     for gone in (*observed.workers(), *((pod,) if pod is not None else ())):
         release_when_ended(b, gone)
-    return pod
 
 
 def after_the_end(b: Builder, observed: Observed) -> None:
     """Once the job has ended, Kueue frees the world's quota when its Workload finishes: when every pod of the
     group is gone, or, while the launcher pod stays for its log, once that pod is marked (FinishKueueGroup)
     and none is active."""
-    pod = release_all_ended(b, observed)
+    release_all_ended(b, observed)
+    launcher = _launcher(observed)
+    pod = launcher.pod if launcher is not None else None
     if pod is not None and not pod.deleting and pod.finished and pod.kueue_finalizer and pod.kueue_group_open:
         b.actions.append(FinishKueueGroup(pod.name, pod.uid))
 
@@ -64,7 +70,7 @@ def after_the_end(b: Builder, observed: Observed) -> None:
 def preempted(b: Builder, spec: JobSpec, observed: Observed, attempt: int) -> bool:
     """While Kueue has evicted the world: tear down what is left of it, create it again (Kueue gates its pods
     until the group, launcher included, is admitted) and say so; True until the world is admitted again."""
-    launcher = observed.launcher if observed.launcher is not None and observed.launcher.is_launcher else None
+    launcher = _launcher(observed)
     own = launcher.pod if launcher is not None and launcher.attempt == attempt else None
     mine = [p for p in (*observed.workers(), *((own,) if own else ())) if p.attempt == attempt]
     eviction = next((p.kueue_eviction for p in mine if p.kueue_eviction), None)
@@ -113,15 +119,15 @@ def _launcher_again(b: Builder, spec: JobSpec, launcher: LauncherState | None, a
     """The evicted world's launcher goes (Kueue stops it with its workers); the next world's is made with its
     workers, as a member of the group that Kueue admits whole. One made for the next world (held by the
     operator's gate, not stopped by Kueue) is kept."""
-    pod = launcher.pod if launcher is not None else None
     if launcher is None:
         if spec.torchrun is None:
             b.actions.append(CreateLauncher(attempt))
             b.status = replace(b.status, launcher_state="Pending")
         return
-    next_world = launcher.held and launcher.attempt == attempt and pod is not None and not pod.kueue_eviction
-    if next_world and not launcher.deleting:
-        return
+    pod = launcher.pod
+    stopped = pod is None or pod.deleting or bool(pod.kueue_eviction)
+    if launcher.held and launcher.attempt == attempt and not stopped:
+        return  # made for the next world
     b.actions.extend(launcher_deletes(launcher))
     if pod is not None and pod.deleting:
         release_when_ended(b, pod)
