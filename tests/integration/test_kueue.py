@@ -5,7 +5,7 @@ reached by the API server on loopback; testbed/kueue.py): a ClusterQueue with GP
   admits its world and it runs on the simulated GPU pool. The launcher is a member of its world's group: its
   pod stays after the job ends (its log), and the group's Workload still finishes, freeing the quota.
 - A namespace's LocalQueue named `default` (Kueue's LocalQueue defaulting) takes no pod of a queued world:
-  the world is one Workload on the job's own queue.
+  the world is one Workload on the job's own queue. A job that names no queue is queued there whole.
 - A job of higher priority preempts a running one: the preempted job shows Suspended (reason Preempted)
   without spending runPolicy.backoffLimit (0 here: one counted failure would fail it), and runs again once
   the quota is free.
@@ -336,6 +336,42 @@ def test_a_namespaces_default_local_queue_takes_no_pod_of_a_queued_world(
         timeout=60, what="the world's Workload Finished once the job ended",
     )  # fmt: skip
     # The ClusterQueue's status says so at its next update.
+    wait_for(lambda: gpus_reserved(custom, queues["cq"]) == "0", timeout=30, what="no GPU reserved")
+
+
+def test_jobs_that_name_no_queue_are_queued_whole_by_the_namespaces_default_local_queue(
+    jobs: Jobs, operator: Any, queues: dict[str, str], api_client: client.ApiClient, namespace: str,
+    kueue: KueueProcess,
+) -> None:  # fmt: skip
+    """Kueue's LocalQueue defaulting puts a job that names no queue in the namespace's LocalQueue `default`.
+    Every world is one pod group, so each job is one Workload there, launcher included, never a Workload per
+    pod (which could admit a worker of each job against quota for one world, and start neither). Two jobs
+    made together on quota for one world run one after the other, each admitted whole."""
+    custom = client.CustomObjectsApi(api_client)
+    default = {"apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "default"},
+               "spec": {"clusterQueue": queues["cq"]}}  # fmt: skip
+    custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", default)
+    wait_queues_active(custom, namespace, queues["cq"], "default", kueue)
+    short = {"podAnnotations": {"sim.dtjob.io/run-duration": "10s"}}
+    for name in ("na", "nb"):
+        jobs.create(name, **world(launcher=short, runPolicy={"backoffLimit": 0}))
+
+    def both_queued() -> list[tuple[str, str, int]]:
+        found = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
+        return sorted(
+            (w["metadata"]["name"], w["spec"]["queueName"], sum(ps["count"] for ps in w["spec"]["podSets"]))
+            for w in found
+        )
+
+    def finished(name: str) -> bool:
+        return bool(condition(workload(api_client, namespace, name), "Finished").get("status") == "True")
+
+    wait_for(lambda: len(both_queued()) == 2, timeout=60, what="a Workload for each job")
+    assert both_queued() == [("na", "default", 3), ("nb", "default", 3)]
+    for name in ("na", "nb"):
+        jobs.wait_phase(name, "Succeeded", timeout=180)
+        wait_for(partial(finished, name), timeout=60, what=f"{name}'s Workload Finished once the job ended")
+    assert both_queued() == [("na", "default", 3), ("nb", "default", 3)]  # no Workload of a single pod
     wait_for(lambda: gpus_reserved(custom, queues["cq"]) == "0", timeout=30, what="no GPU reserved")
 
 

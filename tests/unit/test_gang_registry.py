@@ -90,5 +90,8 @@ def test_a_scheduler_that_asks_nothing_adds_nothing_to_the_pods() -> None:
 
 def test_a_pod_group_of_the_users_own_is_joined_by_coscheduling_s_label() -> None:
     spec = job_spec(runPolicy={"scheduling": {"podGroup": "mine"}})
-    assert gang.pod_labels(spec, "worker") == {"scheduling.x-k8s.io/pod-group": "mine"}
+    assert gang.pod_labels(spec, "worker") == {
+        "scheduling.x-k8s.io/pod-group": "mine",
+        "kueue.x-k8s.io/pod-group-name": "rn50",
+    }
     assert gang.pod_group_api(spec) is None

@@ -124,13 +124,18 @@ def test_the_specs_scheduler_name_wins_and_user_annotations_stay() -> None:
     )
     pod = desired.worker_pod(spec, OWNER, 0, 0)
     assert pod["spec"]["schedulerName"] == "gang-b"
-    assert pod["metadata"]["annotations"] == {"team": "vision", "scheduling.k8s.io/group-name": "rn50"}
+    assert pod["metadata"]["annotations"] == {
+        "team": "vision",
+        "scheduling.k8s.io/group-name": "rn50",
+        "kueue.x-k8s.io/pod-group-total-count": "3",
+    }
     assert "queue" not in desired.pod_group(spec, OWNER, pod)["spec"]  # Volcano's default queue
 
 
 def test_without_a_gang_nothing_changes() -> None:
     pod = desired.worker_pod(job_spec(), OWNER, 0, 0)
-    assert "schedulerName" not in pod["spec"] and "annotations" not in pod["metadata"]
+    assert "schedulerName" not in pod["spec"]
+    assert pod["metadata"]["annotations"] == {"kueue.x-k8s.io/pod-group-total-count": "3"}  # Kueue's only
     assert not any(key.startswith("scheduling") for key in pod["metadata"]["labels"])
 
 

@@ -61,7 +61,8 @@ def test_the_launcher_is_a_pod_of_the_launchers_name_owned_by_the_job_and_held()
     assert labels[names.JOB_NAME_LABEL] == "rn50"
     assert pod["spec"]["schedulingGates"] == [{"name": names.LAUNCH_GATE}]
     assert pod["spec"]["restartPolicy"] == "Never"  # its end is the world's outcome
-    assert "annotations" not in meta  # none asked for: no empty map
+    # None asked for: only the count of its world's Kueue pod group (three workers and itself).
+    assert meta["annotations"] == {"kueue.x-k8s.io/pod-group-total-count": "4"}
     # What the observer reads back from it is what the operator wrote.
     seen = launcher_state(pod_state(pod))
     assert seen.held and seen.world_size == 3 and seen.attempt == 2 and seen.is_launcher

@@ -36,6 +36,7 @@ def worker(i: int, attempt: int = 0, **kw: Any) -> PodState:
     fields: dict[str, Any] = {
         "name": f"rn50-worker-{i}", "role": "worker", "attempt": attempt, "index": i, "phase": "Running",
         "scheduled": True, "ready": True, "deleting": False, "uid": f"uid-w{i}", "kueue_finalizer": True,
+        "kueue_group_size": 3,  # two workers and the launcher
     }  # fmt: skip
     fields.update(kw)
     return PodState(**fields)
@@ -252,6 +253,23 @@ def test_a_queued_world_an_earlier_release_made_gets_its_launcher_outside_the_gr
     d = decide(
         spec, Observed(pods=(gated(0, kueue_group_size=3), gated(1, kueue_group_size=3))), JobStatus(), NOW
     )
+    assert CreateLauncher(0) in d.actions
+
+
+def test_a_world_an_earlier_release_left_to_a_default_queue_pod_by_pod_gets_its_launcher_outside() -> None:
+    """An earlier release put a job that names no queue in no pod group: a namespace's default LocalQueue took
+    each of its pods as a Workload of its own. A launcher joining a group of three would wait for two members
+    that never come: it is made as that release made it, once its workers are admitted."""
+    spec = job_spec()
+    alone: dict[str, Any] = {"kueue_group_size": None}
+    d = decide(spec, Observed(pods=(gated(0, **alone), gated(1, **alone))), JobStatus(), NOW)
+    assert not any(isinstance(a, CreateLauncher) for a in d.actions), d.actions
+    d = decide(spec, Observed(pods=(worker(0, **alone), worker(1, **alone))), d.status, NOW)
+    assert CreateLauncher(0, outside_kueue_group=True) in d.actions
+    # Workers in no group that Kueue does not manage (no Kueue here): the launcher is made as this release
+    # makes it, with them.
+    plain: dict[str, Any] = {"kueue_group_size": None, "kueue_finalizer": False}
+    d = decide(spec, Observed(pods=(worker(0, **plain), worker(1, **plain))), JobStatus(), NOW)
     assert CreateLauncher(0) in d.actions
 
 

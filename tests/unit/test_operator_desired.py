@@ -9,6 +9,7 @@ from dtjob.desired.command import mpi_command, training_command
 from dtjob.desired.common import owner_reference
 from dtjob.desired.sshkeys import generate_keypair
 from dtjob.reconcile.act import _pod_bearing
+from dtjob.spec.managed_by import unqueued
 from dtjob.state.decision import CreateLauncher
 
 from tests.unit.operator_fixtures import job_spec
@@ -128,7 +129,7 @@ def test_launcher_runs_on_cpu_pool_without_gpus() -> None:
     launcher = desired.launcher_pod(job_spec(launcher={"podAnnotations": {"sim": "x"}}), OWNER, 2)
     # World restarts are the operator's (runPolicy.backoffLimit): the pod itself never restarts.
     assert launcher["spec"]["restartPolicy"] == "Never"
-    assert launcher["metadata"]["annotations"] == {"sim": "x"}
+    assert launcher["metadata"]["annotations"] == {"sim": "x", "kueue.x-k8s.io/pod-group-total-count": "3"}
     assert launcher["metadata"]["labels"][names.ATTEMPT_LABEL] == "2"
     pod = launcher["spec"]
     # The default CPU pool ("") selects none: any node without a taint it lacks (so not the GPU pool).
@@ -233,7 +234,7 @@ def test_a_worker_leaves_a_lost_node_within_seconds_not_five_minutes() -> None:
     assert unreachable == [own]
 
 
-def test_the_launcher_joins_its_workers_kueue_group_and_a_job_without_a_queue_has_no_kueue_metadata() -> None:
+def test_the_launcher_joins_its_workers_kueue_group_and_a_job_without_a_queue_is_the_same_group() -> None:
     # Made with its workers, the launcher is a member of their group: Kueue admits and evicts the world whole,
     # and no default LocalQueue of the namespace makes the launcher a Workload of its own.
     spec = job_spec(workers=2, runPolicy={"scheduling": {"queueName": "gpu-queue"}})
@@ -252,11 +253,20 @@ def test_the_launcher_joins_its_workers_kueue_group_and_a_job_without_a_queue_ha
     assert desired.worker_pod(ddp, OWNER, 0, 0)["metadata"]["annotations"] == {
         "kueue.x-k8s.io/pod-group-total-count": "2"
     }
-    for plain in (desired.worker_pod(job_spec(), OWNER, 0, 0), desired.launcher_pod(job_spec(), OWNER, 0)):
-        meta = plain["metadata"]
-        assert not [
-            k for k in {**meta["labels"], **(meta.get("annotations") or {})} if k.startswith("kueue.")
-        ]
+    # A job that names no queue is the same group on no queue: a namespace's default LocalQueue, if Kueue's
+    # defaulting puts it there, takes the world whole.
+    plain = job_spec(worker={"podLabels": priority})
+    for pod in (desired.worker_pod(plain, OWNER, 0, 0), desired.launcher_pod(plain, OWNER, 0)):
+        meta = pod["metadata"]
+        kueue = {k: v for k, v in {**meta["labels"], **meta["annotations"]}.items() if k.startswith("kueue.")}
+        assert kueue == {
+            "kueue.x-k8s.io/pod-group-name": "rn50", "kueue.x-k8s.io/pod-group-total-count": "3", **priority
+        }  # fmt: skip
+    # A world a Workload of its own admits (a MultiKueue copy) is in no group.
+    copy = unqueued(job_spec())
+    for pod in (desired.worker_pod(copy, OWNER, 0, 0), desired.launcher_pod(copy, OWNER, 0)):
+        meta = pod["metadata"]
+        assert not [k for k in {**meta["labels"], **meta.get("annotations", {})} if k.startswith("kueue.")]
 
 
 def _env_value(container: dict[str, Any], name: str) -> str | None:

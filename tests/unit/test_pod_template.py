@@ -24,6 +24,7 @@ CRD = Path(__file__).resolve().parents[2] / "crds" / "dtjob.io_distributedtraini
 OWNER = owner_reference("rn50", "uid-1")
 SIDECAR = {"name": "metrics", "image": "ghcr.io/example/exporter:1.2", "ports": [{"containerPort": 9400}]}
 SCRATCH = {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
+GROUP = {"kueue.x-k8s.io/pod-group-total-count": "3"}  # the world's Kueue pod group: two workers, a launcher
 # What a container the template adds runs under unless its securityContext says otherwise.
 HARDENED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
@@ -184,10 +185,10 @@ def test_labels_and_annotations_layer_over_pod_labels_and_under_the_operators() 
     )
     assert pod["metadata"]["labels"]["team"] == "vision" and pod["metadata"]["labels"]["cost"] == "x"
     assert pod["metadata"]["labels"][names.ROLE_LABEL] == "worker"
-    assert pod["metadata"]["annotations"] == {"a": "2", "b": "1"}
+    assert pod["metadata"]["annotations"] == {"a": "2", "b": "1", **GROUP}
     job_pod = launcher(template, launcher={"podLabels": {"cost": "y"}})
     assert job_pod["metadata"]["labels"]["tier"] == "gold" and job_pod["metadata"]["labels"]["cost"] == "y"
-    assert job_pod["metadata"]["annotations"] == {"a": "2"}
+    assert job_pod["metadata"]["annotations"] == {"a": "2", **GROUP}
 
 
 def test_the_launcher_template_reaches_the_jobs_pod() -> None:

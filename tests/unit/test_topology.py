@@ -90,7 +90,7 @@ def test_without_kueue_required_is_required_pod_affinity_to_the_jobs_workers() -
         # The term selects by labels every worker carries, whatever its index or attempt.
         labels = pod["metadata"]["labels"]
         assert WORKER_TERM["labelSelector"]["matchLabels"].items() <= labels.items()
-        assert not [k for k in pod["metadata"].get("annotations", {}) if k.startswith("kueue.x-k8s.io/")]
+        assert not [k for k in pod["metadata"]["annotations"] if k.startswith("kueue.x-k8s.io/podset-")]
 
 
 def test_without_kueue_preferred_weighs_the_domain_at_one_hundred() -> None:

@@ -6,7 +6,8 @@ pkg/controller/jobframework. Pure.
 The launcher is a member of the group, as an MPIJob's launcher is of its Workload: Kueue admits, counts and
 evicts the world as one unit, and a namespace's default LocalQueue (Kueue's LocalQueue defaulting, on by
 default since v0.12) never makes the launcher a Workload of its own, to be admitted or preempted apart from
-its workers.
+its workers. Every world is such a group, queued or not (world_labels), so that a namespace's default
+LocalQueue queues a job that names no queue whole too.
 
 A job joins Kueue by runPolicy.scheduling.queueName, beside or without a gang scheduler: Kueue admits the
 world (its quota) and leaves placing it to the pods' scheduler. It creates the group's Workload itself, so
@@ -66,26 +67,41 @@ HOSTS_PODSET_GROUP = "hosts"
 
 
 class Kueue(GangScheduler):
-    """Kueue's admission of the world: its workers are one pod group on the job's LocalQueue."""
+    """Kueue's admission of the world, on the job's LocalQueue: the queue label beside the world's pod group
+    (world_labels), and the TAS request of its hosts."""
 
     name = "kueue"
     places_by_topology = True
 
     def pod_labels(self, spec: JobSpec, role: str) -> dict[str, str]:
-        labels = group_labels(spec.run_policy.scheduling.queue_name, spec.name)
-        priority = spec.worker.pod_labels.get(PRIORITY_CLASS_LABEL)
-        if labels and priority is not None and role != names.ROLE_WORKER:
-            labels[PRIORITY_CLASS_LABEL] = priority  # one group, one priority: the workers'
-        return labels
+        queue = spec.run_policy.scheduling.queue_name
+        return {QUEUE_NAME_LABEL: queue} if queue else {}
 
     def pod_annotations(self, spec: JobSpec, role: str) -> dict[str, str]:
-        scheduling = spec.run_policy.scheduling
+        topology = spec.run_policy.scheduling.topology
         host = role == names.ROLE_WORKER or spec.launcher.run_as_worker
-        return {
-            **group_annotations(scheduling.queue_name, group_size(spec)),
-            # The world's hosts share one domain; a launcher on the CPU pool asks for none.
-            **(topology_annotations(scheduling.topology, spec.launcher.run_as_worker) if host else {}),
-        }
+        # The world's hosts share one domain; a launcher on the CPU pool asks for none.
+        return topology_annotations(topology, spec.launcher.run_as_worker) if host else {}
+
+
+def world_labels(spec: JobSpec, role: str) -> dict[str, str]:
+    """Every world is one Kueue pod group, on a queue or not: a namespace's LocalQueue `default` (Kueue's
+    LocalQueue defaulting) or manageJobsWithoutQueueName then queues the world whole, as one Workload, never
+    pod by pod. Where Kueue manages nothing the labels do nothing. One group, one priority: the workers'."""
+    if not spec.run_policy.scheduling.kueue_pod_group:
+        return {}
+    labels = {POD_GROUP_NAME_LABEL: spec.name}
+    priority = spec.worker.pod_labels.get(PRIORITY_CLASS_LABEL)
+    if priority is not None and role != names.ROLE_WORKER:
+        labels[PRIORITY_CLASS_LABEL] = priority
+    return labels
+
+
+def world_annotations(spec: JobSpec) -> dict[str, str]:
+    """Kueue makes the group's Workload once it sees this many pods: the launcher is made with its workers,
+    so the whole world is there to be counted."""
+    grouped = spec.run_policy.scheduling.kueue_pod_group
+    return {POD_GROUP_TOTAL_COUNT: str(group_size(spec))} if grouped else {}
 
 
 def evicted_message(eviction: str) -> str:
@@ -97,12 +113,10 @@ ADMITTED_AGAIN = "Kueue admitted the world again"
 
 
 def waiting_message(queue_name: str | None, old_pods_left: bool) -> str:
-    """The suspended job's message while its evicted world waits."""
-    waiting = (
-        "waiting for the old pods to go"
-        if old_pods_left
-        else f"waiting for admission in LocalQueue {queue_name}"
-    )
+    """The suspended job's message while its evicted world waits (`queue_name`: the spec's, if it names one;
+    else Kueue's defaulting chose it)."""
+    where = f"in LocalQueue {queue_name}" if queue_name else "by Kueue"
+    waiting = "waiting for the old pods to go" if old_pods_left else f"waiting for admission {where}"
     return f"preempted by Kueue; {waiting}"
 
 
@@ -115,21 +129,6 @@ def group_size(spec: JobSpec) -> int:
     """The pods of the world's group: its workers, and the launcher a Horovod world has (a torchrun world's
     launch is a worker's)."""
     return spec.workers + (0 if spec.torchrun is not None else 1)
-
-
-def group_labels(queue_name: str | None, group: str) -> dict[str, str]:
-    """The labels that put a pod of the world in its job's pod group on `queue_name`; none without a queue."""
-    if not queue_name:
-        return {}
-    return {QUEUE_NAME_LABEL: queue_name, POD_GROUP_NAME_LABEL: group}
-
-
-def group_annotations(queue_name: str | None, size: int) -> dict[str, str]:
-    """Kueue makes the group's Workload once it sees this many pods: the launcher is made with its workers,
-    so the whole world is there to be counted."""
-    if not queue_name:
-        return {}
-    return {POD_GROUP_TOTAL_COUNT: str(size)}
 
 
 def topology_annotations(topology: Topology | None, launcher_hosts: bool = False) -> dict[str, str]:

@@ -8,6 +8,7 @@ package and one line in GANG_SCHEDULERS below (and its name in the spec's list o
 
 from __future__ import annotations
 
+from dtjob.gang import kueue
 from dtjob.gang.base import GangScheduler
 from dtjob.gang.coscheduling import POD_GROUP_LABEL, Coscheduling
 from dtjob.gang.kueue import Kueue
@@ -40,7 +41,7 @@ def scheduler_name(spec: JobSpec) -> str | None:
 
 def pod_labels(spec: JobSpec, role: str) -> dict[str, str]:
     """The labels a pod of `role` carries for its schedulers (and for a PodGroup of the user's own)."""
-    labels: dict[str, str] = {}
+    labels = kueue.world_labels(spec, role)
     if spec.run_policy.scheduling.pod_group:
         # runPolicy.scheduling.podGroup: a coscheduling PodGroup the user made, which the pods join.
         labels[POD_GROUP_LABEL] = spec.run_policy.scheduling.pod_group
@@ -51,7 +52,7 @@ def pod_labels(spec: JobSpec, role: str) -> dict[str, str]:
 
 def pod_annotations(spec: JobSpec, role: str) -> dict[str, str]:
     """The annotations a pod of `role` carries for its schedulers."""
-    annotations: dict[str, str] = {}
+    annotations = kueue.world_annotations(spec)
     for scheduler in schedulers(spec):
         annotations.update(scheduler.pod_annotations(spec, role))
     return annotations

@@ -41,11 +41,20 @@ def launch(
 
 
 def _group_of_workers_alone(spec: JobSpec, workers: Mapping[int, PodState]) -> bool:
-    """The world's workers are a Kueue pod group that counts no launcher: an earlier release of the operator
-    made them so (or spec.workers was edited since). A launcher that joined would be a member Kueue never
-    admits; it is made outside the group, as that release made it."""
+    """The world's workers are in a Kueue pod group that counts no launcher, or Kueue manages them pod by pod
+    (in no group): an earlier release of the operator made them so (or spec.workers was edited since). A
+    launcher that joined would be a member Kueue never admits; it is made outside the group, as that release
+    made it."""
+    if not spec.run_policy.scheduling.kueue_pod_group:
+        return False  # the launcher joins no group either
     size = kueue.group_size(spec)
-    return any(p.kueue_group_size not in (None, size) for p in workers.values())
+    return any(_in_other_group(p, size) for p in workers.values())
+
+
+def _in_other_group(worker: PodState, size: int) -> bool:
+    if worker.kueue_group_size is None:
+        return worker.kueue_finalizer  # Kueue's pod by pod; else no Kueue at all, and the group does nothing
+    return worker.kueue_group_size != size
 
 
 def launcher_deletes(launcher: LauncherState | None) -> list[Action]:

@@ -121,7 +121,7 @@ def _prebuilt_names(job: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def unqueued(spec: JobSpec) -> JobSpec:
     """`spec` with no LocalQueue: its world joins no Kueue pod group (a Workload of its own admitted it)."""
-    scheduling = replace(spec.run_policy.scheduling, queue_name=None)
+    scheduling = replace(spec.run_policy.scheduling, queue_name=None, kueue_pod_group=False)
     return replace(spec, run_policy=replace(spec.run_policy, scheduling=scheduling))
 
 

@@ -207,6 +207,9 @@ class Scheduling:
     pod_group: str | None = None
     gang: Gang | None = None
     topology: Topology | None = None
+    # Not a field of the resource: False where a Workload of its own admits the world (a MultiKueue copy, the
+    # pod templates of a dispatched job's Workload) or where a pod joins no group (spec.managed_by.unqueued).
+    kueue_pod_group: bool = True
 
 
 @dataclass(frozen=True)
