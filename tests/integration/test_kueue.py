@@ -204,10 +204,15 @@ def test_a_second_job_waits_gated_until_the_first_finishes(
     assert jobs.status("first")["phase"] == "Running"
 
     jobs.wait_phase("first", "Succeeded", timeout=120)
-    # Its launcher pod stays, marked so that Kueue finishes the group with no pod of it active.
-    kept = jobs.launcher("first")
-    assert kept is not None and kept.status.phase == "Succeeded"
-    assert (kept.metadata.annotations or {}).get(kq.RETRIABLE_IN_GROUP) == kq.NOT_RETRIABLE
+
+    # Its launcher pod stays, marked so that Kueue finishes the group with no pod of it active (the status is
+    # recorded before the actions it decides, so the mark may follow the phase by a moment).
+    def marked() -> bool:
+        kept = jobs.launcher("first")
+        assert kept is not None and kept.status.phase == "Succeeded"
+        return (kept.metadata.annotations or {}).get(kq.RETRIABLE_IN_GROUP) == kq.NOT_RETRIABLE
+
+    wait_for(marked, timeout=30, what="first's kept launcher marked not retriable in its Kueue group")
     jobs.wait_phase("second", "Running", timeout=120)
     assert condition(workload(api_client, namespace, "first"), "Finished").get("status") == "True"
     pods = jobs.pods("second", "worker")
