@@ -6,6 +6,7 @@ reached by the API server on loopback; testbed/kueue.py): a ClusterQueue with GP
   pod stays after the job ends (its log), and the group's Workload still finishes, freeing the quota.
 - A namespace's LocalQueue named `default` (Kueue's LocalQueue defaulting) takes no pod of a queued world:
   the world is one Workload on the job's own queue. A job that names no queue is queued there whole.
+- A job whose spec.workers is edited while it waits for quota is admitted as one group of the new size.
 - A job of higher priority preempts a running one: the preempted job shows Suspended (reason Preempted)
   without spending runPolicy.backoffLimit (0 here: one counted failure would fail it), and runs again once
   the quota is free.
@@ -219,6 +220,38 @@ def test_a_second_job_waits_gated_until_the_first_finishes(
     assert all(not gated(p) and p.spec.node_name for p in pods)
     jobs.wait_phase("second", "Succeeded", timeout=120)
     assert jobs.status("second").get("restarts", 0) == 0
+
+
+def test_a_job_edited_to_fewer_workers_while_it_waits_is_admitted_as_one_group_of_the_new_size(
+    jobs: Jobs, operator: Any, queues: dict[str, str], api_client: client.ApiClient, namespace: str
+) -> None:
+    """Kueue makes no Workload of a pod group whose pods disagree on its size. A job whose spec.workers is
+    edited while its world waits for quota gets its gated workers made again in one group of the new size,
+    and runs once the quota is free."""
+    jobs.create("first", **world(launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "40s"}}))
+    jobs.wait_phase("first", "Running", timeout=120)
+    jobs.create("edited", **world(launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "5s"}}))
+    wait_for(
+        lambda: len(pods := jobs.pods("edited")) == 3 and all(gated(p) for p in pods),
+        timeout=60, what="edited's world made (two workers, a launcher) and gated",
+    )  # fmt: skip
+    jobs.patch_spec("edited", {"workers": 1})
+
+    def regrouped() -> bool:
+        counts = {
+            str(p.metadata.name): str((p.metadata.annotations or {}).get(kq.POD_GROUP_TOTAL_COUNT))
+            for p in jobs.pods("edited")
+            if not p.metadata.deletion_timestamp
+        }
+        return counts == {"edited-launcher": "2", "edited-worker-0": "2"}
+
+    wait_for(regrouped, timeout=60, what="edited's world: one worker and its launcher, one group of 2")
+    jobs.wait_phase("first", "Succeeded", timeout=120)
+    jobs.wait_phase("edited", "Running", "Succeeded", timeout=120)
+    admitted = workload(api_client, namespace, "edited")
+    assert sorted(ps["count"] for ps in admitted["spec"]["podSets"]) == [1, 1], admitted["spec"]["podSets"]
+    status = jobs.wait_phase("edited", "Succeeded", timeout=120)
+    assert status.get("restarts", 0) == 0, status
 
 
 def test_a_higher_priority_job_preempts_without_spending_the_backoff_limit(

@@ -288,3 +288,43 @@ def test_a_suspended_world_releases_its_ended_pods_so_that_kueue_frees_the_quota
         and ReleasePod("rn50-launcher", "uid-l") in d.actions
     )
     assert ReleasePod("rn50-worker-1", "uid-w1") not in d.actions  # still running: Kueue counts it active
+
+
+def test_an_edit_of_the_workers_while_the_world_waits_for_admission_makes_it_again_in_one_group() -> None:
+    """Kueue makes no Workload of a pod group whose members disagree on its size: workers made for the old
+    size would keep the edited world waiting for good. Those Kueue still gates are made again, in one
+    group."""
+    spec = job_spec(**{**QUEUED, "workers": 1})  # edited from 2: the group is one worker and the launcher
+    d = decide(spec, Observed(pods=(gated(0), gated(1))), JobStatus(phase="Pending"), NOW)
+    assert (
+        DeletePod("rn50-worker-0", "uid-w0") in d.actions
+        and DeletePod("rn50-worker-1", "uid-w1") in d.actions
+    )
+    assert not any(isinstance(a, (CreateLauncher, CreateWorker)) for a in d.actions), d.actions
+    # Never placed: Kueue's finalizer comes off at once, so that the name is free for the new group.
+    going = worker(0, phase="Pending", scheduled=False, ready=False, gated=True, deleting=True)
+    d = decide(spec, Observed(pods=(going,)), d.status, NOW)
+    assert ReleasePod("rn50-worker-0", "uid-w0") in d.actions
+    d = decide(spec, Observed(pods=()), d.status, NOW)
+    assert CreateWorker(0, 0) in d.actions and CreateLauncher(0) in d.actions
+    # A world Kueue admitted keeps its size until its next world: no pod of the group is made again, its
+    # launcher (held until every worker is Ready) included.
+    made_for_two = held_launcher(gated=False, world_size=2)
+    admitted = Observed(pods=(worker(0, ready=False), worker(1, ready=False)), launcher=made_for_two)
+    d = decide(spec, admitted, JobStatus(phase="Pending"), NOW)
+    assert not any(isinstance(a, (DeletePod, DeleteLauncher, CreateLauncher)) for a in d.actions), d.actions
+    ready = Observed(pods=(worker(0), worker(1)), launcher=made_for_two)
+    assert ReleaseLauncher("rn50-launcher", "uid-l") in decide(spec, ready, d.status, NOW).actions
+
+
+def test_an_edit_to_one_worker_more_is_regrouped_once_the_added_worker_disagrees() -> None:
+    """Two workers counted with their launcher (3) look, to an edit to 3 workers, like a group an earlier
+    release made (its count the workers alone): kept at first. Once the added worker counts 4, they go."""
+    spec = job_spec(**{**QUEUED, "workers": 3})
+    d = decide(spec, Observed(pods=(gated(0), gated(1))), JobStatus(phase="Pending"), NOW)
+    assert not any(isinstance(a, DeletePod) for a in d.actions) and CreateWorker(2, 0) in d.actions
+    added = gated(2, kueue_group_size=4)
+    d = decide(spec, Observed(pods=(gated(0), gated(1), added)), d.status, NOW)
+    deleted = {a.name for a in d.actions if isinstance(a, DeletePod)}
+    assert deleted == {"rn50-worker-0", "rn50-worker-1"}, d.actions
+    assert not any(isinstance(a, CreateLauncher) for a in d.actions), d.actions

@@ -118,6 +118,7 @@ class _World:
             and launcher.held
             and spec.elastic is None
             and launcher.world_size not in (None, spec.workers)
+            and not _admitted_by_kueue(observed, attempt)
         ):
             launcher = None  # made for a size edited since, not launched: it goes, and one for the edit comes
         # A launched world keeps the size it was made with; an edit of spec.workers applies at the next one.
@@ -130,6 +131,13 @@ class _World:
         }
         leaving = {p.index: p for p in observed.workers() if p.attempt == attempt and p.deleting}
         return _World(launcher, size, workers, leaving)
+
+
+def _admitted_by_kueue(observed: Observed, attempt: int) -> bool:
+    """Kueue admitted the world (its workers ungated): the pod group it admitted keeps its size, so an edit of
+    spec.workers applies at the next world, as once launched."""
+    live = [p for p in observed.workers() if p.attempt == attempt and not p.deleting]
+    return any(p.kueue_finalizer and not p.gated for p in live)
 
 
 def _finished(b: Builder, spec: JobSpec, observed: Observed) -> None:

@@ -51,6 +51,24 @@ def _group_of_workers_alone(spec: JobSpec, workers: Mapping[int, PodState]) -> b
     return any(_in_other_group(p, size) for p in workers.values())
 
 
+def regrouped(spec: JobSpec, workers: Mapping[int, PodState]) -> frozenset[str]:
+    """Workers Kueue still gates in a pod group of another size than the spec's: spec.workers was edited while
+    the world waited for admission. Kueue makes no Workload of a group whose members disagree on its size, so
+    the world would wait for good; these are made again, in the spec's group. A group an earlier release made
+    (every worker's count spec.workers: no launcher in it) keeps its place in the queue
+    (_group_of_workers_alone); an edit to one worker more looks so at first, and is regrouped once the added
+    worker's count disagrees."""
+    if not spec.run_policy.scheduling.kueue_pod_group or _earlier_release_group(spec, workers):
+        return frozenset()
+    size = kueue.group_size(spec)
+    return frozenset(p.name for p in workers.values() if p.gated and p.kueue_group_size not in (None, size))
+
+
+def _earlier_release_group(spec: JobSpec, workers: Mapping[int, PodState]) -> bool:
+    counts = {p.kueue_group_size for p in workers.values()}
+    return spec.torchrun is None and counts == {spec.workers}
+
+
 def _in_other_group(worker: PodState, size: int) -> bool:
     if worker.kueue_group_size is None:
         return worker.kueue_finalizer  # Kueue's pod by pod; else no Kueue at all, and the group does nothing

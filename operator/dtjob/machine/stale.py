@@ -19,14 +19,19 @@ FORCE_DELETE_AFTER = timedelta(seconds=30)
 
 
 def clear_stale(
-    b: Builder, observed: Observed, attempt: int, size: int, replace_lost: bool = False
+    b: Builder,
+    observed: Observed,
+    attempt: int,
+    size: int,
+    replace_lost: bool = False,
+    regroup: frozenset[str] = frozenset(),
 ) -> set[str]:
     """Children of older attempts (or beyond the world's size) go first: their names are reused; so do the
-    lost workers of an elastic world, whose replacements take their names. Returns the names still held
-    (going, or just told to go)."""
+    lost workers of an elastic world, whose replacements take their names, and the workers in `regroup`
+    (made again in another Kueue pod group). Returns the names still held (going, or just told to go)."""
     blocked: set[str] = set()
     for pod in observed.workers():
-        stale = pod.attempt != attempt or (pod.index is not None and pod.index >= size)
+        stale = pod.attempt != attempt or (pod.index is not None and pod.index >= size) or pod.name in regroup
         if replace_lost and not stale and not pod.deleting:
             stale = replaced_now(b, pod)
         # Kept off a node that has recovered since, and not placed: made again, so it may go there.

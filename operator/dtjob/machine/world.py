@@ -15,7 +15,7 @@ from dtjob.machine.builder import Builder
 from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
 from dtjob.machine.finish import delete_world_pods, finish
 from dtjob.machine.hosts import publish_hosts, world_hosts
-from dtjob.machine.launch import launch, launcher_deletes
+from dtjob.machine.launch import launch, launcher_deletes, regrouped
 from dtjob.machine.stale import clear_stale, force_delete_when_stuck
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
@@ -293,7 +293,8 @@ def advance_world(
     size: int,
 ) -> None:
     """Toward a world of `size` workers (spec.workers, or the running world's own size)."""
-    blocked = clear_stale(b, observed, attempt, size, replaces_lost_workers(spec, launcher))
+    regroup = regrouped(spec, workers)
+    blocked = clear_stale(b, observed, attempt, size, replaces_lost_workers(spec, launcher), regroup)
     stale_launcher = observed.launcher is not None and launcher is None
     if stale_launcher and observed.launcher is not None:
         b.actions.extend(launcher_deletes(observed.launcher))
