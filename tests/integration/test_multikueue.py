@@ -11,6 +11,8 @@ real Kueue and a dtjob operator.
   manager's Workload would hold its quota for good).
 - A dispatched job deleted on the manager takes its Workload with it, and Kueue deletes the copy.
 - A dispatched job that names no LocalQueue gets a Warning Event, no Workload and no status.
+- A copy whose pods a LocalQueue named `default` on the worker takes (Kueue's LocalQueue defaulting) says why
+  they wait, on the manager too.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from testbed.kube_wait import wait_for
 from testbed.kueue import KUEUE, KueueProcess, KueueRelease
 from testbed.multikueue import (
     KUEUE_NAMESPACE,
+    QUOTA,
     WORKER,
     WorkerCluster,
     manager_config,
@@ -38,6 +41,7 @@ from testbed.multikueue import (
     workdir,
 )
 from testbed.operator_harness import Jobs, OperatorProcess, install_crd, kubectl
+from tests.integration.test_kueue import gated
 
 pytestmark = pytest.mark.integration
 
@@ -292,6 +296,40 @@ def _check_partial_admission(jobs: Jobs, worker: Jobs, api: client.ApiClient, na
     status = jobs.wait_phase("wide", "Succeeded", timeout=120)
     assert status.get("restarts", 0) == 0, status
     assert _finished(api, namespace, "wide")["reason"] == "Succeeded"
+
+
+def test_a_copy_whose_pods_a_default_local_queue_takes_on_the_worker_says_why_on_the_manager(
+    jobs: Jobs, operator: OperatorProcess, manager: KueueProcess, worker: Jobs, namespace: str
+) -> None:
+    """A copy's pods name no queue. A LocalQueue named `default` in the worker's namespace (Kueue's LocalQueue
+    defaulting) takes them, each a Workload of its own asking again for the quota the copied Workload holds:
+    with all of it held by the copy, they wait for good. The copy says why, and the manager's job with it."""
+    remote = worker.custom.api_client
+    default = {"apiVersion": "/".join(KUEUE), "kind": "LocalQueue",
+               "metadata": {"name": "default", "namespace": namespace},
+               "spec": {"clusterQueue": f"cq-{namespace}"}}  # fmt: skip
+    worker.custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", default)
+    wait_for(partial(active, remote, "localqueues", "default", namespace), timeout=60, what="default Active")
+    gpus = int(QUOTA["nvidia.com/gpu"]) // 2  # two workers: the whole quota
+    jobs.create(
+        "twice", managedBy=MULTIKUEUE, workers=2, gpusPerWorker=gpus,
+        runPolicy={"scheduling": {"queueName": QUEUE}, "backoffLimit": 0},
+    )  # fmt: skip
+
+    def taken() -> bool:
+        pods = worker.pods("twice", "worker")
+        queues = {(p.metadata.labels or {}).get("kueue.x-k8s.io/queue-name") for p in pods}
+        return len(pods) == 2 and queues == {"default"} and all(gated(p) for p in pods)
+
+    wait_for(taken, timeout=120, what="the copy's workers taken by the worker's LocalQueue default, gated")
+
+    def says_why() -> str | None:
+        message = str(jobs.status("twice").get("message") or "")
+        return message if "LocalQueue named default" in message else None
+
+    said = wait_for(says_why, timeout=60, what="the manager's job saying why its copy waits")
+    assert "the Workload MultiKueue copied here holds the job's quota" in said, said
+    jobs.delete("twice")
 
 
 def test_a_dispatched_job_without_a_queue_is_told_so(jobs: Jobs, operator: OperatorProcess) -> None:

@@ -7,6 +7,7 @@ runs the attacks against a real Kueue."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -166,6 +167,22 @@ def test_a_copy_waits_with_no_world_until_its_workload_is_admitted_then_creates_
         CreateWorker(0, 0),
         CreateWorker(1, 0),
     ]
+
+
+def test_a_copy_whose_pods_the_workers_kueue_gates_says_why_and_what_to_change() -> None:
+    """A copy's pods name no queue: a LocalQueue named default in the namespace (Kueue's LocalQueue
+    defaulting), or manageJobsWithoutQueueName, makes Kueue gate them and ask their quota again, though the
+    copied Workload holds it. The copy says so (its status reaches the manager's job)."""
+    spec = parse_spec(labelled("dtjob-rn50"), CONFIG)
+    gated = [replace(worker(i), phase="Pending", scheduled=False, ready=False, gated=True) for i in (0, 1)]
+    observed = Observed(pods=tuple(gated), prebuilt=prebuilt_state("dtjob-rn50", OURS, "uid-1"))
+    said = decide(spec, observed, JobStatus(phase="Pending"), NOW).status.message
+    assert "2 worker pod(s) wait for admission by Kueue" in said, said
+    assert "LocalQueue named default" in said and "manageJobsWithoutQueueName" in said, said
+    # A job queued on its own cluster waits for its own admission: no word of MultiKueue.
+    queued = parse_spec(job_body(**QUEUED), CONFIG)
+    said = decide(queued, Observed(pods=tuple(gated)), JobStatus(phase="Pending"), NOW).status.message
+    assert said.endswith("2 worker pod(s) wait for admission by Kueue"), said
 
 
 def test_a_world_whose_workload_no_longer_holds_its_quota_is_deleted() -> None:

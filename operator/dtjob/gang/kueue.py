@@ -125,6 +125,18 @@ def gated_message(count: int) -> str:
     return f"{count} worker pod(s) wait for admission by Kueue"
 
 
+def gated_copy_message(count: int) -> str:
+    """What a MultiKueue copy's world says while Kueue gates `count` of its worker pods: this cluster's Kueue
+    took pods that name no queue (its LocalQueue `default`, or manageJobsWithoutQueueName) and asks their
+    quota again, though the Workload MultiKueue copied here holds it."""
+    return (
+        f"{gated_message(count)}, though the Workload MultiKueue copied here holds the job's quota: this "
+        "cluster's Kueue took them (a LocalQueue named default in the namespace, or "
+        "manageJobsWithoutQueueName); on a MultiKueue worker, queue jobs on a LocalQueue of another name, "
+        "with manageJobsWithoutQueueName off"
+    )
+
+
 def group_size(spec: JobSpec) -> int:
     """The pods of the world's group: its workers, and the launcher a Horovod world has (a torchrun world's
     launch is a worker's)."""

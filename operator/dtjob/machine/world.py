@@ -375,7 +375,8 @@ def _waiting_message(
     domain = placement.domain_wait(spec, spec.workers)
     gated = sum(1 for p in workers.values() if p.gated)
     if gated:
-        return f"{text}; {kueue.gated_message(gated)}" + (f"; {domain}" if domain else "")
+        said = kueue.gated_copy_message(gated) if spec.prebuilt_workload else kueue.gated_message(gated)
+        return f"{text}; {said}" + (f"; {domain}" if domain else "")
     if domain and any(p.unschedulable for p in workers.values()):
         placed = sum(1 for p in workers.values() if p.scheduled)
         text = f"{text}; {placed} placed; {domain}"
