@@ -12,7 +12,7 @@ real Kueue and a dtjob operator.
 - A dispatched job deleted on the manager takes its Workload with it, and Kueue deletes the copy.
 - A dispatched job that names no LocalQueue gets a Warning Event, no Workload and no status.
 - A copy whose pods a LocalQueue named `default` on the worker takes (Kueue's LocalQueue defaulting) says why
-  they wait, on the manager too.
+  they wait, or, with quota for both, that it holds its quota twice, on the manager too.
 """
 
 from __future__ import annotations
@@ -298,38 +298,62 @@ def _check_partial_admission(jobs: Jobs, worker: Jobs, api: client.ApiClient, na
     assert _finished(api, namespace, "wide")["reason"] == "Succeeded"
 
 
-def test_a_copy_whose_pods_a_default_local_queue_takes_on_the_worker_says_why_on_the_manager(
+def test_a_copy_whose_pods_a_default_local_queue_takes_on_the_worker_says_so_on_the_manager(
     jobs: Jobs, operator: OperatorProcess, manager: KueueProcess, worker: Jobs, namespace: str
 ) -> None:
     """A copy's pods name no queue. A LocalQueue named `default` in the worker's namespace (Kueue's LocalQueue
-    defaulting) takes them, each a Workload of its own asking again for the quota the copied Workload holds:
-    with all of it held by the copy, they wait for good. The copy says why, and the manager's job with it."""
+    defaulting) takes them, each a Workload of its own asking again for the quota the copied Workload holds.
+    With all of it held by the copy, they wait for good; with room for both, they run, the quota counted
+    twice. Either way the copy says why, and the manager's job with it."""
     remote = worker.custom.api_client
     default = {"apiVersion": "/".join(KUEUE), "kind": "LocalQueue",
                "metadata": {"name": "default", "namespace": namespace},
                "spec": {"clusterQueue": f"cq-{namespace}"}}  # fmt: skip
     worker.custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", default)
     wait_for(partial(active, remote, "localqueues", "default", namespace), timeout=60, what="default Active")
-    gpus = int(QUOTA["nvidia.com/gpu"]) // 2  # two workers: the whole quota
-    jobs.create(
-        "twice", managedBy=MULTIKUEUE, workers=2, gpusPerWorker=gpus,
-        runPolicy={"scheduling": {"queueName": QUEUE}, "backoffLimit": 0},
-    )  # fmt: skip
-
-    def taken() -> bool:
-        pods = worker.pods("twice", "worker")
-        queues = {(p.metadata.labels or {}).get("kueue.x-k8s.io/queue-name") for p in pods}
-        return len(pods) == 2 and queues == {"default"} and all(gated(p) for p in pods)
-
-    wait_for(taken, timeout=120, what="the copy's workers taken by the worker's LocalQueue default, gated")
-
-    def says_why() -> str | None:
-        message = str(jobs.status("twice").get("message") or "")
-        return message if "LocalQueue named default" in message else None
-
-    said = wait_for(says_why, timeout=60, what="the manager's job saying why its copy waits")
+    _dispatch_taking(jobs, "twice", int(QUOTA["nvidia.com/gpu"]) // 2)  # two workers: the whole quota
+    _wait_taken(worker, "twice", held=True)
+    said = _manager_says(jobs, "twice", "LocalQueue named default")
     assert "the Workload MultiKueue copied here holds the job's quota" in said, said
     jobs.delete("twice")
+    wait_for(lambda: not worker.pods("twice"), timeout=120, what="the gated copy's pods gone on the worker")
+
+    _dispatch_taking(jobs, "once", int(QUOTA["nvidia.com/gpu"]) // 4)  # half the quota, twice over
+    _wait_taken(worker, "once", held=False)
+    said = _manager_says(jobs, "once", "a second time")
+    assert said.startswith("training: ") and "counts 3 of its pods' quota a second time" in said, said
+    assert jobs.status("once")["phase"] == "Running"
+    jobs.delete("once")
+    wait_for(lambda: not worker.pods("once"), timeout=120, what="the running copy's pods gone on the worker")
+
+
+def _dispatch_taking(jobs: Jobs, name: str, gpus: int) -> None:
+    jobs.create(
+        name, managedBy=MULTIKUEUE, workers=2, gpusPerWorker=gpus,
+        runPolicy={"scheduling": {"queueName": QUEUE}, "backoffLimit": 0},
+        launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}},
+    )  # fmt: skip
+
+
+def _wait_taken(worker: Jobs, name: str, held: bool) -> None:
+    """The copy's workers taken by the worker's LocalQueue default: gated (`held`), or admitted and Ready."""
+
+    def taken() -> bool:
+        pods = worker.pods(name, "worker")
+        queues = {(p.metadata.labels or {}).get("kueue.x-k8s.io/queue-name") for p in pods}
+        ready = all(gated(p) if held else bool(p.status and p.status.phase == "Running") for p in pods)
+        return len(pods) == 2 and queues == {"default"} and ready
+
+    state = "gated" if held else "running"
+    wait_for(taken, timeout=120, what=f"{name}'s workers taken by the worker's LocalQueue default, {state}")
+
+
+def _manager_says(jobs: Jobs, name: str, words: str) -> str:
+    def says() -> str | None:
+        message = str(jobs.status(name).get("message") or "")
+        return message if words in message else None
+
+    return wait_for(says, timeout=60, what=f"the manager's job {name} saying why: {words!r}")
 
 
 def test_a_dispatched_job_without_a_queue_is_told_so(jobs: Jobs, operator: OperatorProcess) -> None:

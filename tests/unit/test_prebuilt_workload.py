@@ -185,6 +185,33 @@ def test_a_copy_whose_pods_the_workers_kueue_gates_says_why_and_what_to_change()
     assert said.endswith("2 worker pod(s) wait for admission by Kueue"), said
 
 
+def test_a_running_copy_whose_pods_the_workers_kueue_also_admitted_says_their_quota_counts_twice() -> None:
+    """With quota for both, Kueue admits a copy's pods taken by a LocalQueue named default (its finalizer on
+    them) and the job runs, holding the quota twice. The copy says so as it runs; nothing else changes, so a
+    namespace admin who puts Kueue's finalizer on a copy's pod only makes their own job say this."""
+    spec = parse_spec(labelled("dtjob-rn50"), CONFIG)
+    pod = PodState("rn50-launcher", "launcher", 0, None, "Running", True, True, False, uid="uid-l")
+    ours = prebuilt_state("dtjob-rn50", OURS, "uid-1")
+    running = JobStatus(phase="Running", start_time="2026-05-01T11:00:00Z")
+
+    def run(pods: list[PodState], prebuilt: PrebuiltWorkload | None = ours, job: Any = spec) -> Any:
+        observed = Observed(pods=tuple(pods), launcher=launcher_state(pods[-1]), prebuilt=prebuilt)
+        return decide(job, observed, running, NOW)
+
+    plain = run([worker(0), worker(1), pod])
+    taken = run([replace(p, kueue_finalizer=True) for p in (worker(0), worker(1), pod)])
+    assert plain.status.phase == taken.status.phase == "Running"
+    assert "Kueue" not in plain.status.message, plain.status.message
+    said = taken.status.message
+    assert said.startswith(plain.status.message), said
+    assert "counts 3 of its pods' quota a second time" in said and "LocalQueue named default" in said, said
+    assert taken.actions == plain.actions and taken.events == plain.events
+    # A job queued on its own cluster is admitted by its own Kueue: no word of MultiKueue.
+    queued = parse_spec(job_body(**QUEUED), CONFIG)
+    own = run([replace(p, kueue_finalizer=True) for p in (worker(0), worker(1), pod)], None, queued)
+    assert "second time" not in own.status.message, own.status.message
+
+
 def test_a_world_whose_workload_no_longer_holds_its_quota_is_deleted() -> None:
     spec = parse_spec(labelled("dtjob-rn50"), CONFIG)
     pod = PodState("rn50-launcher", "launcher", 0, None, "Running", True, True, False, uid="uid-l")

@@ -125,16 +125,25 @@ def gated_message(count: int) -> str:
     return f"{count} worker pod(s) wait for admission by Kueue"
 
 
+# Why a MultiKueue copy's pods are in a queue of this cluster's, and what to change.
+_TAKEN_BY_THIS_KUEUE = (
+    "though the Workload MultiKueue copied here holds the job's quota: this cluster's Kueue took them "
+    "(a LocalQueue named default in the namespace, or manageJobsWithoutQueueName); on a MultiKueue worker, "
+    "queue jobs on a LocalQueue of another name, with manageJobsWithoutQueueName off"
+)
+
+
 def gated_copy_message(count: int) -> str:
     """What a MultiKueue copy's world says while Kueue gates `count` of its worker pods: this cluster's Kueue
-    took pods that name no queue (its LocalQueue `default`, or manageJobsWithoutQueueName) and asks their
-    quota again, though the Workload MultiKueue copied here holds it."""
-    return (
-        f"{gated_message(count)}, though the Workload MultiKueue copied here holds the job's quota: this "
-        "cluster's Kueue took them (a LocalQueue named default in the namespace, or "
-        "manageJobsWithoutQueueName); on a MultiKueue worker, queue jobs on a LocalQueue of another name, "
-        "with manageJobsWithoutQueueName off"
-    )
+    took pods that name no queue and asks their quota again."""
+    return f"{gated_message(count)}, {_TAKEN_BY_THIS_KUEUE}"
+
+
+def counted_twice_message(count: int) -> str:
+    """What a running MultiKueue copy adds while this cluster's Kueue manages `count` of its pods (they carry
+    its finalizer): it admitted them again, each on a Workload of its own, so their quota counts twice.
+    Nothing stops, so without a word nobody would know."""
+    return f"this cluster's Kueue counts {count} of its pods' quota a second time, {_TAKEN_BY_THIS_KUEUE}"
 
 
 def group_size(spec: JobSpec) -> int:

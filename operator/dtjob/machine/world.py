@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from dtjob import names
-from dtjob.gang import kueue, placement
 from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
@@ -17,6 +16,7 @@ from dtjob.machine.finish import delete_world_pods, finish
 from dtjob.machine.hosts import publish_hosts, world_hosts
 from dtjob.machine.launch import launch, launcher_deletes, regrouped
 from dtjob.machine.stale import clear_stale, force_delete_when_stuck
+from dtjob.machine.world_messages import counted_twice, waiting_message
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import (
     CreateWorker,
@@ -332,13 +332,13 @@ def advance_world(
 
     restarting = b.prev.phase == RESTARTING or b.status.is_true("Restarting")
     if launcher is not None and launcher.running:
-        _running(b, spec, launcher, size, attempt, restarting)
+        _running(b, spec, workers, launcher, size, attempt, restarting)
         return
     if (launcher is not None and launcher.launched) or all_ready:
         message = "all workers ready; " + ("launcher starting" if spec.torchrun is None else "world forming")
         phase = STARTING
     else:
-        waiting = _waiting_message(spec, workers, missing, blocked)
+        waiting = waiting_message(spec, workers, missing, blocked)
         scheduled = len(workers) == size and all(p.scheduled for p in workers.values())
         phase = STARTING if scheduled else PENDING
         message = waiting
@@ -346,7 +346,13 @@ def advance_world(
 
 
 def _running(
-    b: Builder, spec: JobSpec, launcher: LauncherState, size: int, attempt: int, restarting: bool
+    b: Builder,
+    spec: JobSpec,
+    workers: Mapping[int, PodState],
+    launcher: LauncherState,
+    size: int,
+    attempt: int,
+    restarting: bool,
 ) -> None:
     ranks = f"{size * spec.total_slots // spec.workers} ranks on {size} workers"
     if spec.elastic is not None:
@@ -357,31 +363,4 @@ def _running(
     b.cond_false_if_present("Restarting", "Recovered", f"world running again after {attempt} restarts")
     if restarting:
         b.events.append(Event("Normal", "Recovered", f"world running again after {attempt} restarts"))
-    b.phase(RUNNING, f"training: {ranks}")
-
-
-def _waiting_message(
-    spec: JobSpec, workers: Mapping[int, PodState], missing: list[int], blocked: set[str]
-) -> str:
-    ready = sum(1 for p in workers.values() if p.ready)
-    text = f"{ready}/{spec.workers} workers ready"
-    if blocked:
-        return f"{text}; waiting for {len(blocked)} old pod(s) to terminate"
-    if missing and workers:
-        # A replacement. A new world's workers need no word: its Created condition says so, and a message
-        # that changed once they exist would cost every job one more status write.
-        return f"{text}; creating {len(missing)} worker pod(s)"
-    # Required topology: a worker no node can take waits for the domain (Kueue's gate: for its admission).
-    domain = placement.domain_wait(spec, spec.workers)
-    gated = sum(1 for p in workers.values() if p.gated)
-    if gated:
-        said = kueue.gated_copy_message(gated) if spec.prebuilt_workload else kueue.gated_message(gated)
-        return f"{text}; {said}" + (f"; {domain}" if domain else "")
-    if domain and any(p.unschedulable for p in workers.values()):
-        placed = sum(1 for p in workers.values() if p.scheduled)
-        text = f"{text}; {placed} placed; {domain}"
-    for index in sorted(workers):
-        pod = workers[index]
-        if not pod.ready and pod.reason:
-            return f"{text}; {pod.name}: {pod.reason}"
-    return text
+    b.phase(RUNNING, f"training: {ranks}" + counted_twice(spec, workers, launcher))
