@@ -2,7 +2,8 @@
 every worker is Ready, when the operator takes the gate off. A namespace admin may create pods with that gate
 and the launcher's labels: the operator releases only its own launcher pod, found by name
 (`<job>-launcher`) and owner (the job), and the admin's look-alike neither stands in for the launch nor is
-touched, whether under another name or under the launcher's own."""
+touched, whether under another name or under the launcher's own. A world size the admin writes on the held
+launcher makes no workers."""
 
 from __future__ import annotations
 
@@ -112,3 +113,33 @@ def test_a_gated_pod_under_the_launchers_own_name_is_neither_released_nor_taken_
     job_uid = (mine.get("mine") or {})["metadata"]["uid"]
     assert [r.uid for r in own.metadata.owner_references or ()] == [job_uid]
     assert status["restarts"] == 0, status
+
+
+def test_a_world_size_an_admin_writes_on_the_held_launcher_makes_no_workers_and_stalls_no_one(
+    tenant_a: Tenant, tenant_b: Tenant, operator: OperatorProcess, api_client: client.ApiClient
+) -> None:
+    """A namespace admin labels its held launcher `dtjob.io/world-size: 1000000000` and puts Kueue's finalizer
+    on a worker, so that the world reads as admitted by Kueue (an admitted world keeps its launcher's size).
+    The operator would have made a billion workers, its memory and every other tenant's jobs with it. It
+    makes none: the world stays the spec's two, and another tenant's job still runs."""
+    never_ready = {"podAnnotations": {"sim.dtjob.io/ready-after": "600s"}}
+    tenant_a.jobs().create("mine", worker=never_ready, launcher=LONG_LAUNCHER)
+    mine = Jobs(api_client, tenant_a.namespace)
+    wait_for(lambda: len(mine.pods("mine", names.ROLE_WORKER)) == 2 and mine.launcher("mine"), timeout=60,
+             what="mine's two workers and its held launcher")  # fmt: skip
+    core = client.CoreV1Api(tenant_a.api(ADMIN))
+    worker = names.worker_name("mine", 0)
+    label = {"metadata": {"labels": {names.WORLD_SIZE_LABEL: "1000000000"}}}
+    core.patch_namespaced_pod(names.launcher_name("mine"), tenant_a.namespace, label)
+    kueues = {"metadata": {"finalizers": ["kueue.x-k8s.io/managed"]}}
+    core.patch_namespaced_pod(worker, tenant_a.namespace, kueues)
+    try:
+        tenant_b.jobs().create("theirs", launcher={"podAnnotations": {"sim.dtjob.io/run-duration": "5s"}})
+        theirs = Jobs(api_client, tenant_b.namespace)
+        status = theirs.wait_phase("theirs", "Succeeded", timeout=120)
+        assert status["restarts"] == 0, status
+        made = sorted(str(p.metadata.name) for p in mine.pods("mine", names.ROLE_WORKER))
+        assert made == [names.worker_name("mine", i) for i in (0, 1)], made[:5]
+        assert mine.status("mine")["phase"] in ("Pending", "Starting"), mine.status("mine")
+    finally:
+        core.patch_namespaced_pod(worker, tenant_a.namespace, {"metadata": {"finalizers": None}})

@@ -317,6 +317,34 @@ def test_an_edit_of_the_workers_while_the_world_waits_for_admission_makes_it_aga
     assert ReleaseLauncher("rn50-launcher", "uid-l") in decide(spec, ready, d.status, NOW).actions
 
 
+def _pod(name: str, role: str, *, index: int | None = None, **meta: Any) -> dict[str, Any]:
+    labels = {"dtjob.io/role": role, "dtjob.io/attempt": "0", **meta.pop("labels", {})}
+    if index is not None:
+        labels["dtjob.io/worker-index"] = str(index)
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "labels": labels, **meta},
+            "spec": {}, "status": {"phase": "Pending"}}  # fmt: skip
+
+
+def test_a_world_size_label_no_spec_could_give_makes_no_more_workers() -> None:
+    """A namespace admin may label the held launcher `dtjob.io/world-size: 1000000000` and put Kueue's
+    finalizer on a worker (the world then reads as admitted, keeping the launcher's size): the operator would
+    have made a billion workers, its memory gone on every reconcile of the job. A size past spec.workers'
+    bound is no size the operator wrote: the world is the spec's."""
+    spec = job_spec(**QUEUED)  # two workers
+    huge = _pod("rn50-launcher", "launcher", labels={"dtjob.io/world-size": "1000000000"})
+    huge["spec"]["schedulingGates"] = [{"name": "dtjob.io/workers-ready"}]
+    taken = _pod("rn50-worker-0", "worker", index=0, finalizers=["kueue.x-k8s.io/managed"])
+    observed = observe_children([huge, taken], None, launcher_name="rn50-launcher")
+    assert observed.launcher is not None and observed.launcher.world_size is None
+    d = decide(spec, observed, JobStatus(phase="Pending"), NOW)
+    assert [a for a in d.actions if isinstance(a, CreateWorker)] == [CreateWorker(1, 0)], d.actions
+    # The bound is spec.workers' own: the largest world the spec allows is still read.
+    for value, read in (("512", 512), ("513", None), ("0", None), ("-3", None)):
+        huge["metadata"]["labels"]["dtjob.io/world-size"] = value
+        found = observe_children([huge], None, launcher_name="rn50-launcher").launcher
+        assert found is not None and found.world_size == read, (value, found)
+
+
 def test_an_edit_to_one_worker_more_is_regrouped_once_the_added_worker_disagrees() -> None:
     """Two workers counted with their launcher (3) look, to an edit to 3 workers, like a group an earlier
     release made (its count the workers alone): kept at first. Once the added worker counts 4, they go."""

@@ -16,7 +16,7 @@ from dtjob.gang.pool_room import PoolRoom
 from dtjob.state.failed_create import CreateRefusal
 from dtjob.state.hosts import PublishedHosts
 from dtjob.state.pod_state import PodState as PodState
-from dtjob.state.pod_state import int_label, true_condition
+from dtjob.state.pod_state import int_label, true_condition, world_size_label
 from dtjob.state.pod_state import pod_state as pod_state
 from dtjob.state.prebuilt import PrebuiltWorkload
 from dtjob.state.rank_error import RankError
@@ -218,7 +218,7 @@ def legacy_launcher_state(job: Json, pods: Iterable[PodState]) -> LauncherState:
         failed=is_failed,
         pod_name=pod.name if pod else None,
         reason=reason,
-        world_size=int_label(meta.get("labels") or {}, names.WORLD_SIZE_LABEL),
+        world_size=world_size_label(meta.get("labels") or {}),
         failed_pod=failed_pod if is_failed else None,
         held=held,
         held_pod=next((p for p in live if p.held), None),

@@ -11,6 +11,7 @@ from typing import Any
 
 from dtjob import names
 from dtjob.gang import kueue
+from dtjob.spec.parse import MAX_WORKERS
 from dtjob.state.node_health import NodeProblem
 from dtjob.timefmt import parse_time_or_none
 
@@ -76,6 +77,14 @@ def int_label(labels: Json, key: str) -> int | None:
         return None
 
 
+def world_size_label(labels: Json) -> int | None:
+    """The world size the operator wrote on a launcher or worker, or None for one it cannot have written: a
+    namespace admin may label a pod of the job, and a size past spec.workers' bound would have the operator
+    make that many workers (a million pods' worth of memory, every reconcile, for every tenant)."""
+    size = int_label(labels, names.WORLD_SIZE_LABEL)
+    return size if size is not None and 1 <= size <= MAX_WORKERS else None
+
+
 def _condition(conditions: Iterable[Json] | None, kind: str) -> Json | None:
     return next((c for c in conditions or () if c.get("type") == kind), None)
 
@@ -121,7 +130,7 @@ def pod_state(pod: Json) -> PodState:
         address=str(status.get("podIP") or ""),
         node=str((pod.get("spec") or {}).get("nodeName") or ""),
         avoided_nodes=_avoided_nodes(meta),
-        world_size=int_label(labels, names.WORLD_SIZE_LABEL),
+        world_size=world_size_label(labels),
         ended=ended,
     )
 
