@@ -53,6 +53,7 @@ def raw_worker(
     }  # fmt: skip
     name = names.worker_name("rn50", index)
     meta = {"name": name, "uid": f"uid-w{index}-a{attempt}", "labels": labels,
+            "ownerReferences": [{"kind": "DistributedTrainingJob", "name": "rn50", "uid": "uid-1"}],
             "creationTimestamp": format_time(NOW - timedelta(minutes=10))}  # fmt: skip
     scheduled = {"type": "PodScheduled", "status": "True"}
     status: dict[str, Any] = {"phase": phase, "podIP": f"10.0.0.{index + 10}"}

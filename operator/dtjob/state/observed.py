@@ -249,6 +249,8 @@ def observe_children(
 
 
 def _owned_by(obj: Json, uids: set[str]) -> bool:
-    """Whether an ownerReference names one of `uids`; a copy without ownerReferences is taken as ours."""
-    refs = (obj.get("metadata") or {}).get("ownerReferences")
-    return refs is None or any(str(ref.get("uid")) in uids for ref in refs)
+    """Whether an ownerReference names one of `uids`. An object without any is no child of the operator's,
+    which makes each with its owner: a namespace admin's pod under the job's labels, were it taken as one,
+    could stand in for a worker or the launcher."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return any(str(ref.get("uid")) in uids for ref in refs)
