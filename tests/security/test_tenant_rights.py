@@ -114,3 +114,25 @@ def test_an_editor_can_neither_switch_a_world_to_torchrun_nor_resize_a_torchrun_
     label = {"metadata": {"labels": {"dtjob.io/world-size": "1"}}}
     assert refused(lambda: tenant_a.core(EDITOR).patch_namespaced_pod("ddp-world-worker-0", ns, label))
     assert refused(lambda: tenant_a.core(EDITOR).patch_namespaced_pod("mpi-world-launcher", ns, label))
+
+
+def test_an_editor_cannot_have_its_pods_hold_their_gpus_past_the_grace_bound(tenant_a: Tenant) -> None:
+    """A template's terminationGracePeriodSeconds keeps a preempted, suspended or restarted world's pods, with
+    their GPUs and quota, for as long as its trainer ignores SIGTERM: a year would hold them from the job that
+    preempted it. The API server refuses more than the bound at create and at edit, naming the field."""
+    editor = tenant_a.jobs(EDITOR)
+    ns = tenant_a.namespace
+    custom = client.CustomObjectsApi(tenant_a.api(EDITOR))
+    year = {"spec": {"terminationGracePeriodSeconds": 31_536_000}}
+    for role in ("worker", "launcher"):
+        try:
+            editor.create(f"hold-{role}", **{role: {"template": year}})
+        except ApiException as err:
+            assert err.status == 422, err
+            assert f"spec.{role}.template.spec.terminationGracePeriodSeconds" in str(err.body), err.body
+            assert "at most 600 seconds" in str(err.body), err.body
+        else:
+            raise AssertionError(f"a {role} template holding its pods for a year was created")
+    editor.create("bounded", worker={"template": {"spec": {"terminationGracePeriodSeconds": 600}}})
+    edit = {"spec": {"worker": {"template": year}}}
+    assert invalid(lambda: custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "bounded", edit))

@@ -169,6 +169,18 @@ def test_pod_fields_the_operator_leaves_free_come_from_the_template() -> None:
     assert spec["imagePullSecrets"] == [{"name": "acr"}]
 
 
+def test_a_termination_grace_past_the_bound_is_cut_to_it() -> None:
+    """A template's terminationGracePeriodSeconds holds a preempted, suspended or restarted world's GPUs and
+    quota until its pods end: past the bound the CRD refuses it, and a job stored before that rule runs with
+    its pods' grace cut to the bound."""
+    bound = validators.TERMINATION_GRACE_MAX_SECONDS
+    year = worker({"spec": {"terminationGracePeriodSeconds": 31_536_000}})["spec"]
+    assert year["terminationGracePeriodSeconds"] == bound
+    minutes = worker({"spec": {"terminationGracePeriodSeconds": 120}})["spec"]
+    assert minutes["terminationGracePeriodSeconds"] == 120
+    assert "terminationGracePeriodSeconds" not in worker({"spec": {}})["spec"]  # Kubernetes' 30 s
+
+
 def test_dshm_takes_a_size_and_stays_in_memory() -> None:
     volumes = worker({"spec": {"volumes": [{"name": "dshm", "emptyDir": {"sizeLimit": "16Gi"}}]}})["spec"][
         "volumes"
@@ -297,8 +309,11 @@ def test_what_the_launcher_may_set_that_a_worker_may_not() -> None:
 def expected_rules(main: str) -> list[tuple[str, str, str]]:
     """(rule, fieldPath, message) of each CEL rule a template of the pod whose own container is `main` must
     carry, from the very lists and words the parser refuses with (dtjob.spec.validators)."""
-    found = [(f"!has(self.spec) || !has(self.spec.{f})", f".spec.{f}", why)
-             for f, why in validators.TEMPLATE_OWNED_POD_FIELDS.items()]  # fmt: skip
+    grace = "self.spec.terminationGracePeriodSeconds"
+    bound = f"!has(self.spec) || !has({grace}) || {grace} <= {validators.TERMINATION_GRACE_MAX_SECONDS}"
+    found = [(bound, ".spec.terminationGracePeriodSeconds", validators.TERMINATION_GRACE_WHY)]
+    found += [(f"!has(self.spec) || !has(self.spec.{f})", f".spec.{f}", why)
+              for f, why in validators.TEMPLATE_OWNED_POD_FIELDS.items()]  # fmt: skip
     theirs = [n for n in validators.OPERATOR_VOLUMES if n != validators.SHARED_MEMORY_VOLUME]
     volumes = "!has(self.spec) || !has(self.spec.volumes) || self.spec.volumes.all(v, "
     listed = ", ".join(f"'{n}'" for n in theirs)
@@ -346,7 +361,8 @@ def test_the_crds_rules_say_what_the_parser_says(main: str) -> None:
     template = spec[main]["properties"]["template"]
     rules = [(r["rule"], r["fieldPath"], r["message"]) for r in template["x-kubernetes-validations"]]
     assert rules == expected_rules(main)
-    assert all(r["reason"] == "FieldValueForbidden" for r in template["x-kubernetes-validations"])
+    reasons = [r["reason"] for r in template["x-kubernetes-validations"]]
+    assert reasons == ["FieldValueInvalid"] + ["FieldValueForbidden"] * (len(reasons) - 1), reasons
     worker = spec["worker"]["properties"]["template"]["properties"]
     assert template["properties"]["metadata"] == worker["metadata"]
     # The launcher's spec is the worker's schema without Kubernetes' descriptions.

@@ -47,6 +47,9 @@ def merge_pod_spec(built: Mapping[str, Any], template: Mapping[str, Any], main: 
             out[key] = _merge_value(mine, value)
     for key in rules.TEMPLATE_OWNED_POD_FIELDS:
         _restore(out, built, key)
+    grace = out.get("terminationGracePeriodSeconds")
+    if isinstance(grace, int) and grace > rules.TERMINATION_GRACE_MAX_SECONDS:
+        out["terminationGracePeriodSeconds"] = rules.TERMINATION_GRACE_MAX_SECONDS
     return out
 
 

@@ -185,6 +185,15 @@ def toleration_problem(toleration: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+# A template's terminationGracePeriodSeconds is bounded: when Kueue preempts a world, or a suspend or restart
+# deletes its pods, their GPUs and quota stay taken until they end. Refused past it at apply (a CEL rule); a
+# job stored before the rule keeps running, its pods' grace cut to the bound (dtjob.desired.template).
+TERMINATION_GRACE_MAX_SECONDS = 600
+TERMINATION_GRACE_WHY = (
+    f"must be at most {TERMINATION_GRACE_MAX_SECONDS} seconds: a world that is preempted, suspended or "
+    "restarted keeps its GPUs and quota until its pods end"
+)
+
 # Pod templates (spec.worker.template, spec.launcher.template) are merged over the pods the operator builds
 # (dtjob.desired.template). What of a pod the operator owns is refused there, each with why: at
 # `kubectl apply` by the CRD's CEL rules where a rule can say it (the pod-level fields; the same messages), by
