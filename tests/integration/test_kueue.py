@@ -15,6 +15,7 @@ reached by the API server on loopback; testbed/kueue.py): a ClusterQueue with GP
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from functools import partial
 from typing import Any, cast
@@ -306,12 +307,40 @@ def test_an_elastic_worlds_lost_worker_is_replaced_on_the_quota_the_group_holds(
         return fresh[0] if fresh and fresh[0].spec.node_name and not gated(fresh[0]) else None
 
     wait_for(replaced, timeout=90, what="el-worker-1 replaced, ungated and bound")
-    status = jobs.status("el")
+    _runs_on_its_admission(jobs, "el", admitted, queues["cq"])
+
+
+def test_an_elastic_world_kueue_admitted_keeps_its_size_when_spec_workers_is_edited(
+    jobs: Jobs, operator: Any, queues: dict[str, str], api_client: client.ApiClient, namespace: str
+) -> None:
+    """Kueue has no elastic pod groups: a member made for a group of another size is deleted. An admitted
+    elastic world edited to one worker more made that worker again every few seconds, for good; it now keeps
+    the size Kueue admitted, and says that the edit applies at its next world."""
+    jobs.create("grow", **world(elastic={"minWorkers": 1, "maxWorkers": 3}, launcher=LONG_LAUNCHER))
+    jobs.wait_phase("grow", "Running", timeout=120)
+    admitted = workload(api_client, namespace, "grow")
+    jobs.patch_spec("grow", {"workers": 3})
+
+    def says_it_waits() -> str | None:
+        message = str(jobs.status("grow").get("message") or "")
+        return message if "spec.workers=3 applies at the next world" in message else None
+
+    said = wait_for(says_it_waits, timeout=60, what="the edit said to wait for the next world")
+    assert said.endswith("Kueue admitted this one at 2)"), said
+    time.sleep(10)  # where the edit was taken, Kueue deleted the third worker and it came back within this
+    made = {str(p.metadata.name) for p in jobs.pods("grow", "worker")}
+    assert made == {"grow-worker-0", "grow-worker-1"}, made
+    _runs_on_its_admission(jobs, "grow", admitted, queues["cq"])
+
+
+def _runs_on_its_admission(jobs: Jobs, name: str, admitted: dict[str, Any], cluster_queue: str) -> None:
+    """The job runs, unrestarted, on the Workload Kueue first admitted, with the quota of one world."""
+    status = jobs.status(name)
     assert status["phase"] == "Running" and status.get("restarts", 0) == 0, status
-    after = workload(api_client, namespace, "el")
+    after = workload(jobs.custom.api_client, jobs.ns, name)
     assert after["metadata"]["uid"] == admitted["metadata"]["uid"], "the group was admitted anew"
     assert condition(after, "Admitted").get("status") == "True", after
-    assert gpus_reserved(client.CustomObjectsApi(api_client), queues["cq"]) == str(GPUS_PER_WORLD)
+    assert gpus_reserved(jobs.custom, cluster_queue) == str(GPUS_PER_WORLD)
 
 
 def gpus_reserved(custom: client.CustomObjectsApi, cluster_queue: str) -> str:

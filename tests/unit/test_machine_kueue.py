@@ -8,7 +8,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from dtjob import desired
 from dtjob.machine import decide
+from dtjob.machine.admission import admitted_group
 from dtjob.state.decision import (
     CreateLauncher,
     CreateWorker,
@@ -356,3 +358,33 @@ def test_an_edit_to_one_worker_more_is_regrouped_once_the_added_worker_disagrees
     deleted = {a.name for a in d.actions if isinstance(a, DeletePod)}
     assert deleted == {"rn50-worker-0", "rn50-worker-1"}, d.actions
     assert not any(isinstance(a, CreateLauncher) for a in d.actions), d.actions
+
+
+def test_an_elastic_world_kueue_admitted_keeps_its_size_when_spec_workers_is_edited() -> None:
+    """Kueue has no elastic pod groups: it deletes a member made for a group of another size. An elastic
+    world that took an edit of spec.workers as it ran made that worker again every few seconds, for good.
+    Once admitted, the world keeps its size, its lost workers replaced in the admitted group; the edit waits
+    for the next world, and the status says so."""
+    spec = job_spec(**{**QUEUED, "workers": 3, "elastic": {"minWorkers": 1, "maxWorkers": 3}})  # was 2
+    made_for_two = launcher(world_size=2)
+    observed = Observed(pods=(worker(0), worker(1)), launcher=made_for_two)
+    world = admitted_group(spec, observed, 0)
+    assert (world.workers, world.edited_workers) == (2, 3)
+    d = decide(world, observed, running(), NOW)
+    assert not any(isinstance(a, CreateWorker) for a in d.actions), d.actions
+    said = d.status.message
+    assert said.endswith("(spec.workers=3 applies at the next world: Kueue admitted this one at 2)"), said
+    # A worker lost: its replacement joins the admitted group, counted as its other members are.
+    lost = decide(world, Observed(pods=(worker(0),), launcher=made_for_two), running(), NOW)
+    assert CreateWorker(1, 0) in lost.actions and lost.status.restarts == 0
+    counted = desired.worker_pod(world, {"uid": "uid-1"}, 1, 0)["metadata"]["annotations"]
+    assert counted["kueue.x-k8s.io/pod-group-total-count"] == "3"  # two workers and the launcher
+    # Still queued (gated), the edit applies: the gated workers are made again in a group of its size.
+    queued = Observed(pods=(gated(0), gated(1)), launcher=held_launcher(world_size=2))
+    assert admitted_group(spec, queued, 0) is spec
+    # No Kueue (no finalizer): an elastic world takes the edit as it runs.
+    free = tuple(worker(i, kueue_finalizer=False, kueue_group_size=None) for i in (0, 1))
+    assert admitted_group(spec, Observed(pods=free, launcher=made_for_two), 0) is spec
+    # A size no spec.elastic bound allows is no size the world was made with.
+    forged = Observed(pods=(worker(0), worker(1)), launcher=launcher(world_size=9))
+    assert admitted_group(spec, forged, 0) is spec

@@ -146,6 +146,12 @@ def counted_twice_message(count: int) -> str:
     return f"this cluster's Kueue counts {count} of its pods' quota a second time, {_TAKEN_BY_THIS_KUEUE}"
 
 
+def edit_waits_message(edited: int, admitted: int) -> str:
+    """What a running elastic world admitted by Kueue as one pod group adds while spec.workers says `edited`:
+    Kueue keeps the group at the size it admitted (it has no elastic pod groups)."""
+    return f" (spec.workers={edited} applies at the next world: Kueue admitted this one at {admitted})"
+
+
 def group_size(spec: JobSpec) -> int:
     """The pods of the world's group: its workers, and the launcher a Horovod world has (a torchrun world's
     launch is a worker's)."""

@@ -131,3 +131,27 @@ def _launcher_again(b: Builder, spec: JobSpec, launcher: LauncherState | None, a
     b.actions.extend(launcher_deletes(launcher))
     if pod is not None and pod.deleting:
         release_when_ended(b, pod)
+
+
+def admitted_by_kueue(observed: Observed, attempt: int) -> bool:
+    """Kueue admitted the world (its workers ungated): the pod group it admitted keeps its size, so an edit of
+    spec.workers applies at the next world, as once launched."""
+    live = [p for p in observed.workers() if p.attempt == attempt and not p.deleting]
+    return any(p.kueue_finalizer and not p.gated for p in live)
+
+
+def admitted_group(spec: JobSpec, observed: Observed, attempt: int) -> JobSpec:
+    """The world an elastic job runs once Kueue admitted it as one pod group: the size it was made with.
+    Kueue has no elastic pod groups: it deletes a member made for a group of another size, and a world that
+    took an edit of spec.workers as it ran made that member again every few seconds, for good. The edit
+    applies at the next world (spec.edited_workers keeps it, for the status to say so)."""
+    if spec.elastic is None or not spec.run_policy.scheduling.kueue_pod_group:
+        return spec
+    launcher = observed.launcher if observed.launcher and observed.launcher.attempt == attempt else None
+    size = launcher.world_size if launcher is not None else None
+    bounds = range(spec.elastic.min_workers, spec.elastic.max_workers + 1)
+    if size is None or size == spec.workers or size not in bounds:
+        return spec
+    if not admitted_by_kueue(observed, attempt):
+        return spec  # still queued: the gated workers are made again in a group of the edited size
+    return replace(spec, workers=size, edited_workers=spec.workers)

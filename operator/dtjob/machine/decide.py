@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from dtjob import gang, names
 from dtjob.contract.results_upload import UPLOADED
-from dtjob.machine.admission import PREEMPTED, after_the_end, preempted, release_all_ended
+from dtjob.machine.admission import PREEMPTED, admitted_by_kueue, after_the_end, preempted, release_all_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.deadline import active_deadline
 from dtjob.machine.elastic import BELOW_MINIMUM, elastic_world, replaces_lost_workers
@@ -118,7 +118,7 @@ class _World:
             and launcher.held
             and spec.elastic is None
             and launcher.world_size not in (None, spec.workers)
-            and not _admitted_by_kueue(observed, attempt)
+            and not admitted_by_kueue(observed, attempt)
         ):
             launcher = None  # made for a size edited since, not launched: it goes, and one for the edit comes
         # A launched world keeps the size it was made with; an edit of spec.workers applies at the next one.
@@ -131,13 +131,6 @@ class _World:
         }
         leaving = {p.index: p for p in observed.workers() if p.attempt == attempt and p.deleting}
         return _World(launcher, size, workers, leaving)
-
-
-def _admitted_by_kueue(observed: Observed, attempt: int) -> bool:
-    """Kueue admitted the world (its workers ungated): the pod group it admitted keeps its size, so an edit of
-    spec.workers applies at the next world, as once launched."""
-    live = [p for p in observed.workers() if p.attempt == attempt and not p.deleting]
-    return any(p.kueue_finalizer and not p.gated for p in live)
 
 
 def _finished(b: Builder, spec: JobSpec, observed: Observed) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from dtjob import names
+from dtjob.gang import kueue
 from dtjob.machine.admission import release_when_ended
 from dtjob.machine.builder import Builder
 from dtjob.machine.elastic import elastic_ranks, lost, replaces_lost_workers
@@ -357,6 +358,8 @@ def _running(
     ranks = f"{size * spec.total_slots // spec.workers} ranks on {size} workers"
     if spec.elastic is not None:
         ranks = elastic_ranks(spec, b.status.workers_ready, b.status.training_progress)
+        if spec.edited_workers is not None:
+            ranks += kueue.edit_waits_message(spec.edited_workers, spec.workers)
     elif size != spec.workers:
         ranks += f" (spec.workers={spec.workers} applies at the next world)"
     b.cond("Running", True, "LauncherRunning" if launcher.is_launcher else "WorkersRunning", ranks)

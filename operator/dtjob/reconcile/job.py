@@ -19,6 +19,7 @@ from dtjob.desired.common import owner_reference
 from dtjob.desired.owned import owner_uids
 from dtjob.kube.client import Kube
 from dtjob.machine import decide, invalid_spec, settle, with_results, wound_down
+from dtjob.machine.admission import admitted_group
 from dtjob.machine.prebuilt import admitted_world
 from dtjob.reconcile import reads
 from dtjob.reconcile.act import act, delete_world
@@ -69,6 +70,7 @@ def reconcile(
 
     observed = observe(kube, config, spec, job, prev, children, now)
     spec = admitted_world(spec, observed.prebuilt)  # on a worker cluster, what Kueue admitted of it
+    spec = admitted_group(spec, observed, prev.restarts)  # an elastic world Kueue admitted keeps its size
     decision = decide(spec, observed, prev, now)
     version = _record(kube, job, decision.status, decision.events, now)
     # Counted once recorded: a Conflict in _record means the next reconcile decides the restart again.
