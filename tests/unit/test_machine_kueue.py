@@ -388,3 +388,23 @@ def test_an_elastic_world_kueue_admitted_keeps_its_size_when_spec_workers_is_edi
     # A size no spec.elastic bound allows is no size the world was made with.
     forged = Observed(pods=(worker(0), worker(1)), launcher=launcher(world_size=9))
     assert admitted_group(spec, forged, 0) is spec
+
+
+def test_a_fixed_world_admitted_before_its_launch_makes_a_lost_worker_again_in_the_admitted_group() -> None:
+    """spec.workers edited to 3 after Kueue admitted a world of 2 that has not launched yet: the world keeps
+    its size, and a worker it loses before the launch comes back counted in the admitted group (a member
+    counted for a group of 4 is one Kueue deletes, and the operator would make it again, for good)."""
+    spec = job_spec(**{**QUEUED, "workers": 3})
+    made_for_two = held_launcher(gated=False, world_size=2)
+    observed = Observed(pods=(worker(0, ready=False),), launcher=made_for_two)
+    world = admitted_group(spec, observed, 0)
+    assert (world.workers, world.edited_workers) == (2, 3)
+    d = decide(world, observed, JobStatus(phase="Pending"), NOW)
+    assert [a for a in d.actions if isinstance(a, CreateWorker)] == [CreateWorker(1, 0)], d.actions
+    counted = desired.worker_pod(world, {"uid": "uid-1"}, 1, 0)["metadata"]["annotations"]
+    assert counted["kueue.x-k8s.io/pod-group-total-count"] == "3"
+    # Launched, it says the edit waits for the next world, once.
+    ready = Observed(pods=(worker(0), worker(1)), launcher=launcher(world_size=2))
+    said = decide(admitted_group(spec, ready, 0), ready, running(), NOW).status.message
+    waits = "(spec.workers=3 applies at the next world: Kueue admitted this one at 2)"
+    assert said == f"training: 8 ranks on 2 workers {waits}", said

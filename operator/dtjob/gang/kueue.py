@@ -147,8 +147,8 @@ def counted_twice_message(count: int) -> str:
 
 
 def edit_waits_message(edited: int, admitted: int) -> str:
-    """What a running elastic world admitted by Kueue as one pod group adds while spec.workers says `edited`:
-    Kueue keeps the group at the size it admitted (it has no elastic pod groups)."""
+    """What a running world Kueue admitted as one pod group adds while spec.workers says `edited`: Kueue
+    keeps the group at the size it admitted (it has no elastic pod groups)."""
     return f" (spec.workers={edited} applies at the next world: Kueue admitted this one at {admitted})"
 
 

@@ -141,16 +141,17 @@ def admitted_by_kueue(observed: Observed, attempt: int) -> bool:
 
 
 def admitted_group(spec: JobSpec, observed: Observed, attempt: int) -> JobSpec:
-    """The world an elastic job runs once Kueue admitted it as one pod group: the size it was made with.
-    Kueue has no elastic pod groups: it deletes a member made for a group of another size, and a world that
-    took an edit of spec.workers as it ran made that member again every few seconds, for good. The edit
-    applies at the next world (spec.edited_workers keeps it, for the status to say so)."""
-    if spec.elastic is None or not spec.run_policy.scheduling.kueue_pod_group:
+    """The world a job runs once Kueue admitted it as one pod group: the size it was made with. Kueue
+    deletes a member made for a group of another size: an elastic world that took an edit of spec.workers as
+    it ran, or a worker made again for a world still to launch, was made again every few seconds, for good.
+    The edit applies at the next world (spec.edited_workers keeps it, for the status to say so)."""
+    if not spec.run_policy.scheduling.kueue_pod_group:
         return spec
     launcher = observed.launcher if observed.launcher and observed.launcher.attempt == attempt else None
     size = launcher.world_size if launcher is not None else None
-    bounds = range(spec.elastic.min_workers, spec.elastic.max_workers + 1)
-    if size is None or size == spec.workers or size not in bounds:
+    if size is None or size == spec.workers:
+        return spec
+    if spec.elastic is not None and not spec.elastic.min_workers <= size <= spec.elastic.max_workers:
         return spec
     if not admitted_by_kueue(observed, attempt):
         return spec  # still queued: the gated workers are made again in a group of the edited size

@@ -358,10 +358,10 @@ def _running(
     ranks = f"{size * spec.total_slots // spec.workers} ranks on {size} workers"
     if spec.elastic is not None:
         ranks = elastic_ranks(spec, b.status.workers_ready, b.status.training_progress)
-        if spec.edited_workers is not None:
-            ranks += kueue.edit_waits_message(spec.edited_workers, spec.workers)
     elif size != spec.workers:
         ranks += f" (spec.workers={spec.workers} applies at the next world)"
+    if spec.edited_workers is not None:
+        ranks += kueue.edit_waits_message(spec.edited_workers, spec.workers)
     b.cond("Running", True, "LauncherRunning" if launcher.is_launcher else "WorkersRunning", ranks)
     b.cond_false_if_present("Restarting", "Recovered", f"world running again after {attempt} restarts")
     if restarting:

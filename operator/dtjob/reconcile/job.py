@@ -70,7 +70,7 @@ def reconcile(
 
     observed = observe(kube, config, spec, job, prev, children, now)
     spec = admitted_world(spec, observed.prebuilt)  # on a worker cluster, what Kueue admitted of it
-    spec = admitted_group(spec, observed, prev.restarts)  # an elastic world Kueue admitted keeps its size
+    spec = admitted_group(spec, observed, prev.restarts)  # a world Kueue admitted keeps its size
     decision = decide(spec, observed, prev, now)
     version = _record(kube, job, decision.status, decision.events, now)
     # Counted once recorded: a Conflict in _record means the next reconcile decides the restart again.

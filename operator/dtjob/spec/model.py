@@ -284,8 +284,8 @@ class JobSpec:
     # An elastic copy Kueue admitted in part: the workers its Workload asks for (spec.workers is then the
     # admitted count, the size its world aims for); None otherwise.
     workload_workers: int | None = None
-    # An elastic world Kueue admitted as one pod group keeps the size it was made with (spec.workers is then
-    # that size): spec.workers as edited since, which applies at the next world; None otherwise.
+    # A world Kueue admitted as one pod group keeps the size it was made with (spec.workers is then that
+    # size): spec.workers as edited since, which applies at the next world; None otherwise.
     edited_workers: int | None = None
     torchrun: Torchrun | None = None  # spec.torchrun: the world runs under torchrun instead of MPI
 
