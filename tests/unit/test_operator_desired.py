@@ -234,6 +234,30 @@ def test_a_worker_leaves_a_lost_node_within_seconds_not_five_minutes() -> None:
     assert unreachable == [own]
 
 
+def test_kueues_keys_a_job_sets_on_its_pods_are_dropped_but_its_priority_class() -> None:
+    """An editor's podLabels, podAnnotations or template naming Kueue's keys would put the world's pods under
+    a Workload another world of the namespace holds (two worlds on one quota), or in another queue or group:
+    the operator writes those alone. The WorkloadPriorityClass stays the job's to choose."""
+    theirs = {
+        "kueue.x-k8s.io/prebuilt-workload-name": "dtjob-other", "kueue.x-k8s.io/queue-name": "free",
+        "kueue.x-k8s.io/pod-group-name": "other", "kueue.x-k8s.io/priority-class": "urgent",
+    }  # fmt: skip
+    notes = {"kueue.x-k8s.io/pod-group-total-count": "1", "kueue.x-k8s.io/retriable-in-group": "false"}
+    template = {"metadata": {"labels": theirs, "annotations": notes}}
+    spec = job_spec(
+        worker={"podLabels": theirs, "podAnnotations": notes, "template": template},
+        launcher={"podLabels": theirs, "podAnnotations": notes, "template": template},
+        runPolicy={"scheduling": {"queueName": "gpu-queue"}},
+    )
+    for pod in (desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_pod(spec, OWNER, 0)):
+        meta = pod["metadata"]
+        kueue = {k: v for k, v in {**meta["labels"], **meta["annotations"]}.items() if k.startswith("kueue.")}
+        assert kueue == {
+            "kueue.x-k8s.io/queue-name": "gpu-queue", "kueue.x-k8s.io/pod-group-name": "rn50",
+            "kueue.x-k8s.io/pod-group-total-count": "3", "kueue.x-k8s.io/priority-class": "urgent",
+        }, kueue  # fmt: skip
+
+
 def test_the_launcher_joins_its_workers_kueue_group_and_a_job_without_a_queue_is_the_same_group() -> None:
     # Made with its workers, the launcher is a member of their group: Kueue admits and evicts the world whole,
     # and no default LocalQueue of the namespace makes the launcher a Workload of its own.

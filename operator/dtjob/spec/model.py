@@ -122,13 +122,27 @@ class PodOverrides:
 
     @property
     def pod_labels(self) -> dict[str, str]:
-        """podLabels with the template's labels over them (the operator's own go over both)."""
-        return {**self.labels, **(self.template.labels if self.template else {})}
+        """podLabels with the template's labels over them (the operator's own go over both), less Kueue's."""
+        return _without_kueue({**self.labels, **(self.template.labels if self.template else {})})
 
     @property
     def pod_annotations(self) -> dict[str, str]:
-        """podAnnotations with the template's annotations over them."""
-        return {**self.annotations, **(self.template.annotations if self.template else {})}
+        """podAnnotations with the template's annotations over them, less Kueue's."""
+        return _without_kueue({**self.annotations, **(self.template.annotations if self.template else {})})
+
+
+# Kueue's keys on a pod say which queue, group and Workload admit it: the operator's alone to write (the
+# queue from spec.runPolicy.scheduling.queueName). One a job set itself would put its pods in another queue or
+# group, or under a Workload another world holds (kueue.x-k8s.io/prebuilt-workload-name): two worlds on one
+# quota. The WorkloadPriorityClass is the job's to choose (docs/scheduling.md).
+KUEUE_KEY_PREFIX = "kueue.x-k8s.io/"
+KUEUE_KEYS_THE_JOB_SETS = frozenset({"kueue.x-k8s.io/priority-class"})
+
+
+def _without_kueue(keys: Mapping[str, str]) -> dict[str, str]:
+    return {
+        k: v for k, v in keys.items() if not k.startswith(KUEUE_KEY_PREFIX) or k in KUEUE_KEYS_THE_JOB_SETS
+    }
 
 
 @dataclass(frozen=True)
