@@ -147,7 +147,7 @@ def admitted_group(spec: JobSpec, observed: Observed, attempt: int) -> JobSpec:
     The edit applies at the next world (spec.edited_workers keeps it, for the status to say so)."""
     if not spec.run_policy.scheduling.kueue_pod_group:
         return spec
-    launcher = observed.launcher if observed.launcher and observed.launcher.attempt == attempt else None
+    launcher = observed.launcher_of(attempt)
     size = launcher.world_size if launcher is not None else None
     if size is None or size == spec.workers:
         return spec

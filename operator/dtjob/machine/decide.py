@@ -112,7 +112,7 @@ class _World:
 
     @staticmethod
     def of(spec: JobSpec, observed: Observed, attempt: int) -> _World:
-        launcher = observed.launcher if observed.launcher and observed.launcher.attempt == attempt else None
+        launcher = observed.launcher_of(attempt)
         if (
             launcher
             and launcher.held

@@ -155,6 +155,10 @@ class Observed:
     def workers(self) -> list[PodState]:
         return [p for p in self.pods if p.role == names.ROLE_WORKER]
 
+    def launcher_of(self, attempt: int) -> LauncherState | None:
+        """The launcher of world `attempt`; None while there is none, or only an older world's."""
+        return self.launcher if self.launcher is not None and self.launcher.attempt == attempt else None
+
     @property
     def world_exists(self) -> bool:
         """A worker pod or the launcher of any attempt exists."""
