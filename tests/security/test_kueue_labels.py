@@ -9,7 +9,8 @@ MultiKueue's origin label, no owner) that Kueue admits, and Kueue's copy of the 
 Then tenant A's editor, and tenant B's, label jobs of their own with a Workload name:
 
 - a job naming the victim's Workload gets no pod outside Kueue (it fails, naming the label), though its queue
-  has no quota left;
+  has no quota left; named on its pods (podLabels, a template), the name never reaches them, and they wait,
+  gated, for quota;
 - a job naming another job's Workload, or a Workload Kueue made for a job's pod group (named as the job is),
   with a spec the operator rejects (so it ends at once) never marks that Workload Finished: Kueue keeps its
   quota (the ClusterQueue's reservation is what it was) while its pods run;
@@ -239,6 +240,22 @@ def test_a_job_naming_another_jobs_workload_gets_no_pod_outside_kueue(
         assert failed.get("reason") == "InvalidSpec", status
         assert status["message"].startswith(f"{field}: names Workload '{VICTIM_WORKLOAD}'"), status
     stays_empty(lambda: [str(p.metadata.name) for p in admin.pods("thief") + admin.pods("thief-a")])
+
+    # The same name on the job's pods (podLabels, a template's labels) never reaches them: they wait, gated,
+    # in the job's own group, for quota the queue no longer has.
+    on_pods = {"podLabels": named, "template": {"metadata": {"labels": named}}}
+    tenant_a.jobs().create("thief-p", **world(worker=on_pods, launcher={**LONG_RUN, **on_pods}))
+    wait_for(lambda: len(admin.pods("thief-p")) == 3, timeout=60, what="thief-p's workers and launcher")
+
+    def taken() -> list[str]:
+        pods = admin.pods("thief-p")
+        return [
+            str(p.metadata.name)
+            for p in pods
+            if not gated(p) or PREBUILT_WORKLOAD_LABEL in (p.metadata.labels or {})
+        ]
+
+    stays_empty(taken)
     assert admitted_and_not_finished(get_workload(custom, tenant_a.namespace, VICTIM_WORKLOAD))
     assert admin.status(VICTIM)["phase"] == "Running"
 
