@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dtjob.spec import validators
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
 Json = dict[str, Any]
@@ -175,7 +176,15 @@ STRINGS = (
 )  # fmt: skip
 # Keys tried on every map whose keys a CEL rule checks.
 KEYS = ("k", "team.example/k", "a/b/c", "-k", "k-", "k k", "x" * 63, "x" * 64, "a" * 253 + "/k",
-        "a" * 254 + "/k", "/k", "Example.com/k")  # fmt: skip
+        "a" * 254 + "/k", "/k", "Example.com/k", "kueue.x-k8s.io/queue-name",
+        "kueue.x-k8s.io/priority-class")  # fmt: skip
+
+
+def refused_at_apply_only(probe: Probe) -> bool:
+    """A value a CEL rule refuses that the parser accepts on purpose, so that a job stored before the rule
+    keeps running: Kueue's keys on a job's pods, which the operator drops from them instead (its own test)."""
+    keys = probe.value if isinstance(probe.value, dict) else {}
+    return any(validators.kueue_key_the_operator_sets(k) for k in keys)
 
 
 @dataclass(frozen=True)

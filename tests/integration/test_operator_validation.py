@@ -78,6 +78,7 @@ APPLY_REJECTS = [
     ({"placement": {"nodeSelector": {"bad key!": "x"}}}, "spec.placement.nodeSelector: Invalid value"),
     ({"worker": {"podLabels": {"team": "a" * 64}}}, "spec.worker.podLabels.team"),
     ({"launcher": {"podAnnotations": {"a/b/c": "x"}}}, "keys must be qualified names"),
+    ({"worker": {"podLabels": {"kueue.x-k8s.io/queue-name": "free"}}}, "spec.worker.podLabels: Forbidden"),
     ({"worker": {"podLabels": {f"k{i}": "v" for i in range(65)}}}, "spec.worker.podLabels: Too many"),
     ({"env": [{"name": "1ST", "value": "x"}]}, "spec.env[0].name"),
     ({"worker": {"resources": {"requests": {"cpu": "lots"}}}}, "spec.worker.resources.requests.cpu"),

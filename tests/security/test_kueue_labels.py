@@ -9,8 +9,8 @@ MultiKueue's origin label, no owner) that Kueue admits, and Kueue's copy of the 
 Then tenant A's editor, and tenant B's, label jobs of their own with a Workload name:
 
 - a job naming the victim's Workload gets no pod outside Kueue (it fails, naming the label), though its queue
-  has no quota left; named on its pods (podLabels, a template), the name never reaches them, and they wait,
-  gated, for quota;
+  has no quota left; named on its pods (podLabels, podAnnotations, a template's metadata), the name is refused
+  at create and at edit, naming the field;
 - a job naming another job's Workload, or a Workload Kueue made for a job's pod group (named as the job is),
   with a spec the operator rejects (so it ends at once) never marks that Workload Finished: Kueue keeps its
   quota (the ClusterQueue's reservation is what it was) while its pods run;
@@ -45,6 +45,7 @@ from dtjob.spec.managed_by import (
 )
 from dtjob.spec.parse import parse_spec
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from testbed.kube_wait import wait_for
 from testbed.kueue import KUEUE, KueueProcess, releases
@@ -241,23 +242,34 @@ def test_a_job_naming_another_jobs_workload_gets_no_pod_outside_kueue(
         assert status["message"].startswith(f"{field}: names Workload '{VICTIM_WORKLOAD}'"), status
     stays_empty(lambda: [str(p.metadata.name) for p in admin.pods("thief") + admin.pods("thief-a")])
 
-    # The same name on the job's pods (podLabels, a template's labels) never reaches them: they wait, gated,
-    # in the job's own group, for quota the queue no longer has.
-    on_pods = {"podLabels": named, "template": {"metadata": {"labels": named}}}
-    tenant_a.jobs().create("thief-p", **world(worker=on_pods, launcher={**LONG_RUN, **on_pods}))
-    wait_for(lambda: len(admin.pods("thief-p")) == 3, timeout=60, what="thief-p's workers and launcher")
-
-    def taken() -> list[str]:
-        pods = admin.pods("thief-p")
-        return [
-            str(p.metadata.name)
-            for p in pods
-            if not gated(p) or PREBUILT_WORKLOAD_LABEL in (p.metadata.labels or {})
-        ]
-
-    stays_empty(taken)
+    # The same name on the job's pods (podLabels, podAnnotations, a template's labels or annotations) is
+    # refused at create and at edit, naming the field: Kueue's keys on the pods are the operator's.
+    on_pods = {
+        "podLabels": {"podLabels": named}, "podAnnotations": {"podAnnotations": named},
+        "template.metadata.labels": {"template": {"metadata": {"labels": named}}},
+        "template.metadata.annotations": {"template": {"metadata": {"annotations": named}}},
+    }  # fmt: skip
+    editor = tenant_a.jobs()
+    for role in ("worker", "launcher"):
+        for field, extras in on_pods.items():
+            create = partial(editor.create, f"thief-{role[0]}", **world(**{role: extras}))
+            refused_naming(f"spec.{role}.{field}", create)
+            refused_naming(f"spec.{role}.{field}", partial(editor.patch_spec, "fair", {role: extras}))
+    assert admin.pods("thief-w") == admin.pods("thief-l") == []
     assert admitted_and_not_finished(get_workload(custom, tenant_a.namespace, VICTIM_WORKLOAD))
     assert admin.status(VICTIM)["phase"] == "Running"
+
+
+def refused_naming(field: str, attempt: Callable[[], object]) -> None:
+    """`attempt`, a create or an edit that puts Kueue's keys in `field`, is refused, naming it."""
+    try:
+        attempt()
+    except ApiException as err:
+        assert err.status == 422, err
+        body = " ".join(str(err.body).split())
+        assert field in body and "keys under kueue.x-k8s.io/ are set by the operator" in body, body
+    else:
+        raise AssertionError(f"Kueue's Workload name in {field} was allowed")
 
 
 def test_a_job_that_ends_at_once_never_finishes_a_workload_it_names(

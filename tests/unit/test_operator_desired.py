@@ -237,7 +237,8 @@ def test_a_worker_leaves_a_lost_node_within_seconds_not_five_minutes() -> None:
 def test_kueues_keys_a_job_sets_on_its_pods_are_dropped_but_its_priority_class() -> None:
     """An editor's podLabels, podAnnotations or template naming Kueue's keys would put the world's pods under
     a Workload another world of the namespace holds (two worlds on one quota), or in another queue or group:
-    the operator writes those alone. The WorkloadPriorityClass stays the job's to choose."""
+    the operator writes those alone. The CRD refuses them at apply; from a job stored before that rule they
+    are dropped. The WorkloadPriorityClass stays the job's to choose."""
     theirs = {
         "kueue.x-k8s.io/prebuilt-workload-name": "dtjob-other", "kueue.x-k8s.io/queue-name": "free",
         "kueue.x-k8s.io/pod-group-name": "other", "kueue.x-k8s.io/priority-class": "urgent",

@@ -374,6 +374,20 @@ def test_the_crds_rules_say_what_the_parser_says(main: str) -> None:
     assert labels[0] == spec["worker"]["properties"]["podLabels"]["x-kubernetes-validations"][0]
 
 
+@pytest.mark.parametrize("role", ["worker", "launcher"])
+def test_the_crd_refuses_kueues_keys_on_the_pods_but_the_priority_class(role: str) -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    extras = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][role]
+    metadata = extras["properties"]["template"]["properties"]["metadata"]["properties"]
+    maps = [extras["properties"]["podLabels"], extras["properties"]["podAnnotations"]]
+    maps += [metadata["labels"], metadata["annotations"]]
+    allowed = ", ".join(f"'{k}'" for k in validators.KUEUE_KEYS_THE_JOB_SETS)
+    rule = f"self.all(k, !k.startsWith('{validators.KUEUE_KEY_PREFIX}') || k in [{allowed}])"
+    for schema in maps:
+        kueue = [r for r in schema["x-kubernetes-validations"] if validators.KUEUE_KEY_PREFIX in r["rule"]]
+        assert kueue == [{"rule": rule, "message": validators.KUEUE_KEY_WHY, "reason": "FieldValueForbidden"}]
+
+
 def test_the_owned_lists_are_what_the_operator_builds() -> None:
     # Every volume and label the operator builds, and every variable it sets on the launcher itself, is owned.
     body = job_body(dataset={"source": "imagenet", "volume": {"persistentVolumeClaim": {"claimName": "c"}}},

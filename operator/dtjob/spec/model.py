@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dtjob.contract import training
+from dtjob.spec import validators
 from dtjob.spec.storage import Output, StageFrom
 
 Json = dict[str, Any]
@@ -131,18 +132,8 @@ class PodOverrides:
         return _without_kueue({**self.annotations, **(self.template.annotations if self.template else {})})
 
 
-# Kueue's keys on a pod say which queue, group and Workload admit it: the operator's alone to write (the
-# queue from spec.runPolicy.scheduling.queueName). One a job set itself would put its pods in another queue or
-# group, or under a Workload another world holds (kueue.x-k8s.io/prebuilt-workload-name): two worlds on one
-# quota. The WorkloadPriorityClass is the job's to choose (docs/scheduling.md).
-KUEUE_KEY_PREFIX = "kueue.x-k8s.io/"
-KUEUE_KEYS_THE_JOB_SETS = frozenset({"kueue.x-k8s.io/priority-class"})
-
-
 def _without_kueue(keys: Mapping[str, str]) -> dict[str, str]:
-    return {
-        k: v for k, v in keys.items() if not k.startswith(KUEUE_KEY_PREFIX) or k in KUEUE_KEYS_THE_JOB_SETS
-    }
+    return {k: v for k, v in keys.items() if not validators.kueue_key_the_operator_sets(k)}
 
 
 @dataclass(frozen=True)

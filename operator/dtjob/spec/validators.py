@@ -264,3 +264,21 @@ OWNED_LABELS = (
 
 def owned_label(key: str) -> bool:
     return key.startswith(OWNED_LABEL_PREFIX) or key in OWNED_LABELS
+
+
+# Kueue's keys on a pod say which queue, group and Workload admit it: the operator's alone to write (the
+# queue from spec.runPolicy.scheduling.queueName). One a job set itself would put its pods in another queue or
+# group, or under a Workload another world holds (kueue.x-k8s.io/prebuilt-workload-name): two worlds on one
+# quota. The WorkloadPriorityClass is the job's to choose (docs/scheduling.md). Refused in podLabels,
+# podAnnotations and template metadata at apply (a CEL rule); from a job stored before the rule they are
+# dropped, so that it keeps running (dtjob.spec.model).
+KUEUE_KEY_PREFIX = "kueue.x-k8s.io/"
+KUEUE_KEYS_THE_JOB_SETS = ("kueue.x-k8s.io/priority-class",)
+KUEUE_KEY_WHY = (
+    "keys under kueue.x-k8s.io/ are set by the operator (the queue is spec.runPolicy.scheduling.queueName), "
+    "but kueue.x-k8s.io/priority-class"
+)
+
+
+def kueue_key_the_operator_sets(key: str) -> bool:
+    return key.startswith(KUEUE_KEY_PREFIX) and key not in KUEUE_KEYS_THE_JOB_SETS
