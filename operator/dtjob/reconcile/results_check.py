@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from dtjob.azure.clients import Deadlines
 from dtjob.config import OperatorConfig
@@ -26,10 +27,19 @@ from dtjob.spec.parse import JobSpec
 from dtjob.state.observed import StoredResults
 from dtjob.state.status import JobStatus
 
+if TYPE_CHECKING:
+    from azure.storage.blob import ContainerClient
+
 log = logging.getLogger(__name__)
 
 # One look within a reconcile: short tries, no retries (a failed look is retried by the state machine).
 CHECK_DEADLINES = Deadlines(connect_s=5.0, read_s=15.0, retries=0, backoff_s=1)
+# Whoever may write under the run's prefix (rank 0's token) decides what lies there, and the check runs at
+# every reconcile of the job: it reads the manifest up to its bound, keeps only the sizes of the files the
+# manifest lists, and lists at most this many blobs (20 pages), so that no prefix filled with millions of
+# blobs or a huge manifest costs the operator more than that.
+LISTING_MAX_BLOBS = 100_000
+LISTING_PAGE = 5_000
 
 
 def stored_results(
@@ -56,31 +66,34 @@ def stored_results(
     try:
         sas = results_check_sas(kube, spec, uid, now, config)
         with container_client(sas.container_url, sas.token, 1, CHECK_DEADLINES) as client:
-            listed = {
-                b.name.removeprefix(prefix): int(b.size) for b in client.list_blobs(name_starts_with=prefix)
-            }
-            size = listed.get(MANIFEST_NAME)
-            if size is None or size > MANIFEST_MAX_BYTES:
-                return StoredResults(False, _no_manifest(url, size))
-            text = client.download_blob(prefix + MANIFEST_NAME).readall().decode("utf-8", "replace")
+            return look_for_results(client, prefix, url, record)
     except StorageRefused as refused:
         return StoredResults(False, f"could not look at {url}: {refused.blocker.message}", retry=True)
     except AzureError as err:
         reason = redact(f"{type(err).__name__}: {err}").splitlines()[0][:300]
         log.warning("%s/%s: could not look for the results at %s: %s", spec.namespace, spec.name, url, reason)
         return StoredResults(False, f"could not look for the results at {url}: {reason}", retry=True)
-    return _compare(url, record, parse_manifest(text), listed)
 
 
-def _no_manifest(url: str, size: int | None) -> str:
-    if size is None:
-        return f"no {MANIFEST_NAME} under {url}: the upload that writes it last has not completed there"
-    return f"{url}{MANIFEST_NAME} is {size} bytes, more than a manifest may be ({MANIFEST_MAX_BYTES})"
-
-
-def _compare(
-    url: str, record: ResultsRecord, manifest: dict[str, int] | None, listed: Mapping[str, int]
+def look_for_results(
+    client: ContainerClient,
+    prefix: str,
+    url: str,
+    record: ResultsRecord,
+    listing_max: int = LISTING_MAX_BLOBS,
 ) -> StoredResults:
+    """Whether the manifest under `prefix` lists what `record` says, and every file it lists is there with
+    its size, read within the bounds above."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    try:
+        stream = client.download_blob(prefix + MANIFEST_NAME, offset=0, length=MANIFEST_MAX_BYTES + 1)
+        data = stream.readall()
+    except ResourceNotFoundError:
+        return StoredResults(False, _no_manifest(url, None))
+    if len(data) > MANIFEST_MAX_BYTES:
+        return StoredResults(False, _no_manifest(url, len(data)))
+    manifest = parse_manifest(data.decode("utf-8", "replace"))
     if manifest is None:
         return StoredResults(False, f"{url}{MANIFEST_NAME} is not a manifest")
     files, size = len(manifest), sum(manifest.values())
@@ -90,9 +103,39 @@ def _compare(
             f"the manifest under {url} lists {files} files, {size} bytes, not the {record.files} files, "
             f"{record.bytes} bytes the record says were uploaded",
         )
+    if files >= listing_max:
+        return StoredResults(False, f"the manifest under {url} lists {files} files, more than the operator "
+                                    f"looks for ({listing_max - 1})")  # fmt: skip
+    listed, looked = _sizes_listed(client, prefix, manifest, listing_max)
     absent = sorted(name for name, length in manifest.items() if listed.get(name) != length)
     if absent:
         shown = ", ".join(absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+        within = f" within the first {looked} blobs there" if looked >= listing_max else ""
         return StoredResults(False, f"{len(absent)} file(s) the manifest lists are not under {url} "
-                                    f"with their size: {shown}")  # fmt: skip
+                                    f"with their size{within}: {shown}")  # fmt: skip
     return StoredResults(True, f"{files} files, {size} bytes under {url}")
+
+
+def _sizes_listed(
+    client: ContainerClient, prefix: str, manifest: Mapping[str, int], listing_max: int
+) -> tuple[dict[str, int], int]:
+    """The listed sizes of the files `manifest` names (no other name is kept), and how many blobs were
+    listed: until all of them are found, or `listing_max`."""
+    found: dict[str, int] = {}
+    looked = 0
+    for blob in client.list_blobs(name_starts_with=prefix, results_per_page=LISTING_PAGE):
+        looked += 1
+        name = blob.name.removeprefix(prefix)
+        if name in manifest:
+            found[name] = int(blob.size)
+            if len(found) == len(manifest):
+                break
+        if looked >= listing_max:
+            break
+    return found, looked
+
+
+def _no_manifest(url: str, size: int | None) -> str:
+    if size is None:
+        return f"no {MANIFEST_NAME} under {url}: the upload that writes it last has not completed there"
+    return f"{url}{MANIFEST_NAME} is more than a manifest may be ({MANIFEST_MAX_BYTES} bytes)"
