@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from dtjob.fence import NotLeader
+from dtjob.kube.client import Keep
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.credentials import Credentials
 from dtjob.kube.errors import ApiNotServed, Conflict, Forbidden, LogUnavailable, Rejected
@@ -122,10 +123,16 @@ class RecordingKube:
 
     def list(
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
-        cached: bool = False,
+        cached: bool = False, keep: Keep | None = None,
     ) -> builtins.list[Json]:  # fmt: skip
         _permitted("list", kind)
         self.calls.append(("list", kind, labels or fields))
+        found = self._listed(kind, namespace, labels, fields, limit)
+        return [keep(obj) for obj in found] if keep is not None else found
+
+    def _listed(
+        self, kind: str, namespace: str | None, labels: str, fields: str, limit: int | None
+    ) -> builtins.list[Json]:
         if kind == "Node":
             return copy.deepcopy(self.nodes)
         if kind == "Pod" and fields.startswith("spec.nodeName="):

@@ -8,7 +8,7 @@ from typing import Any
 
 from dtjob.gang import kueue
 from dtjob.names import AVOIDED_NODES_ANNOTATION
-from dtjob.runtime.child_cache import JOBS, PODS, SLICES, ChildCache, projection
+from dtjob.runtime.child_cache import JOBS, PODS, SLICES, URGENT_EVERY_S, ChildCache, projection
 from dtjob.state.observed import pod_state
 
 NS = "ns"
@@ -139,6 +139,27 @@ def test_workers_all_ready_counts_only_the_workers_cached() -> None:
     assert cache.workers_all_ready((NS, "j"))
 
 
+def test_a_job_goes_ahead_once_its_workers_all_turn_ready_and_not_again_for_a_while() -> None:
+    """A namespace admin's pods labelled as a job's workers that turn Ready and not Ready again and again
+    would keep that job ahead of every other tenant's: a job goes ahead at most once in URGENT_EVERY_S."""
+    now = [0.0]
+    cache = ChildCache(clock=lambda: now[0])
+    ready = [{"type": "Ready", "status": "True"}]
+    cache.observe(PODS, child("w0", "u0", 1), deleted=False)
+    assert not cache.goes_ahead((NS, "j")), "not Ready"
+    cache.observe(PODS, child("w0", "u0", 2, conditions=ready), deleted=False)
+    assert cache.goes_ahead((NS, "j"))
+    cache.observe(PODS, child("w0", "u0", 3), deleted=False)
+    cache.observe(PODS, child("w0", "u0", 4, conditions=ready), deleted=False)
+    now[0] = URGENT_EVERY_S - 0.1
+    assert not cache.goes_ahead((NS, "j")), "flapped back to Ready within the bound"
+    now[0] = URGENT_EVERY_S + 0.1
+    assert cache.goes_ahead((NS, "j")), "a new world, or a worker back, after the bound"
+    cache.observe(PODS, child("w0", "u0", 5), deleted=True)
+    cache.observe(PODS, child("w1", "u1", 1, conditions=ready), deleted=False)
+    assert cache.goes_ahead((NS, "j")), "a job whose children were all gone starts afresh"
+
+
 def test_a_services_endpoint_slices_are_kept_with_their_hosts() -> None:
     cache = ChildCache()
     endpoint = {"addresses": ["10.0.0.1"], "hostname": "j-worker-0", "conditions": {"ready": True}}
@@ -148,6 +169,10 @@ def test_a_services_endpoint_slices_are_kept_with_their_hosts() -> None:
     (kept,) = cache.children((NS, "j")).endpoint_slices
     assert (kept["addressType"], kept["endpoints"], kept["ports"]) == ("IPv4", [endpoint], body["ports"])
     assert pod_names(cache) == [] and cache.children((NS, "j")).launcher is None
+    # Another Service's slice with the job's labels (a namespace admin's) is kept without its hosts.
+    cache.observe(SLICES, {**body, "metadata": {**body["metadata"], "name": "j-other", "uid": "u8"}}, False)
+    other = [s for s in cache.children((NS, "j")).endpoint_slices if s["metadata"]["name"] == "j-other"]
+    assert len(other) == 1 and not {"addressType", "endpoints", "ports"} & other[0].keys(), other
 
 
 def test_a_child_as_large_as_the_api_server_takes_is_kept_as_small_as_ours() -> None:

@@ -5,6 +5,7 @@ The real schedulers judge the same objects in tests/integration/test_gang_schedu
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from dtjob.desired.common import owner_reference
 from dtjob.desired.owned import drift
 from dtjob.gang import PoolRoom, pool_room
 from dtjob.gang.placement import shortfall
+from dtjob.gang.pool_room import pod_view
 from dtjob.gang.resources import min_resources
 from dtjob.machine import decide
 from dtjob.machine.gang import wants_pool_room
@@ -269,6 +271,30 @@ def test_pool_room_subtracts_what_running_pods_hold_but_not_the_jobs_own() -> No
     room = pool_room("pool=gpu", nodes, by_node, "nvidia.com/gpu",
                      lambda p: p["metadata"]["labels"]["dtjob.io/job-name"] == "rn50")  # fmt: skip
     assert room == PoolRoom("pool=gpu", (1, 4))  # cordoned c takes no new pods
+
+
+def test_the_pool_rooms_pods_are_kept_as_what_it_reads_of_them() -> None:
+    """The pods on a pool's nodes are every tenant's, their labels, annotations and statuses as large as
+    1.5 MiB allows: the LIST keeps of each what pool_room reads, and the room is the same."""
+    view = pod_view("nvidia.com/gpu", "dtjob.io/job-name")
+    big = {
+        "metadata": {"name": "p", "namespace": "other", "annotations": {"pad": "x" * 500_000},
+                     "labels": {"dtjob.io/job-name": "rn50", **{f"l{i}": "v" for i in range(5_000)}}},
+        "spec": {"containers": [{"name": f"c{i}", "image": "i" * 300, "env": [{"name": "A"}],
+                                 "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2"}}}
+                                for i in range(3)],
+                 "initContainers": [{"name": "init", "resources": {"requests": {"nvidia.com/gpu": "4"}}}]},
+        "status": {"phase": "Running", "containerStatuses": [{"message": "m" * 100_000}]},
+    }  # fmt: skip
+    kept = view(big)
+    assert len(json.dumps(kept)) < 600, kept
+    assert kept["metadata"] == {"namespace": "other", "labels": {"dtjob.io/job-name": "rn50"}}
+    nodes = [{"metadata": {"name": "a"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}]
+    for skip in (lambda p: False, lambda p: p["metadata"]["labels"].get("dtjob.io/job-name") == "rn50"):
+        assert pool_room("", nodes, {"a": [kept]}, "nvidia.com/gpu", skip) == pool_room(
+            "", nodes, {"a": [big]}, "nvidia.com/gpu", skip
+        )
+    assert pool_room("", nodes, {"a": [kept]}, "nvidia.com/gpu", lambda p: False).free == (4,)
 
 
 def test_the_pod_group_goes_when_the_job_ends_or_is_suspended() -> None:

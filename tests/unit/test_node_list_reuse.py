@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from dtjob.kube.client import Keep
 from dtjob.reconcile.preflight import preflight
 from dtjob.reconcile.reads import list_nodes
 from dtjob.runtime.cached_kube import NODE_LIST_TTL_S, CachedKube, ListAnswer
@@ -53,7 +54,7 @@ class StaleNodes(RecordingKube):
 
     def list(
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
-        cached: bool = False,
+        cached: bool = False, keep: Keep | None = None,
     ) -> list[dict[str, Any]]:  # fmt: skip
         assert kind == "Node"
         self.fresh_calls.append(not cached)
@@ -107,7 +108,7 @@ class CountingNodes(RecordingKube):
 
     def list(
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
-        cached: bool = False,
+        cached: bool = False, keep: Keep | None = None,
     ) -> list[dict[str, Any]]:  # fmt: skip
         assert (kind, namespace) == ("Node", None)
         self.selectors.append(labels)

@@ -43,6 +43,34 @@ def pool_room(
     return PoolRoom(selector, tuple(free))
 
 
+def pod_view(resource: str, label: str) -> Callable[[Json], dict[str, Any]]:
+    """What pool_room reads of a pod bound to a pool node (its `resource`, its `label`), kept as the LIST of
+    the node's pods is read: those are every tenant's pods, whose labels, annotations and status may be
+    large."""
+
+    def view(pod: Json) -> dict[str, Any]:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k == label}
+
+        def requests(containers: Iterable[Json]) -> list[dict[str, Any]]:
+            out = []
+            for container in containers:
+                resources = container.get("resources") or {}
+                asked = {kind: {resource: resources[kind][resource]} for kind in ("requests", "limits")
+                         if resource in (resources.get(kind) or {})}  # fmt: skip
+                out.append({"resources": asked})
+            return out
+
+        return {
+            "metadata": {"namespace": meta.get("namespace"), "labels": labels},
+            "spec": {"containers": requests(spec.get("containers") or ()),
+                     "initContainers": requests(spec.get("initContainers") or ())},
+            "status": {"phase": (pod.get("status") or {}).get("phase")},
+        }  # fmt: skip
+
+    return view
+
+
 def _pod_request(pod: Json, resource: str) -> int:
     """What a pod requests of an extended resource: its containers' sum, or its largest init container's."""
     spec = pod.get("spec") or {}

@@ -51,13 +51,31 @@ __all__ = [
     "ApiNotServed",
     "Conflict",
     "Forbidden",
+    "Keep",
     "Kube",
     "KubeClient",
     "LogUnavailable",
     "NotOurs",
     "Rejected",
+    "identity_of",
 ]
 log = logging.getLogger(__name__)
+# What of each listed object a caller keeps (dtjob.kube.rest.list_pages).
+Keep = Callable[[Json], Json]
+
+
+def _whole(item: Json) -> Json:
+    return item
+
+
+def identity_of(item: Json) -> Json:
+    """What a delete by UID reads of a listed object: its name, UID and owners, not what its writer put in
+    it (a namespace admin's pod may carry megabytes of annotations)."""
+    meta = item.get("metadata") or {}
+    kept = {k: meta[k] for k in ("name", "namespace", "uid", "ownerReferences") if k in meta}
+    return {"metadata": kept}
+
+
 # API groups the API server itself serves: a create answered 404 there means the namespace is gone, while
 # for any other group it means the CRD behind the kind is not installed.
 BUILT_IN_GROUPS = frozenset({"", "batch", "networking.k8s.io", "coordination.k8s.io", "discovery.k8s.io"})
@@ -76,10 +94,11 @@ class Kube(Protocol):
 
     def list(
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
-        cached: bool = False,
+        cached: bool = False, keep: Keep | None = None,
     ) -> builtins.list[Json]:  # fmt: skip
         """Every match (at most `limit`, else page by page); `cached`: the API server may answer from its
-        watch cache. Forbidden (403), Rejected (400: a selector it cannot parse)."""
+        watch cache; `keep`: what of each match is kept, as its page is read (objects that others write may
+        be large: keep what is read of them). Forbidden (403), Rejected (400: a selector it cannot parse)."""
 
     def patch(
         self, kind: str, namespace: str, name: str, body: Any, api_version: str | None = None
@@ -198,7 +217,7 @@ class KubeClient:
 
     def list(
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
-        cached: bool = False,
+        cached: bool = False, keep: Keep | None = None,
     ) -> builtins.list[Json]:  # fmt: skip
         query = [
             (key, value) for key, value in (("labelSelector", labels), ("fieldSelector", fields)) if value
@@ -210,8 +229,8 @@ class KubeClient:
                 page = api_call(
                     self.api_client, "list", kind, namespace, query=[*query, ("limit", str(limit))]
                 )
-                return builtins.list(read_json(page).get("items") or [])
-            return list_pages(self.api_client, kind, namespace, query, lambda item: item)[0]
+                return [(keep or _whole)(item) for item in read_json(page).get("items") or ()]
+            return list_pages(self.api_client, kind, namespace, query, keep or _whole)[0]
         except ApiError as err:
             if err.status == 403:
                 raise Forbidden(f"list {kind} refused by the API server: {api_message(err)}") from err

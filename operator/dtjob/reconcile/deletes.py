@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from dtjob import KIND, names
 from dtjob.desired.owned import owner_uids
-from dtjob.kube.client import Conflict, Kube
+from dtjob.kube.client import Conflict, Kube, identity_of
 from dtjob.state.hosts import StaleSlice
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def delete_owned(
 def delete_pods(kube: Kube, namespace: str, label_selector: str, owner_uid: str) -> None:
     """Delete the pods the selector finds that `owner_uid` owns, each only while it is the pod listed."""
     kube.check_leader()  # a standby lists nothing it could not act on
-    for pod in kube.list("Pod", namespace, labels=label_selector):
+    for pod in kube.list("Pod", namespace, labels=label_selector, keep=identity_of):
         meta = pod["metadata"]
         if owner_uid in owner_uids(pod):
             kube.delete("Pod", namespace, meta["name"], uid=meta.get("uid"))
@@ -133,7 +133,7 @@ def delete_launcher(kube: Kube, namespace: str, job_name: str, job_uid: str) -> 
     kube.check_leader()  # a standby lists nothing it could not act on
     name = names.launcher_name(job_name)
     selector = f"{names.JOB_NAME_LABEL}={job_name},{names.ROLE_LABEL}={names.ROLE_LAUNCHER}"
-    for found in kube.list("Job", namespace, labels=selector):
+    for found in kube.list("Job", namespace, labels=selector, keep=identity_of):
         meta = found["metadata"]
         if meta["name"] == name and job_uid in owner_uids(found):
             kube.delete("Job", namespace, name, uid=meta.get("uid"), background=True)

@@ -8,10 +8,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from dtjob import KIND
+from dtjob import KIND, names
 from dtjob.desired.workload import KUEUE_APIS, PRIORITY_CLASS_KIND, WORKLOAD_KIND
+from dtjob.gang.pool_room import pod_view
 from dtjob.kube.client import Conflict, Forbidden, Kube, Rejected
-from dtjob.state.failed_create import newest_failed_create
+from dtjob.spec.validators import GPU_RESOURCE
+from dtjob.state.failed_create import failed_create_view, newest_failed_create
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -147,7 +149,7 @@ def list_node_pods(kube: Kube, node: str) -> list[Json] | None:
     namespace-scoped install)."""
     selector = f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
     try:
-        return kube.list("Pod", None, fields=selector)
+        return kube.list("Pod", None, fields=selector, keep=pod_view(GPU_RESOURCE, names.JOB_NAME_LABEL))
     except Forbidden:
         return None
 
@@ -157,4 +159,7 @@ def failed_create(kube: Kube, namespace: str, job_uid: str) -> str | None:
     newest FailedCreate Event: Pod Security, a ResourceQuota), or None. Admission refuses the pod, not
     the Job, so the Job itself never says why it has no pod."""
     selector = f"involvedObject.uid={job_uid},reason=FailedCreate"
-    return newest_failed_create(kube.list("Event", namespace, fields=selector, limit=FAILED_CREATE_EVENTS))
+    events = kube.list(
+        "Event", namespace, fields=selector, limit=FAILED_CREATE_EVENTS, keep=failed_create_view
+    )
+    return newest_failed_create(events)

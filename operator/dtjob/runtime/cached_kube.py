@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from dtjob import API_GROUP, KIND
-from dtjob.kube.client import Forbidden, Kube
+from dtjob.kube.client import Forbidden, Keep, Kube
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.rest import METADATA_ONLY, Json, list_pages
 from dtjob.reconcile.reads import PollsLogs
@@ -128,12 +128,12 @@ class CachedKube:
 
     def list(
         self, kind: str, namespace: str | None, labels: str = "", fields: str = "", limit: int | None = None,
-        cached: bool = False,
+        cached: bool = False, keep: Keep | None = None,
     ) -> builtins.list[Json]:  # fmt: skip
         if kind == "Namespace" and cached and not (labels or fields or limit is not None):
             return self._namespaces()
-        if kind != "Node" or namespace is not None or fields or limit is not None:
-            return self.kube.list(kind, namespace, labels, fields, limit, cached)
+        if kind != "Node" or namespace is not None or fields or limit is not None or keep is not None:
+            return self.kube.list(kind, namespace, labels, fields, limit, cached, keep)
         # One list per selector at a time: a burst of new jobs would otherwise list the same pool once per
         # reconcile thread before the first answer is cached.
         stripe = zlib.crc32(labels.encode()) % len(self._node_list_locks)

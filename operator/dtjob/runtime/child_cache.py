@@ -32,7 +32,9 @@ Json = Mapping[str, Any]
 PODS, JOBS, SLICES = "pods", "jobs", "endpointslices"
 # The kinds watched, and the cache's name for each.
 CHILD_KINDS = {"Pod": PODS, "Job": JOBS, "EndpointSlice": SLICES}
-# An EndpointSlice's hosts: it has neither spec nor status.
+# An EndpointSlice's hosts: it has neither spec nor status. Kept for the operator's own slice only (named as
+# the job's Service, dtjob.state.hosts), the one whose hosts are read: any Service of a served namespace with
+# the watch's labels gets slices of its own, each as large as the pods it selects.
 SLICE_FIELDS = ("addressType", "endpoints", "ports")
 # How long a deleted uid is remembered, so that a LIST taken before its deletion cannot bring it back.
 TOMBSTONE_S = 600.0
@@ -50,6 +52,10 @@ KEPT_GATES = frozenset({kueue.ADMISSION_GATE, names.LAUNCH_GATE})
 OWNERS_KEPT = 4
 # The nodes a worker was kept off, comma-separated: a pool's worth of node names, not an annotation's 256 KiB.
 AVOIDED_NODES_MAX_CHARS = 16 * 1024
+# A job goes ahead of the others (its workers all Ready: the launcher may start) at most once in this long. A
+# world turns Ready once; a namespace admin whose pods, labelled as a job's workers, turn Ready and not Ready
+# again and again would otherwise keep its jobs ahead of every other tenant's.
+URGENT_EVERY_S = 10.0
 
 
 def projection(body: Json) -> dict[str, Any]:
@@ -94,8 +100,13 @@ def projection(body: Json) -> dict[str, Any]:
             "nodeName": spec.get("nodeName"),
         },
         "status": dict(body.get("status") or {}),
-        **{key: body[key] for key in SLICE_FIELDS if key in body},
+        **({key: body[key] for key in SLICE_FIELDS if key in body} if _the_jobs_slice(meta) else {}),
     }
+
+
+def _the_jobs_slice(meta: Json) -> bool:
+    job = (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
+    return isinstance(job, str) and meta.get("name") == names.service_name(job)
 
 
 def pod_ready(obj: Json) -> bool:
@@ -127,6 +138,7 @@ class ChildCache:
         self._entries: dict[str, _Entry] = {}  # by uid, in the order they were first seen
         self._by_key: dict[Key, dict[str, None]] = {}  # job -> uids of its children, in the same order
         self._tombstones: dict[str, float] = {}  # uid -> when it was deleted
+        self._urgent_at: dict[Key, float] = {}  # job -> when its workers last all turned Ready
         self._clock = clock
         self.failed_creates = FailedCreates()  # why the launcher's or stager's pod was refused
 
@@ -203,6 +215,7 @@ class ChildCache:
             siblings.pop(uid, None)
             if not siblings:
                 self._by_key.pop(entry.key, None)
+                self._urgent_at.pop(entry.key, None)
         return entry
 
     # --- reading -------------------------------------------------------------------------------------
@@ -259,6 +272,16 @@ class ChildCache:
             and entry.obj["metadata"]["labels"].get(names.ROLE_LABEL) == names.ROLE_WORKER
         ]
         return bool(workers) and all(pod_ready(pod) for pod in workers)
+
+    def goes_ahead(self, key: Key) -> bool:
+        """Whether the job's workers are all Ready and it has not gone ahead within URGENT_EVERY_S: ask once
+        a pod of it turned Ready. A yes counts as its turn."""
+        now = self._clock()
+        last = self._urgent_at.get(key)
+        if (last is not None and now - last < URGENT_EVERY_S) or not self.workers_all_ready(key):
+            return False
+        self._urgent_at[key] = now
+        return True
 
     def __len__(self) -> int:
         return len(self._entries)

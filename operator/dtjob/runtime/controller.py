@@ -4,8 +4,9 @@ Every watch event (the job itself, one of its pods, its staging Job) only enqueu
 deduplicated while waiting and never reconciled twice at the same time, and a child's event waits a quarter
 of a second for the rest of its burst, so a burst of pod events for one job costs one reconcile. A pod turning
 Ready that makes every worker of its job Ready puts the job in the queue's urgent lane (dtjob.runtime.lanes)
-at once: a job whose last worker turned Ready gets its launcher without waiting behind every job created after
-it. Reconciles read pods and Jobs from the children cache (dtjob.runtime.child_cache), not from the API: watch
+at once (at most once in ten seconds for a job): a job whose last worker turned Ready gets its launcher
+without waiting behind every job created after it. Reconciles read pods and Jobs from the children cache
+(dtjob.runtime.child_cache), not from the API: watch
 events keep it current, and a LIST of each namespace's children, before its first reconcile and then every
 `resync_seconds`, corrects it, so that a missed event (a deletion during a watch outage) heals by the next
 resync at the latest.
@@ -151,7 +152,7 @@ class Controller:
         key = self.cache.observe(kind, body, deleted)
         if key is None:
             return
-        if turns_ready and self.cache.workers_all_ready(key):
+        if turns_ready and self.cache.goes_ahead(key):
             self.enqueue(key, urgent=True)
         else:
             self.enqueue(key, CHILD_EVENTS_BATCH_S)

@@ -24,6 +24,13 @@ class CreateRefusal:
 FAILED_CREATE_MESSAGE_CHARS = 1000
 
 
+def failed_create_view(event: Json) -> dict[str, Any]:
+    """What newest_failed_create reads of an Event, its message cut as it is read: any pod of the namespace
+    may post Events, and a LIST of them is kept until it is read."""
+    kept = {k: event[k] for k in ("lastTimestamp", "eventTime") if k in event}
+    return {**kept, "message": str(event.get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS]}
+
+
 def newest_failed_create(events: Iterable[Json]) -> str | None:
     """The message of the newest of a Job's FailedCreate Events (the Job controller records one per try,
     merged into a count), cut to FAILED_CREATE_MESSAGE_CHARS; None without one."""
