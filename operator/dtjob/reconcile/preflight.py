@@ -16,6 +16,7 @@ from dtjob import desired
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
 from dtjob.desired.pods import GPU_RESOURCE
+from dtjob.gang.node_affinity import Term, TooLarge, required_terms
 from dtjob.kube.client import Kube, Rejected
 from dtjob.reconcile import pod_trust
 from dtjob.reconcile.reads import list_nodes
@@ -68,8 +69,13 @@ def _untrusted(kube: Kube, config: OperatorConfig, spec: JobSpec, uid: str) -> B
 
 
 def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | None:
-    """Fail a job whose workers fit on no node of the pool; a pool scaled to zero is given the benefit."""
+    """Fail a job whose workers fit on no node of the pool; a pool scaled to zero is given the benefit, and
+    so is a job whose node affinity is too large to match here (the scheduler judges it)."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
+    try:
+        terms = required_terms(spec.placement.affinity)
+    except TooLarge:
+        return None
     try:
         nodes = list_nodes(kube, selector, fresh=fresh)
     except Rejected as err:
@@ -81,9 +87,9 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
             fatal=True,
         )
     # The common case ends at the first node that holds a worker, before the pool's other nodes are checked.
-    if any(_gpus(n) >= spec.gpus_per_worker and _in_pool(n, spec) for n in nodes):
+    if any(_gpus(n) >= spec.gpus_per_worker and _in_pool(n, spec, terms) for n in nodes):
         return None
-    nodes = [n for n in nodes if _in_pool(n, spec)]
+    nodes = [n for n in nodes if _in_pool(n, spec, terms)]
     if not nodes:
         return None
     best = max(_gpus(n) for n in nodes)
@@ -93,7 +99,7 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
     return Blocker(
         "InsufficientGPUsPerNode",
         f"spec.gpusPerWorker: {spec.gpus_per_worker} GPUs per worker, but the nodes of this job's pool "
-        f"({_describe_pool(spec)}) have at most {best} {GPU_RESOURCE}",
+        f"({_describe_pool(spec, terms)}) have at most {best} {GPU_RESOURCE}",
         fatal=True,
     )
 
@@ -107,25 +113,24 @@ def _gpus(node: dict[str, object]) -> int:
         return 0
 
 
-def _describe_pool(spec: JobSpec) -> str:
+def _describe_pool(spec: JobSpec, terms: tuple[Term, ...]) -> str:
     """The job's pool in the job's own words: its selector and whether its affinity narrows it."""
     parts = (
         [",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))]
         if (spec.placement.node_selector)
         else []
     )
-    if _required_terms(spec.placement.affinity):
+    if terms:
         parts.append("spec.placement.affinity")
     return " and ".join(parts) or "every node its tolerations allow"
 
 
-def _in_pool(node: Mapping[str, Any], spec: JobSpec) -> bool:
-    """Whether the job's workers may be placed on the node: its required node affinity matches and the job
-    tolerates its NoSchedule/NoExecute taints (the nodeSelector was the list's own selector). The taints the
-    node's conditions set (not ready, unreachable, pressure) come and go, and say nothing of whose pool
-    it is."""
-    terms = _required_terms(spec.placement.affinity)
-    if terms and not any(_term_matches(node, term) for term in terms):
+def _in_pool(node: Mapping[str, Any], spec: JobSpec, terms: tuple[Term, ...]) -> bool:
+    """Whether the job's workers may be placed on the node: its required node affinity (`terms`) matches and
+    the job tolerates its NoSchedule/NoExecute taints (the nodeSelector was the list's own selector). The
+    taints the node's conditions set (not ready, unreachable, pressure) come and go, and say nothing of whose
+    pool it is."""
+    if terms and not any(term.matches(node) for term in terms):
         return False
     taints = (node.get("spec") or {}).get("taints") or []
     return all(
@@ -134,48 +139,6 @@ def _in_pool(node: Mapping[str, Any], spec: JobSpec) -> bool:
         or _tolerated(t, spec.placement.tolerations)
         for t in taints
     )
-
-
-def _required_terms(affinity: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
-    required = ((affinity or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    return list((required or {}).get("nodeSelectorTerms") or [])
-
-
-def _term_matches(node: Mapping[str, Any], term: Mapping[str, Any]) -> bool:
-    meta = node.get("metadata") or {}
-    labels: Mapping[str, str] = meta.get("labels") or {}
-    fields = {"metadata.name": str(meta.get("name") or "")}
-    expressions = term.get("matchExpressions") or []
-    field_expressions = term.get("matchFields") or []
-    if not expressions and not field_expressions:
-        return False  # an empty term matches no node (as the scheduler reads it)
-    return all(_requirement(labels, r) for r in expressions) and all(
-        _requirement(fields, r) for r in field_expressions
-    )
-
-
-def _requirement(values: Mapping[str, str], requirement: Mapping[str, Any]) -> bool:
-    key, operator = requirement.get("key"), requirement.get("operator")
-    wanted: list[str] = [str(v) for v in requirement.get("values") or []]
-    present = key in values
-    value = values.get(str(key))
-    if operator == "In":
-        return present and value in wanted
-    if operator == "NotIn":
-        return not present or value not in wanted
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt"):
-        try:
-            have, bound = int(str(value)), int(wanted[0])
-        except (ValueError, IndexError):
-            return False
-        return have > bound if operator == "Gt" else have < bound
-    return False
 
 
 def _tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:

@@ -1,0 +1,70 @@
+"""A job's required node affinity as the operator matches it against its pool's nodes (the GPU check of
+preflight): the scheduler's reading of each operator, compiled once per check, and none past its bound."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from dtjob.gang.node_affinity import AFFINITY_CHECK_MAX, TooLarge, required_terms
+from dtjob.reconcile.preflight import preflight
+
+from tests.unit.operator_fixtures import job_spec
+from tests.unit.test_node_list_reuse import StaleNodes
+
+NODE = {"metadata": {"name": "gpu-7", "labels": {"pool": "gpu", "gen": "5"}}}
+
+
+def affinity(*expressions: dict[str, Any], fields: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
+    term: dict[str, Any] = {"matchExpressions": list(expressions)}
+    if fields:
+        term["matchFields"] = list(fields)
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+@pytest.mark.parametrize(
+    ("expression", "matches"),
+    [
+        ({"key": "pool", "operator": "In", "values": ["cpu", "gpu"]}, True),
+        ({"key": "pool", "operator": "In", "values": ["cpu"]}, False),
+        ({"key": "pool", "operator": "NotIn", "values": ["cpu"]}, True),
+        ({"key": "zone", "operator": "NotIn", "values": ["a"]}, True),
+        ({"key": "pool", "operator": "NotIn", "values": ["gpu"]}, False),
+        ({"key": "pool", "operator": "Exists"}, True),
+        ({"key": "zone", "operator": "Exists"}, False),
+        ({"key": "zone", "operator": "DoesNotExist"}, True),
+        ({"key": "gen", "operator": "Gt", "values": ["4"]}, True),
+        ({"key": "gen", "operator": "Lt", "values": ["5"]}, False),
+        ({"key": "gen", "operator": "Gt", "values": ["x"]}, False),
+        ({"key": "pool", "operator": "Gt", "values": ["1"]}, False),
+        ({"key": "pool", "operator": "Sometimes", "values": ["gpu"]}, False),
+    ],
+)
+def test_each_operator_reads_as_the_scheduler_reads_it(expression: dict[str, Any], matches: bool) -> None:
+    (term,) = required_terms(affinity(expression))
+    assert term.matches(NODE) is matches
+
+
+def test_fields_name_the_node_and_an_empty_term_matches_none() -> None:
+    by_name = affinity(fields=({"key": "metadata.name", "operator": "In", "values": ["gpu-7"]},))
+    assert required_terms(by_name)[0].matches(NODE)
+    assert not required_terms(affinity())[0].matches(NODE)
+    assert required_terms(None) == () and required_terms({"nodeAffinity": {}}) == ()
+
+
+def test_an_affinity_past_the_bound_is_not_matched_and_the_job_gets_the_benefit() -> None:
+    """An editor's megabyte of NotIn values would be matched against every node of the pool at every check
+    of every waiting job: past the bound the GPU check is the scheduler's."""
+    huge = affinity(
+        {"key": "pool", "operator": "NotIn", "values": [f"v{i}" for i in range(AFFINITY_CHECK_MAX)]}
+    )
+    with pytest.raises(TooLarge):
+        required_terms(huge)
+    small = [{"metadata": {"name": "n2"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}]
+    kube = StaleNodes(nodes=small, stale=small)
+    assert preflight(kube, job_spec(gpusPerWorker=4, placement={"affinity": huge})) is None
+    assert kube.fresh_calls == [], "no node is listed for an affinity the operator does not match"
+    fits = affinity({"key": "pool", "operator": "NotIn", "values": ["cpu"]})
+    blocker = preflight(kube, job_spec(gpusPerWorker=4, placement={"affinity": fits}))
+    assert blocker is not None and blocker.reason == "InsufficientGPUsPerNode", blocker
+    assert "spec.placement.affinity" in blocker.message
