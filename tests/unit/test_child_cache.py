@@ -199,3 +199,27 @@ def test_a_child_as_large_as_the_api_server_takes_is_kept_as_small_as_ours() -> 
     cache = ChildCache()
     assert cache.observe(PODS, body, deleted=False) == (NS, "j")
     assert pod_names(cache) == ["big"]
+
+
+def test_a_pods_status_is_kept_as_pod_state_reads_it_however_many_containers_the_spec_makes() -> None:
+    """The kubelet writes one status per container, each naming its image and, while it cannot be pulled,
+    a message that names it again: a template with hundreds of sidecars of long image names makes a status of
+    a megabyte. The cache keeps what pod_state reads, and reads the same of it."""
+    image = "registry.example.com/" + "i" * 350
+    pull = {"waiting": {"reason": "ErrImagePull", "message": f"failed to pull {image}: " + "e" * 5_000}}
+    sidecars = [{"name": f"s{i}", "image": image, "imageID": image, "containerID": "c" * 80, "ready": False,
+                 "restartCount": 0, "state": pull, "lastState": {}, "volumeMounts": [{"name": "v" * 60}] * 20}
+                for i in range(300)]  # fmt: skip
+    oom = "rank 0: out of memory" + "!" * 3000
+    failed = {"terminated": {"exitCode": 3, "reason": "Error", "message": oom}}
+    worker = {"name": "worker", "image": image, "ready": False, "restartCount": 2, "state": failed}
+    conditions = [{"type": "Ready", "status": "False", "message": "m" * 10_000}]
+    body = child("w0", "u0", 1, phase="Running", podIP="10.0.0.9", conditions=conditions,
+                 containerStatuses=[worker, *sidecars])  # fmt: skip
+    assert len(json.dumps(body)) > 1_000_000
+    kept = projection(body)
+    assert len(json.dumps(kept)) < len(json.dumps(body)) / 5, len(json.dumps(kept))
+    state = pod_state(kept)
+    assert state == pod_state(body)
+    assert (state.exit_code, state.address, state.waiting) == (3, "10.0.0.9", "ErrImagePull")
+    assert state.reason == f"Error, exit code 3: {oom}", "a terminated container's message is kept whole"

@@ -99,7 +99,7 @@ def projection(body: Json) -> dict[str, Any]:
             "schedulingGates": [g for g in spec.get("schedulingGates") or () if g.get("name") in KEPT_GATES],
             "nodeName": spec.get("nodeName"),
         },
-        "status": dict(body.get("status") or {}),
+        "status": _status(body.get("status") or {}),
         **({key: body[key] for key in SLICE_FIELDS if key in body} if _the_jobs_slice(meta) else {}),
     }
 
@@ -107,6 +107,44 @@ def projection(body: Json) -> dict[str, Any]:
 def _the_jobs_slice(meta: Json) -> bool:
     job = (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
     return isinstance(job, str) and meta.get("name") == names.service_name(job)
+
+
+# A pod's status is the kubelet's, but as long as the job's spec makes it: one entry per container, each with
+# its image and the kubelet's message (an image that cannot be pulled is named in it). Kept per container:
+# what pod_state reads; a terminated container's message to the kubelet's own bound (the stager's outcome is
+# read from it), any other text to a line's worth (pod_state names one of them in the job's message).
+CONTAINER_STATUS_KEPT = ("name", "ready", "started", "restartCount", "state", "lastState")
+CONTAINER_STATUS_LISTS = ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
+TERMINATION_MESSAGE_MAX_CHARS = 4096
+STATUS_TEXT_MAX_CHARS = 512
+
+
+def _status(status: Json) -> dict[str, Any]:
+    kept = {k: _cut(v) for k, v in status.items() if k not in CONTAINER_STATUS_LISTS}
+    for key in CONTAINER_STATUS_LISTS:
+        if isinstance(found := status.get(key), list):
+            kept[key] = [_container_status(cs) for cs in found if isinstance(cs, dict)]
+    return kept
+
+
+def _container_status(found: Json) -> dict[str, Any]:
+    kept = {k: _cut(found[k]) for k in CONTAINER_STATUS_KEPT if k in found}
+    for state in ("state", "lastState"):
+        terminated = found[state].get("terminated") if isinstance(found.get(state), dict) else None
+        if isinstance(terminated, dict) and isinstance(message := terminated.get("message"), str):
+            kept[state]["terminated"]["message"] = message[:TERMINATION_MESSAGE_MAX_CHARS]
+    return kept
+
+
+def _cut(value: Any) -> Any:
+    """`value` with every text in it cut to STATUS_TEXT_MAX_CHARS."""
+    if isinstance(value, str):
+        return value[:STATUS_TEXT_MAX_CHARS]
+    if isinstance(value, dict):
+        return {k: _cut(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v) for v in value]
+    return value
 
 
 def pod_ready(obj: Json) -> bool:
