@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dtjob.contract.training import FRAMEWORKS
+from dtjob.spec.storage import MIN_SAS_LIFETIME_S
 from dtjob.spec.tenancy import StoragePolicy, cluster_policy
 
 DEFAULT_IMAGES = {
@@ -109,6 +110,9 @@ class OperatorConfig:
     image_pull_secrets: tuple[str, ...] = ()
     # Replace a SAS once this fraction of its lifetime has passed (tests lower it to see rotation quickly).
     sas_rotate_fraction: float = DEFAULT_SAS_ROTATE_FRACTION
+    # The longest a token the operator signs lives, whatever a job's sasLifetimeSeconds asks (0: as the job
+    # asks, up to 7 days). A SAS cannot be revoked: a copy of one outlives the job that held it until then.
+    sas_lifetime_max_seconds: int = 0
     # Hosts of Blob Storage emulators (Azurite) whose plain-http endpoints jobs may use, besides loopback.
     # Empty on a production install: jobs then reach storage over https only.
     emulator_hosts: frozenset[str] = frozenset()
@@ -186,6 +190,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
             dict.fromkeys(s.strip() for s in env.get("DTJOB_IMAGE_PULL_SECRETS", "").split(",") if s.strip())
         ),
         sas_rotate_fraction=_fraction(env.get("DTJOB_SAS_ROTATE_FRACTION", str(d.sas_rotate_fraction))),
+        sas_lifetime_max_seconds=_lifetime_cap(env.get("DTJOB_SAS_LIFETIME_MAX_SECONDS", "0")),
         emulator_hosts=frozenset(
             h.strip() for h in env.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()
         ),
@@ -215,6 +220,15 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
             _positive(env, "DTJOB_LEASE_RETRY_PERIOD_SECONDS", d.election.retry_period_s),
         ),
     )
+
+
+def _lifetime_cap(text: str) -> int:
+    value = int(text)
+    if value != 0 and value < MIN_SAS_LIFETIME_S:
+        raise ValueError(
+            f"DTJOB_SAS_LIFETIME_MAX_SECONDS must be 0 (no cap) or at least {MIN_SAS_LIFETIME_S}, got {text}"
+        )
+    return value
 
 
 def _fraction(text: str) -> float:

@@ -159,6 +159,10 @@ def test_storage_policy_and_network_policy_reach_the_operator() -> None:
     assert operator_env(render("storagePolicy.containers={runs}"))["DTJOB_READ_CONTAINERS"] == "runs"
     assert env["DTJOB_ALLOWED_CLIENT_IDS"] == client_id
     assert env["DTJOB_NETWORK_POLICY"] == "true"
+    # Tokens live as long as each job asks (up to 7 days) unless the installer caps them.
+    assert default["DTJOB_SAS_LIFETIME_MAX_SECONDS"] == "0"
+    capped = operator_env(render("storagePolicy.maxSasLifetimeSeconds=3600"))
+    assert load_config(capped).sas_lifetime_max_seconds == 3600
 
 
 def test_the_log_cap_reaches_the_operator_as_whole_bytes() -> None:
@@ -207,6 +211,7 @@ SCHEMA_REFUSALS = {
     "metrics.servicemonitor.enabled=true": "servicemonitor",
     "metrics.serviceMonitor.interval=often": "/metrics/serviceMonitor/interval",
     "metrics.azureMonitor.caKey=../ca.crt": "/metrics/azureMonitor/caKey",
+    "storagePolicy.maxSasLifetimeSeconds=60": "/storagePolicy/maxSasLifetimeSeconds",
 }
 
 

@@ -33,6 +33,13 @@ def test_the_progress_reads_budget_may_be_lifted_but_not_negative() -> None:
         load_config({"DTJOB_PROGRESS_READS_PER_SECOND": "-1"})
 
 
+def test_the_sas_lifetime_cap_is_off_or_at_least_the_shortest_lifetime_a_job_may_ask() -> None:
+    assert OperatorConfig().sas_lifetime_max_seconds == 0
+    assert load_config({"DTJOB_SAS_LIFETIME_MAX_SECONDS": "3600"}).sas_lifetime_max_seconds == 3600
+    with pytest.raises(ValueError, match="DTJOB_SAS_LIFETIME_MAX_SECONDS"):
+        load_config({"DTJOB_SAS_LIFETIME_MAX_SECONDS": "60"})
+
+
 def test_a_rotation_fraction_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(ValueError, match="DTJOB_SAS_ROTATE_FRACTION"):
         load_config({"DTJOB_SAS_ROTATE_FRACTION": "1"})

@@ -5,6 +5,7 @@ server."""
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,7 @@ from dtjob.spec.parse import parse_spec
 from dtjob.spec.tenancy import ANNOTATION_ACCOUNTS, ANNOTATION_WRITE_CONTAINERS
 from dtjob.state.observed import Children
 from dtjob.state.status import JobStatus
+from dtjob.timefmt import parse_time
 
 from tests.unit.operator_fixtures import CONFIG, job_body, job_spec
 from tests.unit.recording_kube import JOB_KIND, RecordingKube
@@ -161,6 +163,21 @@ def test_a_sas_past_its_rotation_time_is_replaced_and_a_fresh_one_is_left_alone(
     assert requeue == pytest.approx(8 * 3600)
     # A fresh token costs one Secret read: no Namespace read, no key Secret read.
     assert ("get", "Namespace", "ml") not in kube.calls and ("get", "Secret", "storage-key") not in kube.calls
+
+
+def test_the_installers_lifetime_cap_shortens_a_jobs_tokens_and_their_rotation() -> None:
+    """A SAS cannot be revoked: a copy of one outlives its job until it expires. The installer's cap bounds
+    that, whatever the job's sasLifetimeSeconds asks (10 hours here); the token is rotated within the cap."""
+    kube = RecordingKube()
+    _storage(kube)
+    new_job(kube, output={**OUTPUT, "sasLifetimeSeconds": 36_000})
+    capped = replace(CONFIG, sas_lifetime_max_seconds=3600)
+    reconcile(kube, capped, "ml", "rn50", Children(), NOW)
+    annotations = kube.objects[("Secret", "ml", "rn50-sas-out")]["metadata"]["annotations"]
+    assert parse_time(annotations[ANNOTATION_EXPIRES]) == NOW + timedelta(hours=1)
+    kube.calls.clear()
+    reconcile(kube, capped, "ml", "rn50", Children(), NOW + timedelta(minutes=50))  # 83% of the capped life
+    assert ("replace", "Secret", "rn50-sas-out") in kube.writes()
 
 
 def test_a_replica_that_does_not_lead_neither_signs_a_sas_nor_uploads_a_log() -> None:
