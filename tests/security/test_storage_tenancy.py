@@ -346,3 +346,36 @@ def test_a_completed_job_under_the_staging_jobs_name_does_not_stand_in_for_the_j
     assert not staged or staged["status"] != "True", staged
     # Pending or Staging, by whether the pass that met the name had recorded the job's staging yet.
     assert mine.status("mine")["phase"] in ("Pending", "Staging"), mine.status("mine")
+
+
+def test_an_editor_naming_a_key_secret_its_admins_did_not_opt_in_gets_nothing_signed(
+    operator: OperatorProcess,
+    tenant_a: Tenant,
+    api_client: client.ApiClient,
+    azurite: Azurite,  # noqa: F811
+    blob: BlobServiceClient,
+) -> None:
+    """Tenant A's namespace holds an account key in a Secret of another app's (not labelled
+    dtjob.io/storage-key=true). Its editor, who cannot read Secrets, names it in a job's credentials: the
+    operator signs nothing with it, and the job waits, naming the field, with no token Secret and no pod."""
+    ns = tenant_a.namespace
+    results = f"results-{ns}"
+    blob.create_container(results)
+    other_app = client.V1Secret(
+        metadata=client.V1ObjectMeta(name="billing-storage"),
+        string_data={"azurestorageaccountkey": azurite.account_key},
+    )
+    client.CoreV1Api(api_client).create_namespaced_secret(ns, other_app)
+    output = location(azurite, results)
+    output["credentials"] = {"authMode": "accountKey", "secretRef": {"name": "billing-storage"}}
+    tenant_a.jobs().create("borrow", output=output)
+    checked = Jobs(api_client, ns)
+    status = checked.wait_phase("borrow", "Pending", timeout=60)
+    created = wait_for(lambda: checked.condition("borrow", "Created"), timeout=30, what="Created")
+    assert created["reason"] == "StorageCredentialsNotAllowed", status
+    field = "spec.output.credentials.secretRef"
+    expected = f"{field}: Secret 'billing-storage' is not labelled {STORAGE_KEY_LABEL}=true"
+    assert created["message"].startswith(expected), created
+    time.sleep(RESYNC_S + 1)  # a resync later, still nothing
+    assert secret_data(api_client, ns, "borrow-sas-out", "sas-token") is None
+    assert not checked.pods("borrow") and blobs(blob, results) == {}
