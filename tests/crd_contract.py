@@ -180,11 +180,17 @@ KEYS = ("k", "team.example/k", "a/b/c", "-k", "k-", "k k", "x" * 63, "x" * 64, "
         "kueue.x-k8s.io/priority-class")  # fmt: skip
 
 
+# The maps of a pod's labels and annotations, under spec.worker and spec.launcher.
+POD_KEY_MAPS = (("podLabels",), ("podAnnotations",), ("template", "metadata", "labels"),
+                ("template", "metadata", "annotations"))  # fmt: skip
+
+
 def refused_at_apply_only(probe: Probe) -> bool:
     """A value a CEL rule refuses that the parser accepts on purpose, so that a job stored before the rule
     keeps running: Kueue's keys on a job's pods, which the operator drops from them instead (its own test)."""
+    on_pods = probe.path[:1] in (("worker",), ("launcher",)) and probe.path[1:] in POD_KEY_MAPS
     keys = probe.value if isinstance(probe.value, dict) else {}
-    return any(validators.kueue_key_the_operator_sets(k) for k in keys)
+    return on_pods and any(validators.kueue_key_the_operator_sets(k) for k in keys)
 
 
 @dataclass(frozen=True)
