@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dtjob.contract.training import FRAMEWORKS
-from dtjob.spec.storage import MIN_SAS_LIFETIME_S
+from dtjob.spec.storage import MAX_SAS_LIFETIME_S, MIN_SAS_LIFETIME_S
 from dtjob.spec.tenancy import StoragePolicy, cluster_policy
 
 DEFAULT_IMAGES = {
@@ -224,9 +224,10 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
 
 def _lifetime_cap(text: str) -> int:
     value = int(text)
-    if value != 0 and value < MIN_SAS_LIFETIME_S:
+    if value != 0 and not MIN_SAS_LIFETIME_S <= value <= MAX_SAS_LIFETIME_S:
         raise ValueError(
-            f"DTJOB_SAS_LIFETIME_MAX_SECONDS must be 0 (no cap) or at least {MIN_SAS_LIFETIME_S}, got {text}"
+            f"DTJOB_SAS_LIFETIME_MAX_SECONDS must be 0 (no cap) or {MIN_SAS_LIFETIME_S} to "
+            f"{MAX_SAS_LIFETIME_S}, got {text}"
         )
     return value
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import ContainerClient
 from dtjob.azure.clients import container_client
 from dtjob.contract.results_upload import MANIFEST_MAX_BYTES, MANIFEST_NAME, ResultsRecord, manifest_text
@@ -15,7 +16,7 @@ from dtjob.names import Access, run_prefix
 from dtjob.reconcile.results_check import look_for_results
 
 from testbed.azurite import Azurite
-from tests.azure.helpers import mint
+from tests.azure.helpers import mint, service
 
 pytestmark = pytest.mark.azure
 
@@ -91,6 +92,31 @@ def test_a_manifest_listing_more_files_than_the_bound_is_not_looked_for(
         said = "lists 5 files, more than the operator looks for (4)"
         assert capped.message == f"the manifest under {URL} {said}"
         assert look_for_results(reader, PREFIX, URL, record(many), listing_max=7).complete
+
+
+def test_an_empty_manifest_blob_is_no_manifest_and_an_empty_run_needs_no_listing(
+    azurite: Azurite, container: ContainerClient
+) -> None:
+    with as_rank_zero(azurite, container) as writer:
+        upload(writer, {MANIFEST_NAME: b""})  # a ranged read of an empty blob is answered 416
+    with as_operator(azurite, container) as reader:
+        empty = look_for_results(reader, PREFIX, URL, record({}))
+        assert not empty.complete and empty.message == f"{URL}{MANIFEST_NAME} is not a manifest"
+    with as_rank_zero(azurite, container) as writer:
+        upload(writer, {**manifest_of({}), **{f"junk/{i}": b"j" for i in range(5)}})
+    with as_operator(azurite, container) as reader:
+        nothing = look_for_results(reader, PREFIX, URL, record({}), listing_max=1)
+    assert nothing.complete and nothing.message == f"0 files, 0 bytes under {URL}"
+
+
+def test_a_missing_container_is_storage_that_could_not_be_asked(
+    azurite: Azurite, container: ContainerClient
+) -> None:
+    with as_operator(azurite, container) as reader:
+        container.delete_container()
+        with pytest.raises(ResourceNotFoundError):  # stored_results: retried, not a verdict
+            look_for_results(reader, PREFIX, URL, record(RESULTS))
+        service(azurite).create_container(container.container_name)  # for the fixture's cleanup
 
 
 def test_no_manifest_and_a_record_that_is_not_the_manifests_are_said(

@@ -505,6 +505,18 @@ def test_only_the_pod_that_makes_every_worker_ready_is_urgent() -> None:
     run(test, kube=kube)
 
 
+def test_pods_labelled_with_a_job_name_no_job_has_never_go_ahead() -> None:
+    """A namespace admin's Ready pods under made-up job names would each get a turn ahead of every job."""
+    Z: Key = ("ns", "z")
+
+    async def test(controller: Controller, stub: StubReconcile) -> None:
+        controller.start()
+        controller.observe_child("pods", ready_pod("z-worker-0", "uz", "z", "2"), deleted=False)
+        assert controller.due_in(Z) is not None, "batched with the rest, not ahead"
+
+    run(test)
+
+
 def ready_pod(name: str, uid: str, job: str, version: str) -> dict[str, Any]:
     body = pod(name, uid, job)
     body["metadata"]["resourceVersion"] = version

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dtjob.gang.node_affinity import AFFINITY_CHECK_MAX, TooLarge, required_terms
+from dtjob.gang.node_affinity import AFFINITY_CHECK_MAX, Unmatched, required_terms
 from dtjob.reconcile.preflight import preflight
 
 from tests.unit.operator_fixtures import job_spec
@@ -58,12 +58,22 @@ def test_an_affinity_past_the_bound_is_not_matched_and_the_job_gets_the_benefit(
     huge = affinity(
         {"key": "pool", "operator": "NotIn", "values": [f"v{i}" for i in range(AFFINITY_CHECK_MAX)]}
     )
-    with pytest.raises(TooLarge):
+    with pytest.raises(Unmatched):
         required_terms(huge)
     small = [{"metadata": {"name": "n2"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}]
     kube = StaleNodes(nodes=small, stale=small)
     assert preflight(kube, job_spec(gpusPerWorker=4, placement={"affinity": huge})) is None
-    assert kube.fresh_calls == [], "no node is listed for an affinity the operator does not match"
+    assert kube.fresh_calls == [False], "the pool is listed (its selector checked), not matched"
+    empty_terms: dict[str, Any] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{}] * (AFFINITY_CHECK_MAX + 1)}}}  # fmt: skip
+    with pytest.raises(Unmatched):
+        required_terms(empty_terms)
+    for malformed in ({"nodeAffinity": ["x"]}, affinity({"key": "pool", "operator": "In", "values": 7}),
+                      {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                          "nodeSelectorTerms": ["pool"]}}}):  # fmt: skip
+        with pytest.raises(Unmatched):
+            required_terms(malformed)
+        assert preflight(kube, job_spec(gpusPerWorker=4, placement={"affinity": malformed})) is None
     fits = affinity({"key": "pool", "operator": "NotIn", "values": ["cpu"]})
     blocker = preflight(kube, job_spec(gpusPerWorker=4, placement={"affinity": fits}))
     assert blocker is not None and blocker.reason == "InsufficientGPUsPerNode", blocker

@@ -178,6 +178,16 @@ def test_the_installers_lifetime_cap_shortens_a_jobs_tokens_and_their_rotation()
     kube.calls.clear()
     reconcile(kube, capped, "ml", "rn50", Children(), NOW + timedelta(minutes=50))  # 83% of the capped life
     assert ("replace", "Secret", "rn50-sas-out") in kube.writes()
+    # A token signed before the installer set the cap is signed again at once, within it.
+    kube.put(_sas_secret(NOW, NOW + timedelta(hours=10)))
+    kube.objects[(JOB, "ml", "rn50")]["status"]["sasTokenDigests"] = {
+        "out": token_sha256("sv=2025-01-05&sig=x")
+    }
+    kube.calls.clear()
+    reconcile(kube, capped, "ml", "rn50", Children(), NOW + timedelta(minutes=1))
+    assert ("replace", "Secret", "rn50-sas-out") in kube.writes()
+    annotations = kube.objects[("Secret", "ml", "rn50-sas-out")]["metadata"]["annotations"]
+    assert parse_time(annotations[ANNOTATION_EXPIRES]) == NOW + timedelta(hours=1, minutes=1)
 
 
 def test_a_replica_that_does_not_lead_neither_signs_a_sas_nor_uploads_a_log() -> None:

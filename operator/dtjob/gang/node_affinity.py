@@ -4,7 +4,8 @@ checks (the GPUs of the job's pool). Pure.
 The affinity is the editor's, bounded by Kubernetes only through the object's size, and it is matched against
 every node of the pool at every new job and every 15 s while one waits: it is compiled once per check (each
 operator's values a set), and one past AFFINITY_CHECK_MAX expressions and values is not matched at all (the
-check is left to the scheduler), so that a megabyte of NotIn values costs the operator nothing per node.
+check is left to the scheduler), so that a megabyte of NotIn values, or of empty terms, costs the operator
+nothing per node.
 """
 
 from __future__ import annotations
@@ -57,29 +58,33 @@ class Term:
         return all(r.holds(labels) for r in self.labels) and all(r.holds(fields) for r in self.fields)
 
 
-class TooLarge(Exception):
-    """The affinity holds more expressions and values than the operator matches."""
+class Unmatched(Exception):
+    """The affinity is not matched here: it holds more terms, expressions and values than AFFINITY_CHECK_MAX,
+    or it is no affinity the API server would take for a pod (which then refuses the pod itself)."""
 
 
-def required_terms(affinity: Mapping[str, Any] | None) -> tuple[Term, ...]:
-    """The compiled `requiredDuringSchedulingIgnoredDuringExecution` terms (none: any node). TooLarge past
-    AFFINITY_CHECK_MAX expressions and values in all."""
-    required = ((affinity or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    raw = list((required or {}).get("nodeSelectorTerms") or ())
-    size = sum(1 + len(r.get("values") or ()) for t in raw for kind in ("matchExpressions", "matchFields")
-               for r in t.get(kind) or ())  # fmt: skip
-    if size > AFFINITY_CHECK_MAX:
-        raise TooLarge(f"{size} expressions and values")
-    return tuple(
-        Term(tuple(map(_requirement, t.get("matchExpressions") or ())),
-             tuple(map(_requirement, t.get("matchFields") or ())))
-        for t in raw
-    )  # fmt: skip
+def required_terms(affinity: Any) -> tuple[Term, ...]:
+    """The compiled `requiredDuringSchedulingIgnoredDuringExecution` terms (none: any node); Unmatched."""
+    try:
+        node_affinity = (affinity or {}).get("nodeAffinity") or {}
+        required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        raw = list(required.get("nodeSelectorTerms") or ())
+        size = sum(1 + sum(1 + len(r.get("values") or ()) for kind in ("matchExpressions", "matchFields")
+                           for r in t.get(kind) or ()) for t in raw)  # fmt: skip
+        if size > AFFINITY_CHECK_MAX:
+            raise Unmatched(f"{size} terms, expressions and values")
+        return tuple(
+            Term(tuple(map(_requirement, t.get("matchExpressions") or ())),
+                 tuple(map(_requirement, t.get("matchFields") or ())))
+            for t in raw
+        )  # fmt: skip
+    except (AttributeError, TypeError) as err:  # a list where a map belongs, a number where a list does
+        raise Unmatched(f"not a node affinity: {err}") from err
 
 
 def _requirement(raw: Mapping[str, Any]) -> Requirement:
+    if not isinstance(raw.get("values") or [], list):
+        raise TypeError(f"values is a {type(raw.get('values')).__name__}, not a list")
     values = [str(v) for v in raw.get("values") or ()]
     try:
         bound = int(values[0]) if values else None

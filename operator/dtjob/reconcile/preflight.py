@@ -16,7 +16,7 @@ from dtjob import desired
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
 from dtjob.desired.pods import GPU_RESOURCE
-from dtjob.gang.node_affinity import Term, TooLarge, required_terms
+from dtjob.gang.node_affinity import Term, Unmatched, required_terms
 from dtjob.kube.client import Kube, Rejected
 from dtjob.reconcile import pod_trust
 from dtjob.reconcile.reads import list_nodes
@@ -73,10 +73,6 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
     so is a job whose node affinity is too large to match here (the scheduler judges it)."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
     try:
-        terms = required_terms(spec.placement.affinity)
-    except TooLarge:
-        return None
-    try:
         nodes = list_nodes(kube, selector, fresh=fresh)
     except Rejected as err:
         # The parser refuses such pools and labels; this catches a CRD older than the operator, or a pool name
@@ -86,6 +82,10 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
             f"spec.placement.nodePool / spec.placement.nodeSelector: {err}",
             fatal=True,
         )
+    try:
+        terms = required_terms(spec.placement.affinity)
+    except Unmatched:
+        return None
     # The common case ends at the first node that holds a worker, before the pool's other nodes are checked.
     if any(_gpus(n) >= spec.gpus_per_worker and _in_pool(n, spec, terms) for n in nodes):
         return None

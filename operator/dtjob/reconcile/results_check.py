@@ -84,13 +84,19 @@ def look_for_results(
 ) -> StoredResults:
     """Whether the manifest under `prefix` lists what `record` says, and every file it lists is there with
     its size, read within the bounds above."""
-    from azure.core.exceptions import ResourceNotFoundError
+    from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
     try:
         stream = client.download_blob(prefix + MANIFEST_NAME, offset=0, length=MANIFEST_MAX_BYTES + 1)
         data = stream.readall()
-    except ResourceNotFoundError:
+    except ResourceNotFoundError as err:
+        if getattr(err, "error_code", None) != "BlobNotFound":
+            raise  # the container is gone: storage could not be asked, looked at again
         return StoredResults(False, _no_manifest(url, None))
+    except HttpResponseError as err:
+        if err.status_code != 416:  # a range of an empty blob
+            raise
+        data = b""
     if len(data) > MANIFEST_MAX_BYTES:
         return StoredResults(False, _no_manifest(url, len(data)))
     manifest = parse_manifest(data.decode("utf-8", "replace"))
@@ -103,6 +109,8 @@ def look_for_results(
             f"the manifest under {url} lists {files} files, {size} bytes, not the {record.files} files, "
             f"{record.bytes} bytes the record says were uploaded",
         )
+    if not manifest:
+        return StoredResults(True, f"0 files, 0 bytes under {url}")
     if files >= listing_max:
         return StoredResults(False, f"the manifest under {url} lists {files} files, more than the operator "
                                     f"looks for ({listing_max - 1})")  # fmt: skip

@@ -152,7 +152,8 @@ class Controller:
         key = self.cache.observe(kind, body, deleted)
         if key is None:
             return
-        if turns_ready and self.cache.goes_ahead(key):
+        # Only a job that exists goes ahead: pods labelled with made-up job names get no turns of their own.
+        if turns_ready and key in self.known and self.cache.goes_ahead(key):
             self.enqueue(key, urgent=True)
         else:
             self.enqueue(key, CHILD_EVENTS_BATCH_S)
