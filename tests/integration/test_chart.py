@@ -163,6 +163,10 @@ def test_storage_policy_and_network_policy_reach_the_operator() -> None:
     assert default["DTJOB_SAS_LIFETIME_MAX_SECONDS"] == "0"
     capped = operator_env(render("storagePolicy.maxSasLifetimeSeconds=3600"))
     assert load_config(capped).sas_lifetime_max_seconds == 3600
+    # A values file's number is a float to helm (rendered 1e+06 from a million before the schema's bound and
+    # int64): the longest cap the schema takes reaches the operator as a whole number of seconds.
+    week = operator_env(render(json_sets=("storagePolicy.maxSasLifetimeSeconds=604800",)))
+    assert week["DTJOB_SAS_LIFETIME_MAX_SECONDS"] == "604800"
 
 
 def test_the_log_cap_reaches_the_operator_as_whole_bytes() -> None:
