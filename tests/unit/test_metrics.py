@@ -340,3 +340,22 @@ def test_the_metrics_endpoint_comes_from_flags_then_environment_then_defaults(
     monkeypatch.setenv("DTJOB_METRICS_PORT", "http")
     with pytest.raises(SystemExit, match="DTJOB_METRICS_PORT"):
         metrics_endpoint(args)
+
+
+def test_a_worker_off_a_sick_node_is_counted_once_when_a_lagging_cache_decides_its_delete_again() -> None:
+    """The next reconcile may not see the first one's delete yet (its watch lags under load) and decide it
+    again: the worker is counted once, by its UID."""
+    from dtjob.reconcile.job import _count_workers_off_nodes
+    from dtjob.state.decision import DeletePod
+    from dtjob.state.node_health import NodeProblem
+    from dtjob.state.observed import Observed, PodState
+
+    problem = NodeProblem("n-lagging", "XIDErrors", "xid 79", None, drain=False)
+    sick = PodState(name="w-1", role="worker", attempt=0, index=1, phase="Running", scheduled=True,
+                    ready=True, deleting=False, uid="u-lag", node="n-lagging",
+                    node_problem=problem)  # fmt: skip
+    before = value("dtjob_node_problem_workers_total", node="n-lagging", condition="XIDErrors")
+    for _ in range(2):
+        _count_workers_off_nodes(Observed(pods=(sick,)), [DeletePod("w-1", "u-lag")])
+    after = value("dtjob_node_problem_workers_total", node="n-lagging", condition="XIDErrors")
+    assert after - before == 1
