@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,7 +156,22 @@ def world_restarted(reason: str) -> None:
     WORLD_RESTARTS.labels(reason if reason in RESTART_REASONS else "Other").inc()
 
 
-def worker_off_node(node: str, condition: str) -> None:
+# The pods counted off their nodes, by UID: a reconcile whose cache has not yet seen the deletion the one
+# before made decides the same delete again, and must not count it again. Bounded: the oldest are forgotten.
+_COUNTED_OFF_NODES: dict[str, None] = {}
+_COUNTED_OFF_NODES_LOCK = threading.Lock()
+COUNTED_OFF_NODES_KEPT = 4096
+
+
+def worker_off_node(node: str, condition: str, pod_uid: str) -> None:
+    """The worker `pod_uid` deleted while `node` reports `condition`, counted once (reconciles run in
+    threads)."""
+    with _COUNTED_OFF_NODES_LOCK:
+        if pod_uid in _COUNTED_OFF_NODES:
+            return
+        _COUNTED_OFF_NODES[pod_uid] = None
+        while len(_COUNTED_OFF_NODES) > COUNTED_OFF_NODES_KEPT:
+            del _COUNTED_OFF_NODES[next(iter(_COUNTED_OFF_NODES))]
     NODE_PROBLEM_WORKERS.labels(node, condition).inc()
 
 

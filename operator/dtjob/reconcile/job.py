@@ -124,21 +124,12 @@ def _settled(spec: JobSpec, observed: Observed, decision: Decision, now: datetim
     return not again.actions and not again.events and again.status == decision.status
 
 
-# The pods counted off their nodes, by UID: a reconcile whose cache has not yet seen the deletion of the one
-# before decides the same delete again, and must not count it again. Bounded: the oldest are forgotten.
-_COUNTED_OFF_NODES: dict[str, None] = {}
-COUNTED_OFF_NODES_KEPT = 4096
-
-
 def _count_workers_off_nodes(observed: Observed, actions: Sequence[Action]) -> None:
-    """Each worker deleted while its node reports a problem, once."""
+    """Each worker deleted while its node reports a problem (once per pod: dtjob.metrics)."""
     deleted = {a.name for a in actions if isinstance(a, DeletePod)}
     for pod in observed.workers():
-        if pod.node_problem is not None and pod.name in deleted and pod.uid not in _COUNTED_OFF_NODES:
-            _COUNTED_OFF_NODES[pod.uid] = None
-            while len(_COUNTED_OFF_NODES) > COUNTED_OFF_NODES_KEPT:
-                del _COUNTED_OFF_NODES[next(iter(_COUNTED_OFF_NODES))]
-            metrics.worker_off_node(pod.node_problem.node, pod.node_problem.condition)
+        if pod.node_problem is not None and pod.name in deleted:
+            metrics.worker_off_node(pod.node_problem.node, pod.node_problem.condition, pod.uid)
 
 
 def _owns(child: Mapping[str, Any] | None, uid: str) -> bool:
