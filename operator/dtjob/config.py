@@ -9,6 +9,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from dtjob.contract.training import FRAMEWORKS
 from dtjob.spec.storage import MAX_SAS_LIFETIME_S, MIN_SAS_LIFETIME_S
@@ -151,6 +152,11 @@ class OperatorConfig:
     election: ElectionTimings = field(default_factory=ElectionTimings)
     # The node conditions (set True) that move a worker off its node: broken GPUs, and a node about to go.
     node_health: NodeHealthPolicy = field(default_factory=NodeHealthPolicy)
+
+    @property
+    def sas_lifetime_cap(self) -> timedelta | None:
+        """sas_lifetime_max_seconds as a duration; None: no cap."""
+        return timedelta(seconds=self.sas_lifetime_max_seconds) if self.sas_lifetime_max_seconds else None
 
     def image_for(self, framework: str) -> str:
         return self.images[framework]

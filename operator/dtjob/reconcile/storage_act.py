@@ -85,8 +85,7 @@ def mint_sas(
     wanted = {a: (location, path) for a, location, path in sas_locations(spec, JobStatus())}
     location, path = wanted[access]
     try:
-        cap = timedelta(seconds=config.sas_lifetime_max_seconds) if config.sas_lifetime_max_seconds else None
-        start, expiry = validity_window(now, location.sas_lifetime, not_after, cap)
+        start, expiry = validity_window(now, location.sas_lifetime, not_after, config.sas_lifetime_cap)
     except ValueError:
         return None  # the deadline has passed: the state machine fails the job
     directory = output_directory(spec, location, str(owner.get("uid", "")), config, access)

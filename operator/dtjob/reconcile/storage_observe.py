@@ -13,7 +13,7 @@ import base64
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from dtjob import names
@@ -150,9 +150,9 @@ def observe_sas(
             annotations = existing["metadata"].get("annotations") or {}
             issued = parse_time(annotations[ANNOTATION_ISSUED])
             expires = parse_time(annotations[ANNOTATION_EXPIRES])
-            capped = config.sas_lifetime_max_seconds
+            cap = config.sas_lifetime_cap
             # A minute's slack: the two times are written to the second.
-            within_cap = not capped or (expires - issued).total_seconds() <= capped + 60
+            within_cap = cap is None or expires - issued <= cap + timedelta(minutes=1)
             if (deadline is None or expires <= deadline) and within_cap:
                 due = rotation_time(issued, expires, config.sas_rotate_fraction) - now
                 found[access.value] = SasObservation(mint_needed=False, rotate_in_s=due.total_seconds())
@@ -160,7 +160,8 @@ def observe_sas(
             # runPolicy.activeDeadlineSeconds, or the installer's cap, was shortened: no token outlives them.
             log.info("%s/%s: Secret %s outlives the job's deadline (%s) or the lifetime cap (%s s): "
                      "minting it again", spec.namespace, spec.name, sas_secret_name(spec.name, access),
-                     format_time(deadline) if deadline else "none", capped or "none")  # fmt: skip
+                     format_time(deadline) if deadline else "none",
+                     config.sas_lifetime_max_seconds or "none")  # fmt: skip
         if not policy_checked:  # nothing is signed for a location the namespace may not use
             refused, policy_checked = storage_allowed(kube, spec, config), True
         blocked = refused or _credentials_blocker(kube, spec.namespace, location, path)
