@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtjob import API_GROUP, KIND, names
+from dtjob.desired import pod_origin
 from dtjob.names import Access
 from dtjob.spec.parse import JobSpec
 from dtjob.state.status import SECRET_NOT_FOUND
@@ -35,8 +36,6 @@ SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed"
 SECRET_REF_KEYS = frozenset({"secret", "secretRef", "secretKeyRef", "nodePublishSecretRef"})
 SECRET_NAME_KEY = "secretName"
 SERVICE_ACCOUNT_KEYS = ("serviceAccountName", "serviceAccount")  # the second: the deprecated alias
-# The template behind each role's pods (the stager has none).
-TEMPLATE_PATHS = {names.ROLE_WORKER: "spec.worker.template", names.ROLE_LAUNCHER: "spec.launcher.template"}
 
 
 @dataclass(frozen=True)
@@ -90,17 +89,17 @@ def foreign_references(spec: JobSpec, obj: Mapping[str, Any]) -> list[SecretRefe
     """The Secrets `obj` names besides the job's own, each with the spec field that put it there: its
     template's, or spec.env's."""
     own = _own_secrets(spec)
-    template_path = _template_path(obj)
-    template = _template(spec, template_path)
+    template_path = pod_origin.template_path(obj)
+    template = pod_origin.template_spec(spec, template_path)
     sources = secret_references({"env": list(spec.env)}, "spec")
     if template is not None:
         sources += secret_references(template, f"{template_path}.spec")
     fields: dict[str, str] = {}
     for field, name in sources:
         fields.setdefault(name, field)
-    pod_spec, path = _pod_spec(obj)
+    pod_spec, path = pod_origin.pod_spec(obj)
     return [
-        SecretReference(fields.get(name, f"{_describe(obj)} {field}"), name)
+        SecretReference(fields.get(name, f"{pod_origin.describe(obj)} {field}"), name)
         for field, name in secret_references(pod_spec, path)
         if name not in own
     ]
@@ -168,12 +167,12 @@ def _service_account(
 ) -> list[Untrusted]:
     if not operator_account or spec.namespace != operator_namespace:
         return []
-    pod_spec, path = _pod_spec(obj)
-    template_path = _template_path(obj)
+    pod_spec, path = pod_origin.pod_spec(obj)
+    template_path = pod_origin.template_path(obj)
     return [
         Untrusted(
             SERVICE_ACCOUNT_NOT_ALLOWED,
-            f"{template_path}.spec.{key}" if template_path else f"{_describe(obj)} {path}.{key}",
+            f"{template_path}.spec.{key}" if template_path else f"{pod_origin.describe(obj)} {path}.{key}",
             f"{operator_account!r} is the operator's own ServiceAccount; a job's pods may not run as the "
             "operator",
             fatal=True,
@@ -205,29 +204,3 @@ def _key_secrets(spec: JobSpec) -> dict[str, str]:
         for location, path in locations
         if location is not None and location.credentials.secret_ref is not None
     }
-
-
-def _pod_spec(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
-    """A Pod's spec, or a batch Job's pod template's spec, and its path in the object."""
-    spec = obj.get("spec") or {}
-    if obj.get("kind") == "Job":
-        return (spec.get("template") or {}).get("spec") or {}, "spec.template.spec"
-    return spec, "spec"
-
-
-def _template_path(obj: Mapping[str, Any]) -> str | None:
-    role = ((obj.get("metadata") or {}).get("labels") or {}).get(names.ROLE_LABEL)
-    return TEMPLATE_PATHS.get(str(role))
-
-
-def _template(spec: JobSpec, path: str | None) -> Mapping[str, Any] | None:
-    pod = {
-        TEMPLATE_PATHS[names.ROLE_WORKER]: spec.worker,
-        TEMPLATE_PATHS[names.ROLE_LAUNCHER]: spec.launcher.pod,
-    }
-    template = pod[path].template if path is not None else None
-    return template.spec if template is not None else None
-
-
-def _describe(obj: Mapping[str, Any]) -> str:
-    return f"{obj.get('kind')} {(obj.get('metadata') or {}).get('name')}"
