@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from dtjob.contract.training import FRAMEWORKS
+from dtjob.spec.nfs_shares import NfsShares, cluster_shares
 from dtjob.spec.storage import MAX_SAS_LIFETIME_S, MIN_SAS_LIFETIME_S
 from dtjob.spec.tenancy import StoragePolicy, cluster_policy
 
@@ -121,6 +122,9 @@ class OperatorConfig:
     # it per namespace; see dtjob.spec.tenancy). The defaults allow no storage account and no explicit client
     # ID.
     storage_policy: StoragePolicy = field(default_factory=lambda: cluster_policy({}))
+    # The NFS shares jobs' pods may mount, cluster-wide (a Namespace's dtjob.io/nfs-shares replaces it there;
+    # see dtjob.spec.nfs_shares). The default admits any: the namespace's Pod Security level decides.
+    nfs_shares: NfsShares = field(default_factory=lambda: cluster_shares({}))
     # Storage accounts with a hierarchical namespace: output SAS tokens there reach only the run's directory.
     hns_accounts: frozenset[str] = frozenset()
     # Create a NetworkPolicy per job that admits traffic to its MPI hosts only from its own pods.
@@ -201,6 +205,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> OperatorConfig:
             h.strip() for h in env.get("DTJOB_EMULATOR_HOSTS", "").split(",") if h.strip()
         ),
         storage_policy=cluster_policy(env),
+        nfs_shares=cluster_shares(env),
         hns_accounts=frozenset(
             a.strip().lower() for a in env.get("DTJOB_HNS_ACCOUNTS", "").split(",") if a.strip()
         ),

@@ -83,7 +83,15 @@ def _judge(spec: JobSpec, *secrets: dict[str, Any], objects: list[Any] | None = 
     objects = objects or [desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_pod(spec, OWNER, 0)]
     known = {s["metadata"]["name"]: s for s in secrets}
     read = {name: known.get(name) for name in to_read(spec, objects)}
-    return judge(spec, UID, objects, read, CONFIG.operator_namespace, CONFIG.operator_service_account)
+    return judge(
+        spec,
+        UID,
+        objects,
+        read,
+        CONFIG.operator_namespace,
+        CONFIG.operator_service_account,
+        CONFIG.nfs_shares,
+    )
 
 
 @pytest.mark.parametrize(("template", "field"), MOUNTS)
@@ -174,6 +182,7 @@ def test_a_secret_not_there_yet_waits_and_a_refusal_outranks_it() -> None:
 
 
 OPERATOR = replace(CONFIG, operator_namespace="ml", operator_service_account="dtjob")
+ANY_SHARE = OPERATOR.nfs_shares
 
 
 @pytest.mark.parametrize("part", ["worker", "launcher"])
@@ -181,15 +190,17 @@ OPERATOR = replace(CONFIG, operator_namespace="ml", operator_service_account="dt
 def test_the_operators_service_account_is_refused_in_the_operators_namespace(part: str, key: str) -> None:
     spec = job_spec(**{part: {"template": {"spec": {key: "dtjob"}}}})
     objects = [desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_pod(spec, OWNER, 0)]
-    verdict = judge(spec, UID, objects, {}, OPERATOR.operator_namespace, OPERATOR.operator_service_account)
+    verdict = judge(
+        spec, UID, objects, {}, OPERATOR.operator_namespace, OPERATOR.operator_service_account, ANY_SHARE
+    )
     assert verdict is not None and verdict.fatal and verdict.reason == SERVICE_ACCOUNT_NOT_ALLOWED
     assert verdict.field == f"spec.{part}.template.spec.{key}"
     assert "operator's own ServiceAccount" in verdict.message
     # Another ServiceAccount, or the same name in another namespace, is the namespace's RBAC's business.
     other = job_spec(**{part: {"template": {"spec": {key: "trainer"}}}})
     objects = [desired.worker_pod(other, OWNER, 0, 0), desired.launcher_pod(other, OWNER, 0)]
-    assert judge(other, UID, objects, {}, "ml", "dtjob") is None
-    assert judge(spec, UID, objects, {}, "dtjob-system", "dtjob") is None
+    assert judge(other, UID, objects, {}, "ml", "dtjob", ANY_SHARE) is None
+    assert judge(spec, UID, objects, {}, "dtjob-system", "dtjob", ANY_SHARE) is None
 
 
 def test_the_operator_learns_its_namespace_and_service_account_from_the_downward_api() -> None:

@@ -11,7 +11,8 @@ A pod may name:
   (an SSH key, SAS tokens) or it holds a storage account key (labelled dtjob.io/storage-key=true, or named by
   the spec's credentials): only the operator reads those. A Secret that does not exist yet is waited for:
   created later, it could be any of those;
-- any ServiceAccount but the operator's own (in the operator's namespace).
+- any ServiceAccount but the operator's own (in the operator's namespace);
+- an NFS share its namespace's list admits (dtjob.desired.pod_shares).
 Image pull Secrets are left alone: the kubelet pulls with them, nothing of them enters the pod.
 """
 
@@ -23,12 +24,15 @@ from typing import Any
 
 from dtjob import API_GROUP, KIND, names
 from dtjob.desired import pod_origin
+from dtjob.desired.pod_shares import refused_shares
 from dtjob.names import Access
+from dtjob.spec.nfs_shares import NfsShares
 from dtjob.spec.parse import JobSpec
 from dtjob.state.status import SECRET_NOT_FOUND
 
 SECRET_NOT_ALLOWED = "SecretNotAllowed"
 SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed"
+NFS_SHARE_NOT_ALLOWED = "NfsShareNotAllowed"
 # Where a pod spec names a Secret by a `name` inside these objects: a projected source (`secret`), envFrom
 # and the volume plugins that log in with one (`secretRef`: cephfs, rbd, iscsi, flexVolume, cinder, scaleIO,
 # storageos), env (`secretKeyRef`), csi (`nodePublishSecretRef`). `secretName` names one itself (a secret
@@ -72,10 +76,15 @@ def judge(
     secrets: Mapping[str, Mapping[str, Any] | None],
     operator_namespace: str | None,
     operator_account: str | None,
+    shares: NfsShares,
 ) -> Untrusted | None:
     """The first reason `objects` may not be created (one that fails the job before one that waits), or None.
-    `secrets`: each Secret of to_read() as just read (None: there is none); `uid`: the job's."""
-    found: list[Untrusted] = []
+    `secrets`: each Secret of to_read() as just read (None: there is none); `uid`: the job's; `shares`: the
+    NFS shares the job's namespace may mount."""
+    found: list[Untrusted] = [
+        Untrusted(NFS_SHARE_NOT_ALLOWED, refused.field, refused.message, fatal=True)
+        for refused in refused_shares(spec, objects, shares)
+    ]
     keys = _key_secrets(spec)
     for obj in objects:
         found += _service_account(spec, obj, operator_namespace, operator_account)

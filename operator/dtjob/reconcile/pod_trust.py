@@ -1,7 +1,8 @@
 """Whether pods about to be created may name what they name (dtjob.desired.pod_trust's rule), with each
 Secret they name besides the job's own read fresh from the API server, never from a cache: one created or
 labelled a moment ago counts. A GET per such Secret per create, and templates rarely name one: the common
-path reads nothing."""
+path reads nothing. Pods that mount an NFS share read their Namespace too, for its list of shares
+(dtjob.spec.nfs_shares), fresh for the same reason."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dtjob.config import OperatorConfig
+from dtjob.desired.pod_shares import mounts_a_share
 from dtjob.desired.pod_trust import Untrusted, judge, to_read
 from dtjob.kube.client import Kube
+from dtjob.spec.nfs_shares import NfsShares, namespace_shares
 from dtjob.spec.parse import JobSpec
 
 
@@ -19,4 +22,12 @@ def untrusted(
 ) -> Untrusted | None:
     """Why `objects` (Pods, batch Jobs of the job `uid`) may not be created, or None."""
     secrets = {name: kube.get("Secret", spec.namespace, name) for name in to_read(spec, objects)}
-    return judge(spec, uid, objects, secrets, config.operator_namespace, config.operator_service_account)
+    shares = _shares(kube, config, spec.namespace) if mounts_a_share(objects) else config.nfs_shares
+    return judge(
+        spec, uid, objects, secrets, config.operator_namespace, config.operator_service_account, shares
+    )
+
+
+def _shares(kube: Kube, config: OperatorConfig, namespace: str) -> NfsShares:
+    meta = (kube.get("Namespace", None, namespace) or {}).get("metadata") or {}
+    return namespace_shares(config.nfs_shares, namespace, meta.get("annotations") or {})

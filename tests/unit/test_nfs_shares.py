@@ -1,0 +1,171 @@
+"""The NFS shares a namespace's jobs may mount: the installer's list and a Namespace's own, an entry's reach
+(a server, an export and what lies below it, segment by segment), every volume that names a share in a pod
+the operator builds, with the spec field behind it, and the refusal before any create. Pure, but for the
+reconcile step over a RecordingKube."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from dtjob import desired
+from dtjob.config import load_config
+from dtjob.desired.common import owner_reference
+from dtjob.desired.pod_shares import mounted_shares, mounts_a_share, refused_shares
+from dtjob.desired.pod_trust import NFS_SHARE_NOT_ALLOWED
+from dtjob.reconcile.pod_trust import untrusted
+from dtjob.spec.nfs_shares import (
+    ANNOTATION_NFS_SHARES,
+    ENV_NFS_SHARES,
+    clean_path,
+    cluster_shares,
+    namespace_shares,
+    parse_shares,
+)
+from dtjob.spec.parse import JobSpec
+
+from tests.unit.operator_fixtures import CONFIG, job_spec
+from tests.unit.recording_kube import RecordingKube
+
+UID = "uid-1"
+OWNER = owner_reference("rn50", UID)
+DATA = {"nfs": {"server": "10.0.0.4", "path": "/export/imagenet"}}
+CHECKPOINTS = {"nfs": {"server": "files.internal", "path": "/ckpt/team-a"}}
+
+
+def _shares(text: str) -> Any:
+    return parse_shares(text, "test")
+
+
+def _pods(spec: JobSpec) -> list[dict[str, Any]]:
+    return [desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_pod(spec, OWNER, 0)]
+
+
+@pytest.mark.parametrize(
+    ("entries", "server", "path", "admitted"),
+    [
+        ("*", "anything", "/at/all", True),
+        ("10.0.0.4", "10.0.0.4", "/any/export", True),
+        ("Files.Internal", "files.INTERNAL", "/x", True),  # host names compare without case
+        ("10.0.0.4:/export", "10.0.0.4", "/export", True),
+        ("10.0.0.4:/export/", "10.0.0.4", "/export/imagenet/train", True),
+        ("10.0.0.4:/export", "10.0.0.4", "//export//imagenet/", True),
+        ("10.0.0.4:/", "10.0.0.4", "/etc", True),
+        ("10.0.0.4:/export", "10.0.0.4", "/exports", False),  # a prefix of a segment is not a parent
+        ("10.0.0.4:/export", "10.0.0.4", "/", False),
+        ("10.0.0.4:/export", "10.0.0.5", "/export", False),
+        ("10.0.0.4:/export", "10.0.0.4", "/export/../etc", False),  # the server says where .. leads
+        ("10.0.0.4:/export", "10.0.0.4", "export", False),
+        ("10.0.0.4:export", "10.0.0.4", "/export", False),  # a typo matches nothing
+        ("10.0.0.4:/a/../b", "10.0.0.4", "/b", False),
+        ("", "10.0.0.4", "/export", False),
+        ("10.0.0.9, 10.0.0.4:/export", "10.0.0.4", "/export/x", True),
+    ],
+)
+def test_an_entry_admits_its_server_and_what_lies_below_its_export(
+    entries: str, server: str, path: str, admitted: bool
+) -> None:
+    assert (_shares(entries).refusal(server, path) is None) is admitted
+
+
+def test_a_refusal_names_the_share_and_where_the_list_was_set() -> None:
+    why = cluster_shares({ENV_NFS_SHARES: "10.0.0.4:/export"}).refusal("10.9.9.9", "/secrets")
+    assert why is not None
+    assert "10.9.9.9:/secrets" in why and "10.0.0.4:/export" in why and ENV_NFS_SHARES in why
+    dotted = _shares("10.0.0.4:/export").refusal("10.0.0.4", "/export/./x")
+    assert dotted is not None and "'.' or '..'" in dotted
+
+
+def test_the_default_admits_any_share_and_a_namespace_annotation_replaces_the_installers_list() -> None:
+    assert load_config({}).nfs_shares.refusal("any", "/where") is None
+    cluster = load_config({ENV_NFS_SHARES: "10.0.0.4:/export"}).nfs_shares
+    assert namespace_shares(cluster, "a", {}) is cluster
+    narrowed = namespace_shares(cluster, "a", {ANNOTATION_NFS_SHARES: "10.0.0.4:/export/team-a"})
+    assert narrowed.refusal("10.0.0.4", "/export/team-b") is not None
+    assert narrowed.refusal("10.0.0.4", "/export/team-a/imagenet") is None
+    assert f"annotation {ANNOTATION_NFS_SHARES} on Namespace a" in narrowed.describe()
+    widened = namespace_shares(cluster, "lab", {ANNOTATION_NFS_SHARES: "*"})
+    assert widened.refusal("10.9.9.9", "/x") is None
+    closed = namespace_shares(widened, "b", {ANNOTATION_NFS_SHARES: ""})
+    assert closed.refusal("10.0.0.4", "/export") is not None
+
+
+def test_clean_path_drops_repeated_slashes_and_refuses_dot_segments() -> None:
+    assert clean_path("//a///b/") == "/a/b"
+    assert clean_path("/") == "/"
+    assert clean_path("/a/./b") is None and clean_path("/a/..") is None and clean_path("a") is None
+
+
+def test_every_share_a_built_pod_mounts_is_found_with_the_spec_field_behind_it() -> None:
+    template = {
+        "volumes": [
+            {"name": "extra", "nfs": {"server": "10.0.0.7", "path": "/home"}},
+            {"name": "scratch", "emptyDir": {}},
+            {
+                "name": "via-csi",
+                "csi": {
+                    "driver": "nfs.csi.k8s.io",
+                    "volumeAttributes": {"server": "10.0.0.8", "share": "/vol/", "subDir": "team"},
+                },
+            },
+            {"name": "other-csi", "csi": {"driver": "file.csi.azure.com", "volumeAttributes": {}}},
+        ]
+    }
+    spec = job_spec(
+        dataset={"volume": DATA}, checkpoints=CHECKPOINTS, worker={"template": {"spec": template}}
+    )
+    worker0 = desired.worker_pod(spec, OWNER, 0, 0)  # rank 0 mounts the checkpoints
+    found = {(m.field, m.server, m.path) for m in mounted_shares(spec, worker0)}
+    assert found == {
+        ("spec.dataset.volume.nfs", "10.0.0.4", "/export/imagenet"),
+        ("spec.checkpoints.nfs", "files.internal", "/ckpt/team-a"),
+        ("spec.worker.template.spec.volumes[0].nfs", "10.0.0.7", "/home"),
+        ("spec.worker.template.spec.volumes[2].csi", "10.0.0.8", "/vol/team"),
+    }
+    launcher = desired.launcher_pod(spec, OWNER, 0)
+    assert not any(m.field.startswith("spec.worker") for m in mounted_shares(spec, launcher))
+    assert mounts_a_share([worker0]) and not mounts_a_share([desired.launcher_pod(job_spec(), OWNER, 0)])
+
+
+def test_the_stagers_writable_mount_of_the_dataset_share_is_judged_too() -> None:
+    spec = job_spec(
+        dataset={
+            "source": "imagenet",
+            "volume": DATA,
+            "stageFrom": {
+                "account": "acct1",
+                "container": "imagenet",
+                "destination": "/data/imagenet",
+                "credentials": {"authMode": "workloadIdentity"},
+            },
+        }
+    )
+    stager = desired.staging_job(spec, OWNER, CONFIG.stager_image)
+    refused = refused_shares(spec, [stager], _shares("10.0.0.9"))
+    assert [r.field for r in refused] == ["spec.dataset.volume.nfs"]
+
+
+def test_each_refused_field_is_named_once_and_an_any_list_refuses_nothing() -> None:
+    spec = job_spec(dataset={"volume": DATA})
+    assert refused_shares(spec, _pods(spec), _shares("*")) == []
+    refused = refused_shares(spec, [*_pods(spec), desired.worker_pod(spec, OWNER, 1, 0)], _shares("10.0.0.9"))
+    assert [r.field for r in refused] == ["spec.dataset.volume.nfs"]
+    assert "10.0.0.4:/export/imagenet" in refused[0].message
+
+
+def test_the_reconcile_reads_the_namespace_for_its_list_only_when_a_pod_mounts_a_share() -> None:
+    config = replace(CONFIG, nfs_shares=cluster_shares({ENV_NFS_SHARES: "10.0.0.4:/export"}))
+    kube = RecordingKube()
+    kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml", "annotations": {
+        ANNOTATION_NFS_SHARES: "10.0.0.4:/export/other"}}})  # fmt: skip
+    spec = job_spec(dataset={"volume": DATA})
+    verdict = untrusted(kube, config, spec, UID, _pods(spec))
+    assert verdict is not None and verdict.fatal and verdict.reason == NFS_SHARE_NOT_ALLOWED
+    assert verdict.field == "spec.dataset.volume.nfs" and "Namespace ml" in verdict.message
+    kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml", "annotations": {}}})
+    assert untrusted(kube, config, spec, UID, _pods(spec)) is None  # the installer's list admits it
+    calls = len(kube.calls)
+    plain = job_spec()
+    assert untrusted(kube, config, plain, UID, _pods(plain)) is None
+    assert len(kube.calls) == calls  # nothing mounts a share: nothing read
