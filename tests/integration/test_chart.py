@@ -167,6 +167,11 @@ def test_storage_policy_and_network_policy_reach_the_operator() -> None:
     # int64): the longest cap the schema takes reaches the operator as a whole number of seconds.
     week = operator_env(render(json_sets=("storagePolicy.maxSasLifetimeSeconds=604800",)))
     assert week["DTJOB_SAS_LIFETIME_MAX_SECONDS"] == "604800"
+    # Any NFS share by default; a list the installer sets reaches the operator, an empty one too (none).
+    assert default["DTJOB_NFS_SHARES"] == "*"
+    shares = operator_env(render("storagePolicy.nfsShares={10.0.0.4:/export/a,files.internal}"))
+    assert load_config(shares).nfs_shares.entries == ("10.0.0.4:/export/a", "files.internal")
+    assert operator_env(render(json_sets=("storagePolicy.nfsShares=[]",)))["DTJOB_NFS_SHARES"] == ""
 
 
 def test_the_log_cap_reaches_the_operator_as_whole_bytes() -> None:
@@ -216,6 +221,7 @@ SCHEMA_REFUSALS = {
     "metrics.serviceMonitor.interval=often": "/metrics/serviceMonitor/interval",
     "metrics.azureMonitor.caKey=../ca.crt": "/metrics/azureMonitor/caKey",
     "storagePolicy.maxSasLifetimeSeconds=60": "/storagePolicy/maxSasLifetimeSeconds",
+    "storagePolicy.nfsShares={10.0.0.4:export}": "/storagePolicy/nfsShares/0",
 }
 
 
