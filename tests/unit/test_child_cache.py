@@ -4,11 +4,21 @@ does (what the LIST no longer holds is forgotten), without undoing what happened
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
+import pytest
 from dtjob.gang import kueue
 from dtjob.names import AVOIDED_NODES_ANNOTATION
-from dtjob.runtime.child_cache import JOBS, PODS, SLICES, URGENT_EVERY_S, ChildCache, projection
+from dtjob.runtime.child_cache import (
+    CONTAINER_STATUSES_KEPT,
+    JOBS,
+    PODS,
+    SLICES,
+    URGENT_EVERY_S,
+    ChildCache,
+    projection,
+)
 from dtjob.state.observed import pod_state
 
 NS = "ns"
@@ -223,3 +233,38 @@ def test_a_pods_status_is_kept_as_pod_state_reads_it_however_many_containers_the
     assert state == pod_state(body)
     assert (state.exit_code, state.address, state.waiting) == (3, "10.0.0.9", "ErrImagePull")
     assert state.reason == f"Error, exit code 3: {oom}", "a terminated container's message is kept whole"
+
+
+def _sidecar(
+    i: int, state: dict[str, Any] | None = None, last: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    running = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    return {
+        "name": f"s{i}",
+        "ready": True,
+        "restartCount": 0,
+        "state": state or running,
+        "lastState": last or {},
+    }
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_of_a_thousand_sidecars_a_few_are_kept_and_pod_state_reads_the_same(seed: int) -> None:
+    """A template may add any number of containers: past the first entries the cache keeps the operator's
+    own container's and the first each read of pod_state finds something in, wherever they stand."""
+    rng = random.Random(seed)
+    sidecars = [_sidecar(i) for i in range(1_000)]
+    crashed = {"terminated": {"exitCode": 137, "reason": "OOMKilled", "message": "m"}}
+    pulled = {"waiting": {"reason": "ImagePullBackOff", "message": "cannot pull"}}
+    sidecars[rng.randrange(20, 1_000)] = _sidecar(2_000, last=crashed)  # restarted after a crash
+    sidecars[rng.randrange(20, 1_000)] = _sidecar(2_001, state=pulled)
+    sidecars[rng.randrange(20, 1_000)] = _sidecar(2_002, state=crashed)
+    worker = {"name": "worker", "ready": False, "restartCount": 0, "state": rng.choice([crashed, pulled, {}])}
+    sidecars.insert(rng.randrange(0, 1_000), worker)
+    inits = [_sidecar(3_000 + i, state={"terminated": {"exitCode": 0}}) for i in range(500)]
+    body = child("w0", "u0", 1, phase="Running", containerStatuses=sidecars, initContainerStatuses=inits)
+    kept = projection(body)
+    assert pod_state(kept) == pod_state(body)
+    assert len(kept["status"]["containerStatuses"]) <= CONTAINER_STATUSES_KEPT + 4
+    assert len(kept["status"]["initContainerStatuses"]) == CONTAINER_STATUSES_KEPT
+    assert "worker" in {cs["name"] for cs in kept["status"]["containerStatuses"]}

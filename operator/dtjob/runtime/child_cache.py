@@ -26,6 +26,7 @@ from dtjob.names import AVOIDED_NODES_ANNOTATION, ROLE_STAGER
 from dtjob.runtime.failed_creates import JOB_UID_MAX_CHARS, FailedCreates
 from dtjob.state import hosts
 from dtjob.state.observed import Children
+from dtjob.state.pod_state import PER_CONTAINER_READS
 
 Key = tuple[str, str]  # (namespace, job name)
 Json = Mapping[str, Any]
@@ -117,14 +118,29 @@ CONTAINER_STATUS_KEPT = ("name", "ready", "started", "restartCount", "state", "l
 CONTAINER_STATUS_LISTS = ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
 TERMINATION_MESSAGE_MAX_CHARS = 4096
 STATUS_TEXT_MAX_CHARS = 512
+# Of each list, the first this many entries, the operator's own containers' and, past those, only the first
+# entry each of pod_state's per-container reads says something of: pod_state reads the same, and a template
+# of a thousand sidecars costs the cache a few dozen entries per pod.
+CONTAINER_STATUSES_KEPT = 16
+OPERATOR_CONTAINERS = frozenset(names.CONTAINER_OF_ROLE.values())
 
 
 def _status(status: Json) -> dict[str, Any]:
     kept = {k: _cut(v) for k, v in status.items() if k not in CONTAINER_STATUS_LISTS}
     for key in CONTAINER_STATUS_LISTS:
         if isinstance(found := status.get(key), list):
-            kept[key] = [_container_status(cs) for cs in found if isinstance(cs, dict)]
+            kept[key] = [_container_status(cs) for cs in _telling(found)]
     return kept
+
+
+def _telling(found: list[Any]) -> list[Json]:
+    entries = [cs for cs in found if isinstance(cs, dict)]
+    keep = set(range(min(len(entries), CONTAINER_STATUSES_KEPT)))
+    keep |= {i for i, cs in enumerate(entries) if cs.get("name") in OPERATOR_CONTAINERS}
+    for read in PER_CONTAINER_READS:
+        first = next((i for i, cs in enumerate(entries) if read(cs) is not None), None)
+        keep |= {first} if first is not None else set()
+    return [entries[i] for i in sorted(keep)]
 
 
 def _container_status(found: Json) -> dict[str, Any]:

@@ -153,11 +153,13 @@ def _statuses(status: Json) -> list[Json]:
 
 
 def _waiting_reason(status: Json) -> str | None:
-    for cs in _statuses(status):
-        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
-        if reason and reason not in ("ContainerCreating", "PodInitializing"):
-            return str(reason)
-    return None
+    return next((r for r in map(container_waiting, _statuses(status)) if r is not None), None)
+
+
+def container_waiting(cs: Json) -> str | None:
+    """Why a container waits, unless it is only being created."""
+    reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+    return str(reason) if reason and reason not in ("ContainerCreating", "PodInitializing") else None
 
 
 def _failed_termination(
@@ -167,11 +169,15 @@ def _failed_termination(
     container (`main`, e.g. the launcher's, whose code the restart policy judges) before a sidecar; or
     (None, None, None)."""
     statuses = sorted(_statuses(status), key=lambda cs: cs.get("name") != main)
-    for cs in statuses:
-        term = (cs.get("state") or {}).get("terminated")
-        if term and isinstance(term.get("exitCode"), int) and term["exitCode"] != 0:
-            return int(term["exitCode"]), term.get("reason"), parse_time_or_none(term.get("finishedAt"))
-    return None, None, None
+    return next((f for f in map(container_failure, statuses) if f is not None), (None, None, None))
+
+
+def container_failure(cs: Json) -> tuple[int, str | None, datetime | None] | None:
+    """(exit code, reason, end) of a container that ended with a nonzero code, or None."""
+    term = (cs.get("state") or {}).get("terminated")
+    if term and isinstance(term.get("exitCode"), int) and term["exitCode"] != 0:
+        return int(term["exitCode"]), term.get("reason"), parse_time_or_none(term.get("finishedAt"))
+    return None
 
 
 def pod_disruption(pod: Json) -> str | None:
@@ -186,15 +192,9 @@ def pod_disruption(pod: Json) -> str | None:
 def pod_reason(pod: Json) -> str | None:
     """The most telling reason a pod is not healthy, or None."""
     status = pod.get("status") or {}
-    for cs in _statuses(status):
-        state = cs.get("state") or {}
-        term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if term and (term.get("exitCode") or 0) != 0:
-            text = f"{term.get('reason') or 'Terminated'}, exit code {term.get('exitCode')}"
-            return f"{text}: {term['message']}" if term.get("message") else text
-        waiting = state.get("waiting")
-        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
-            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    telling = next((r for r in map(container_reason, _statuses(status)) if r is not None), None)
+    if telling is not None:
+        return telling
     scheduled = _condition(status.get("conditions"), "PodScheduled")
     if scheduled and scheduled.get("status") == "False":
         return f"{scheduled.get('reason', 'Unschedulable')}: {scheduled.get('message', '')}".rstrip(": ")
@@ -204,3 +204,22 @@ def pod_reason(pod: Json) -> str | None:
     if status.get("reason"):
         return f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
     return None
+
+
+def container_reason(cs: Json) -> str | None:
+    """What a container says is wrong: it ended with a nonzero code (now, or before its last restart), or it
+    waits for more than its creation."""
+    state = cs.get("state") or {}
+    term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+    if term and (term.get("exitCode") or 0) != 0:
+        text = f"{term.get('reason') or 'Terminated'}, exit code {term.get('exitCode')}"
+        return f"{text}: {term['message']}" if term.get("message") else text
+    waiting = state.get("waiting")
+    if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+        return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return None
+
+
+# What pod_state reads of each container's status, one container at a time: a pod's reason, its waiting
+# reason and its failure are each the first container (in order) of which one of these says something.
+PER_CONTAINER_READS = (container_reason, container_waiting, container_failure)
