@@ -16,6 +16,7 @@ from dtjob.runtime.child_cache import (
     PODS,
     SLICES,
     URGENT_EVERY_S,
+    URGENT_PER_NAMESPACE,
     ChildCache,
     projection,
 )
@@ -168,6 +169,28 @@ def test_a_job_goes_ahead_once_its_workers_all_turn_ready_and_not_again_for_a_wh
     cache.observe(PODS, child("w0", "u0", 5), deleted=True)
     cache.observe(PODS, child("w1", "u1", 1, conditions=ready), deleted=False)
     assert cache.goes_ahead((NS, "j")), "a job whose children were all gone starts afresh"
+
+
+def test_a_namespaces_jobs_together_go_ahead_a_bounded_number_of_times() -> None:
+    """An admin's many jobs would each get a turn: a namespace's jobs together go ahead at most
+    URGENT_PER_NAMESPACE times in URGENT_EVERY_S, and another namespace's job is not held back by them."""
+    now = [0.0]
+    cache = ChildCache(clock=lambda: now[0])
+    ready = [{"type": "Ready", "status": "True"}]
+    jobs = [f"j{i}" for i in range(3 * URGENT_PER_NAMESPACE)]
+    for i, job in enumerate(jobs):
+        cache.observe(PODS, child(f"{job}-w0", f"u{i}", 1, job=job, conditions=ready), deleted=False)
+    other = {**child("k-w0", "uk", 1, job="k", conditions=ready)}
+    other["metadata"] = {**other["metadata"], "namespace": "other"}
+    cache.observe(PODS, other, deleted=False)
+    ahead = [job for job in jobs if cache.goes_ahead((NS, job))]
+    assert ahead == jobs[:URGENT_PER_NAMESPACE]
+    assert cache.goes_ahead(("other", "k")), "another namespace's job is not held back"
+    now[0] = URGENT_EVERY_S / 2
+    assert not cache.goes_ahead((NS, jobs[-1])), "the namespace's turns are spent within the bound"
+    now[0] = URGENT_EVERY_S
+    later = [job for job in jobs if cache.goes_ahead((NS, job))]
+    assert later == jobs[:URGENT_PER_NAMESPACE], "the first again, their own bound over"
 
 
 def test_a_services_endpoint_slices_are_kept_with_their_hosts() -> None:

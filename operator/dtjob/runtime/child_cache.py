@@ -16,6 +16,7 @@ Pure and single-threaded: the controller calls it on the event loop only.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,9 @@ AVOIDED_NODES_MAX_CHARS = 16 * 1024
 # world turns Ready once; a namespace admin whose pods, labelled as a job's workers, turn Ready and not Ready
 # again and again would otherwise keep its jobs ahead of every other tenant's.
 URGENT_EVERY_S = 10.0
+# And a namespace's jobs, together, at most this many times in URGENT_EVERY_S: an admin's many real jobs would
+# otherwise each get a turn, and the lane would be theirs. A job that is not let ahead is reconciled in turn.
+URGENT_PER_NAMESPACE = 10
 
 
 def projection(body: Json) -> dict[str, Any]:
@@ -193,6 +197,7 @@ class ChildCache:
         self._by_key: dict[Key, dict[str, None]] = {}  # job -> uids of its children, in the same order
         self._tombstones: dict[str, float] = {}  # uid -> when it was deleted
         self._urgent_at: dict[Key, float] = {}  # job -> when its workers last all turned Ready
+        self._namespace_turns: dict[str, deque[float]] = {}  # namespace -> its jobs' turns within the bound
         self._clock = clock
         self.failed_creates = FailedCreates()  # why the launcher's or stager's pod was refused
 
@@ -328,13 +333,19 @@ class ChildCache:
         return bool(workers) and all(pod_ready(pod) for pod in workers)
 
     def goes_ahead(self, key: Key) -> bool:
-        """Whether the job's workers are all Ready and it has not gone ahead within URGENT_EVERY_S: ask once
-        a pod of it turned Ready. A yes counts as its turn."""
+        """Whether the job's workers are all Ready, and neither it nor URGENT_PER_NAMESPACE jobs of its
+        namespace went ahead within URGENT_EVERY_S: ask once a pod of it turned Ready. A yes counts as a turn
+        of both."""
         now = self._clock()
         last = self._urgent_at.get(key)
-        if (last is not None and now - last < URGENT_EVERY_S) or not self.workers_all_ready(key):
+        turns = self._namespace_turns.setdefault(key[0], deque())
+        while turns and now - turns[0] >= URGENT_EVERY_S:
+            turns.popleft()
+        spent = (last is not None and now - last < URGENT_EVERY_S) or len(turns) >= URGENT_PER_NAMESPACE
+        if spent or not self.workers_all_ready(key):
             return False
         self._urgent_at[key] = now
+        turns.append(now)
         return True
 
     def __len__(self) -> int:
