@@ -51,7 +51,7 @@ def test_an_admin_may_not_widen_its_own_storage_lists_or_publish_hosts(tenant_a:
     """Namespace annotations say what storage a namespace may use; EndpointSlices, who a job's hosts are."""
     ns = tenant_a.namespace
     core = tenant_a.core(ADMIN)
-    annotation = {"metadata": {"annotations": {"dtjob.io/write-containers": "*"}}}
+    annotation = {"metadata": {"annotations": {"dtjob.io/write-containers": "*", "dtjob.io/nfs-shares": "*"}}}
     assert refused(lambda: core.patch_namespace(ns, annotation))
     slice_ = client.V1EndpointSlice(
         address_type="IPv4",
