@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from testbed.operator_harness import OperatorProcess, install_crd
+from testbed.operator_harness import Jobs, OperatorProcess, install_crd
 from testbed.tenancy import Tenant, TenantCluster, tenant_cluster
+from tests.integration.api_history import ApiHistory, api_history
 from tests.tools import tool
 
 
@@ -63,6 +64,19 @@ def tenant_a(cluster: TenantCluster) -> Tenant:
 @pytest.fixture
 def tenant_b(cluster: TenantCluster) -> Tenant:
     return cluster.tenant()
+
+
+@pytest.fixture
+def admin_jobs(api_client: client.ApiClient, tenant_a: Tenant) -> Jobs:
+    """The cluster admin's view of tenant A's namespace: what the checks read."""
+    return Jobs(api_client, tenant_a.namespace)
+
+
+@pytest.fixture
+def history(api_client: client.ApiClient, tenant_a: Tenant) -> Iterator[ApiHistory]:
+    """Every pod and batch Job the API server shows in tenant A's namespace, from before the attack on."""
+    with api_history(api_client, tenant_a.namespace) as seen:
+        yield seen
 
 
 @pytest.fixture

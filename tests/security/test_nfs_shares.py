@@ -10,16 +10,14 @@ export, and the job that asked fails naming the field."""
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
 from testbed.tenancy import Tenant
-from tests.integration.api_history import ApiHistory, Seen, api_history, job_of
+from tests.integration.api_history import ApiHistory, Seen, job_of
 from tests.security.test_template_secrets import LONG_RUN, condition, running
 
 SERVER = "10.40.0.4"
@@ -31,17 +29,6 @@ NFS_SHARE_NOT_ALLOWED = "NfsShareNotAllowed"
 @pytest.fixture
 def chart_sets() -> tuple[str, ...]:
     return (f"storagePolicy.nfsShares[0]={SERVER}:{TEAM_A}",)
-
-
-@pytest.fixture
-def admin_jobs(api_client: client.ApiClient, tenant_a: Tenant) -> Jobs:
-    return Jobs(api_client, tenant_a.namespace)
-
-
-@pytest.fixture
-def history(api_client: client.ApiClient, tenant_a: Tenant) -> Iterator[ApiHistory]:
-    with api_history(api_client, tenant_a.namespace) as seen:
-        yield seen
 
 
 def nfs(path: str) -> dict[str, Any]:

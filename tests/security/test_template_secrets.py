@@ -7,7 +7,6 @@ saw in the namespace is checked (its watch streams, so a pod deleted a moment af
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from testbed.kube_wait import wait_for
 from testbed.operator_harness import Jobs, OperatorProcess
 from testbed.tenancy import ADMIN, Tenant
 from tests.azure.conftest import azurite, container_name  # noqa: F401  (fixtures: Azurite, a fresh name)
-from tests.integration.api_history import ApiHistory, Seen, api_history
+from tests.integration.api_history import ApiHistory, Seen
 
 STORAGE_KEY_LABEL = "dtjob.io/storage-key"
 LONG_RUN = {"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}}
@@ -27,18 +26,6 @@ LONG_RUN = {"podAnnotations": {"sim.dtjob.io/run-duration": "600s"}}
 @pytest.fixture
 def chart_sets() -> tuple[str, ...]:
     return (f"storagePolicy.accounts={{{DEV_ACCOUNT_NAME}}}",)
-
-
-@pytest.fixture
-def admin_jobs(api_client: client.ApiClient, tenant_a: Tenant) -> Jobs:
-    """The cluster admin's view of tenant A's namespace: what the checks read."""
-    return Jobs(api_client, tenant_a.namespace)
-
-
-@pytest.fixture
-def history(api_client: client.ApiClient, tenant_a: Tenant) -> Iterator[ApiHistory]:
-    with api_history(api_client, tenant_a.namespace) as seen:
-        yield seen
 
 
 def test_a_worker_template_edited_during_staging_cannot_mount_another_jobs_ssh_key(
