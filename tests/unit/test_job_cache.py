@@ -5,12 +5,13 @@ last patch."""
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from dtjob.reconcile.reads import get_job, patch_status
 from dtjob.runtime.cached_kube import JOB_COPY_MAX_AGE_S, CachedKube
-from dtjob.runtime.job_cache import JobCache
+from dtjob.runtime.job_cache import LAST_APPLIED, JobCache
 
 from tests.unit.manual_clock import ManualClock
 from tests.unit.recording_kube import Json, RecordingKube, unused_api
@@ -30,6 +31,19 @@ def test_a_copy_comes_back_as_a_fresh_dict_without_managed_fields() -> None:
     first["status"]["phase"] = "Changed by a caller"
     assert cache.get("ml", "rn50") == {**first, "status": {"phase": "Pending"}}
     assert cache.get("ml", "other") is None
+
+
+def test_kubectls_last_applied_copy_is_dropped_and_every_other_annotation_kept() -> None:
+    body = job("5")
+    applied = json.dumps(
+        {"spec": {"worker": {"template": {"spec": {"containers": [{"name": "w" * 40}] * 50}}}}}
+    )
+    body["metadata"]["annotations"] = {LAST_APPLIED: applied, "team": "vision"}
+    cache = JobCache(60.0)
+    cache.put(body)
+    copy = cache.get("ml", "rn50")
+    assert copy is not None and copy["metadata"]["annotations"] == {"team": "vision"}
+    assert body["metadata"]["annotations"][LAST_APPLIED] == applied, "the caller's body is left as it was"
 
 
 def test_an_older_event_never_replaces_a_newer_write() -> None:

@@ -19,10 +19,11 @@ CRD = REPO / "crds" / "dtjob.io_distributedtrainingjobs.yaml"
 TEST_REF = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
 # A label or annotation key of the groups the operator reads and writes (API versions are not keys).
 KEY = re.compile(r"^(dtjob\.io|volcano\.sh|([\w-]+\.)*(x-k8s|k8s|kubernetes)\.io)/(?!v\d)[\w.-]+$")
-# Keys the operator writes on its own objects and never reads: no input, so no row.
-WRITTEN_NOT_READ = {
-    "service.kubernetes.io/headless": "on the job's own Service",
-    "kubectl.kubernetes.io/default-container": "on its pods, for kubectl (a template's own value is kept)",
+# Keys the operator knows and never reads: no input, so no row.
+NOT_READ = {
+    "service.kubernetes.io/headless": "written on the job's own Service",
+    "kubectl.kubernetes.io/default-container": "written on its pods for kubectl (a template's value kept)",
+    "kubectl.kubernetes.io/last-applied-configuration": "dropped from the operator's copies of jobs",
 }
 
 
@@ -70,6 +71,6 @@ def test_every_label_and_annotation_key_the_operator_knows_is_named() -> None:
     doc = DOC.read_text()
     keys = known_keys()
     assert "kueue.x-k8s.io/prebuilt-workload-name" in keys and "dtjob.io/job-name" in keys
-    assert "kubernetes.io/service-name" in keys and set(WRITTEN_NOT_READ) <= keys
-    missing = sorted(k for k in keys - set(WRITTEN_NOT_READ) if f"`{k}`" not in doc)
+    assert "kubernetes.io/service-name" in keys and set(NOT_READ) <= keys
+    missing = sorted(k for k in keys - set(NOT_READ) if f"`{k}`" not in doc)
     assert not missing, f"label or annotation keys without a mention in {DOC.name}: {missing}"

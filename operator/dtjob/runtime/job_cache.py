@@ -13,7 +13,8 @@ A copy not confirmed for `max_age_s` is not used: a job deleted while the watch 
 and its copy must not live on. A LIST of the jobs' metadata confirms every copy it shows at its version or an
 older one (`confirm`), and tells which copies the API server no longer holds: one read for all the jobs of a
 namespace, where each running job, reconciled at least every progress poll, would otherwise be read again
-once a minute. Copies are kept as compact JSON (managedFields dropped), a few KB each.
+once a minute. Copies are kept as compact JSON (managedFields and kubectl's last-applied copy dropped), a
+few KB each.
 
 It also keeps, per job, the version of the operator's last status write after which the job was settled (a
 pass deciding again from that status would change nothing: dtjob.reconcile.job), so that the controller can
@@ -34,6 +35,7 @@ from dtjob.kube import wire
 
 Key = tuple[str, str]  # (namespace, name)
 Json = dict[str, Any]
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,16 @@ class _Copy:
     version: int | None
     raw: bytes
     confirmed_at: float
+
+
+def _slim(body: Mapping[str, Any], meta: Mapping[str, Any]) -> Json:
+    """The job without what nothing of the operator reads: managedFields, and kubectl's copy of the whole
+    object as last applied (each as large as the spec again)."""
+    kept = {k: v for k, v in meta.items() if k != "managedFields"}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping) and LAST_APPLIED in annotations:
+        kept["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    return {**body, "metadata": kept}
 
 
 def _key(meta: Mapping[str, Any]) -> Key:
@@ -67,8 +79,7 @@ class JobCache:
         meta = body.get("metadata") or {}
         key = _key(meta)
         uid, version = str(meta.get("uid") or ""), _version(meta)
-        slim = {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-        raw = wire.dumps(slim)
+        raw = wire.dumps(_slim(body, meta))
         with self._lock:
             old = self._copies.get(key)
             if old is not None and old.uid == uid and _older(version, old.version):
