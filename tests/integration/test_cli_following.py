@@ -293,7 +293,8 @@ def test_logs_follow_the_launcher_across_a_world_restart_to_the_end(
     append_log(first_log, "world 0: step 1")
     follower = Collected.dtjob("logs", "follow", "-f", "-n", jobs.ns, "--kubeconfig", kubeconfig)
     try:
-        wait_for(lambda: "world 0: step 1\n" in follower.out, timeout=30, what="the first line, live")
+        # The first line waits for the CLI's own start too (its imports take seconds on a busy machine).
+        wait_for(lambda: "world 0: step 1\n" in follower.out, timeout=90, what="the first line, live")
         append_log(first_log, "world 0: step 2")
         wait_for(lambda: "world 0: step 2\n" in follower.out, timeout=30, what="a line appended later")
 
