@@ -3,9 +3,10 @@ dataset's share writable, so where a namespace's Pod Security level allows inlin
 over, or read, any share the nodes can mount. The installer's list (`storagePolicy.nfsShares`) keeps a
 namespace to its own exports: tenant A's editor names team B's export on the same server every way a pod can
 mount a share (the dataset's volume, the checkpoints', a worker template's `nfs`, a launcher template's
-inline NFS CSI volume, a path that climbs out with `..`) and edits a running job's template to add it before
-a restart. Every pod and batch Job the API server saw in the namespace is checked: none mounts team B's
-export, and the job that asked fails naming the field."""
+inline NFS CSI volume, its attributes spelled in other cases as the driver reads them, a path that climbs
+out with `..`) and edits a running job's template to add it before a restart. Every pod and batch Job the API
+server saw in the namespace is checked: none mounts team B's export, and the job that asked fails naming the
+field."""
 
 from __future__ import annotations
 
@@ -48,6 +49,18 @@ ATTACKS: dict[str, tuple[dict[str, Any], str]] = {
             "driver": "nfs.csi.k8s.io", "volumeAttributes": {"server": SERVER, "share": TEAM_B}}}]}}}},
         "spec.launcher.template.spec.volumes[0].csi",
     ),
+    "csi-subdir": (  # the driver reads its attributes' keys without case
+        {"launcher": {**LONG_RUN, "template": {"spec": {"volumes": [{"name": "b", "csi": {
+            "driver": "nfs.csi.k8s.io",
+            "volumeAttributes": {"server": SERVER, "share": TEAM_A, "SubDir": "../team-b"}}}]}}}},
+        "spec.launcher.template.spec.volumes[0].csi",
+    ),
+    "csi-twice": (  # which of the two the driver mounts is its map's order
+        {"worker": {"template": {"spec": {"volumes": [{"name": "b", "csi": {
+            "driver": "nfs.csi.k8s.io",
+            "volumeAttributes": {"server": SERVER, "share": TEAM_A, "SHARE": TEAM_B}}}]}}}},
+        "spec.worker.template.spec.volumes[0].csi",
+    ),
     "climb": (
         {"worker": {"template": {"spec": {"volumes": [{"name": "b", **nfs(f"{TEAM_A}/../team-b")}]}}}},
         "spec.worker.template.spec.volumes[0].nfs",
@@ -63,9 +76,19 @@ def mounting_team_b(history: ApiHistory) -> list[str]:
         if seen.kind == "Job":
             spec = (spec.get("template") or {}).get("spec") or {}
         for volume in spec.get("volumes") or ():
-            share = volume.get("nfs") or (volume.get("csi") or {}).get("volumeAttributes") or {}
-            path = posixpath.normpath(str(share.get("path", share.get("share", ""))))
-            if share.get("server") == SERVER and not f"{path}/".startswith(f"{TEAM_A}/"):
+            if "nfs" in volume:
+                server, path = volume["nfs"].get("server"), volume["nfs"].get("path", "")
+            elif (volume.get("csi") or {}).get("driver") == "nfs.csi.k8s.io":
+                given = volume["csi"].get("volumeAttributes") or {}
+                attributes = {key.lower(): value for key, value in given.items()}
+                if len(attributes) < len(given):
+                    return True  # the driver mounts one of the two: team B's, say
+                server = attributes.get("server")
+                path = posixpath.join(attributes.get("share", ""), attributes.get("subdir", ""))
+            else:
+                continue
+            path = posixpath.normpath(path)
+            if server == SERVER and not f"{path}/".startswith(f"{TEAM_A}/"):
                 return True
         return False
 

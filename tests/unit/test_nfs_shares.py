@@ -6,6 +6,7 @@ reconcile step over a RecordingKube."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ from dtjob import desired
 from dtjob.config import load_config
 from dtjob.desired.common import owner_reference
 from dtjob.desired.pod_shares import mounted_shares, mounts_a_share, refused_shares
-from dtjob.desired.pod_trust import NFS_SHARE_NOT_ALLOWED
+from dtjob.desired.pod_trust import NFS_SHARE_NOT_ALLOWED, NFS_SHARES_UNREADABLE
+from dtjob.kube.errors import Forbidden
+from dtjob.machine.refusals import refused
 from dtjob.reconcile.pod_trust import untrusted
 from dtjob.spec.nfs_shares import (
     ANNOTATION_NFS_SHARES,
@@ -24,11 +27,14 @@ from dtjob.spec.nfs_shares import (
     parse_shares,
 )
 from dtjob.spec.parse import JobSpec
+from dtjob.state.decision import CreateWorker, RefusalKind, Refused
+from dtjob.state.status import JobStatus
 
 from tests.unit.operator_fixtures import CONFIG, job_spec
 from tests.unit.recording_kube import RecordingKube
 
 UID = "uid-1"
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 OWNER = owner_reference("rn50", UID)
 DATA = {"nfs": {"server": "10.0.0.4", "path": "/export/imagenet"}}
 CHECKPOINTS = {"nfs": {"server": "files.internal", "path": "/ckpt/team-a"}}
@@ -169,3 +175,51 @@ def test_the_reconcile_reads_the_namespace_for_its_list_only_when_a_pod_mounts_a
     plain = job_spec()
     assert untrusted(kube, config, plain, UID, _pods(plain)) is None
     assert len(kube.calls) == calls  # nothing mounts a share: nothing read
+
+
+def _csi(attributes: dict[str, str]) -> JobSpec:
+    volume = {"name": "b", "csi": {"driver": "nfs.csi.k8s.io", "volumeAttributes": attributes}}
+    return job_spec(worker={"template": {"spec": {"volumes": [volume]}}})
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"server": "10.0.0.4", "share": "/export", "SubDir": "../etc"},  # the driver reads keys without case
+        {"Server": "10.0.0.9", "Share": "/etc"},
+        {"server": "10.0.0.4", "share": "/export", "SHARE": "/etc"},  # which one counts is the driver's order
+        {"server": "10.0.0.4", "Server": "10.0.0.9", "share": "/export"},
+    ],
+)
+def test_an_nfs_csi_volumes_attributes_are_read_as_the_driver_reads_them(attributes: dict[str, str]) -> None:
+    spec = _csi(attributes)
+    refused = refused_shares(spec, _pods(spec), _shares("10.0.0.4:/export"))
+    assert [r.field for r in refused] == ["spec.worker.template.spec.volumes[0].csi"], refused
+    assert refused_shares(spec, _pods(spec), _shares("*")) == []
+
+
+def test_the_same_share_by_any_case_of_its_keys_is_admitted() -> None:
+    spec = _csi({"SERVER": "10.0.0.4", "Share": "/export", "subdir": "team-a"})
+    assert refused_shares(spec, _pods(spec), _shares("10.0.0.4:/export/team-a")) == []
+
+
+class _NamespaceForbidden(RecordingKube):
+    def get(self, kind: str, namespace: str | None, name: str, api_version: str | None = None) -> Any:
+        if kind == "Namespace":
+            raise Forbidden(f"get Namespace {name} refused by the API server: forbidden")
+        return super().get(kind, namespace, name, api_version)
+
+
+def test_a_list_the_operator_may_not_read_makes_the_job_wait_naming_it() -> None:
+    spec = job_spec(dataset={"volume": DATA})
+    verdict = untrusted(_NamespaceForbidden(), CONFIG, spec, UID, _pods(spec))
+    assert verdict is not None and not verdict.fatal and verdict.reason == NFS_SHARES_UNREADABLE
+    assert verdict.field == "spec.dataset.volume.nfs" and ANNOTATION_NFS_SHARES in verdict.message
+    assert "grant it get on namespaces" in verdict.message
+    # In a running world's replacement too: the job waits under that reason, nothing deleted.
+    refusal = Refused(
+        RefusalKind.SECRET_MISSING, CreateWorker(1, 2), verdict.message, verdict.reason, verdict.field
+    )
+    decision = refused(JobStatus(phase="Pending"), refusal, spec, NOW)
+    created = decision.status.condition("Created")
+    assert created is not None and created.reason == NFS_SHARES_UNREADABLE and decision.actions == []

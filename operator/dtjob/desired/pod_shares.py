@@ -26,6 +26,16 @@ class MountedShare:
     field: str  # the spec field that asked for it, else the object's own path
     server: str
     path: str
+    problem: str | None = None  # why what it mounts cannot be told: refused by any list but `*`
+
+
+@dataclass(frozen=True)
+class _Found:
+    field: str  # in the object it was found in
+    name: str  # the volume's
+    server: str
+    path: str
+    problem: str | None = None  # why what it mounts cannot be told
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,8 @@ def refused_shares(
     refused: dict[str, RefusedShare] = {}
     for obj in objects:
         for mounted in mounted_shares(spec, obj):
-            why = shares.refusal(mounted.server, mounted.path)
+            problem = mounted.problem and f"{mounted.problem} ({shares.describe()})"
+            why = problem or shares.refusal(mounted.server, mounted.path)
             if why is not None:
                 refused.setdefault(mounted.field, RefusedShare(mounted.field, why))
     return list(refused.values())
@@ -59,8 +70,8 @@ def mounted_shares(spec: JobSpec, obj: Mapping[str, Any]) -> list[MountedShare]:
     template_at = pod_origin.template_path(obj)
     template = pod_origin.template_spec(spec, template_at) or {}
     from_template = {
-        (name, server, share): field
-        for field, name, server, share in _shares(template, f"{template_at}.spec")
+        (found.name, found.server, found.path): found.field
+        for found in _shares(template, f"{template_at}.spec")
     }
     own = {
         name: field
@@ -70,19 +81,20 @@ def mounted_shares(spec: JobSpec, obj: Mapping[str, Any]) -> list[MountedShare]:
         )
         if volume is not None and volume.nfs is not None
     }
-    found = []
-    for field, name, server, share in _shares(pod_spec, path):
-        origin = from_template.get((name, server, share)) or own.get(name)
-        found.append(MountedShare(origin or f"{pod_origin.describe(obj)} {field}", server, share))
-    return found
+    mounted = []
+    for found in _shares(pod_spec, path):
+        origin = from_template.get((found.name, found.server, found.path)) or own.get(found.name)
+        field = origin or f"{pod_origin.describe(obj)} {found.field}"
+        mounted.append(MountedShare(field, found.server, found.path, found.problem))
+    return mounted
 
 
-def _shares(pod_spec: Mapping[str, Any], path: str) -> list[tuple[str, str, str, str]]:
-    """(field, volume name, server, path) of each volume of `pod_spec` that names an NFS share."""
+def _shares(pod_spec: Mapping[str, Any], path: str) -> list[_Found]:
+    """Each volume of `pod_spec` that names an NFS share."""
     return list(_each_share(pod_spec.get("volumes"), path))
 
 
-def _each_share(volumes: Any, path: str) -> Iterator[tuple[str, str, str, str]]:
+def _each_share(volumes: Any, path: str) -> Iterator[_Found]:
     if not isinstance(volumes, list):
         return
     for i, volume in enumerate(volumes):
@@ -91,9 +103,23 @@ def _each_share(volumes: Any, path: str) -> Iterator[tuple[str, str, str, str]]:
         name, at = str(volume.get("name", "")), f"{path}.volumes[{i}]"
         nfs, csi = volume.get("nfs"), volume.get("csi")
         if isinstance(nfs, Mapping):
-            yield f"{at}.nfs", name, str(nfs.get("server", "")), str(nfs.get("path", ""))
+            yield _Found(f"{at}.nfs", name, str(nfs.get("server", "")), str(nfs.get("path", "")))
         elif isinstance(csi, Mapping) and csi.get("driver") == NFS_CSI_DRIVER:
-            attributes = csi.get("volumeAttributes") or {}
-            share, sub_dir = str(attributes.get("share", "")), str(attributes.get("subDir", ""))
-            joined = f"{share.rstrip('/')}/{sub_dir}" if sub_dir else share
-            yield f"{at}.csi", name, str(attributes.get("server", "")), joined
+            yield _csi_share(f"{at}.csi", name, csi.get("volumeAttributes") or {})
+
+
+def _csi_share(field: str, name: str, given: Mapping[str, Any]) -> _Found:
+    """The share an NFS CSI volume mounts, its attributes read as the driver reads them: without case (its
+    `subdir` is `subDir`, `SubDir`...). Two keys that differ only in case leave which one counts to the order
+    the driver meets them in, so such a volume is refused."""
+    attributes: dict[str, str] = {}
+    for key, value in given.items():
+        lowered = str(key).lower()
+        if lowered in attributes:
+            return _Found(
+                field, name, "", "", f"NFS CSI volumeAttributes name {lowered!r} twice, in two cases"
+            )
+        attributes[lowered] = str(value)
+    share, sub_dir = attributes.get("share", ""), attributes.get("subdir", "")
+    joined = f"{share.rstrip('/')}/{sub_dir}" if sub_dir else share
+    return _Found(field, name, attributes.get("server", ""), joined)

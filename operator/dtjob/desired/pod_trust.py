@@ -33,6 +33,7 @@ from dtjob.state.status import SECRET_NOT_FOUND
 SECRET_NOT_ALLOWED = "SecretNotAllowed"
 SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed"
 NFS_SHARE_NOT_ALLOWED = "NfsShareNotAllowed"
+NFS_SHARES_UNREADABLE = "NfsSharesUnreadable"  # the operator may not read the Namespace's list: it waits
 # Where a pod spec names a Secret by a `name` inside these objects: a projected source (`secret`), envFrom
 # and the volume plugins that log in with one (`secretRef`: cephfs, rbd, iscsi, flexVolume, cinder, scaleIO,
 # storageos), env (`secretKeyRef`), csi (`nodePublishSecretRef`). `secretName` names one itself (a secret

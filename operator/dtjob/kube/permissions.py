@@ -50,7 +50,7 @@ PERMISSIONS: dict[Permission, str] = {
     ("", "secrets", "update"): "a SAS Secret renewed in place (mounted copies follow)",
     ("", "secrets", "delete"): "a SAS Secret the job no longer needs, under the UID it was read with",
     ("", "persistentvolumeclaims", "get"): "the preflight: a claim a job mounts exists",
-    ("", "namespaces", "get"): "the namespace's storage allowlists (its annotations)",
+    ("", "namespaces", "get"): "the namespace's storage allowlists and NFS shares (its annotations)",
     ("", "namespaces", "list"): "every namespace's storage lists: who else reads or writes a container",
     ("", "nodes", "list"): "the preflight's GPUs per node; a pool's free GPUs",
     ("", "events", "create"): "the Events a reconcile posts about its job, and the Lease's handovers",

@@ -73,7 +73,7 @@ def refused(prev: JobStatus, refusal: Refused, spec: JobSpec | None, now: dateti
             decision = invalid_spec(prev, refusal.field, message, now, generation, reason=refusal.reason)
         case RefusalKind.SECRET_MISSING:
             text = f"{refusal.field}: {message}; retrying every {RETRY_SECONDS:.0f}s"
-            return _wait(prev, SECRET_NOT_FOUND, text, now, generation)
+            return _wait(prev, refusal.reason or SECRET_NOT_FOUND, text, now, generation)
     waits = refusal.kind in (RefusalKind.FORBIDDEN, RefusalKind.NOT_OURS)
     if not waits or decision.status.phase in FINISHED:
         decision.actions.append(DeleteWorld())  # something the spec asked for: no half world is left

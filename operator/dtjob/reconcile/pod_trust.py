@@ -10,10 +10,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dtjob.config import OperatorConfig
-from dtjob.desired.pod_shares import mounts_a_share
-from dtjob.desired.pod_trust import Untrusted, judge, to_read
+from dtjob.desired.pod_shares import mounted_shares, mounts_a_share
+from dtjob.desired.pod_trust import NFS_SHARES_UNREADABLE, Untrusted, judge, to_read
 from dtjob.kube.client import Kube
-from dtjob.spec.nfs_shares import NfsShares, namespace_shares
+from dtjob.kube.errors import Forbidden
+from dtjob.spec.nfs_shares import ANNOTATION_NFS_SHARES, NfsShares, namespace_shares
 from dtjob.spec.parse import JobSpec
 
 
@@ -22,7 +23,13 @@ def untrusted(
 ) -> Untrusted | None:
     """Why `objects` (Pods, batch Jobs of the job `uid`) may not be created, or None."""
     secrets = {name: kube.get("Secret", spec.namespace, name) for name in to_read(spec, objects)}
-    shares = _shares(kube, config, spec.namespace) if mounts_a_share(objects) else config.nfs_shares
+    shares = config.nfs_shares
+    if mounts_a_share(objects):
+        try:
+            shares = _shares(kube, config, spec.namespace)
+        except Forbidden as refused:
+            field = next(m.field for obj in objects for m in mounted_shares(spec, obj))
+            return Untrusted(NFS_SHARES_UNREADABLE, field, _unreadable(spec.namespace, refused), fatal=False)
     return judge(
         spec, uid, objects, secrets, config.operator_namespace, config.operator_service_account, shares
     )
@@ -31,3 +38,10 @@ def untrusted(
 def _shares(kube: Kube, config: OperatorConfig, namespace: str) -> NfsShares:
     meta = (kube.get("Namespace", None, namespace) or {}).get("metadata") or {}
     return namespace_shares(config.nfs_shares, namespace, meta.get("annotations") or {})
+
+
+def _unreadable(namespace: str, refused: Forbidden) -> str:
+    return (
+        f"a pod mounts an NFS share, and the operator may not read Namespace {namespace} for its "
+        f"{ANNOTATION_NFS_SHARES} ({refused}): grant it get on namespaces (the chart does); waiting"
+    )

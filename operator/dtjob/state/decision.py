@@ -207,8 +207,8 @@ class RefusalKind(StrEnum):
     API_NOT_SERVED = "ApiNotServed"  # the cluster does not serve the gang scheduler's PodGroup API
     STORAGE = "Storage"  # Azure refused the credentials for good (no user delegation key)
     # The operator itself, before a pod's create (dtjob.desired.pod_trust): the pod would name a Secret or the
-    # ServiceAccount that is not the job's to hand out, or mount an NFS share its namespace may not (fails),
-    # or name a Secret that does not exist yet (waits).
+    # ServiceAccount that is not the job's to hand out, or mount an NFS share its namespace may not (fails);
+    # or name a Secret that does not exist yet, or mount a share of a list the operator may not read (waits).
     UNTRUSTED = "Untrusted"
     SECRET_MISSING = "SecretMissing"
 
