@@ -191,6 +191,9 @@ def test_a_namespaces_jobs_together_go_ahead_a_bounded_number_of_times() -> None
     now[0] = URGENT_EVERY_S
     later = [job for job in jobs if cache.goes_ahead((NS, job))]
     assert later == jobs[:URGENT_PER_NAMESPACE], "the first again, their own bound over"
+    now[0] = 3 * URGENT_EVERY_S
+    cache.goes_ahead(("other", "k"))
+    assert list(cache._namespace_turns) == ["other"], "a namespace without a recent turn is forgotten"
 
 
 def test_a_services_endpoint_slices_are_kept_with_their_hosts() -> None:

@@ -338,6 +338,8 @@ class ChildCache:
         of both."""
         now = self._clock()
         last = self._urgent_at.get(key)
+        for namespace in [ns for ns, past in self._namespace_turns.items() if _spent(past, now)]:
+            del self._namespace_turns[namespace]  # no turn within the bound: forgotten (a deleted namespace)
         turns = self._namespace_turns.setdefault(key[0], deque())
         while turns and now - turns[0] >= URGENT_EVERY_S:
             turns.popleft()
@@ -350,3 +352,8 @@ class ChildCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _spent(turns: deque[float], now: float) -> bool:
+    """Whether a namespace's last turn is past the bound (or it has none)."""
+    return not turns or now - turns[-1] >= URGENT_EVERY_S
