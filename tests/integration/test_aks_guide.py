@@ -174,6 +174,7 @@ def test_the_aks_guide_runs_in_order(
             environment = {e["name"]: e["value"] for e in container["env"] if "value" in e}
             assert environment["DTJOB_CPU_POOL"] == ""  # CPU pods select no pool: nodepool1 takes them
             assert environment["DTJOB_WRITE_CONTAINERS"] == "results"
+            assert environment["DTJOB_NFS_SHARES"] == ""  # the guide's jobs mount the share by its claim
             assert environment["DTJOB_STAGER_IMAGE"].startswith("mlregistry.azurecr.io/dtjob/stager:")
             operator_config = load_config(environment)
             ran.append(command)
