@@ -3,10 +3,10 @@ dataset's share writable, so where a namespace's Pod Security level allows inlin
 over, or read, any share the nodes can mount. The installer's list (`storagePolicy.nfsShares`) keeps a
 namespace to its own exports: tenant A's editor names team B's export on the same server every way a pod can
 mount a share (the dataset's volume, the checkpoints', a worker template's `nfs`, a launcher template's
-inline NFS CSI volume, its attributes spelled in other cases as the driver reads them, a path that climbs
-out with `..`) and edits a running job's template to add it before a restart. Every pod and batch Job the API
-server saw in the namespace is checked: none mounts team B's export, and the job that asked fails naming the
-field."""
+inline NFS CSI volume, its attributes spelled in other cases as the driver reads them or a mount option
+that sends the mount elsewhere, a path that climbs out with `..`) and edits a running job's template to add
+it before a restart. Every pod and batch Job the API server saw in the namespace is checked: none mounts team
+B's export, and the job that asked fails naming the field."""
 
 from __future__ import annotations
 
@@ -61,6 +61,19 @@ ATTACKS: dict[str, tuple[dict[str, Any], str]] = {
             "volumeAttributes": {"server": SERVER, "share": TEAM_A, "SHARE": TEAM_B}}}]}}}},
         "spec.worker.template.spec.volumes[0].csi",
     ),
+    "csi-dotted-i": (  # Go lowers İ to i, so the driver reads subdİr as subDir
+        {"worker": {"template": {"spec": {"volumes": [{"name": "b", "csi": {
+            "driver": "nfs.csi.k8s.io",
+            "volumeAttributes": {"server": SERVER, "share": TEAM_A, "subdİr": "../team-b"}}}]}}}},
+        "spec.worker.template.spec.volumes[0].csi",
+    ),
+    "csi-mountaddr": (  # an NFSv3 mount asks another host's mountd for the export's handle
+        {"worker": {"template": {"spec": {"volumes": [{"name": "b", "csi": {
+            "driver": "nfs.csi.k8s.io",
+            "volumeAttributes": {"server": SERVER, "share": TEAM_A,
+                                 "mountOptions": "nfsvers=3,mountaddr=10.40.0.9"}}}]}}}},
+        "spec.worker.template.spec.volumes[0].csi",
+    ),
     "climb": (
         {"worker": {"template": {"spec": {"volumes": [{"name": "b", **nfs(f"{TEAM_A}/../team-b")}]}}}},
         "spec.worker.template.spec.volumes[0].nfs",
@@ -81,8 +94,8 @@ def mounting_team_b(history: ApiHistory) -> list[str]:
             elif (volume.get("csi") or {}).get("driver") == "nfs.csi.k8s.io":
                 given = volume["csi"].get("volumeAttributes") or {}
                 attributes = {key.lower(): value for key, value in given.items()}
-                if len(attributes) < len(given):
-                    return True  # the driver mounts one of the two: team B's, say
+                if not judged_as_the_driver_reads(given, attributes):
+                    return True  # what it mounts is not known here: team B's, say
                 server = attributes.get("server")
                 path = posixpath.join(attributes.get("share", ""), attributes.get("subdir", ""))
             else:
@@ -94,6 +107,16 @@ def mounting_team_b(history: ApiHistory) -> list[str]:
 
     found = history.of("Pod", mounts_b) + history.of("Job", mounts_b)
     return sorted({f"{seen.kind} {seen.name}" for seen in found})
+
+
+def judged_as_the_driver_reads(given: dict[str, Any], attributes: dict[str, Any]) -> bool:
+    """Whether what an NFS CSI volume mounts can be told from server, share and subDir alone: plain ASCII
+    keys once each, nothing the driver fills in, no option that moves the mount."""
+    plain = all(key.isascii() for key in given) and len(attributes) == len(given)
+    known = set(attributes) <= {"server", "share", "subdir", "mountoptions"}
+    moved = any(option.split("=")[0] in ("mountaddr", "mounthost", "port", "mountport")
+                for option in str(attributes.get("mountoptions", "")).split(","))  # fmt: skip
+    return plain and known and not moved and "${" not in str(attributes.get("subdir", ""))
 
 
 def failed_or_mounted(jobs: Jobs, history: ApiHistory, name: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ reconcile step over a RecordingKube."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -14,8 +14,9 @@ from dtjob import desired
 from dtjob.config import load_config
 from dtjob.desired.common import owner_reference
 from dtjob.desired.pod_shares import mounted_shares, mounts_a_share, refused_shares
-from dtjob.desired.pod_trust import NFS_SHARE_NOT_ALLOWED, NFS_SHARES_UNREADABLE
+from dtjob.desired.pod_trust import NFS_SHARE_NOT_ALLOWED
 from dtjob.kube.errors import Forbidden
+from dtjob.machine.decide import decide
 from dtjob.machine.refusals import refused
 from dtjob.reconcile.pod_trust import untrusted
 from dtjob.spec.nfs_shares import (
@@ -28,7 +29,8 @@ from dtjob.spec.nfs_shares import (
 )
 from dtjob.spec.parse import JobSpec
 from dtjob.state.decision import CreateWorker, RefusalKind, Refused
-from dtjob.state.status import JobStatus
+from dtjob.state.observed import Observed
+from dtjob.state.status import NFS_SHARES_UNREADABLE, JobStatus
 
 from tests.unit.operator_fixtures import CONFIG, job_spec
 from tests.unit.recording_kube import RecordingKube
@@ -189,6 +191,15 @@ def _csi(attributes: dict[str, str]) -> JobSpec:
         {"Server": "10.0.0.9", "Share": "/etc"},
         {"server": "10.0.0.4", "share": "/export", "SHARE": "/etc"},  # which one counts is the driver's order
         {"server": "10.0.0.4", "Server": "10.0.0.9", "share": "/export"},
+        {"server": "10.0.0.4", "share": "/export", "subdİr": "../etc"},  # Go lowers İ to i, Python not
+        {
+            "server": "10.0.0.4",
+            "share": "/export",
+            "subDir": "${pvc.metadata.name}",
+            "csi.storage.k8s.io/pvc/name": "../../etc",
+        },  # the driver fills the placeholder
+        {"server": "10.0.0.4", "share": "/export", "mountOptions": "nfsvers=3,mountaddr=10.0.0.9"},
+        {"server": "10.0.0.4", "share": "/export", "mountOptions": "port=2050"},
     ],
 )
 def test_an_nfs_csi_volumes_attributes_are_read_as_the_driver_reads_them(attributes: dict[str, str]) -> None:
@@ -199,7 +210,9 @@ def test_an_nfs_csi_volumes_attributes_are_read_as_the_driver_reads_them(attribu
 
 
 def test_the_same_share_by_any_case_of_its_keys_is_admitted() -> None:
-    spec = _csi({"SERVER": "10.0.0.4", "Share": "/export", "subdir": "team-a"})
+    spec = _csi(
+        {"SERVER": "10.0.0.4", "Share": "/export", "subdir": "team-a", "mountOptions": "nfsvers=4.1,hard"}
+    )
     assert refused_shares(spec, _pods(spec), _shares("10.0.0.4:/export/team-a")) == []
 
 
@@ -223,3 +236,29 @@ def test_a_list_the_operator_may_not_read_makes_the_job_wait_naming_it() -> None
     decision = refused(JobStatus(phase="Pending"), refusal, spec, NOW)
     created = decision.status.condition("Created")
     assert created is not None and created.reason == NFS_SHARES_UNREADABLE and decision.actions == []
+
+
+def test_a_wait_for_the_list_holds_across_looks_and_says_so_once() -> None:
+    """The next look retries the creates and keeps the wait's condition and message: no Created=True in
+    between, no second Warning for the same wait."""
+    spec = job_spec(dataset={"volume": DATA})
+    first = decide(spec, Observed(), JobStatus(), NOW)
+    message = "the operator may not read Namespace ml for its dtjob.io/nfs-shares"
+    refusal = Refused(RefusalKind.SECRET_MISSING, CreateWorker(0, 0), message, NFS_SHARES_UNREADABLE,
+                      "spec.dataset.volume.nfs")  # fmt: skip
+    waiting = refused(first.status, refusal, spec, NOW)
+    assert [e.reason for e in waiting.events] == [NFS_SHARES_UNREADABLE]
+    later = NOW + timedelta(seconds=30)
+    again = decide(spec, Observed(), waiting.status, later)
+    assert CreateWorker(0, 0) in again.actions, "the creates are tried again"
+    created = again.status.condition("Created")
+    assert created is not None and (created.status, created.reason) == ("False", NFS_SHARES_UNREADABLE)
+    assert again.status.message == waiting.status.message
+    assert refused(again.status, refusal, spec, later).events == []
+
+
+def test_what_fails_the_job_whatever_the_list_says_comes_before_the_wait_for_it() -> None:
+    operator = replace(CONFIG, operator_namespace="ml", operator_service_account="dtjob")
+    spec = job_spec(dataset={"volume": DATA}, worker={"template": {"spec": {"serviceAccountName": "dtjob"}}})
+    verdict = untrusted(_NamespaceForbidden(), operator, spec, UID, _pods(spec))
+    assert verdict is not None and verdict.fatal and verdict.reason == "ServiceAccountNotAllowed"

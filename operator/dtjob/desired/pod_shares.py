@@ -19,6 +19,17 @@ from dtjob.spec.nfs_shares import NfsShares
 from dtjob.spec.parse import JobSpec
 
 NFS_CSI_DRIVER = "nfs.csi.k8s.io"
+# The NFS CSI driver's volume attributes the check reads, lowercased as the driver reads them.
+CSI_ATTRIBUTES = frozenset({"server", "share", "subdir", "mountoptions"})
+# Mount options that tune a mount and cannot move it to another host or export (unlike mountaddr, mounthost,
+# port or mountport, which send the mount's requests elsewhere).
+SAFE_MOUNT_OPTIONS = frozenset({
+    "nfsvers", "vers", "minorversion", "hard", "soft", "softreval", "timeo", "retrans", "rsize", "wsize",
+    "nconnect", "max_connect", "resvport", "noresvport", "ac", "noac", "actimeo", "acregmin", "acregmax",
+    "acdirmin", "acdirmax", "lookupcache", "cto", "nocto", "lock", "nolock", "intr", "nointr", "sec", "fsc",
+    "nofsc", "ro", "rw", "sync", "async", "atime", "noatime", "diratime", "nodiratime", "relatime", "noexec",
+    "nosuid", "nodev", "local_lock", "sharecache", "nosharecache",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -110,16 +121,30 @@ def _each_share(volumes: Any, path: str) -> Iterator[_Found]:
 
 def _csi_share(field: str, name: str, given: Mapping[str, Any]) -> _Found:
     """The share an NFS CSI volume mounts, its attributes read as the driver reads them: without case (its
-    `subdir` is `subDir`, `SubDir`...). Two keys that differ only in case leave which one counts to the order
-    the driver meets them in, so such a volume is refused."""
+    `subdir` is `subDir`, `SubDir`...). What the check cannot judge is refused: a key that is not plain ASCII
+    (cases fold differently in Go), one named twice in two cases (which counts is the driver's map order),
+    any key but server, share, subDir and mountOptions, a `${...}` placeholder in subDir (the driver fills it
+    from other attributes), and a mount option that could move the mount to another host or export."""
+
+    def refused(why: str) -> _Found:
+        return _Found(field, name, "", "", f"NFS CSI volumeAttributes: {why}")
+
     attributes: dict[str, str] = {}
     for key, value in given.items():
-        lowered = str(key).lower()
+        if not isinstance(key, str) or not key.isascii() or not isinstance(value, str):
+            return refused(f"{key!r} must be an ASCII key with a text value")
+        lowered = key.lower()
         if lowered in attributes:
-            return _Found(
-                field, name, "", "", f"NFS CSI volumeAttributes name {lowered!r} twice, in two cases"
-            )
-        attributes[lowered] = str(value)
+            return refused(f"{lowered!r} is named twice, in two cases")
+        if lowered not in CSI_ATTRIBUTES:
+            return refused(f"{key!r} is not one the NFS list can judge (server, share, subDir, mountOptions)")
+        attributes[lowered] = value
     share, sub_dir = attributes.get("share", ""), attributes.get("subdir", "")
+    if "${" in sub_dir:
+        return refused(f"subDir {sub_dir!r} holds a placeholder")
+    options = [o.strip() for o in attributes.get("mountoptions", "").split(",") if o.strip()]
+    moved = [o for o in options if o.split("=", 1)[0].lower() not in SAFE_MOUNT_OPTIONS]
+    if moved:
+        return refused(f"mount options {', '.join(moved)} are not among those the list allows")
     joined = f"{share.rstrip('/')}/{sub_dir}" if sub_dir else share
     return _Found(field, name, attributes.get("server", ""), joined)

@@ -33,7 +33,6 @@ from dtjob.state.status import SECRET_NOT_FOUND
 SECRET_NOT_ALLOWED = "SecretNotAllowed"
 SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed"
 NFS_SHARE_NOT_ALLOWED = "NfsShareNotAllowed"
-NFS_SHARES_UNREADABLE = "NfsSharesUnreadable"  # the operator may not read the Namespace's list: it waits
 # Where a pod spec names a Secret by a `name` inside these objects: a projected source (`secret`), envFrom
 # and the volume plugins that log in with one (`secretRef`: cephfs, rbd, iscsi, flexVolume, cinder, scaleIO,
 # storageos), env (`secretKeyRef`), csi (`nodePublishSecretRef`). `secretName` names one itself (a secret
@@ -53,7 +52,7 @@ class SecretReference:
 class Untrusted:
     """Why an object may not be created as built; `field` is the spec field that asked for it."""
 
-    reason: str  # SecretNotAllowed, ServiceAccountNotAllowed, SecretNotFound
+    reason: str  # fails: SecretNotAllowed, ...NotAllowed; waits: SecretNotFound, NfsSharesUnreadable
     field: str
     message: str
     fatal: bool  # the spec must change; otherwise (a Secret not there yet) the job waits and looks again

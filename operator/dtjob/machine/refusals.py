@@ -16,7 +16,8 @@ scheduler is installed; nothing of its world is created meanwhile. A child the A
 or credentials Azure refuses for good, fail the job and leave no half world.
 The operator refuses its own creates too (dtjob.desired.pod_trust): a pod that would name another job's
 Secret, an account key or the operator's ServiceAccount fails the job the same way, naming the spec field; one
-that would name a Secret not there yet waits (reason SecretNotFound) and is built again at the next look.
+that would name a Secret not there yet waits (reason SecretNotFound) and is built again at the next look, as
+does one that mounts an NFS share while the operator may not read the Namespace's list (NfsSharesUnreadable).
 """
 
 from __future__ import annotations

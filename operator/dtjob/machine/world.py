@@ -32,6 +32,7 @@ from dtjob.state.status import (
     CREATE_FORBIDDEN,
     FAILED,
     GANG_API_MISSING,
+    NFS_SHARES_UNREADABLE,
     PENDING,
     RESTARTING,
     RUNNING,
@@ -316,7 +317,7 @@ def advance_world(
     create_launcher = launch(b, spec, launcher, workers, missing, stale_launcher, all_ready, attempt)
 
     refused = b.prev.condition("Created")
-    waits = (CREATE_FORBIDDEN, CHILD_NOT_OURS, GANG_API_MISSING, SECRET_NOT_FOUND)
+    waits = (CREATE_FORBIDDEN, CHILD_NOT_OURS, GANG_API_MISSING, SECRET_NOT_FOUND, NFS_SHARES_UNREADABLE)
     held = refused is not None and refused.reason in waits
     if refused is not None and held and (missing or create_launcher):
         # The last create was refused (a quota, RBAC, a name still held, a Secret not there yet): try again,

@@ -11,11 +11,12 @@ from typing import Any
 
 from dtjob.config import OperatorConfig
 from dtjob.desired.pod_shares import mounted_shares, mounts_a_share
-from dtjob.desired.pod_trust import NFS_SHARES_UNREADABLE, Untrusted, judge, to_read
+from dtjob.desired.pod_trust import NFS_SHARE_NOT_ALLOWED, Untrusted, judge, to_read
 from dtjob.kube.client import Kube
 from dtjob.kube.errors import Forbidden
 from dtjob.spec.nfs_shares import ANNOTATION_NFS_SHARES, NfsShares, namespace_shares
 from dtjob.spec.parse import JobSpec
+from dtjob.state.status import NFS_SHARES_UNREADABLE
 
 
 def untrusted(
@@ -23,16 +24,23 @@ def untrusted(
 ) -> Untrusted | None:
     """Why `objects` (Pods, batch Jobs of the job `uid`) may not be created, or None."""
     secrets = {name: kube.get("Secret", spec.namespace, name) for name in to_read(spec, objects)}
-    shares = config.nfs_shares
-    if mounts_a_share(objects):
-        try:
-            shares = _shares(kube, config, spec.namespace)
-        except Forbidden as refused:
-            field = next(m.field for obj in objects for m in mounted_shares(spec, obj))
-            return Untrusted(NFS_SHARES_UNREADABLE, field, _unreadable(spec.namespace, refused), fatal=False)
-    return judge(
-        spec, uid, objects, secrets, config.operator_namespace, config.operator_service_account, shares
-    )
+
+    def verdict(shares: NfsShares) -> Untrusted | None:
+        return judge(
+            spec, uid, objects, secrets, config.operator_namespace, config.operator_service_account, shares
+        )
+
+    if not mounts_a_share(objects):
+        return verdict(config.nfs_shares)
+    try:
+        return verdict(_shares(kube, config, spec.namespace))
+    except Forbidden as refused:
+        # What fails the job whatever the Namespace says still does; otherwise it waits for the list.
+        first = verdict(config.nfs_shares)
+        if first is not None and first.fatal and first.reason != NFS_SHARE_NOT_ALLOWED:
+            return first
+        field = next(m.field for obj in objects for m in mounted_shares(spec, obj))
+        return Untrusted(NFS_SHARES_UNREADABLE, field, _unreadable(spec.namespace, refused), fatal=False)
 
 
 def _shares(kube: Kube, config: OperatorConfig, namespace: str) -> NfsShares:

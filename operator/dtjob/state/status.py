@@ -75,6 +75,9 @@ GANG_API_MISSING = "GangSchedulerMissing"
 # Condition Created=False with this reason: a pod would name a Secret that does not exist yet
 # (dtjob.desired.pod_trust); no such pod is created until it does.
 SECRET_NOT_FOUND = "SecretNotFound"
+# Condition Created=False with this reason: a pod would mount an NFS share, and the operator may not read the
+# job's Namespace for its list of shares (dtjob.reconcile.pod_trust); no such pod is created until it may.
+NFS_SHARES_UNREADABLE = "NfsSharesUnreadable"
 
 
 @dataclass(frozen=True)
