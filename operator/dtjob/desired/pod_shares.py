@@ -11,10 +11,11 @@ level admits where it refuses `nfs`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dtjob.desired import pod_origin
+from dtjob.spec import validators as rules
 from dtjob.spec.nfs_shares import NfsShares
 from dtjob.spec.parse import JobSpec
 
@@ -35,18 +36,10 @@ SAFE_MOUNT_OPTIONS = frozenset({
 @dataclass(frozen=True)
 class MountedShare:
     field: str  # the spec field that asked for it, else the object's own path
-    server: str
-    path: str
-    problem: str | None = None  # why what it mounts cannot be told: refused by any list but `*`
-
-
-@dataclass(frozen=True)
-class _Found:
-    field: str  # in the object it was found in
     name: str  # the volume's
     server: str
     path: str
-    problem: str | None = None  # why what it mounts cannot be told
+    problem: str | None = None  # why what it mounts cannot be told: refused by any list but `*`
 
 
 @dataclass(frozen=True)
@@ -87,25 +80,25 @@ def mounted_shares(spec: JobSpec, obj: Mapping[str, Any]) -> list[MountedShare]:
     own = {
         name: field
         for name, field, volume in (
-            ("data", "spec.dataset.volume.nfs", spec.dataset.volume),
-            ("checkpoints", "spec.checkpoints.nfs", spec.checkpoints),
+            (rules.DATA_VOLUME, "spec.dataset.volume.nfs", spec.dataset.volume),
+            (rules.CHECKPOINTS_VOLUME, "spec.checkpoints.nfs", spec.checkpoints),
         )
         if volume is not None and volume.nfs is not None
     }
-    mounted = []
-    for found in _shares(pod_spec, path):
-        origin = from_template.get((found.name, found.server, found.path)) or own.get(found.name)
-        field = origin or f"{pod_origin.describe(obj)} {found.field}"
-        mounted.append(MountedShare(field, found.server, found.path, found.problem))
-    return mounted
+    found = _shares(pod_spec, path)
+    origins = [from_template.get((f.name, f.server, f.path)) or own.get(f.name) for f in found]
+    return [
+        replace(f, field=origin or f"{pod_origin.describe(obj)} {f.field}")
+        for f, origin in zip(found, origins, strict=True)
+    ]
 
 
-def _shares(pod_spec: Mapping[str, Any], path: str) -> list[_Found]:
+def _shares(pod_spec: Mapping[str, Any], path: str) -> list[MountedShare]:
     """Each volume of `pod_spec` that names an NFS share."""
     return list(_each_share(pod_spec.get("volumes"), path))
 
 
-def _each_share(volumes: Any, path: str) -> Iterator[_Found]:
+def _each_share(volumes: Any, path: str) -> Iterator[MountedShare]:
     if not isinstance(volumes, list):
         return
     for i, volume in enumerate(volumes):
@@ -114,20 +107,20 @@ def _each_share(volumes: Any, path: str) -> Iterator[_Found]:
         name, at = str(volume.get("name", "")), f"{path}.volumes[{i}]"
         nfs, csi = volume.get("nfs"), volume.get("csi")
         if isinstance(nfs, Mapping):
-            yield _Found(f"{at}.nfs", name, str(nfs.get("server", "")), str(nfs.get("path", "")))
+            yield MountedShare(f"{at}.nfs", name, str(nfs.get("server", "")), str(nfs.get("path", "")))
         elif isinstance(csi, Mapping) and csi.get("driver") == NFS_CSI_DRIVER:
             yield _csi_share(f"{at}.csi", name, csi.get("volumeAttributes") or {})
 
 
-def _csi_share(field: str, name: str, given: Mapping[str, Any]) -> _Found:
+def _csi_share(field: str, name: str, given: Mapping[str, Any]) -> MountedShare:
     """The share an NFS CSI volume mounts, its attributes read as the driver reads them: without case (its
     `subdir` is `subDir`, `SubDir`...). What the check cannot judge is refused: a key that is not plain ASCII
     (cases fold differently in Go), one named twice in two cases (which counts is the driver's map order),
     any key but server, share, subDir and mountOptions, a `${...}` placeholder in subDir (the driver fills it
     from other attributes), and a mount option that could move the mount to another host or export."""
 
-    def refused(why: str) -> _Found:
-        return _Found(field, name, "", "", f"NFS CSI volumeAttributes: {why}")
+    def refused(why: str) -> MountedShare:
+        return MountedShare(field, name, "", "", f"NFS CSI volumeAttributes: {why}")
 
     attributes: dict[str, str] = {}
     for key, value in given.items():
@@ -147,4 +140,4 @@ def _csi_share(field: str, name: str, given: Mapping[str, Any]) -> _Found:
     if moved:
         return refused(f"mount options {', '.join(moved)} are not among those the list allows")
     joined = f"{share.rstrip('/')}/{sub_dir}" if sub_dir else share
-    return _Found(field, name, attributes.get("server", ""), joined)
+    return MountedShare(field, name, attributes.get("server", ""), joined)

@@ -320,11 +320,11 @@ def _mounts(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: b
     volume = spec.dataset.volume
     if with_data and volume is not None:
         read_only = volume.nfs.read_only if volume.nfs else bool(volume.pvc and volume.pvc.read_only)
-        mounts.append({"name": "data", "mountPath": volume.mount_path, "readOnly": read_only})
+        mounts.append({"name": rules.DATA_VOLUME, "mountPath": volume.mount_path, "readOnly": read_only})
     if rank0 and spec.output is not None:
         mounts.append(sas_volume_mount(Access.OUTPUT))
     if rank0 and spec.checkpoints is not None:
-        mounts.append({"name": "checkpoints", "mountPath": spec.checkpoints.mount_path})
+        mounts.append({"name": rules.CHECKPOINTS_VOLUME, "mountPath": spec.checkpoints.mount_path})
     return mounts
 
 
@@ -357,7 +357,7 @@ def _volumes(spec: JobSpec, with_hostfile: bool, with_data: bool = True, rank0: 
     if rank0 and spec.output is not None:
         volumes.append(sas_volume(spec.name, Access.OUTPUT))
     if rank0 and spec.checkpoints is not None:
-        volumes.append(pod_volume("checkpoints", spec.checkpoints))
+        volumes.append(pod_volume(rules.CHECKPOINTS_VOLUME, spec.checkpoints))
     return volumes
 
 
@@ -378,7 +378,7 @@ def sas_volume_mount(access: Access) -> Json:
 def data_volume(spec: JobSpec) -> Json | None:
     """The pod volume named `data` for spec.dataset.volume (workers, and writable for the stager)."""
     volume = spec.dataset.volume
-    return pod_volume("data", volume) if volume is not None else None
+    return pod_volume(rules.DATA_VOLUME, volume) if volume is not None else None
 
 
 def pod_volume(name: str, volume: DataVolume) -> Json:

@@ -11,6 +11,7 @@ from dtjob.desired.command import stager_download_args
 from dtjob.desired.common import STAGER_UID, Json, container_security_context, metadata, pod_security_context
 from dtjob.desired.pods import pod_volume, sas_volume, sas_volume_mount
 from dtjob.names import Access
+from dtjob.spec import validators as rules
 from dtjob.spec.parse import DataVolume, JobSpec
 
 # Transient failures (a node lost, a throttled account) are worth a retry; resumability makes retries cheap.
@@ -22,7 +23,7 @@ def staging_job(spec: JobSpec, owner: Json, image: str) -> Json:
     same path to the stager and to training."""
     staging, volume = spec.dataset.staging, spec.dataset.volume
     assert staging is not None and volume is not None  # parse_spec guarantees them
-    data = pod_volume("data", _writable(volume))
+    data = pod_volume(rules.DATA_VOLUME, _writable(volume))
     container: Json = {
         "name": names.STAGER_CONTAINER,
         "image": image,

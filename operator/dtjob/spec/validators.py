@@ -242,8 +242,12 @@ LAUNCHER_OWNED_ENV = (
 )
 # The pod volumes the operator builds (dtjob.desired.pods), by name. `dshm` (/dev/shm in memory) is the one a
 # template may name: as an emptyDir, to set its sizeLimit.
-OPERATOR_VOLUMES = ("ssh", "output", "dshm", "mpi", "data", "checkpoints", "sas-in", "sas-out")
+DATA_VOLUME = "data"  # spec.dataset.volume in the pods
+CHECKPOINTS_VOLUME = "checkpoints"  # spec.checkpoints in rank 0's pod
 SHARED_MEMORY_VOLUME = "dshm"
+OPERATOR_VOLUMES = (
+    "ssh", "output", SHARED_MEMORY_VOLUME, "mpi", DATA_VOLUME, CHECKPOINTS_VOLUME, "sas-in", "sas-out",
+)  # fmt: skip
 OPERATOR_VOLUME_WHY = (
     "the operator's volumes are named ssh, output, mpi, data, checkpoints, sas-in and sas-out: name yours "
     "otherwise (a container may mount the operator's)"
