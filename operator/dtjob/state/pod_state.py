@@ -16,6 +16,8 @@ from dtjob.state.node_health import NodeProblem
 from dtjob.timefmt import parse_time_or_none
 
 Json = Mapping[str, Any]
+# A container waiting for these is only being started: nothing to say of it.
+STARTING_REASONS = ("ContainerCreating", "PodInitializing")
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,7 @@ def _waiting_reason(status: Json) -> str | None:
 def container_waiting(cs: Json) -> str | None:
     """Why a container waits, unless it is only being created."""
     reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
-    return str(reason) if reason and reason not in ("ContainerCreating", "PodInitializing") else None
+    return str(reason) if reason and reason not in STARTING_REASONS else None
 
 
 def _failed_termination(
@@ -215,7 +217,7 @@ def container_reason(cs: Json) -> str | None:
         text = f"{term.get('reason') or 'Terminated'}, exit code {term.get('exitCode')}"
         return f"{text}: {term['message']}" if term.get("message") else text
     waiting = state.get("waiting")
-    if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+    if waiting and waiting.get("reason") not in (None, *STARTING_REASONS):
         return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
     return None
 
