@@ -174,6 +174,39 @@ def test_storage_policy_and_network_policy_reach_the_operator() -> None:
     assert operator_env(render(json_sets=("storagePolicy.nfsShares=[]",)))["DTJOB_NFS_SHARES"] == ""
 
 
+def nfs_policy(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    (policy,), (binding,) = (
+        kind(docs, "ValidatingAdmissionPolicy"),
+        kind(docs, "ValidatingAdmissionPolicyBinding"),
+    )
+    return policy, binding
+
+
+def test_the_nfs_share_policy_reads_the_operators_list_and_binds_the_namespaces_it_serves() -> None:
+    """The admission policy (its CEL run by the API server in tests/security/test_nfs_admission.py) embeds the
+    list the operator reads, binds every namespace of a cluster-wide install and only the served ones of a
+    scoped install, fails open (the operator judges either way), and is left out when turned off."""
+    for docs, shares in (
+        (render(), "*"),
+        (
+            render("storagePolicy.nfsShares={10.0.0.4:/export/a,files.internal}"),
+            "10.0.0.4:/export/a,files.internal",
+        ),
+        (render(json_sets=("storagePolicy.nfsShares=[]",)), ""),
+    ):
+        policy, binding = nfs_policy(docs)
+        assert operator_env(docs)["DTJOB_NFS_SHARES"] == shares
+        entries = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "entries")
+        assert f": {json.dumps(shares)})" in entries, entries
+        assert policy["spec"]["failurePolicy"] == "Ignore"
+        assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    _, scoped = nfs_policy(render("watchNamespaces={ml-a,ml-b}"))
+    selector = scoped["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["ml-a", "ml-b"]}]
+    off = render("admissionPolicy.enabled=false")
+    assert not kind(off, "ValidatingAdmissionPolicy") and not kind(off, "ValidatingAdmissionPolicyBinding")
+
+
 def test_the_log_cap_reaches_the_operator_as_whole_bytes() -> None:
     # Helm reads numbers as floats: unconverted, 64 MiB would render as 6.7108864e+07 (refused at start).
     assert int(operator_env(render())["DTJOB_LOG_CAP_BYTES"]) == DEFAULT_LOG_CAP_BYTES

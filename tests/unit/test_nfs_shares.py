@@ -69,6 +69,11 @@ def _pods(spec: JobSpec) -> list[dict[str, Any]]:
         ("10.0.0.4:/a/../b", "10.0.0.4", "/b", False),
         ("", "10.0.0.4", "/export", False),
         ("10.0.0.9, 10.0.0.4:/export", "10.0.0.4", "/export/x", True),
+        # ASCII case only, as the chart's admission policy reads it: the Kelvin sign lowers to k in Unicode.
+        ("files.\u212aube", "files.kube", "/x", False),
+        ("files.kube", "files.\u212aube", "/x", False),
+        ("\u00a0files.kube", "files.kube", "/x", False),  # trimmed of ASCII white space only
+        ("\tfiles.kube ,", "files.kube", "/x", True),
     ],
 )
 def test_an_entry_admits_its_server_and_what_lies_below_its_export(

@@ -174,3 +174,10 @@ the Service's name the certificate carries. Each key of metrics.serviceMonitor.t
 {{- end -}}
 {{- toYaml $tls -}}
 {{- end -}}
+
+{{/* The NFS shares jobs may mount cluster-wide, comma-separated, as the operator reads DTJOB_NFS_SHARES: an
+empty list is none, a missing one any ("*"). */}}
+{{- define "dtjob.nfsShares" -}}
+{{- $policy := .Values.storagePolicy | default dict -}}
+{{- join "," (ternary $policy.nfsShares (list "*") (hasKey $policy "nfsShares")) -}}
+{{- end -}}

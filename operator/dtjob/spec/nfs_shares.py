@@ -9,8 +9,10 @@ One comma-separated list:
   Namespaces are cluster-scoped, so only cluster administrators set it.
 
 An entry is `server` (any export of that server) or `server:/export` (that export and every path below it,
-segment by segment: `/data` does not admit `/database`). Servers compare without case, as host names do. An
-entry that is neither matches nothing, so a typo refuses rather than admits.
+segment by segment: `/data` does not admit `/database`). Servers compare without case, as host names do, in
+ASCII only: a server name with any other letter matches nothing (Unicode case rules fold some letters to ASCII
+ones, and the chart's admission policy, which says the same at apply, knows only ASCII's). An entry that is
+neither matches nothing, so a typo refuses rather than admits. Entries are trimmed of ASCII white space.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ ENV_NFS_SHARES = "DTJOB_NFS_SHARES"
 ANNOTATION_NFS_SHARES = "dtjob.io/nfs-shares"
 DEFAULT_NFS_SHARES = ANY
 _EXPORT_SEPARATOR = ":/"
+_ASCII_SPACE = " \t\n\r\v\f"
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class NfsShare:
     export: str | None  # an absolute path without a trailing slash ("/" for the root); None: any export
 
     def admits(self, server: str, path: str) -> bool:
-        if server.lower() != self.server:
+        if not server.isascii() or server.lower() != self.server:
             return False
         if self.export is None or self.export == "/":
             return True
@@ -66,7 +69,9 @@ class NfsShares:
 
 
 def parse_shares(text: str, source: str) -> NfsShares:
-    entries = tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+    entries = tuple(
+        dict.fromkeys(item.strip(_ASCII_SPACE) for item in text.split(",") if item.strip(_ASCII_SPACE))
+    )
     shares = tuple(share for share in map(_share, entries) if share is not None)
     return NfsShares(shares, ANY in entries, source, entries)
 
@@ -99,7 +104,7 @@ def _share(entry: str) -> NfsShare | None:
     if entry == ANY:
         return None
     server, separator, rest = entry.partition(_EXPORT_SEPARATOR)
-    if not server:
+    if not server or not server.isascii():
         return None
     if not separator:
         return NfsShare(server.lower(), None)
