@@ -79,7 +79,7 @@ def refusal(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> str 
         )
     except ApiException as err:
         if err.status in (403, 422):
-            return str(json.loads(err.body).get("message", err.body))
+            return str(json.loads(err.body or "{}").get("message", err.body))
         raise
     return None
 
@@ -113,7 +113,7 @@ def test_an_editor_naming_another_teams_export_is_refused_at_apply_naming_the_fi
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, tenant_a.namespace, PLURAL, job(f"b-{field}", SERVER, TEAM_B, field)
             )
-        message = json.loads(refused.value.body)["message"]
+        message = json.loads(refused.value.body or "{}")["message"]
         assert refused.value.status == 403, message
         assert f"{shown}: NFS share {SERVER}:{TEAM_B} is not one this namespace's jobs may mount" in message
         assert f"allowed: {CLUSTER_LIST} (operator setting DTJOB_NFS_SHARES)" in message
@@ -204,7 +204,7 @@ def test_a_job_already_stored_stays_editable_and_deletable_when_its_namespaces_l
     patch({"env": [{"name": "EPOCHS", "value": "3"}]})
     with pytest.raises(ApiException) as refused:
         patch({"dataset": {"volume": {"nfs": {"server": SERVER, "path": TEAM_B}}}})
-    assert "spec.dataset.volume.nfs: NFS share" in json.loads(refused.value.body)["message"]
+    assert "spec.dataset.volume.nfs: NFS share" in json.loads(refused.value.body or "{}")["message"]
     custom.delete_namespaced_custom_object(GROUP, VERSION, tenant_a.namespace, PLURAL, "kept")
     admin = client.CustomObjectsApi(api_client)
     admin.patch_namespaced_custom_object(

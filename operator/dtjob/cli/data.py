@@ -21,6 +21,7 @@ from dtjob.cli import blob_access as blob_cli
 from dtjob.cli import output
 from dtjob.contract.transfer_report import ExitCode
 from dtjob.names import directory_prefix
+from dtjob.printable import printable
 from dtjob.spec.reader import SpecError
 from dtjob.spec.storage import ACCOUNT_RE, PUBLIC_BLOB_SUFFIX, parse_endpoint
 
@@ -143,10 +144,12 @@ def run_ls(args: argparse.Namespace) -> int:
         print(output.dump([{"name": f.name, "size": f.size, "md5": f.md5} for f in files], args.output))
     elif args.long:
         for remote in files:
-            print(f"{remote.size:>14}  {remote.md5 or '-':<24}  {remote.name}")
+            print(
+                f"{remote.size:>14}  {remote.md5 or '-':<24}  {printable(remote.name, keep_newlines=False)}"
+            )
     else:
         for remote in files:
-            print(remote.name)
+            print(printable(remote.name, keep_newlines=False))
     total = sum(f.size for f in files)
     print(f"{len(files)} blob(s), {total} bytes under {args.container}/{prefix}", file=sys.stderr)
     return int(ExitCode.OK)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from dtjob.printable import printable
 from dtjob.timefmt import format_span, parse_time
 
 LAST_EVENTS = 8
@@ -132,4 +133,5 @@ def render(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: dat
             f"  {_age(_event_time(e), now):<5} {e.get('type', ''):<8} {e.get('reason', ''):<22} "
             f"{e.get('message', '')}{times}"
         )
-    return "\n".join(lines)
+    # Status and Events carry what tenants and their code wrote: each line shown as text, never acted on.
+    return "\n".join(printable(line, keep_newlines=False) for line in lines)

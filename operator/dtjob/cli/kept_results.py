@@ -19,12 +19,16 @@ from dtjob.contract.results_upload import ResultsRecord
 from dtjob.contract.transfer_report import ExitCode
 from dtjob.desired.command import results_upload_later_script
 from dtjob.names import WORKER_CONTAINER, Access, output_url
+from dtjob.printable import printable
 from dtjob.spec.storage import Output
 from dtjob.state.status import SAS_SCOPE_DIRECTORY
 from dtjob.timefmt import format_time
 
-# How long the upload's token outlives --retry-for: the transfer itself, however large the results.
+# How long the upload's token outlives --retry-for: the transfer itself, however large the results. The
+# command in the pod is stopped then too: its token is of no use after it.
 UPLOAD_SAS_MARGIN = timedelta(minutes=30)
+# What of the pod's output is kept to read the upload's report from: its last lines.
+SAID_KEPT_CHARS = 64 * 1024
 DESCRIPTION = f"""\
 The upload runs in the pod the operator kept (status.output.results.keptOnPod), and only while that pod is
 the one of keptOnPodUID: a later pod of the same name holds nothing. As the job's own upload did, it runs
@@ -164,11 +168,12 @@ def run_upload(args: argparse.Namespace) -> int:
         token = upload_sas(args, kept)
     except Exception as err:
         return blob_cli.fail("dtjob results", err, f"container {target.container}", "the credentials")
-    said: list[str] = []
+    said = ""
 
     def relay(text: str) -> None:
-        said.append(text)
-        sys.stderr.write(text)
+        nonlocal said
+        said = (said + text)[-SAID_KEPT_CHARS:]
+        sys.stderr.write(printable(text))
         sys.stderr.flush()
 
     script = results_upload_later_script(args.job, kept.prefix, args.retry_for)
@@ -178,11 +183,12 @@ def run_upload(args: argparse.Namespace) -> int:
     )
     try:
         stdin = f"{target.container_url}\n{token}\n"
-        code = cluster.exec_in_pod(kept.pod, WORKER_CONTAINER, ["sh", "-c", script], stdin, relay)
+        ends = args.retry_for + UPLOAD_SAS_MARGIN.total_seconds()
+        code = cluster.exec_in_pod(kept.pod, WORKER_CONTAINER, ["sh", "-c", script], stdin, relay, ends)
     except kube_cli.KubeFailure as err:
         print(f"dtjob results: {err}", file=sys.stderr)
         return int(err.code)
-    report = results_upload.latest_report("".join(said))
+    report = results_upload.latest_report(said)
     counts = results_upload.done_counts(report.message) if report is not None else None
     if code != 0 or report is None or report.state != results_upload.UPLOADED or counts is None:
         print(f"dtjob results: the upload on pod {kept.pod} failed (exit {code}); the results stay there",
@@ -232,7 +238,7 @@ def _wait_succeeded(cluster: kube_cli.Cluster, name: str, seconds: int) -> int:
             print(f"dtjob results: {err}", file=sys.stderr)
             return int(err.code)
         if status.get("phase") == "Succeeded":
-            print(f"job {name} is Succeeded: {status.get('message')}")
+            print(f"job {name} is Succeeded: {printable(str(status.get('message')))}")
             return int(ExitCode.OK)
         time.sleep(2)
     if seconds:

@@ -5,6 +5,7 @@ it, and running a command in one of its pods (as `kubectl exec`, with the caller
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -107,10 +108,17 @@ class Cluster:
         )
 
     def exec_in_pod(
-        self, pod: str, container: str, command: list[str], stdin: str, output: Callable[[str], None]
+        self,
+        pod: str,
+        container: str,
+        command: list[str],
+        stdin: str,
+        output: Callable[[str], None],
+        deadline_s: float,
     ) -> int:
         """Run `command` in the pod's container as `kubectl exec -i` does: `stdin` written to it, its stdout
-        and stderr passed to `output` as they come. Its exit status."""
+        and stderr passed to `output` as they come. Its exit status; KubeFailure once it ran `deadline_s`
+        (what runs there is the pod's image, which need not ever end)."""
         from kubernetes import client
         from kubernetes.stream import stream
 
@@ -131,9 +139,14 @@ class Cluster:
             ),
             missing=f"no pod {pod!r} in namespace {self.namespace}",
         )
+        ends = time.monotonic() + deadline_s
         try:
             session.write_stdin(stdin)
             while session.is_open():
+                if time.monotonic() > ends:
+                    raise KubeFailure(
+                        ExitCode.STORAGE, f"the command in pod {pod} ran past {deadline_s:.0f} s; stopped"
+                    )
                 session.update(timeout=1)
                 for read, peek in (
                     (session.read_stdout, session.peek_stdout),

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dtjob.printable import printable
 from dtjob.state.status import Condition, status_from_dict
 
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -115,4 +116,5 @@ def progress_line(status: JobStatus) -> str:
         line += f", {status.restarts} restart(s)"
     if status.progress is not None and status.progress.summary:
         line += f", {status.progress.summary}"
-    return f"{line} ({status.message})" if status.message else line
+    line = f"{line} ({status.message})" if status.message else line
+    return printable(line, keep_newlines=False)

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dtjob.printable import printable
+
 # The launcher's exit code when training succeeded and the results upload failed for good. Outside 1-127
 # (the user's code, and the default runPolicy.permanentExitCodes) and 128+N (killed by signal N).
 UPLOAD_FAILED_EXIT = 200
@@ -84,7 +86,7 @@ def latest_report(log_text: str) -> UploadReport | None:
         at = line.find(LINE_PREFIX)
         if at < 0:
             continue
-        text = line[at + len(LINE_PREFIX) :].strip()[:500]
+        text = printable(line[at + len(LINE_PREFIX) :].strip()[:500])
         if text.startswith("retrying"):
             return UploadReport(RETRYING, text)
         if text.startswith("failed"):

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from enum import IntEnum
 from typing import Any
 
+from dtjob.printable import printable
+
 
 class ExitCode(IntEnum):
     """Exit statuses of the stager (the operator maps them to reasons) and of the `dtjob` commands, which
@@ -78,7 +80,7 @@ class ProgressSnapshot:
             if isinstance(value, bool) or not isinstance(value, wanted):
                 raise ValueError(f"progress snapshot field {key} has the wrong type")
             if isinstance(value, str):  # it goes into the job's status: no longer than the stager writes it
-                fields[key] = value[:SNAPSHOT_TEXT_MAX_CHARS]
+                fields[key] = printable(value[:SNAPSHOT_TEXT_MAX_CHARS])
         return cls(**fields)
 
 

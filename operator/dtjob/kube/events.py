@@ -1,4 +1,5 @@
-"""Events about an object, posted best effort: a failure is logged, never raised."""
+"""Events about an object, posted best effort: a failure is logged, never raised. A message may quote what a
+tenant wrote: it is posted printable (dtjob.printable)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.errors import ApiError
 from dtjob.kube.rest import Json, api_call, discard
+from dtjob.printable import printable
 from dtjob.timefmt import format_micro_time, format_time
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ def post_event(
         "involvedObject": involved,
         "type": kind,
         "reason": reason,
-        "message": message[:MESSAGE_CHARS],
+        "message": printable(message[:MESSAGE_CHARS]),
         "firstTimestamp": format_time(now),
         "lastTimestamp": format_time(now),
         "eventTime": format_micro_time(now),

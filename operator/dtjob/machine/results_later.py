@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from dtjob.contract.results_upload import ANNOTATION_UPLOADED_LATER, UPLOADED, ResultsRecord
 from dtjob.machine.builder import Builder
+from dtjob.printable import printable
 from dtjob.state.decision import Event
 from dtjob.state.observed import Observed, StoredResults
 from dtjob.state.status import FAILED, SUCCEEDED, JobStatus
@@ -50,14 +51,14 @@ def uploaded_later(b: Builder, observed: Observed) -> None:
     kept = f"the results stay on pod {b.prev.results_pod}"
     wrong = record_mismatch(record, b.prev, observed.uid)
     if wrong is not None:
-        text = f"annotation {ANNOTATION_UPLOADED_LATER} ignored: {wrong}; {kept}"
+        text = f"annotation {ANNOTATION_UPLOADED_LATER} ignored: {printable(wrong)}; {kept}"
         b.events.append(Event("Warning", RECORD_IGNORED, text))
         return
     stored = observed.results_stored
     if stored is None:
         return
     if not stored.complete:
-        text = f"annotation {ANNOTATION_UPLOADED_LATER} not taken yet: {stored.message}; {kept}"
+        text = f"annotation {ANNOTATION_UPLOADED_LATER} not taken yet: {printable(stored.message)}; {kept}"
         b.events.append(Event("Warning", RESULTS_NOT_STORED, text))
         if stored.retry:
             b.requeue(STORAGE_RECHECK_SECONDS)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dtjob.printable import printable
+
 Json = Mapping[str, Any]
 
 
@@ -28,11 +30,11 @@ def failed_create_view(event: Json) -> dict[str, Any]:
     """What newest_failed_create reads of an Event, its message cut as it is read: any pod of the namespace
     may post Events, and a LIST of them is kept until it is read."""
     kept = {k: event[k] for k in ("lastTimestamp", "eventTime") if k in event}
-    return {**kept, "message": str(event.get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS]}
+    return {**kept, "message": printable(str(event.get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS])}
 
 
 def newest_failed_create(events: Iterable[Json]) -> str | None:
     """The message of the newest of a Job's FailedCreate Events (the Job controller records one per try,
     merged into a count), cut to FAILED_CREATE_MESSAGE_CHARS; None without one."""
     newest = max(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), default=None)
-    return str((newest or {}).get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS] or None
+    return printable(str((newest or {}).get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS]) or None

@@ -11,6 +11,7 @@ from typing import Any
 
 from dtjob import names
 from dtjob.gang import kueue
+from dtjob.printable import printable
 from dtjob.spec.parse import MAX_WORKERS
 from dtjob.state.node_health import NodeProblem
 from dtjob.timefmt import parse_time_or_none
@@ -188,7 +189,9 @@ def pod_disruption(pod: Json) -> str | None:
     found = true_condition((pod.get("status") or {}).get("conditions"), "DisruptionTarget")
     if found is None:
         return None
-    return f"{found.get('reason') or 'DisruptionTarget'}: {found.get('message') or ''}".rstrip(": ")
+    return printable(
+        f"{found.get('reason') or 'DisruptionTarget'}: {found.get('message') or ''}".rstrip(": ")
+    )
 
 
 def pod_reason(pod: Json) -> str | None:
@@ -199,26 +202,28 @@ def pod_reason(pod: Json) -> str | None:
         return telling
     scheduled = _condition(status.get("conditions"), "PodScheduled")
     if scheduled and scheduled.get("status") == "False":
-        return f"{scheduled.get('reason', 'Unschedulable')}: {scheduled.get('message', '')}".rstrip(": ")
+        return printable(
+            f"{scheduled.get('reason', 'Unschedulable')}: {scheduled.get('message', '')}".rstrip(": ")
+        )
     disruption = pod_disruption(pod)
     if disruption is not None:
         return disruption
     if status.get("reason"):
-        return f"{status['reason']}: {status.get('message', '')}".rstrip(": ")
+        return printable(f"{status['reason']}: {status.get('message', '')}".rstrip(": "))
     return None
 
 
 def container_reason(cs: Json) -> str | None:
     """What a container says is wrong: it ended with a nonzero code (now, or before its last restart), or it
-    waits for more than its creation."""
+    waits for more than its creation. The message is the container's own, made printable."""
     state = cs.get("state") or {}
     term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
     if term and (term.get("exitCode") or 0) != 0:
         text = f"{term.get('reason') or 'Terminated'}, exit code {term.get('exitCode')}"
-        return f"{text}: {term['message']}" if term.get("message") else text
+        return printable(f"{text}: {term['message']}") if term.get("message") else text
     waiting = state.get("waiting")
     if waiting and waiting.get("reason") not in (None, *STARTING_REASONS):
-        return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+        return printable(f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "))
     return None
 
 

@@ -13,8 +13,9 @@ line is, in this order:
    exited, which says nothing of why.
 
 Within a tier the first such line wins: the first rank to fail is the cause, and the others' errors (a peer
-gone from the allreduce) follow from it. The line is capped, stripped of control characters, and never carries
-a SAS signature or an account key (dtjob.redaction). Pure.
+gone from the allreduce) follow from it. The line is capped, stripped of control sequences (what else acts on
+a terminal written out as an escape: dtjob.printable), and never carries a SAS signature or an account key
+(dtjob.redaction). Pure.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dtjob.printable import printable
 from dtjob.redaction import redact
 
 MAX_CHARS = 300
@@ -49,7 +51,8 @@ _LAUNCHER_REPORTS = (
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",  # torchrun's, after a rank's own
 )
 
-# Terminal colours and other control characters (a tab becomes a space).
+# Terminal control sequences and C0 controls, dropped before the line is parsed (a tag may follow a colour);
+# what else acts on a terminal (C1 codes, bidi overrides) is written out as an escape (dtjob.printable).
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0a-\x1f\x7f]")
 
 
@@ -114,7 +117,7 @@ def _found(line: str, rank: int | None) -> RankError:
         rank = int(named_rank.group(1))
     # Cut before redacting (the patterns need not scan a flood of one line), with room for what redaction
     # shortens; a secret cut at that edge still matches, and the cap below drops it anyway.
-    text = redact(line[: 4 * MAX_CHARS].replace("\t", " "))
+    text = printable(redact(line[: 4 * MAX_CHARS]), keep_newlines=False)
     if len(text) > MAX_CHARS:
         text = text[: MAX_CHARS - 3].rstrip() + "..."
     return RankError(text, rank, host.group(1) if host else None)
