@@ -275,6 +275,10 @@ REFUSED = [
     ("worker", {"metadata": {"labels": {"team": "a b"}}}, f"{W}.metadata.labels[team]", "label value"),
     ("worker", {"metadata": {"name": "x"}}, f"{W}.metadata.name", "only labels and annotations"),
     ("worker", {"kind": "Pod"}, f"{W}.kind", "metadata and spec"),
+    # Bound by name, a worker skips the nodes the operator keeps it off: on a node whose condition says it
+    # cannot keep workers, its world restarted there without end, counted against no backoffLimit.
+    ("worker", {"spec": {"nodeName": "aks-gpu-3"}}, f"{W}.spec.nodeName", "skips the scheduler"),
+    ("launcher", {"spec": {"nodeName": "aks-cpu-0"}}, f"{L}.spec.nodeName", "skips the scheduler"),
 ]  # fmt: skip
 
 

@@ -210,6 +210,13 @@ TEMPLATE_OWNED_POD_FIELDS = {
         "is set by the operator: use spec.placement.nodeSelector (workers) or "
         "spec.placement.launcher.nodeSelector (launcher)"
     ),
+    # A pod bound by name skips the scheduler: the gang, Kueue's gate and the nodes the operator keeps a world
+    # off (a node whose condition says it cannot keep workers) would not hold it, and a world pinned to such a
+    # node would restart on it without end.
+    "nodeName": (
+        "is the scheduler's: a pod bound to a node by name skips the scheduler, the gang, the queue and the "
+        "nodes the operator keeps workers off; use spec.placement (nodeSelector, nodePool, affinity)"
+    ),
 }
 # Fields of the operator's own container (names.WORKER_CONTAINER, names.LAUNCHER_CONTAINER) in a template.
 _PROGRAM = "is set by the operator (sshd on workers, horovodrun or mpirun on the launcher)"
