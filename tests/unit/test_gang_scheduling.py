@@ -20,6 +20,7 @@ from dtjob.gang.resources import min_resources
 from dtjob.machine import decide
 from dtjob.machine.gang import wants_pool_room
 from dtjob.reconcile.job import reconcile
+from dtjob.reconcile.observe import _pool_room
 from dtjob.spec.parse import JobSpec, SpecError
 from dtjob.state.decision import DeletePodGroup, EnsureWorld
 from dtjob.state.observed import Children, Observed, PodState
@@ -352,3 +353,29 @@ def test_the_next_world_brings_a_kept_pod_group_back_in_line() -> None:
     reconcile(kube, CONFIG, "ml", "rn50", Children(), NOW)
     assert ("patch", "PodGroup", "rn50") in kube.writes()
     assert kube.objects[("PodGroup", "ml", "rn50")]["spec"]["minMember"] == 3
+
+
+def test_the_pool_room_counts_only_nodes_the_workers_may_use() -> None:
+    """A job that names another team's pool, whose taint it does not tolerate, learns nothing of that pool's
+    size or free GPUs from its gang's message (preflight passed it by: the pool it may use is empty); the
+    nodes its affinity leaves out are not counted either."""
+    kube = RecordingKube()
+    pool = "kubernetes.azure.com/agentpool"
+    for name, zone in (("b-0", "1"), ("b-1", "2")):
+        kube.nodes.append({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {pool: "teamb", "zone": zone}},
+            "spec": {"taints": [{"key": "team", "value": "b", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        })  # fmt: skip
+    gang = {"runPolicy": {"scheduling": {"gang": COSCHEDULING_GANG}}}
+    assert _pool_room(kube, job_spec(placement={"nodePool": "teamb"}, **gang)) is None
+    toleration = {"key": "team", "operator": "Equal", "value": "b", "effect": "NoSchedule"}
+    tolerated = job_spec(placement={"nodePool": "teamb", "tolerations": [toleration]}, **gang)
+    assert _pool_room(kube, tolerated) == PoolRoom(f"{pool}=teamb", (8, 8))
+    zone_1 = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["1"]}]}]}}}  # fmt: skip
+    narrowed = job_spec(
+        placement={"nodePool": "teamb", "tolerations": [toleration], "affinity": zone_1}, **gang
+    )
+    assert _pool_room(kube, narrowed) == PoolRoom(f"{pool}=teamb and spec.placement.affinity", (8,))

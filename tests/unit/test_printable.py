@@ -74,8 +74,8 @@ def test_a_containers_termination_message_and_a_waiting_message_reach_the_status
 def test_the_stagers_report_the_upload_line_a_rank_line_and_a_failed_create_are_printable(
     attack: str,
 ) -> None:
-    counts = dict.fromkeys(("files_total", "files_done", "files_skipped", "bytes_total", "bytes_done"), 1)
-    counts.update(bytes_skipped=0, elapsed_s=1.0, bytes_per_s=1.0)
+    counts: dict[str, float] = dict.fromkeys(("files_total", "files_done", "files_skipped", "bytes_total"), 1)
+    counts.update(bytes_done=1, bytes_skipped=0, elapsed_s=1.0, bytes_per_s=1.0)
     snapshot = ProgressSnapshot.from_json(
         json.dumps({"phase": f"x{attack}", "reason": f"{attack} md5", **counts})
     )

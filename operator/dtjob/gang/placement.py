@@ -111,7 +111,7 @@ def shortfall(
         fit = min(size, sum(free // gpus for free in room.free))
         text += (
             f"; {fit} of {size} could be placed ({sum(room.free)} {GPU_RESOURCE} free on the "
-            f"{len(room.free)} nodes matching {room.selector})"
+            f"{len(room.free)} nodes " + (f"matching {room.selector})" if room.selector else "it may use)")
         )
     else:
         text += f"; {sum(1 for p in pods if p.scheduled)} of {size} placed"

@@ -24,6 +24,8 @@ from dtjob.contract.training_progress import latest_progress
 from dtjob.desired.owned import owner_uids
 from dtjob.desired.pods import GPU_RESOURCE
 from dtjob.gang import PoolRoom, pool_room
+from dtjob.gang.node_affinity import Unmatched, required_terms
+from dtjob.gang.pool_nodes import describe_pool, in_pool
 from dtjob.kube.client import Kube, LogUnavailable
 from dtjob.machine import world_started
 from dtjob.machine.gang import wants_pool_room
@@ -243,10 +245,16 @@ def _prebuilt(kube: Kube, spec: JobSpec, uid: str) -> PrebuiltWorkload | None:
 
 
 def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:
-    """The free GPUs of the workers' pool, for a gang past its schedule timeout to name what it lacks. None
-    when the operator may not read nodes or pods cluster-wide (a namespace-scoped install)."""
+    """The free GPUs of the workers' pool, for a gang past its schedule timeout to name what it lacks: the
+    nodes its workers may land on, as preflight counts them (never a pool it may not use: its size and free
+    GPUs are another tenant's). None when the operator may not read nodes or pods cluster-wide (a
+    namespace-scoped install), or the affinity is too large to match here."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
-    nodes = reads.list_nodes(kube, selector)
+    try:
+        terms = required_terms(spec.placement.affinity)
+    except Unmatched:
+        return None
+    nodes = [n for n in reads.list_nodes(kube, selector) if in_pool(n, spec.placement.tolerations, terms)]
     if not nodes:
         return None
     by_node = {}
@@ -262,7 +270,7 @@ def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:
         job = (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
         return meta.get("namespace") == spec.namespace and job == spec.name
 
-    return pool_room(selector, nodes, by_node, GPU_RESOURCE, own)
+    return pool_room(describe_pool(spec.placement.node_selector, terms), nodes, by_node, GPU_RESOURCE, own)
 
 
 def _worst(*blockers: Blocker | None) -> Blocker | None:

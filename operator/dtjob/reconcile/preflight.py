@@ -9,22 +9,17 @@ tenant's pools (their labels, sizes or GPU counts).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
-
 from dtjob import desired
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
 from dtjob.desired.pods import GPU_RESOURCE
-from dtjob.gang.node_affinity import Term, Unmatched, required_terms
+from dtjob.gang.node_affinity import Unmatched, required_terms
+from dtjob.gang.pool_nodes import describe_pool, in_pool
 from dtjob.kube.client import Kube, Rejected
 from dtjob.reconcile import pod_trust
 from dtjob.reconcile.reads import list_nodes
 from dtjob.spec.parse import JobSpec
 from dtjob.state.observed import Blocker
-
-# The prefix of the taints Kubernetes sets from a node's conditions.
-CONDITION_TAINTS = "node.kubernetes.io/"
 
 
 def preflight(
@@ -87,19 +82,20 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
     except Unmatched:
         return None
     # The common case ends at the first node that holds a worker, before the pool's other nodes are checked.
-    if any(_gpus(n) >= spec.gpus_per_worker and _in_pool(n, spec, terms) for n in nodes):
+    if any(_gpus(n) >= spec.gpus_per_worker and in_pool(n, spec.placement.tolerations, terms) for n in nodes):
         return None
-    nodes = [n for n in nodes if _in_pool(n, spec, terms)]
+    nodes = [n for n in nodes if in_pool(n, spec.placement.tolerations, terms)]
     if not nodes:
         return None
     best = max(_gpus(n) for n in nodes)
     if not fresh:
         # The job is about to fail for good: decide on the nodes as they are now, not on a reused list.
         return _gpu_capacity(kube, spec, fresh=True)
+    pool = describe_pool(spec.placement.node_selector, terms) or "every node its tolerations allow"
     return Blocker(
         "InsufficientGPUsPerNode",
         f"spec.gpusPerWorker: {spec.gpus_per_worker} GPUs per worker, but the nodes of this job's pool "
-        f"({_describe_pool(spec, terms)}) have at most {best} {GPU_RESOURCE}",
+        f"({pool}) have at most {best} {GPU_RESOURCE}",
         fatal=True,
     )
 
@@ -111,45 +107,3 @@ def _gpus(node: dict[str, object]) -> int:
         return int(allocatable.get(GPU_RESOURCE, 0))
     except (TypeError, ValueError):
         return 0
-
-
-def _describe_pool(spec: JobSpec, terms: tuple[Term, ...]) -> str:
-    """The job's pool in the job's own words: its selector and whether its affinity narrows it."""
-    parts = (
-        [",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))]
-        if (spec.placement.node_selector)
-        else []
-    )
-    if terms:
-        parts.append("spec.placement.affinity")
-    return " and ".join(parts) or "every node its tolerations allow"
-
-
-def _in_pool(node: Mapping[str, Any], spec: JobSpec, terms: tuple[Term, ...]) -> bool:
-    """Whether the job's workers may be placed on the node: its required node affinity (`terms`) matches and
-    the job tolerates its NoSchedule/NoExecute taints (the nodeSelector was the list's own selector). The
-    taints the node's conditions set (not ready, unreachable, pressure) come and go, and say nothing of whose
-    pool it is."""
-    if terms and not any(term.matches(node) for term in terms):
-        return False
-    taints = (node.get("spec") or {}).get("taints") or []
-    return all(
-        t.get("effect") not in ("NoSchedule", "NoExecute")
-        or str(t.get("key") or "").startswith(CONDITION_TAINTS)
-        or _tolerated(t, spec.placement.tolerations)
-        for t in taints
-    )
-
-
-def _tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:
-    for toleration in tolerations:
-        if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-            continue
-        if toleration.get("operator") == "Exists":
-            if not toleration.get("key") or toleration.get("key") == taint.get("key"):
-                return True
-        elif toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (
-            taint.get("value") or ""
-        ):
-            return True
-    return False
