@@ -209,7 +209,10 @@ def _results_record(
     uid = str(meta.get("uid") or "")
     if record is None or record_mismatch(record, prev, uid) is not None:
         return record, None
-    return record, stored_results(kube, spec, prev, uid, record, now, config)
+    key = (uid, record.to_annotation(), str(prev.output_url))
+    return record, reads.remembered_look(
+        kube, key, lambda: stored_results(kube, spec, prev, uid, record, now, config)
+    )
 
 
 def _output_sas_scope(spec: JobSpec, uid: str, config: OperatorConfig) -> str | None:

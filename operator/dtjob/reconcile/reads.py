@@ -5,7 +5,7 @@ runtime hands reconciles a client whose answers come from its caches where they 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from dtjob import KIND, names
@@ -14,6 +14,7 @@ from dtjob.gang.pool_room import pod_view
 from dtjob.kube.client import Conflict, Forbidden, Kube, Rejected
 from dtjob.spec.validators import GPU_RESOURCE
 from dtjob.state.failed_create import failed_create_view, newest_failed_create
+from dtjob.state.observed import StoredResults
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -61,6 +62,29 @@ def get_priority_class(kube: Kube, name: str, api_version: str) -> Json | None:
     """A Kueue WorkloadPriorityClass; None when there is none. Forbidden where the operator may not read them
     (a namespace-scoped install)."""
     return kube.get(PRIORITY_CLASS_KIND, None, name, api_version)
+
+
+@runtime_checkable
+class RemembersLooks(Protocol):
+    """A client that keeps what storage answered a look for a run's results (the runtime's): a record that
+    storage does not bear out is otherwise looked for again at every resync, a manifest of up to 8 MiB read
+    and up to 100,000 blobs listed each time."""
+
+    looks: Any  # TtlCache[tuple[str, ...], StoredResults]
+
+
+def remembered_look(kube: Kube, key: tuple[str, ...], look: Callable[[], StoredResults]) -> StoredResults:
+    """`look()`, or what it answered for `key` a short while ago where the client remembers; an answer that
+    asks to be retried (storage did not answer) is never kept."""
+    if not isinstance(kube, RemembersLooks):
+        return look()
+    kept = kube.looks.get(key)
+    if isinstance(kept, StoredResults):
+        return kept
+    answer = look()
+    if not answer.retry:
+        kube.looks.put(key, answer)
+    return answer
 
 
 @runtime_checkable

@@ -43,6 +43,16 @@ NODE_LIST_LOCK_STRIPES = 64
 NAMESPACE_LIST_TTL_S = 30.0
 # How long an API group's served versions are reused: Kueue installed or upgraded is seen this much later.
 SERVED_VERSIONS_TTL_S = 120.0
+# A Warning the same as one posted about the same object within this long is not posted again: a state that
+# holds (a results record that names another run) is decided anew at every resync, and would say so every
+# minute, a new Event each time. Kubernetes' own recorders fold repeats too. Normal Events each tell of a step
+# taken (a worker joined, the job resumed), and are always posted.
+EVENT_REPEAT_S = 600.0
+EVENTS_REMEMBERED = 10_000
+# How long what storage answered a look for a run's results is reused: a new record (another upload) is a
+# new look at once; the same one is looked for again this much later.
+RESULTS_LOOK_REUSE_S = 300.0
+RESULTS_LOOKS_REMEMBERED = 1_000
 # How long a job's cached copy serves without a watch event, a write or a LIST confirming it.
 JOB_COPY_MAX_AGE_S = 60.0
 # How often the copies are confirmed by a LIST of the jobs' metadata: well within their age, so a job
@@ -96,6 +106,12 @@ class CachedKube:
         self._namespace_list_lock = threading.Lock()
         self.polls = LogPolls() if polls is None else polls
         self.served: TtlCache[str, builtins.list[str]] = TtlCache(SERVED_VERSIONS_TTL_S, max_entries=8)
+        self.events_posted: TtlCache[tuple[str, str, str, str], bool] = TtlCache(
+            EVENT_REPEAT_S, max_entries=EVENTS_REMEMBERED
+        )
+        self.looks: TtlCache[tuple[str, ...], Any] = TtlCache(
+            RESULTS_LOOK_REUSE_S, max_entries=RESULTS_LOOKS_REMEMBERED
+        )
         # (the cache's kind, the object as written): set by the controller, called in the reconcile's thread.
         self.children_written: Callable[[str, Json], None] | None = None
         # One lock per stripe of selectors, not per selector: selectors come from jobs' specs, and a lock
@@ -243,7 +259,12 @@ class CachedKube:
         return versions
 
     def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
+        key = (str((obj.get("metadata") or {}).get("uid") or ""), kind, reason, message)
+        if kind == "Warning" and self.events_posted.get(key):
+            return
         self.kube.emit_event(obj, kind, reason, message, now)
+        if kind == "Warning":
+            self.events_posted.put(key, True)
 
     def check_leader(self) -> None:
         self.kube.check_leader()
