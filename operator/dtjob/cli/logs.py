@@ -310,8 +310,8 @@ class Follower:
             self._say_what_cannot_apply()
             say(f"--- {found[len(folder) :]} (uploaded to {target.container_url}/{folder}) ---")
             download = blobs.download_blob(found)
-            if self.tail is None:
-                download.readinto(self.out)
+            if self.tail is None:  # line by line, as a live log: a line past MAX_LINE_BYTES is cut
+                self.out.writelines(_lines(download.chunks()))
             else:
                 self.out.writelines(deque(_lines(download.chunks()), maxlen=self.tail))
         except Exception as err:
