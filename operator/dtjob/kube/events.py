@@ -48,7 +48,7 @@ def post_event(
         "involvedObject": involved,
         "type": kind,
         "reason": reason,
-        "message": printable(message[:MESSAGE_CHARS]),
+        "message": printable(message)[:MESSAGE_CHARS],
         "firstTimestamp": format_time(now),
         "lastTimestamp": format_time(now),
         "eventTime": format_micro_time(now),
