@@ -255,6 +255,10 @@ SCHEMA_REFUSALS = {
     "metrics.azureMonitor.caKey=../ca.crt": "/metrics/azureMonitor/caKey",
     "storagePolicy.maxSasLifetimeSeconds=60": "/storagePolicy/maxSasLifetimeSeconds",
     "storagePolicy.nfsShares={10.0.0.4:export}": "/storagePolicy/nfsShares/0",
+    # An empty `from` lets every source in: /metrics names every namespace's jobs.
+    "operatorNetworkPolicy.metricsFrom={}": "/operatorNetworkPolicy/metricsFrom",
+    # Every pod of the release namespace that names no account runs as `default`: never the operator's rights.
+    "serviceAccount.name=default": "/serviceAccount/name",
 }
 
 

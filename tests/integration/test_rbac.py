@@ -206,7 +206,7 @@ def test_user_roles_aggregate_into_admin_edit_and_view() -> None:
     assert {"create", "update", "patch", "delete"} <= set(edit_jobs["verbs"])
     assert {v for r in view["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
     # Nobody is bound to them by the chart: cluster admins' aggregation does that.
-    bound = {d["roleRef"]["name"] for d in docs if d["kind"].endswith("Binding")}
+    bound = {d["roleRef"]["name"] for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")}
     assert not {f"{RELEASE}-edit", f"{RELEASE}-view"} & bound
     without = render("rbac.userRoles=false")
     assert not [d for d in without if d["metadata"]["name"].endswith(("-edit", "-view"))]

@@ -134,6 +134,9 @@ LISTS: tuple[str | None, ...] = (
     f"{SERVER}:/",
     "files.example.com:/a,*",
     f"{SERVER}:/export/./team-b,{SERVER}:/export/team-b/x",
+    f"\u00a0{SERVER}:{TEAM_A}\u3000,\u2003files.example.com\x85",  # white space as CEL's trim() knows it
+    f"{SERVER}:{TEAM_A},bad\nentry",  # a refusal's message is one line, or the API server drops it
+    ",".join(f"10.9.{i // 256}.{i % 256}:/export/x" for i in range(300)) + f",{SERVER}:{TEAM_A}",  # long
 )
 SHARES = (
     (SERVER, TEAM_A),

@@ -42,7 +42,16 @@ def test_a_warning_said_again_within_the_bound_is_posted_once_a_step_each_time()
     for _ in range(3):
         cached.emit_event(job("uid-1"), "Warning", "ResultsRecordIgnored", "names attempt 1", NOW)
         cached.emit_event(job("uid-1"), "Normal", "WorkerJoined", "1 worker(s) Ready to join the world", NOW)
-    assert recording.events == [("Warning", "ResultsRecordIgnored")] + [("Normal", "WorkerJoined")] * 3
+        cached.emit_event(job("uid-1"), "Warning", "WorkerLost", "worker 1 lost: its node went away", NOW)
+    assert (
+        recording.events
+        == [("Warning", "ResultsRecordIgnored")]
+        + [
+            ("Normal", "WorkerJoined"),
+            ("Warning", "WorkerLost"),
+        ]
+        * 3
+    )
     recording.events.clear()
     cached.emit_event(job("uid-1"), "Warning", "ResultsRecordIgnored", "names attempt 2", NOW)  # news
     cached.emit_event(job("uid-2"), "Warning", "ResultsRecordIgnored", "names attempt 1", NOW)  # another job

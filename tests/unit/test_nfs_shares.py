@@ -72,7 +72,8 @@ def _pods(spec: JobSpec) -> list[dict[str, Any]]:
         # ASCII case only, as the chart's admission policy reads it: the Kelvin sign lowers to k in Unicode.
         ("files.\u212aube", "files.kube", "/x", False),
         ("files.kube", "files.\u212aube", "/x", False),
-        ("\u00a0files.kube", "files.kube", "/x", False),  # trimmed of ASCII white space only
+        ("\u00a0files.kube\u3000", "files.kube", "/x", True),  # white space as CEL's trim() knows it
+        ("\x1cfiles.kube", "files.kube", "/x", False),  # not white space to Go: a server of another name
         ("\tfiles.kube ,", "files.kube", "/x", True),
     ],
 )

@@ -275,10 +275,6 @@ REFUSED = [
     ("worker", {"metadata": {"labels": {"team": "a b"}}}, f"{W}.metadata.labels[team]", "label value"),
     ("worker", {"metadata": {"name": "x"}}, f"{W}.metadata.name", "only labels and annotations"),
     ("worker", {"kind": "Pod"}, f"{W}.kind", "metadata and spec"),
-    # Bound by name, a worker skips the nodes the operator keeps it off: on a node whose condition says it
-    # cannot keep workers, its world restarted there without end, counted against no backoffLimit.
-    ("worker", {"spec": {"nodeName": "aks-gpu-3"}}, f"{W}.spec.nodeName", "skips the scheduler"),
-    ("launcher", {"spec": {"nodeName": "aks-cpu-0"}}, f"{L}.spec.nodeName", "skips the scheduler"),
 ]  # fmt: skip
 
 
@@ -316,8 +312,9 @@ def expected_rules(main: str) -> list[tuple[str, str, str]]:
     grace = "self.spec.terminationGracePeriodSeconds"
     bound = f"!has(self.spec) || !has({grace}) || {grace} <= {validators.TERMINATION_GRACE_MAX_SECONDS}"
     found = [(bound, ".spec.terminationGracePeriodSeconds", validators.TERMINATION_GRACE_WHY)]
+    pod_fields = validators.TEMPLATE_OWNED_POD_FIELDS | validators.TEMPLATE_SCHEDULER_POD_FIELDS
     found += [(f"!has(self.spec) || !has(self.spec.{f})", f".spec.{f}", why)
-              for f, why in validators.TEMPLATE_OWNED_POD_FIELDS.items()]  # fmt: skip
+              for f, why in pod_fields.items()]  # fmt: skip
     theirs = [n for n in validators.OPERATOR_VOLUMES if n != validators.SHARED_MEMORY_VOLUME]
     volumes = "!has(self.spec) || !has(self.spec.volumes) || self.spec.volumes.all(v, "
     listed = ", ".join(f"'{n}'" for n in theirs)
@@ -449,3 +446,13 @@ def test_a_templates_containers_are_observed_too() -> None:
                         "containerStatuses": [{"name": "launcher", "state": {"terminated": {
                             "exitCode": 2, "reason": "Error"}}}]}}  # fmt: skip
     assert pod_state(ended).exit_code == 2
+
+
+def test_a_node_name_stored_before_the_crd_refused_it_is_dropped_from_the_pods() -> None:
+    """Bound by name, a worker skipped the nodes the operator keeps it off: on a node whose condition says it
+    cannot keep workers, its world restarted there without end, counted against no backoffLimit. The CRD
+    refuses a template's nodeName now; a job stored before runs on, its pods placed by the scheduler."""
+    pinned = {"template": {"spec": {"nodeName": "aks-gpu-3"}}}
+    spec = job_spec(worker=pinned, launcher=pinned)
+    for pod in (desired.worker_pod(spec, OWNER, 0, 0), desired.launcher_pod(spec, OWNER, 0)):
+        assert "nodeName" not in pod["spec"], pod["spec"]

@@ -13,6 +13,7 @@ import pytest
 from dtjob.cli.job_view import render
 from dtjob.client.status import JobStatus, progress_line
 from dtjob.contract.results_upload import latest_report
+from dtjob.contract.training_progress import latest_progress
 from dtjob.contract.transfer_report import ProgressSnapshot
 from dtjob.printable import printable
 from dtjob.state.failed_create import failed_create_view, newest_failed_create
@@ -71,7 +72,7 @@ def test_a_containers_termination_message_and_a_waiting_message_reach_the_status
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_the_stagers_report_the_upload_line_a_rank_line_and_a_failed_create_are_printable(
+def test_the_stagers_report_the_upload_line_a_rank_line_a_failed_create_and_progress_are_printable(
     attack: str,
 ) -> None:
     counts: dict[str, float] = dict.fromkeys(("files_total", "files_done", "files_skipped", "bytes_total"), 1)
@@ -84,10 +85,12 @@ def test_the_stagers_report_the_upload_line_a_rank_line_and_a_failed_create_are_
     assert report is not None and shown(report.message)
     error = rank_error(f"[1,0]<stderr>:error: boom {attack}\n")
     assert error is not None and shown(error.text), error
-    view = failed_create_view({"message": f"pods is forbidden: {attack}"})
-    assert shown(view["message"])
-    newest = newest_failed_create([{"message": attack, "lastTimestamp": "2026-01-01T00:00:00Z"}])
+    newest = newest_failed_create([failed_create_view({"message": f"pods is forbidden: {attack}" * 200})])
     assert newest is not None and shown(newest)
+    assert newest == newest_failed_create([{"message": f"pods is forbidden: {attack}" * 200}])  # either read
+    record = {"epoch": 1, "epochs": 2, "step": 3, "stepsPerEpoch": 4, "imagesPerSec": 5, "loss": 1.0}
+    progress = latest_progress(f"DTJOB_PROGRESS {json.dumps({**record, 'updatedAt': attack})}\n")
+    assert progress is not None and shown(progress["updatedAt"]), progress
 
 
 def test_the_status_screen_and_the_progress_line_show_any_event_or_message_as_text() -> None:

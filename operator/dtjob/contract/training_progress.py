@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from dtjob.printable import printable
 from dtjob.timefmt import format_span
 
 # The trainers' progress line (dtjob_train.progress): this prefix, a space, the record.
@@ -73,7 +74,7 @@ def _status_progress(record: Any) -> dict[str, Any] | None:
         progress["loss"] = round(loss, 4)
     # An RFC 3339 time, as the trainer writes it; the log is the job's own, so a long string is cut, not
     # copied into status whole (up to the tail's 64 KiB).
-    progress["updatedAt"] = str(record.get("updatedAt") or "")[:UPDATED_AT_MAX_CHARS]
+    progress["updatedAt"] = printable(str(record.get("updatedAt") or "")[:UPDATED_AT_MAX_CHARS])
     rate = f"{images_per_sec:.0f}" if math.isfinite(images_per_sec) else str(images_per_sec)
     summary = f"epoch {epoch}/{epochs} step {step}/{steps} {rate} img/s loss {loss:.3f}"
     progress["summary"] = summary + _add_estimate(progress, record)

@@ -45,7 +45,7 @@ def merge_pod_spec(built: Mapping[str, Any], template: Mapping[str, Any], main: 
             out[key] = [*(mine or []), *(copy.deepcopy(t) for t in value if t not in (mine or []))]
         else:
             out[key] = _merge_value(mine, value)
-    for key in rules.TEMPLATE_OWNED_POD_FIELDS:
+    for key in (*rules.TEMPLATE_OWNED_POD_FIELDS, *rules.TEMPLATE_SCHEDULER_POD_FIELDS):
         _restore(out, built, key)
     grace = out.get("terminationGracePeriodSeconds")
     if isinstance(grace, int) and grace > rules.TERMINATION_GRACE_MAX_SECONDS:

@@ -23,6 +23,9 @@ from dtjob.timefmt import format_time
 RESULTS_UPLOADED_LATER = "ResultsUploadedLater"
 RECORD_IGNORED = "ResultsRecordIgnored"
 RESULTS_NOT_STORED = "ResultsNotInStorage"
+# Warnings that tell of a state that holds while nothing changes (decided anew at every resync): the runtime
+# posts each once in a while, not at every pass (dtjob.runtime.cached_kube).
+HELD_STATE_WARNINGS = frozenset({RECORD_IGNORED, RESULTS_NOT_STORED})
 # Storage could not be asked whether it holds the results: look again after this long.
 STORAGE_RECHECK_SECONDS = 30.0
 

@@ -209,7 +209,8 @@ def _results_record(
     uid = str(meta.get("uid") or "")
     if record is None or record_mismatch(record, prev, uid) is not None:
         return record, None
-    key = (uid, record.to_annotation(), str(prev.output_url))
+    # What the look reads: the record, the run's location in status and the spec's output (editable).
+    key = (uid, record.to_annotation(), str(prev.output_url), repr(spec.output))
     return record, reads.remembered_look(
         kube, key, lambda: stored_results(kube, spec, prev, uid, record, now, config)
     )

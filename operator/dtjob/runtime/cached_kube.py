@@ -28,6 +28,7 @@ from dtjob import API_GROUP, KIND
 from dtjob.kube.client import Forbidden, Keep, Kube
 from dtjob.kube.connect import ApiClient
 from dtjob.kube.rest import METADATA_ONLY, Json, list_pages
+from dtjob.machine.results_later import HELD_STATE_WARNINGS
 from dtjob.reconcile.reads import PollsLogs
 from dtjob.runtime.child_cache import CHILD_KINDS, projection
 from dtjob.runtime.job_cache import JobCache
@@ -43,10 +44,10 @@ NODE_LIST_LOCK_STRIPES = 64
 NAMESPACE_LIST_TTL_S = 30.0
 # How long an API group's served versions are reused: Kueue installed or upgraded is seen this much later.
 SERVED_VERSIONS_TTL_S = 120.0
-# A Warning the same as one posted about the same object within this long is not posted again: a state that
-# holds (a results record that names another run) is decided anew at every resync, and would say so every
-# minute, a new Event each time. Kubernetes' own recorders fold repeats too. Normal Events each tell of a step
-# taken (a worker joined, the job resumed), and are always posted.
+# A Warning of a state that holds (a results record that names another run: HELD_STATE_WARNINGS) the same as
+# one posted about the same job within this long is not posted again: the state is decided anew at every
+# resync, and would say so every minute, a new Event each time. Every other Event tells of something that
+# happened (a worker lost, the world restarted), each time it happens.
 EVENT_REPEAT_S = 600.0
 EVENTS_REMEMBERED = 10_000
 # How long what storage answered a look for a run's results is reused: a new record (another upload) is a
@@ -259,11 +260,12 @@ class CachedKube:
         return versions
 
     def emit_event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime) -> None:
-        key = (str((obj.get("metadata") or {}).get("uid") or ""), kind, reason, message)
-        if kind == "Warning" and self.events_posted.get(key):
+        if reason not in HELD_STATE_WARNINGS:
+            self.kube.emit_event(obj, kind, reason, message, now)
             return
-        self.kube.emit_event(obj, kind, reason, message, now)
-        if kind == "Warning":
+        key = (str((obj.get("metadata") or {}).get("uid") or ""), kind, reason, message)
+        if not self.events_posted.get(key):
+            self.kube.emit_event(obj, kind, reason, message, now)
             self.events_posted.put(key, True)
 
     def check_leader(self) -> None:

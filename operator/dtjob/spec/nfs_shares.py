@@ -12,7 +12,7 @@ An entry is `server` (any export of that server) or `server:/export` (that expor
 segment by segment: `/data` does not admit `/database`). Servers compare without case, as host names do, in
 ASCII only: a server name with any other letter matches nothing (Unicode case rules fold some letters to ASCII
 ones, and the chart's admission policy, which says the same at apply, knows only ASCII's). An entry that is
-neither matches nothing, so a typo refuses rather than admits. Entries are trimmed of ASCII white space.
+neither matches nothing, so a typo refuses rather than admits. Entries are trimmed of white space.
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ ENV_NFS_SHARES = "DTJOB_NFS_SHARES"
 ANNOTATION_NFS_SHARES = "dtjob.io/nfs-shares"
 DEFAULT_NFS_SHARES = ANY
 _EXPORT_SEPARATOR = ":/"
-_ASCII_SPACE = " \t\n\r\v\f"
+# What an entry is trimmed of: white space as Go's strings.TrimSpace knows it (Unicode's White_Space), which
+# CEL's trim() uses in the chart's admission policy.
+_SPACE = " \t\n\r\v\f\x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+_SPACE += "\u2028\u2029\u202f\u205f\u3000"
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,7 @@ class NfsShares:
 
 
 def parse_shares(text: str, source: str) -> NfsShares:
-    entries = tuple(
-        dict.fromkeys(item.strip(_ASCII_SPACE) for item in text.split(",") if item.strip(_ASCII_SPACE))
-    )
+    entries = tuple(dict.fromkeys(item.strip(_SPACE) for item in text.split(",") if item.strip(_SPACE)))
     shares = tuple(share for share in map(_share, entries) if share is not None)
     return NfsShares(shares, ANY in entries, source, entries)
 

@@ -210,9 +210,12 @@ TEMPLATE_OWNED_POD_FIELDS = {
         "is set by the operator: use spec.placement.nodeSelector (workers) or "
         "spec.placement.launcher.nodeSelector (launcher)"
     ),
-    # A pod bound by name skips the scheduler: the gang, Kueue's gate and the nodes the operator keeps a world
-    # off (a node whose condition says it cannot keep workers) would not hold it, and a world pinned to such a
-    # node would restart on it without end.
+}
+# What of a pod is the scheduler's: refused at `kubectl apply` by a CEL rule, and dropped from the pods of a
+# job stored before that rule (which runs on, placed by the scheduler). A pod bound by name skips the
+# scheduler: the gang, Kueue's gate and the nodes the operator keeps a world off (a node whose condition says
+# it cannot keep workers) would not hold it, and a world pinned to such a node restarted on it without end.
+TEMPLATE_SCHEDULER_POD_FIELDS = {
     "nodeName": (
         "is the scheduler's: a pod bound to a node by name skips the scheduler, the gang, the queue and the "
         "nodes the operator keeps workers off; use spec.placement (nodeSelector, nodePool, affinity)"

@@ -30,11 +30,12 @@ def failed_create_view(event: Json) -> dict[str, Any]:
     """What newest_failed_create reads of an Event, its message cut as it is read: any pod of the namespace
     may post Events, and a LIST of them is kept until it is read."""
     kept = {k: event[k] for k in ("lastTimestamp", "eventTime") if k in event}
-    return {**kept, "message": printable(str(event.get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS])}
+    return {**kept, "message": str(event.get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS]}
 
 
 def newest_failed_create(events: Iterable[Json]) -> str | None:
     """The message of the newest of a Job's FailedCreate Events (the Job controller records one per try,
-    merged into a count), cut to FAILED_CREATE_MESSAGE_CHARS; None without one."""
+    merged into a count), cut to FAILED_CREATE_MESSAGE_CHARS and then made printable, however the Events were
+    read (a LIST's views, the watch's projections); None without one."""
     newest = max(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), default=None)
     return printable(str((newest or {}).get("message") or "")[:FAILED_CREATE_MESSAGE_CHARS]) or None
