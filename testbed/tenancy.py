@@ -28,6 +28,10 @@ from testbed.operator_harness import GROUP, PLURAL, REPO, VERSION, Jobs, Operato
 
 CHART = REPO / "charts" / "dtjob"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+# The chart's admission policy that binds the operator's own ServiceAccount (its guard): every attack runs the
+# operator under them. The policy on tenants' jobs (the NFS shares') is its own test's to apply.
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+OPERATOR_POLICY_SUFFIX = "-operator-guard"
 EDITOR, ADMIN = "editor", "admin"
 TOKEN_SECONDS = 3600
 Json = dict[str, Any]
@@ -148,9 +152,9 @@ class TenantCluster:
         """The chart's ServiceAccount and RBAC, rendered with `sets`, applied as the cluster admin would."""
         self._create_namespace(self.release_ns)
         self.docs = render_chart(self.helm, self.release, self.release_ns, sets)
-        objects = [d for d in self.docs if d["kind"] in RBAC_KINDS]
+        objects = [d for d in self.docs if d["kind"] in RBAC_KINDS or _operator_policy(d)]
         for doc in objects:
-            if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            if doc["kind"] in ("ClusterRole", "ClusterRoleBinding", *POLICY_KINDS):
                 self.cluster_scoped.append((doc["kind"], doc["metadata"]["name"]))
             elif doc["kind"] in ("Role", "RoleBinding"):
                 self._create_namespace(doc["metadata"]["namespace"])
@@ -222,6 +226,12 @@ class TenantCluster:
 
     def uninstall(self) -> None:
         for kind, name in reversed(self.cluster_scoped):
+            if kind in POLICY_KINDS:
+                subprocess.run(
+                    ["kubectl", "--kubeconfig", self.admin_kubeconfig, "delete", "--ignore-not-found",
+                     kind.lower(), name], capture_output=True, timeout=60,
+                )  # fmt: skip
+                continue
             delete = (
                 self.rbac.delete_cluster_role_binding
                 if kind == "ClusterRoleBinding"
@@ -249,6 +259,10 @@ class TenantCluster:
             if err.status != 409:
                 raise
         self._namespaces.append(name)
+
+
+def _operator_policy(doc: Json) -> bool:
+    return doc["kind"] in POLICY_KINDS and str(doc["metadata"]["name"]).endswith(OPERATOR_POLICY_SUFFIX)
 
 
 @contextmanager

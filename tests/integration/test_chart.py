@@ -176,8 +176,8 @@ def test_storage_policy_and_network_policy_reach_the_operator() -> None:
 
 def nfs_policy(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     (policy,), (binding,) = (
-        kind(docs, "ValidatingAdmissionPolicy"),
-        kind(docs, "ValidatingAdmissionPolicyBinding"),
+        [d for d in kind(docs, k) if d["metadata"]["name"].endswith("-nfs-shares")]
+        for k in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
     )
     return policy, binding
 
@@ -204,7 +204,27 @@ def test_the_nfs_share_policy_reads_the_operators_list_and_binds_the_namespaces_
     selector = scoped["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
     assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["ml-a", "ml-b"]}]
     off = render("admissionPolicy.enabled=false")
-    assert not kind(off, "ValidatingAdmissionPolicy") and not kind(off, "ValidatingAdmissionPolicyBinding")
+    assert not [d for d in off if d["metadata"]["name"].endswith("-nfs-shares")]
+
+
+def test_the_operator_guard_binds_the_operators_own_service_account_and_fails_closed() -> None:
+    """The guard's CEL runs in the real API server in tests/security/test_operator_guard.py (and every attack
+    there runs the operator under it); here: whom it binds, where, and that it can be turned off."""
+    docs = render(
+        "serviceAccount.name=dtjob-op", "operatorGuard.protectedNamespaces={kube-system,calico-system}"
+    )
+    guards = [d for d in kind(docs, "ValidatingAdmissionPolicy") if d["metadata"]["name"].endswith("-guard")]
+    assert len(guards) == 1
+    guard = guards[0]["spec"]
+    assert guard["failurePolicy"] == "Fail"
+    (condition,) = guard["matchConditions"]
+    assert (
+        condition["expression"]
+        == 'request.userInfo.username == "system:serviceaccount:dtjob-system:dtjob-op"'
+    )
+    assert '["kube-system","calico-system"]' in guard["validations"][0]["expression"]
+    off = render("operatorGuard.enabled=false")
+    assert not [d for d in off if d["metadata"]["name"].endswith("-operator-guard")]
 
 
 def test_the_log_cap_reaches_the_operator_as_whole_bytes() -> None:
@@ -663,16 +683,19 @@ def test_the_lease_is_granted_in_the_release_namespace_only() -> None:
     roles = {d["metadata"]["name"]: d for d in kind(docs, "Role")}
     lease_role = roles[LEASE_ROLE]
     assert lease_role["metadata"]["namespace"] == "dtjob-system"
-    assert lease_role["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    lease = operator_env(docs)["DTJOB_LEASE_NAME"]
+    assert lease_role["rules"] == [  # its own Lease by name; a create names no object to RBAC
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    ]
+    ]  # fmt: skip
     [binding] = [d for d in kind(docs, "RoleBinding") if d["roleRef"]["name"] == LEASE_ROLE]
     assert binding["metadata"]["namespace"] == "dtjob-system"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dtjob", "namespace": "dtjob-system"}]
     leases = [r for d in kind(docs, "Role") + kind(docs, "ClusterRole") for r in d["rules"]
               if "leases" in r.get("resources", [])]  # fmt: skip
-    assert len(leases) == 1, "no other Role or ClusterRole grants leases"
+    assert len(leases) == 2, "no other Role or ClusterRole grants leases"
 
 
 def test_one_replica_without_leader_election_and_never_more() -> None:
