@@ -207,6 +207,21 @@ def test_the_nfs_share_policy_reads_the_operators_list_and_binds_the_namespaces_
     assert not [d for d in off if d["metadata"]["name"].endswith("-nfs-shares")]
 
 
+def test_requiring_a_pod_security_level_is_asked_for_and_binds_the_served_namespaces() -> None:
+    """Off by default (it refuses jobs in every namespace not labelled yet); its CEL runs in the real API
+    server in tests/security/test_pod_security_required.py."""
+    assert not [d for d in render() if d["metadata"]["name"].endswith("-pod-security")]
+    docs = render("admissionPolicy.requirePodSecurity=true", "watchNamespaces={ml}")
+    policies = [d for d in docs if d["metadata"]["name"].endswith("-pod-security")]
+    assert sorted(d["kind"] for d in policies) == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    binding = next(d for d in policies if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["ml"]}]
+
+
 def test_the_operator_guard_binds_the_operators_own_service_account_and_fails_closed() -> None:
     """The guard's CEL runs in the real API server in tests/security/test_operator_guard.py (and every attack
     there runs the operator under it); here: whom it binds, where, and that it can be turned off."""
