@@ -115,3 +115,37 @@ def _refused(call: Any) -> bool:
     except ApiException as err:
         return err.status == 403 and "dtjob operator" in (err.body or "")
     return False
+
+
+def test_the_gate_of_an_earlier_releases_launcher_pod_comes_off_and_nothing_else(
+    cluster: TenantCluster, tenant_a: Tenant, api_client: client.ApiClient, operator_api: client.ApiClient
+) -> None:
+    """A world an earlier release started has a launcher Job, which owns its pod, held by the gate
+    dtjob.io/workers-ready until every worker is Ready: the operator takes that gate off (its only write to a
+    pod no DistributedTrainingJob owns), and the guard lets it; any other change to such a pod is refused."""
+    ns = tenant_a.namespace
+    container = {"name": "launcher", "image": "busybox"}
+    launcher: Any = {"metadata": {"name": "old-launcher"}, "spec": {"suspend": True, "template": {
+        "spec": {"restartPolicy": "Never", "containers": [container]}}}}  # fmt: skip
+    batch_job = client.BatchV1Api(api_client).create_namespaced_job(ns, launcher)
+    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "old-launcher", "uid": batch_job.metadata.uid,
+              "controller": True}]  # fmt: skip
+    gates = [{"name": "dtjob.io/workers-ready"}, {"name": "example.com/theirs"}]
+    pod: Any = {
+        "metadata": {"name": "old-launcher-abcde", "ownerReferences": owner},
+        "spec": {"containers": [{"name": "launcher", "image": "busybox"}], "schedulingGates": gates},
+    }
+    client.CoreV1Api(api_client).create_namespaced_pod(ns, pod)
+    core = client.CoreV1Api(operator_api)
+    relabel = {"metadata": {"labels": {"dtjob.io/role": "worker"}}}
+    name = "old-launcher-abcde"
+    wait_for(lambda: _refused(lambda: core.patch_namespaced_pod(name, ns, relabel, dry_run="All")),
+             timeout=30, what="the guard in force")  # fmt: skip
+    other_gate = [{"op": "remove", "path": "/spec/schedulingGates/1"}]
+    assert "only objects a DistributedTrainingJob owns" in refusal(
+        lambda: core.patch_namespaced_pod("old-launcher-abcde", ns, other_gate)
+    )
+    ours = [{"op": "test", "path": "/spec/schedulingGates/0/name", "value": "dtjob.io/workers-ready"},
+            {"op": "remove", "path": "/spec/schedulingGates/0"}]  # fmt: skip
+    released = core.patch_namespaced_pod("old-launcher-abcde", ns, ours)
+    assert [g.name for g in released.spec.scheduling_gates] == ["example.com/theirs"]

@@ -7,6 +7,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ from dtjob.runtime.metrics_access import MetricsGuard, metrics_path_only
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # A client that connects and then says nothing is dropped after this long, so it holds one thread at most.
 CLIENT_TIMEOUT_SECONDS = 10.0
+# How often the mounted certificate is looked at: cert-manager renews it in the Secret, the kubelet swaps the
+# mounted files, and the next handshakes present the new one (no restart, no scrape lost to an expired one).
+CERT_CHECK_SECONDS = 60.0
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -39,6 +43,7 @@ def serve(
     port: int,
     guard: Callable[[WsgiApp], WsgiApp] | None = None,
     tls: tuple[Path, Path] | None = None,
+    cert_check_s: float = CERT_CHECK_SECONDS,
 ) -> WSGIServer:
     """Serve /metrics (that path only) from REGISTRY on a daemon thread: plain HTTP, or with `tls`
     (certificate, key) HTTPS and every request through `guard` (dtjob.runtime.metrics_access)."""
@@ -52,12 +57,50 @@ def serve(
     if tls is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(str(tls[0]), str(tls[1]))
+        certificate = ServingCertificate(context, *tls)
         # The handshake runs in the request's thread (on its first read), not in the accepting one, so a
         # client that never finishes it cannot stop the others from being served.
         server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+        threading.Thread(
+            target=certificate.follow, args=(cert_check_s,), name="metrics-cert", daemon=True
+        ).start()
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
+
+
+class ServingCertificate:
+    """The certificate and key a TLS context presents, loaded again when their files change."""
+
+    def __init__(self, context: ssl.SSLContext, cert: Path, key: Path) -> None:
+        self.context, self.cert, self.key = context, cert, key
+        self.seen = self._stamp()
+        context.load_cert_chain(str(cert), str(key))
+
+    def _stamp(self) -> tuple[float, ...]:
+        """The files' change times, through the mount's links (the kubelet swaps the link, not the files)."""
+        return tuple(p.stat().st_mtime for p in (self.cert, self.key))
+
+    def reload_if_changed(self) -> bool:
+        """Whether the files changed and the context took them; a pair it cannot load (a renewal caught
+        half-written) leaves the one it had, and is tried again at the next look."""
+        try:
+            stamp = self._stamp()
+            if stamp == self.seen:
+                return False
+            self.context.load_cert_chain(str(self.cert), str(self.key))
+        except (OSError, ssl.SSLError) as err:
+            logging.getLogger(__name__).warning(
+                "metrics certificate not reloaded (keeping the last): %s", err
+            )
+            return False
+        self.seen = stamp
+        logging.getLogger(__name__).info("metrics certificate reloaded from %s", self.cert)
+        return True
+
+    def follow(self, every_s: float = CERT_CHECK_SECONDS) -> None:
+        while True:
+            time.sleep(every_s)
+            self.reload_if_changed()
 
 
 def start(address: str, port: int, secure: bool, cert_dir: Path | None) -> None:
