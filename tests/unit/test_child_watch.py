@@ -8,9 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from dtjob.kube.errors import ApiError
 from dtjob.runtime import child_watch
 from dtjob.runtime.child_watch import ChildWatch, Gone, Watched, children
-from dtjob.runtime.handlers import FAILED_CREATE_EVENTS
+from dtjob.runtime.handlers import FAILED_CREATE_EVENTS, _readiness
 
 from tests.unit.recording_kube import unused_api
 
@@ -147,3 +148,27 @@ def test_a_watch_given_a_listed_callback_hands_over_each_list_at_once_projected_
     assert [(plural, obj["involvedObject"], deleted) for plural, obj, deleted in seen] == [
         ("events", {"uid": "j3"}, False)
     ]
+
+
+def test_a_watch_the_api_server_refuses_keeps_the_operator_unready_until_it_is_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RBAC written by hand, or a namespace's Role missing: the LIST of a served namespace is refused (403)
+    and retried; meanwhile /readyz says not ready and names what was refused (the pod looked Ready while the
+    jobs there waited unseen, and a rollout went on), until a LIST there succeeds."""
+    refused = ApiError(403, "Forbidden")
+    ready_while: list[tuple[bool, dict[str, Any]]] = []
+
+    class Watching(Scripted):
+        def _next(self, call: str) -> str:
+            ready_while.append(_readiness(None, [self]))
+            return super()._next(call)
+
+    scripted = Watching([refused, refused, "5", "6"])
+    monkeypatch.setattr(scripted._stopped, "wait", lambda delay: False)  # no real back-off pause
+    thread = threading.Thread(target=scripted._run, args=(POD, "team-a"))
+    thread.start()
+    thread.join(5)
+    assert [ready for ready, _ in ready_while] == [True, False, False, True, True]
+    assert ready_while[1][1]["watchesRefused"] == {"pods in team-a": "403 Forbidden"}
+    assert scripted.refused() == {}

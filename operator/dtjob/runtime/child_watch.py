@@ -102,6 +102,15 @@ class ChildWatch:
         self._threads: list[threading.Thread] = []
         self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self._loop: asyncio.AbstractEventLoop | None = None
+        # What the API server refuses to list or watch (403: RBAC written by hand, a Role missing from a
+        # namespace), by where, until a LIST or watch there succeeds: the operator is not ready meanwhile.
+        self._refused: dict[str, str] = {}
+        self._refused_lock = threading.Lock()
+
+    def refused(self) -> dict[str, str]:
+        """Where (`pods in team-a`) the API server refuses this watch now, and what it said."""
+        with self._refused_lock:
+            return dict(self._refused)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -124,10 +133,12 @@ class ChildWatch:
     def _run(self, kind: Watched, namespace: str | None) -> None:
         version: str | None = None
         failures = 0
+        where = f"{kind.plural} in {namespace}" if namespace else kind.plural
         while not self._stopped.is_set():
             try:
                 if version is None:
                     version = self._list(kind, namespace)
+                    self._allowed(where)
                 version = self._watch(kind, namespace, version)
                 failures = 0
             except Gone:
@@ -135,11 +146,17 @@ class ChildWatch:
             except Exception as error:  # the API server is down, say: back off and go on
                 failures += 1
                 delay = min(2.0**failures, MAX_BACKOFF_S)
-                where = f"{kind.plural} in {namespace}" if namespace else kind.plural
+                if isinstance(error, ApiError) and error.status == 403:
+                    with self._refused_lock:
+                        self._refused[where] = f"{error.status} {error.reason}".strip()
                 log.warning(
                     "watch of %s failed (%s: %s); again in %.0fs", where, type(error).__name__, error, delay
                 )
                 self._stopped.wait(delay)
+
+    def _allowed(self, where: str) -> None:
+        with self._refused_lock:
+            self._refused.pop(where, None)
 
     def _list(self, kind: Watched, namespace: str | None) -> str:
         items, version = list_pages(self.api_client, kind.kind, namespace, _selecting(kind), kind.project)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,7 +123,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if options.liveness:
         try:
             memo["health"] = await health.serve(
-                options.liveness, lambda: _liveness(controller), lambda: _readiness(elector)
+                options.liveness, lambda: _liveness(controller), lambda: _readiness(elector, memo["watches"])
             )
         except OSError as err:  # the port is taken, say: no retry would help (kopf stops the operator)
             raise kopf.PermanentError(f"cannot serve health checks at {options.liveness}: {err}") from err
@@ -164,12 +164,19 @@ def _liveness(controller: Controller) -> dict[str, Any]:
     return {"queue": controller.depth, "reconciles": controller.reconciles, "skipped": controller.skipped}
 
 
-def _readiness(elector: Elector | None) -> tuple[bool, dict[str, Any]]:
-    """Ready when leading, or standing by with a fresh read of the Lease (knowing who leads)."""
+def _readiness(elector: Elector | None, watches: Sequence[ChildWatch] = ()) -> tuple[bool, dict[str, Any]]:
+    """Ready when leading, or standing by with a fresh read of the Lease (knowing who leads), and no watch
+    refused by the API server (RBAC written by hand, a namespace's Role missing): otherwise the jobs there
+    would wait unseen while the pod looked Ready, and a rollout would go on."""
+    refused = {where: said for watch in watches for where, said in watch.refused().items()}
     if elector is None:
-        return True, {"leader": True, "leaderElection": False}
-    status = elector.status()
-    return status.leading or status.fresh, {**status.to_dict(), "leaderElection": True}
+        ready, said = True, {"leader": True, "leaderElection": False}
+    else:
+        status = elector.status()
+        ready, said = status.leading or status.fresh, {**status.to_dict(), "leaderElection": True}
+    if refused:
+        return False, {**said, "watchesRefused": refused}
+    return ready, said
 
 
 @kopf.on.cleanup()
