@@ -373,6 +373,9 @@ def test_the_pool_room_counts_only_nodes_the_workers_may_use() -> None:
     toleration = {"key": "team", "operator": "Equal", "value": "b", "effect": "NoSchedule"}
     tolerated = job_spec(placement={"nodePool": "teamb", "tolerations": [toleration]}, **gang)
     assert _pool_room(kube, tolerated) == PoolRoom(f"{pool}=teamb", (8, 8))
+    by_template = {"template": {"spec": {"tolerations": [toleration]}}}
+    by_template_spec = job_spec(placement={"nodePool": "teamb"}, worker=by_template, **gang)
+    assert _pool_room(kube, by_template_spec) == PoolRoom(f"{pool}=teamb", (8, 8)), "as the pods count it"
     zone_1 = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["1"]}]}]}}}  # fmt: skip
     narrowed = job_spec(

@@ -78,3 +78,28 @@ def test_an_affinity_past_the_bound_is_not_matched_and_the_job_gets_the_benefit(
     blocker = preflight(kube, job_spec(gpusPerWorker=4, placement={"affinity": fits}))
     assert blocker is not None and blocker.reason == "InsufficientGPUsPerNode", blocker
     assert "spec.placement.affinity" in blocker.message
+
+
+def test_the_worker_template_s_tolerations_and_affinity_decide_the_pool_as_they_decide_the_pods() -> None:
+    """A GPU pool tainted for one team (beside the taint the operator tolerates itself): a job that tolerates
+    it in its worker template lands there, so preflight counts that pool, and does not fail the job for good
+    on the untainted system nodes; an affinity the template sets narrows the pool as it narrows the pods."""
+    system = {
+        "metadata": {"name": "sys-0", "labels": {"zone": "2"}},
+        "status": {"allocatable": {"nvidia.com/gpu": "0"}},
+    }
+    gpu = {
+        "metadata": {"name": "gpu-0", "labels": {"zone": "1"}},
+        "spec": {"taints": [{"key": "team", "value": "vision", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+    }
+    kube = StaleNodes(nodes=[system, gpu], stale=[system, gpu])
+    toleration = {"key": "team", "operator": "Equal", "value": "vision", "effect": "NoSchedule"}
+    untolerated = preflight(kube, job_spec(gpusPerWorker=4))
+    assert untolerated is not None and untolerated.reason == "InsufficientGPUsPerNode", untolerated
+    tolerated = {"template": {"spec": {"tolerations": [toleration]}}}
+    assert preflight(kube, job_spec(gpusPerWorker=4, worker=tolerated)) is None
+    zone_2 = affinity({"key": "zone", "operator": "In", "values": ["2"]})
+    narrowed = {"template": {"spec": {"tolerations": [toleration], "affinity": zone_2}}}
+    blocker = preflight(kube, job_spec(gpusPerWorker=4, worker=narrowed))
+    assert blocker is not None and blocker.reason == "InsufficientGPUsPerNode", blocker

@@ -109,6 +109,13 @@ def worker_pod(spec: JobSpec, owner: Json, index: int, attempt: int, avoid_nodes
     }
 
 
+def worker_scheduling(spec: JobSpec) -> tuple[list[Json], Json | None]:
+    """The tolerations and affinity of the workers' pods, their template's merged in: which nodes they may
+    land on (preflight and a waiting gang's pool room count only those)."""
+    pod_spec = worker_pod(spec, {}, 0, 0)["spec"]
+    return list(pod_spec.get("tolerations") or ()), pod_spec.get("affinity")
+
+
 def _worker_program(spec: JobSpec, index: int, uid: str, attempt: int) -> Json:
     """The worker's command, ports and probe: sshd for an MPI world (Ready once sshd accepts connections, and
     the launcher is created only after every worker is Ready); torchrun for a torchrun world, whose worker 0

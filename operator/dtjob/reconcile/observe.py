@@ -22,7 +22,7 @@ from dtjob.contract.results_upload import (
 )
 from dtjob.contract.training_progress import latest_progress
 from dtjob.desired.owned import owner_uids
-from dtjob.desired.pods import GPU_RESOURCE
+from dtjob.desired.pods import GPU_RESOURCE, worker_scheduling
 from dtjob.gang import PoolRoom, pool_room
 from dtjob.gang.node_affinity import Unmatched, required_terms
 from dtjob.gang.pool_nodes import describe_pool, in_pool
@@ -254,11 +254,12 @@ def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:
     GPUs are another tenant's). None when the operator may not read nodes or pods cluster-wide (a
     namespace-scoped install), or the affinity is too large to match here."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
+    tolerations, affinity = worker_scheduling(spec)
     try:
-        terms = required_terms(spec.placement.affinity)
+        terms = required_terms(affinity)
     except Unmatched:
         return None
-    nodes = [n for n in reads.list_nodes(kube, selector) if in_pool(n, spec.placement.tolerations, terms)]
+    nodes = [n for n in reads.list_nodes(kube, selector) if in_pool(n, tolerations, terms)]
     if not nodes:
         return None
     by_node = {}

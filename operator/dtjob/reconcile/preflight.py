@@ -12,7 +12,7 @@ from __future__ import annotations
 from dtjob import desired
 from dtjob.config import OperatorConfig
 from dtjob.desired.common import owner_reference
-from dtjob.desired.pods import GPU_RESOURCE
+from dtjob.desired.pods import GPU_RESOURCE, worker_scheduling
 from dtjob.gang.node_affinity import Unmatched, required_terms
 from dtjob.gang.pool_nodes import describe_pool, in_pool
 from dtjob.kube.client import Kube, Rejected
@@ -77,14 +77,15 @@ def _gpu_capacity(kube: Kube, spec: JobSpec, fresh: bool = False) -> Blocker | N
             f"spec.placement.nodePool / spec.placement.nodeSelector: {err}",
             fatal=True,
         )
+    tolerations, affinity = worker_scheduling(spec)
     try:
-        terms = required_terms(spec.placement.affinity)
+        terms = required_terms(affinity)
     except Unmatched:
         return None
     # The common case ends at the first node that holds a worker, before the pool's other nodes are checked.
-    if any(_gpus(n) >= spec.gpus_per_worker and in_pool(n, spec.placement.tolerations, terms) for n in nodes):
+    if any(_gpus(n) >= spec.gpus_per_worker and in_pool(n, tolerations, terms) for n in nodes):
         return None
-    nodes = [n for n in nodes if in_pool(n, spec.placement.tolerations, terms)]
+    nodes = [n for n in nodes if in_pool(n, tolerations, terms)]
     if not nodes:
         return None
     best = max(_gpus(n) for n in nodes)
