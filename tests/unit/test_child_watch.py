@@ -172,3 +172,28 @@ def test_a_watch_the_api_server_refuses_keeps_the_operator_unready_until_it_is_a
     assert [ready for ready, _ in ready_while] == [True, False, False, True, True]
     assert ready_while[1][1]["watchesRefused"] == {"pods in team-a": "403 Forbidden"}
     assert scripted.refused() == {}
+
+
+def test_a_refused_watch_after_a_good_list_lists_again_and_is_ready_once_that_list_is_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Role taken away between the LIST and the WATCH (or a refusal sent inside the stream): the loop lists
+    again, and the first LIST allowed says the refusal is over (a watch from the last version never would)."""
+    with pytest.raises(ApiError) as in_stream:
+        watch()[0]._event(POD, {"type": "ERROR", "object": {"code": 403, "reason": "Forbidden"}}, "9")
+    assert in_stream.value.status == 403
+    scripted = Scripted(["5", ApiError(403, "Forbidden"), ApiError(403, "Forbidden"), "8", "9"])
+    monkeypatch.setattr(scripted._stopped, "wait", lambda delay: False)  # no real back-off pause
+    refused_after: list[dict[str, str]] = []
+
+    def allowed(where: str) -> None:
+        refused_after.append(scripted.refused())
+        ChildWatch._allowed(scripted, where)
+
+    monkeypatch.setattr(scripted, "_allowed", allowed)
+    thread = threading.Thread(target=scripted._run, args=(POD, "team-a"))
+    thread.start()
+    thread.join(5)
+    assert scripted.calls == ["list", "watch@5", "list", "list", "watch@8", "watch@9"]
+    assert refused_after == [{}, {"pods in team-a": "403 Forbidden"}]
+    assert scripted.refused() == {}

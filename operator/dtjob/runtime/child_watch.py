@@ -149,6 +149,7 @@ class ChildWatch:
                 if isinstance(error, ApiError) and error.status == 403:
                     with self._refused_lock:
                         self._refused[where] = f"{error.status} {error.reason}".strip()
+                    version = None  # a LIST again: its success is what says the refusal is over
                 log.warning(
                     "watch of %s failed (%s: %s); again in %.0fs", where, type(error).__name__, error, delay
                 )
@@ -198,6 +199,8 @@ class ChildWatch:
         if change == "ERROR":
             if obj.get("code") == 410:
                 raise Gone()
+            if obj.get("code") == 403:  # a refusal sent in the stream counts as one answered at once
+                raise ApiError(403, str(obj.get("reason") or "Forbidden"))
             raise RuntimeError(f"the watch answered {obj.get('code')}: {obj.get('message')}")
         new_version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
         if change in ("ADDED", "MODIFIED", "DELETED"):
