@@ -1,6 +1,7 @@
 """The metrics server presents the certificate its Secret holds now: cert-manager renews it in the Secret, the
 kubelet swaps the mounted files, and the next handshakes get the new one, with no restart (read once at start,
-the old one was served until it expired and every scrape failed). A pair caught half-written is not taken."""
+the old one was served until it expired and every scrape failed). A pair caught half-written is not taken,
+and the last one is served meanwhile."""
 
 from __future__ import annotations
 
@@ -45,9 +46,14 @@ def test_a_renewed_certificate_is_presented_without_a_restart(tmp_path: Path) ->
     port = server.server_address[1]
     try:
         assert presented(port) == pem_to_der(first[0])
-        (mounted / serving_cert.KEY_FILE).write_text("not a key")  # caught half-written
+        # Caught half-written: the new certificate beside the old key (loaded into the serving context, the
+        # certificate went in and the old key was dropped: every handshake failed), then no key at all.
+        shutil.copy(second[0], mounted / serving_cert.CERT_FILE)
         time.sleep(0.5)
         assert presented(port) == pem_to_der(first[0]), "a pair that cannot load leaves the last one"
+        (mounted / serving_cert.KEY_FILE).write_text("not a key")
+        time.sleep(0.5)
+        assert presented(port) == pem_to_der(first[0])
         replace(mounted, second)
         deadline = time.monotonic() + 10
         while presented(port) != pem_to_der(second[0]):

@@ -50,17 +50,23 @@ def serve(
     app: WsgiApp = make_wsgi_app(REGISTRY)
     app = guard(app) if guard is not None else metrics_path_only(app)
 
+    certificate = ServingCertificate(*tls) if tls is not None else None
+
     class Server(ThreadingWSGIServer):
         address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
 
+        def get_request(self) -> tuple[socket.socket, Any]:
+            """Each connection under the context of the certificate current when it came. The handshake runs
+            in the request's thread (on its first read), not in the accepting one, so a client that never
+            finishes it cannot stop the others from being served."""
+            connection, peer = super().get_request()
+            if certificate is None:
+                return connection, peer
+            wrap = certificate.context.wrap_socket
+            return wrap(connection, server_side=True, do_handshake_on_connect=False), peer
+
     server = make_server(address, port, app, Server, handler_class=_QuietHandler)
-    if tls is not None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        certificate = ServingCertificate(context, *tls)
-        # The handshake runs in the request's thread (on its first read), not in the accepting one, so a
-        # client that never finishes it cannot stop the others from being served.
-        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    if certificate is not None:
         threading.Thread(
             target=certificate.follow, args=(cert_check_s,), name="metrics-cert", daemon=True
         ).start()
@@ -69,12 +75,20 @@ def serve(
 
 
 class ServingCertificate:
-    """The certificate and key a TLS context presents, loaded again when their files change."""
+    """The TLS context presenting a certificate and key, made anew when their files change. A context is never
+    loaded twice: one whose new pair failed to load (a key not matching its certificate) has already dropped
+    its old key, and a handshake on another thread could meet it half-changed."""
 
-    def __init__(self, context: ssl.SSLContext, cert: Path, key: Path) -> None:
-        self.context, self.cert, self.key = context, cert, key
+    def __init__(self, cert: Path, key: Path) -> None:
+        self.cert, self.key = cert, key
         self.seen = self._stamp()
-        context.load_cert_chain(str(cert), str(key))
+        self.context = self._load()
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(str(self.cert), str(self.key))
+        return context
 
     def _stamp(self) -> tuple[float, ...]:
         """The files' change times, through the mount's links (the kubelet swaps the link, not the files)."""
@@ -87,13 +101,13 @@ class ServingCertificate:
             stamp = self._stamp()
             if stamp == self.seen:
                 return False
-            self.context.load_cert_chain(str(self.cert), str(self.key))
+            context = self._load()
         except (OSError, ssl.SSLError) as err:
             logging.getLogger(__name__).warning(
                 "metrics certificate not reloaded (keeping the last): %s", err
             )
             return False
-        self.seen = stamp
+        self.context, self.seen = context, stamp
         logging.getLogger(__name__).info("metrics certificate reloaded from %s", self.cert)
         return True
 
