@@ -241,6 +241,21 @@ def test_the_operator_guard_binds_the_operators_own_service_account_and_fails_cl
     off = render("operatorGuard.enabled=false")
     assert not [d for d in off if d["metadata"]["name"].endswith("-operator-guard")]
 
+    def validations(*sets: str) -> list[str]:
+        (policy,) = [d for d in kind(render(*sets), "ValidatingAdmissionPolicy")
+                     if d["metadata"]["name"].endswith("-guard")]  # fmt: skip
+        return [v["expression"] for v in policy["spec"]["validations"]]
+
+    # null drops the key (helm), which the schema lets by: no namespace protected, and CEL that compiles.
+    assert validations("operatorGuard.protectedNamespaces=null")[0] == "!(request.namespace in [])"
+    assert not [e for e in validations() if e.startswith("request.namespace in")]
+    assert 'request.namespace in ["ml","cv"]' in validations("watchNamespaces={ml,cv}")
+    assert not [e for e in validations() if "pod-security.kubernetes.io/enforce" in e]
+    assert [e for e in validations("admissionPolicy.requirePodSecurity=true")
+            if "pod-security.kubernetes.io/enforce" in e]  # fmt: skip
+    refused = template("admissionPolicy.enabled=false", "admissionPolicy.requirePodSecurity=true")
+    assert refused.returncode != 0 and "needs admissionPolicy.enabled" in refused.stderr
+
 
 def test_the_log_cap_reaches_the_operator_as_whole_bytes() -> None:
     # Helm reads numbers as floats: unconverted, 64 MiB would render as 6.7108864e+07 (refused at start).

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from testbed.operator_harness import Jobs, OperatorProcess, install_crd
-from testbed.tenancy import Tenant, TenantCluster, tenant_cluster
+from testbed.tenancy import Tenant, TenantCluster, service_account_token, tenant_cluster, token_kubeconfig
 from tests.integration.api_history import ApiHistory, api_history
 from tests.tools import tool
 
@@ -54,6 +54,15 @@ def cluster(
     install_crd(kubeconfig)
     with tenant_cluster(kubeconfig, api_client, tool("helm"), tmp_path, *chart_sets) as installed:
         yield installed
+
+
+@pytest.fixture
+def operator_api(cluster: TenantCluster) -> client.ApiClient:
+    """A client holding the operator's ServiceAccount token, as a thief of it would."""
+    token = service_account_token(cluster.core, cluster.release_ns, cluster.service_account)
+    path = token_kubeconfig(cluster.admin_kubeconfig, token, cluster.workdir / "stolen.kubeconfig")
+    stolen: client.ApiClient = config.new_client_from_config(config_file=path)
+    return stolen
 
 
 @pytest.fixture

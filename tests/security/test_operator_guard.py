@@ -1,7 +1,8 @@
 """Whoever takes the operator's pod, or its ServiceAccount's token, holds its RBAC: in a cluster-wide install,
 pods, Secrets, ConfigMaps and Services in every namespace. The chart's guard (a ValidatingAdmissionPolicy on
 that ServiceAccount) keeps those rights to what the operator does: children of a DistributedTrainingJob,
-Opaque Secrets, ClusterIP Services, a pod's images never changed, nothing in kube-system. Each attack here
+Opaque Secrets, its jobs' headless Services and their EndpointSlices, a pod's images never changed, nothing
+in kube-system. Each attack here
 acts with the operator's own token, is one RBAC allows (checked first), and is refused; the operator's own
 writes pass (every attack in tests/security runs the operator under the guard)."""
 
@@ -17,18 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from testbed.kube_wait import wait_for
 from testbed.operator_harness import GROUP, PLURAL, VERSION
-from testbed.tenancy import Tenant, TenantCluster, service_account_token, token_kubeconfig
-
-
-@pytest.fixture
-def operator_api(cluster: TenantCluster) -> client.ApiClient:
-    """A client holding the operator's ServiceAccount token, as a thief of it would."""
-    token = service_account_token(cluster.core, cluster.release_ns, cluster.service_account)
-    path = token_kubeconfig(cluster.admin_kubeconfig, token, cluster.workdir / "stolen.kubeconfig")
-    from kubernetes import config
-
-    stolen: client.ApiClient = config.new_client_from_config(config_file=path)
-    return stolen
+from testbed.tenancy import Tenant, TenantCluster
 
 
 def owned_by(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -89,9 +79,10 @@ def test_the_operators_stolen_token_cannot_take_the_cluster(
     assert "only objects a DistributedTrainingJob owns" in refusal(
         lambda: core.create_namespaced_pod(ns, stray)
     )
-    exposed: Any = {"metadata": {"name": "exposed", "ownerReferences": owner},
+    exposed: Any = {"metadata": {"name": "held-workers", "ownerReferences": owner},
                "spec": {"ports": [{"port": 22}], "externalIPs": ["10.0.0.1"]}}  # fmt: skip
     assert "without externalIPs" in refusal(lambda: core.create_namespaced_service(ns, exposed))
+    _services_and_slices_are_the_jobs_own(api_client, operator_api, ns, owner)
     # A pod of the job (made by the namespace's admin, as the operator would): its image is never swapped,
     # while what the operator does write to its pods (annotations, finalizers, gates) passes.
     pod: Any = {
@@ -107,6 +98,38 @@ def test_the_operators_stolen_token_cannot_take_the_cluster(
     # The operator's own kinds of write pass: an Opaque Secret its job owns.
     mine: Any = {"metadata": {"name": "held-ssh", "ownerReferences": owner}, "type": "Opaque", "data": {}}
     assert core.create_namespaced_secret(ns, mine).metadata.name == "held-ssh"
+
+
+def _services_and_slices_are_the_jobs_own(
+    api_client: client.ApiClient, operator_api: client.ApiClient, ns: str, owner: list[dict[str, Any]]
+) -> None:
+    """An EndpointSlice that names a Service (kubernetes.io/service-name) sends that Service's traffic to its
+    addresses: the operator's are its job's <job>-workers, serving that Service only."""
+    web: Any = {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}], "selector": {"app": "web"}}}
+    client.CoreV1Api(api_client).create_namespaced_service(ns, web)
+    core, discovery = client.CoreV1Api(operator_api), client.DiscoveryV1Api(operator_api)
+
+    def endpoint_slice(name: str, service: str) -> Any:
+        return {"metadata": {"name": name, "ownerReferences": owner,
+                             "labels": {"kubernetes.io/service-name": service}},
+                "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.66"]}],
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}  # fmt: skip
+
+    for name, service in (("web-extra", "web"), ("held-workers", "web")):
+        body = endpoint_slice(name, service)
+        said = refusal(lambda body=body: discovery.create_namespaced_endpoint_slice(ns, body))
+        assert "are its jobs' <job>-workers" in said, (name, service, said)
+    other: Any = {"metadata": {"name": "web2", "ownerReferences": owner},
+                  "spec": {"clusterIP": "None", "ports": [{"port": 22}]}}  # fmt: skip
+    assert "are its jobs' <job>-workers" in refusal(lambda: core.create_namespaced_service(ns, other))
+    clustered: Any = {"metadata": {"name": "held-workers", "ownerReferences": owner},
+                      "spec": {"ports": [{"port": 22}]}}  # fmt: skip
+    assert "are headless" in refusal(lambda: core.create_namespaced_service(ns, clustered))
+    headless: Any = {"metadata": {"name": "held-workers", "ownerReferences": owner},
+                     "spec": {"clusterIP": "None", "ports": [{"port": 22}]}}  # fmt: skip
+    assert core.create_namespaced_service(ns, headless, dry_run="All").metadata.name == "held-workers"
+    own_slice = endpoint_slice("held-workers", "held-workers")
+    assert discovery.create_namespaced_endpoint_slice(ns, own_slice, dry_run="All").metadata.name
 
 
 def _refused(call: Any) -> bool:
@@ -133,8 +156,9 @@ def test_the_gate_of_an_earlier_releases_launcher_pod_comes_off_and_nothing_else
     gates = [{"name": "dtjob.io/workers-ready"}, {"name": "example.com/theirs"}]
     pod: Any = {
         "metadata": {"name": "old-launcher-abcde", "ownerReferences": owner},
-        "spec": {"containers": [{"name": "launcher", "image": "busybox"}], "schedulingGates": gates},
-    }
+        "spec": {"containers": [{"name": "launcher", "image": "busybox"}], "schedulingGates": gates,
+                 "tolerations": [{"key": "a", "operator": "Exists", "effect": "NoSchedule"}]},
+    }  # fmt: skip
     client.CoreV1Api(api_client).create_namespaced_pod(ns, pod)
     core = client.CoreV1Api(operator_api)
     relabel = {"metadata": {"labels": {"dtjob.io/role": "worker"}}}
@@ -147,5 +171,11 @@ def test_the_gate_of_an_earlier_releases_launcher_pod_comes_off_and_nothing_else
     )
     ours = [{"op": "test", "path": "/spec/schedulingGates/0/name", "value": "dtjob.io/workers-ready"},
             {"op": "remove", "path": "/spec/schedulingGates/0"}]  # fmt: skip
+    for more in ({"op": "add", "path": "/metadata/labels", "value": {"app": "web"}},
+                 {"op": "add", "path": "/spec/nodeSelector", "value": {"pool": "theirs"}},
+                 {"op": "add", "path": "/spec/tolerations/-", "value": {"operator": "Exists"}}):  # fmt: skip
+        assert "only objects a DistributedTrainingJob owns" in refusal(
+            lambda more=more: core.patch_namespaced_pod("old-launcher-abcde", ns, [*ours, more])
+        ), more
     released = core.patch_namespaced_pod("old-launcher-abcde", ns, ours)
     assert [g.name for g in released.spec.scheduling_gates] == ["example.com/theirs"]

@@ -95,3 +95,37 @@ def test_a_job_is_refused_in_a_namespace_that_enforces_no_pod_security_level(
     assert (
         refusal(editor, tenant_a.namespace, job("dispatched", managedBy="kueue.x-k8s.io/multikueue")) is None
     )
+
+
+def test_the_operators_token_makes_pods_only_where_a_pod_security_level_is_enforced(
+    tenant_a: Tenant, api_client: client.ApiClient, operator_api: client.ApiClient
+) -> None:
+    """An owner reference is its writer's to copy: with requirePodSecurity, the operator's guard lets its
+    token make pods only in namespaces that enforce a level, so a thief of it cannot make a privileged pod
+    where none is enforced; where one is, the namespace's Pod Security refuses it."""
+    ns = tenant_a.namespace
+    held: Any = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, job("held")
+    )
+    owner = [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "DistributedTrainingJob", "name": "held",
+              "uid": held["metadata"]["uid"], "controller": True}]  # fmt: skip
+    thief = client.CoreV1Api(operator_api)
+
+    def refused(privileged: bool) -> str | None:
+        worker = {"name": "worker", "image": "busybox", "securityContext": {"privileged": privileged}}
+        meta = {"name": "held-worker-0", "ownerReferences": owner}
+        pod = {"metadata": meta, "spec": {"containers": [worker]}}
+        try:
+            thief.create_namespaced_pod(ns, pod, dry_run="All")
+        except ApiException as err:
+            assert err.status == 403, err.body
+            return str(json.loads(err.body or "{}").get("message", ""))
+        return None
+
+    where = f"makes pods only in namespaces that enforce a Pod Security level, not in {ns}"
+    wait_for(lambda: where in (refused(True) or ""), timeout=30, what="the guard in force")
+    assert where in (refused(False) or "")
+    client.CoreV1Api(api_client).patch_namespace(ns, {"metadata": {"labels": {ENFORCE: "baseline"}}})
+    wait_for(lambda: refused(False) is None, timeout=30, what="a plain pod made where baseline is enforced")
+    said = refused(True)
+    assert said is not None and 'violates PodSecurity "baseline' in said, said
