@@ -697,6 +697,7 @@ def test_two_replicas_elect_a_leader_and_roll_one_at_a_time_behind_a_disruption_
     [budget] = kind(docs, "PodDisruptionBudget")
     assert budget["metadata"]["namespace"] == "dtjob-system"
     assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow", "an unready replica holds no drain"
     assert budget["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
     assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     # Preferably on different nodes, and a user's affinity replaces that.

@@ -72,8 +72,8 @@ def test_only_the_namespaces_served_are_delivered() -> None:
 class Scripted(ChildWatch):
     """_list and _watch play a script: each step returns a version or raises."""
 
-    def __init__(self, steps: list[Any]) -> None:
-        super().__init__(unused_api(), (), children("a=b"), lambda *_: None)
+    def __init__(self, steps: list[Any], namespaces: tuple[str, ...] = ()) -> None:
+        super().__init__(unused_api(), namespaces, children("a=b"), lambda *_: None)
         self.steps = steps
         self.calls: list[str] = []
 
@@ -153,9 +153,9 @@ def test_a_watch_given_a_listed_callback_hands_over_each_list_at_once_projected_
 def test_a_watch_the_api_server_refuses_keeps_the_operator_unready_until_it_is_allowed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """RBAC written by hand, or a namespace's Role missing: the LIST of a served namespace is refused (403)
-    and retried; meanwhile /readyz says not ready and names what was refused (the pod looked Ready while the
-    jobs there waited unseen, and a rollout went on), until a LIST there succeeds."""
+    """RBAC written by hand: the LIST of the one namespace served is refused (403) and retried; meanwhile
+    /readyz says not ready and names what was refused (the pod looked Ready while the jobs there waited
+    unseen, and a rollout went on), until a LIST there succeeds."""
     refused = ApiError(403, "Forbidden")
     ready_while: list[tuple[bool, dict[str, Any]]] = []
 
@@ -164,7 +164,7 @@ def test_a_watch_the_api_server_refuses_keeps_the_operator_unready_until_it_is_a
             ready_while.append(_readiness(None, [self]))
             return super()._next(call)
 
-    scripted = Watching([refused, refused, "5", "6"])
+    scripted = Watching([refused, refused, "5", "6"], ("team-a",))
     monkeypatch.setattr(scripted._stopped, "wait", lambda delay: False)  # no real back-off pause
     thread = threading.Thread(target=scripted._run, args=(POD, "team-a"))
     thread.start()
@@ -197,3 +197,18 @@ def test_a_refused_watch_after_a_good_list_lists_again_and_is_ready_once_that_li
     assert scripted.calls == ["list", "watch@5", "list", "list", "watch@8", "watch@9"]
     assert refused_after == [{}, {"pods in team-a": "403 Forbidden"}]
     assert scripted.refused() == {}
+
+
+def test_a_refusal_in_some_namespaces_only_is_named_and_leaves_the_replica_ready() -> None:
+    """A namespace's admin may delete the operator's RoleBinding there: that namespace's jobs go unseen (named
+    in /readyz), but the replica stays ready, or one tenant would take every replica out of the metrics
+    Service and hold the cluster's node drains; refused everywhere it is watched, a kind makes it unready."""
+    pods = Scripted([], ("team-a", "team-b"))
+    pods._refused["pods in team-a"] = "403 Forbidden"
+    ready, said = _readiness(None, [pods])
+    assert ready and said["watchesRefused"] == {"pods in team-a": "403 Forbidden"}
+    pods._refused["pods in team-b"] = "403 Forbidden"
+    assert _readiness(None, [pods])[0] is False
+    cluster_wide = Scripted([])
+    cluster_wide._refused["pods"] = "403 Forbidden"
+    assert _readiness(None, [cluster_wide])[0] is False

@@ -112,6 +112,16 @@ class ChildWatch:
         with self._refused_lock:
             return dict(self._refused)
 
+    def blind(self) -> bool:
+        """Whether some kind is refused everywhere it is watched: the operator sees none of it. A refusal in
+        some namespaces only (a Role missing from one, a RoleBinding its admin deleted) is reported, not
+        this: one namespace does not take the operator out of service for the others."""
+        refused = self.refused()
+        return any(
+            all(_where(kind, namespace) in refused for namespace in scopes(self.namespaces))
+            for kind in self.watched
+        )
+
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         for kind in self.watched:
@@ -133,7 +143,7 @@ class ChildWatch:
     def _run(self, kind: Watched, namespace: str | None) -> None:
         version: str | None = None
         failures = 0
-        where = f"{kind.plural} in {namespace}" if namespace else kind.plural
+        where = _where(kind, namespace)
         while not self._stopped.is_set():
             try:
                 if version is None:
@@ -239,3 +249,7 @@ def _selecting(kind: Watched) -> list[tuple[str, str]]:
 
 def _namespace_of(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("namespace") or "")
+
+
+def _where(kind: Watched, namespace: str | None) -> str:
+    return f"{kind.plural} in {namespace}" if namespace else kind.plural

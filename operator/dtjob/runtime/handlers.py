@@ -165,9 +165,12 @@ def _liveness(controller: Controller) -> dict[str, Any]:
 
 
 def _readiness(elector: Elector | None, watches: Sequence[ChildWatch] = ()) -> tuple[bool, dict[str, Any]]:
-    """Ready when leading, or standing by with a fresh read of the Lease (knowing who leads), and no watch
-    refused by the API server (RBAC written by hand, a namespace's Role missing): otherwise the jobs there
-    would wait unseen while the pod looked Ready, and a rollout would go on."""
+    """Ready when leading, or standing by with a fresh read of the Lease (knowing who leads), and no kind
+    refused by the API server wherever it is watched (RBAC written by hand): the operator would see none of
+    its jobs, or of their children, while its pod looked Ready and a rollout went on. A refusal in some
+    namespaces only is named here and logged, and leaves the replica ready: a namespace's admin who deletes
+    the operator's RoleBinding there would otherwise take every replica out of the metrics Service and hold
+    node drains and rollouts for the whole cluster."""
     refused = {where: said for watch in watches for where, said in watch.refused().items()}
     if elector is None:
         ready, said = True, {"leader": True, "leaderElection": False}
@@ -175,8 +178,8 @@ def _readiness(elector: Elector | None, watches: Sequence[ChildWatch] = ()) -> t
         status = elector.status()
         ready, said = status.leading or status.fresh, {**status.to_dict(), "leaderElection": True}
     if refused:
-        return False, {**said, "watchesRefused": refused}
-    return ready, said
+        said = {**said, "watchesRefused": refused}
+    return ready and not any(watch.blind() for watch in watches), said
 
 
 @kopf.on.cleanup()
