@@ -114,7 +114,7 @@ def test_the_operators_token_makes_pods_only_where_a_pod_security_level_is_enfor
     def refused(privileged: bool) -> str | None:
         worker = {"name": "worker", "image": "busybox", "securityContext": {"privileged": privileged}}
         meta = {"name": "held-worker-0", "ownerReferences": owner}
-        pod = {"metadata": meta, "spec": {"containers": [worker]}}
+        pod: Any = {"metadata": meta, "spec": {"containers": [worker]}}
         try:
             thief.create_namespaced_pod(ns, pod, dry_run="All")
         except ApiException as err:

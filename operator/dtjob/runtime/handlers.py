@@ -172,6 +172,7 @@ def _readiness(elector: Elector | None, watches: Sequence[ChildWatch] = ()) -> t
     the operator's RoleBinding there would otherwise take every replica out of the metrics Service and hold
     node drains and rollouts for the whole cluster."""
     refused = {where: said for watch in watches for where, said in watch.refused().items()}
+    said: dict[str, Any]
     if elector is None:
         ready, said = True, {"leader": True, "leaderElection": False}
     else:
