@@ -91,7 +91,10 @@ class Scripted(ChildWatch):
         return self._next("list")
 
     def _watch(self, kind: Watched, namespace: str | None, version: str) -> str:
-        return self._next(f"watch@{version}")
+        """As the real one: a watch the API server accepts says the refusal there is over."""
+        ended_at = self._next(f"watch@{version}")
+        self._allowed(child_watch._where(kind, namespace))
+        return ended_at
 
 
 def test_the_loop_lists_again_after_a_410_and_watches_on_after_other_failures(
@@ -155,7 +158,7 @@ def test_a_watch_the_api_server_refuses_keeps_the_operator_unready_until_it_is_a
 ) -> None:
     """RBAC written by hand: the LIST of the one namespace served is refused (403) and retried; meanwhile
     /readyz says not ready and names what was refused (the pod looked Ready while the jobs there waited
-    unseen, and a rollout went on), until a LIST there succeeds."""
+    unseen, and a rollout went on), until a watch there is accepted."""
     refused = ApiError(403, "Forbidden")
     ready_while: list[tuple[bool, dict[str, Any]]] = []
 
@@ -169,20 +172,21 @@ def test_a_watch_the_api_server_refuses_keeps_the_operator_unready_until_it_is_a
     thread = threading.Thread(target=scripted._run, args=(POD, "team-a"))
     thread.start()
     thread.join(5)
-    assert [ready for ready, _ in ready_while] == [True, False, False, True, True]
+    assert [ready for ready, _ in ready_while] == [True, False, False, False, True]
     assert ready_while[1][1]["watchesRefused"] == {"pods in team-a": "403 Forbidden"}
     assert scripted.refused() == {}
 
 
-def test_a_refused_watch_after_a_good_list_lists_again_and_is_ready_once_that_list_is_allowed(
+def test_a_refused_watch_after_a_good_list_lists_again_and_is_ready_once_a_watch_is_accepted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A Role taken away between the LIST and the WATCH (or a refusal sent inside the stream): the loop lists
-    again, and the first LIST allowed says the refusal is over (a watch from the last version never would)."""
+    """A Role taken away between the LIST and the WATCH, a refusal sent inside the stream, or RBAC that
+    allows the LIST but not the watch: the loop lists again, and only a watch accepted says the refusal is
+    over (a LIST allowed would have flipped readiness at every round)."""
     with pytest.raises(ApiError) as in_stream:
         watch()[0]._event(POD, {"type": "ERROR", "object": {"code": 403, "reason": "Forbidden"}}, "9")
     assert in_stream.value.status == 403
-    scripted = Scripted(["5", ApiError(403, "Forbidden"), ApiError(403, "Forbidden"), "8", "9"])
+    scripted = Scripted(["5", ApiError(403, "Forbidden"), "6", ApiError(403, "Forbidden"), "8", "9"])
     monkeypatch.setattr(scripted._stopped, "wait", lambda delay: False)  # no real back-off pause
     refused_after: list[dict[str, str]] = []
 
@@ -194,9 +198,35 @@ def test_a_refused_watch_after_a_good_list_lists_again_and_is_ready_once_that_li
     thread = threading.Thread(target=scripted._run, args=(POD, "team-a"))
     thread.start()
     thread.join(5)
-    assert scripted.calls == ["list", "watch@5", "list", "list", "watch@8", "watch@9"]
-    assert refused_after == [{}, {"pods in team-a": "403 Forbidden"}]
+    assert scripted.calls == ["list", "watch@5", "list", "watch@6", "list", "watch@8", "watch@9"]
+    assert refused_after == [{"pods in team-a": "403 Forbidden"}, {}]
     assert scripted.refused() == {}
+
+
+def test_the_real_watch_clears_a_refusal_once_the_api_server_accepts_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Stream(list[bytes]):
+        def release_conn(self) -> None:
+            pass
+
+    answers: list[Any] = [ApiError(403, "Forbidden"), Stream([b'{"type": "BOOKMARK", "object": {"metadata": '
+                                                              b'{"resourceVersion": "12"}}}'])]  # fmt: skip
+
+    def api_call(*args: Any, **kwargs: Any) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(child_watch, "api_call", api_call)
+    pods, _ = watch(("team-a",))
+    pods._refused["pods in team-a"] = "403 Forbidden"
+    with pytest.raises(ApiError):
+        pods._watch(POD, "team-a", "10")
+    assert pods.refused() == {"pods in team-a": "403 Forbidden"}
+    assert pods._watch(POD, "team-a", "10") == "12"
+    assert pods.refused() == {}
 
 
 def test_a_refusal_in_some_namespaces_only_is_named_and_leaves_the_replica_ready() -> None:

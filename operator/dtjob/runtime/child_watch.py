@@ -103,7 +103,7 @@ class ChildWatch:
         self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self._loop: asyncio.AbstractEventLoop | None = None
         # What the API server refuses to list or watch (403: RBAC written by hand, a Role missing from a
-        # namespace), by where, until a LIST or watch there succeeds: the operator is not ready meanwhile.
+        # namespace), by where, until a watch there is accepted (dtjob.runtime.handlers reads it).
         self._refused: dict[str, str] = {}
         self._refused_lock = threading.Lock()
 
@@ -148,7 +148,6 @@ class ChildWatch:
             try:
                 if version is None:
                     version = self._list(kind, namespace)
-                    self._allowed(where)
                 version = self._watch(kind, namespace, version)
                 failures = 0
             except Gone:
@@ -194,6 +193,8 @@ class ChildWatch:
             if err.status == 410:
                 raise Gone() from err
             raise
+        # Allowed once the WATCH is: RBAC may allow a LIST and refuse the watch after it.
+        self._allowed(_where(kind, namespace))
         try:
             for line in response:
                 if self._stopped.is_set():
