@@ -254,12 +254,15 @@ def _pool_room(kube: Kube, spec: JobSpec) -> PoolRoom | None:
     GPUs are another tenant's). None when the operator may not read nodes or pods cluster-wide (a
     namespace-scoped install), or the affinity is too large to match here."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(spec.placement.node_selector.items()))
+    listed = reads.list_nodes(kube, selector)
+    if not listed:  # none, or none the operator may read
+        return None
     tolerations, affinity = worker_scheduling(spec)
     try:
         terms = required_terms(affinity)
     except Unmatched:
         return None
-    nodes = [n for n in reads.list_nodes(kube, selector) if in_pool(n, tolerations, terms)]
+    nodes = [n for n in listed if in_pool(n, tolerations, terms)]
     if not nodes:
         return None
     by_node = {}

@@ -62,8 +62,14 @@ def serve(
             connection, peer = super().get_request()
             if certificate is None:
                 return connection, peer
-            wrap = certificate.context.wrap_socket
-            return wrap(connection, server_side=True, do_handshake_on_connect=False), peer
+            try:
+                wrapped = certificate.context.wrap_socket(
+                    connection, server_side=True, do_handshake_on_connect=False
+                )
+            except (OSError, ValueError) as err:  # an OSError is what the serving loop skips a client on
+                connection.close()
+                raise OSError(f"TLS wrap of a connection from {peer}: {err}") from err
+            return wrapped, peer
 
     server = make_server(address, port, app, Server, handler_class=_QuietHandler)
     if certificate is not None:
