@@ -818,10 +818,15 @@ def test_install_runs_the_operator_with_least_privilege(
     assert not can_i(kubeconfig, sa, "update", "pods", namespace)
     assert not can_i(kubeconfig, sa, "patch", "jobs.batch", namespace)
     assert can_i(kubeconfig, sa, "get", "namespaces", None)
-    # The leader Lease, in the release namespace only.
-    for verb in ("get", "create", "update"):
-        assert can_i(kubeconfig, sa, verb, "leases.coordination.k8s.io", release_ns)
-        assert not can_i(kubeconfig, sa, verb, "leases.coordination.k8s.io", namespace)
+    # The leader Lease, in the release namespace only, by its name (a create names none to RBAC).
+    env = {e.name: e.value for e in deployment.spec.template.spec.containers[0].env}
+    lease = f"leases.coordination.k8s.io/{env['DTJOB_LEASE_NAME']}"
+    for verb in ("get", "update"):
+        assert can_i(kubeconfig, sa, verb, lease, release_ns)
+        assert not can_i(kubeconfig, sa, verb, "leases.coordination.k8s.io/another", release_ns)
+        assert not can_i(kubeconfig, sa, verb, lease, namespace)
+    assert can_i(kubeconfig, sa, "create", "leases.coordination.k8s.io", release_ns)
+    assert not can_i(kubeconfig, sa, "create", "leases.coordination.k8s.io", namespace)
     assert not can_i(kubeconfig, sa, "delete", "leases.coordination.k8s.io", release_ns)
 
     helm(kubeconfig, "uninstall", name, "--namespace", release_ns, "--wait")
