@@ -331,7 +331,10 @@ def test_helm_uninstall_leaves_nothing_behind_but_the_crd(
         f"clusterrole.rbac.authorization.k8s.io/{name}-metrics-auth",
         f"clusterrolebinding.rbac.authorization.k8s.io/{name}-metrics-auth",
         f"clusterrole.rbac.authorization.k8s.io/{name}-metrics-reader",
-    }
+        # The apply-time NFS check and the operator's guard.
+        *(f"validatingadmissionpolicy{binding}.admissionregistration.k8s.io/{name}-{policy}"
+          for policy in ("nfs-shares", "operator-guard") for binding in ("", "binding")),
+    }  # fmt: skip
     assert f"role.rbac.authorization.k8s.io/{name}" in labelled(kubeconfig, name, namespaced=True)
 
     helm(kubeconfig, "uninstall", name, "--namespace", release_ns, "--wait")
