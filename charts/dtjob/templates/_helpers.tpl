@@ -181,3 +181,9 @@ empty list is none, a missing one any ("*"). */}}
 {{- $policy := .Values.storagePolicy | default dict -}}
 {{- join "," (ternary $policy.nfsShares (list "*") (hasKey $policy "nfsShares")) -}}
 {{- end -}}
+
+{{/* CEL: the request's namespace enforces the baseline or restricted Pod Security level (its label), for the
+policy that admits jobs only there and for the operator guard that makes their pods only there. */}}
+{{- define "dtjob.enforcesPodSecurity" -}}
+has(namespaceObject.metadata.labels) && 'pod-security.kubernetes.io/enforce' in namespaceObject.metadata.labels && namespaceObject.metadata.labels['pod-security.kubernetes.io/enforce'] in ['baseline', 'restricted']
+{{- end -}}
